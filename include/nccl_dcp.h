@@ -1,0 +1,243 @@
+/*************************************************************************
+ * nccl-dcp: fused all-to-all + LSE-weighted reduce for decode context
+ * parallelism (DCP) of MLA attention, on NCCL symmetric windows.
+ *
+ * This header is the contract. C ABI, NCCL conventions: every call returns
+ * ncclResult_t; versioned structs carry a size/magic/version header and must
+ * be initialised with their ..._INITIALIZER macro.
+ *
+ * The operation (one DCP group = the ranks of one communicator, cp = nRanks):
+ *   every rank holds, for all H = cp * localHeads heads, a partial attention
+ *   output partialOut[B][H][D] and its log-sum-exp partialLse[B][H]; head
+ *   h = p * localHeads + j belongs to rank p. Rank r ends with, for its heads j
+ *   and rows b, the LSE-weighted merge over the cp sources s = 0..cp-1:
+ *     l_s = lse_s[b][r*Hl+j] with NaN and +inf read as -inf
+ *     m   = max_s l_s (0 if all are -inf),  w_s = base^(l_s - m)
+ *     out[b][j][:]  = sum_s (w_s / sum_k w_k) * o_s[b][r*Hl+j][:]  (0 if sum is 0)
+ *     outLse[b][j]  = m + log_base(sum_k w_k)                     (-inf if sum is 0)
+ *   accumulated in fp32 in fixed source order (bitwise deterministic); a
+ *   source with w_s = 0 is skipped by a select, so NaN payloads behind an
+ *   LSE of -inf never leak.
+ ************************************************************************/
+#ifndef NCCL_DCP_H_
+#define NCCL_DCP_H_
+
+#include <nccl.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NCCL_DCP_MAJOR 0
+#define NCCL_DCP_MINOR 1
+#define NCCL_DCP_PATCH 0
+#define NCCL_DCP_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
+#define NCCL_DCP_VERSION_CODE NCCL_DCP_VERSION(NCCL_DCP_MAJOR, NCCL_DCP_MINOR, NCCL_DCP_PATCH)
+
+/* Limits checked by every entry point. */
+#define NCCL_DCP_MAX_RANKS 64        /* ranks of one DCP group (cp) */
+#define NCCL_DCP_MAX_HEAD_DIM 4096   /* D */
+#define NCCL_DCP_MAX_LOCAL_HEADS 1024 /* Hl */
+#define NCCL_DCP_MAX_BATCH_CAPACITY (1 << 20) /* rows per chunk */
+
+typedef struct ncclDcpContext* ncclDcpContext_t;
+
+/* Base of the log-sum-exp values (partialLse in, outLse out). */
+typedef enum {
+  ncclDcpLseBase2 = 0, /* lse = log2(sum 2^s): FlashInfer, FlashMLA */
+  ncclDcpLseBaseE = 1, /* lse = ln(sum e^s):   vLLM, SGLang merge_state */
+  ncclDcpNumLseBases = 2
+} ncclDcpLseBase_t;
+
+/* Wire protocol of the fused path (DESIGN §4). */
+typedef enum {
+  ncclDcpProtoAuto = 0,   /* policy: topology + bytes per call */
+  ncclDcpProtoLL = 1,     /* 16-byte lines {data32, flag32, data32, flag32}: any P2P path */
+  ncclDcpProtoLL128 = 2,  /* 128-byte lines, 15 data words + 1 flag word: NVLink only */
+  ncclDcpProtoSimple = 3, /* bulk stores + one release flag per unit: large batches */
+  ncclDcpNumProtocols = 4
+} ncclDcpProtocol_t;
+
+/* Context configuration. Fields left at NCCL_CONFIG_UNDEF_INT take their
+ * default (documented per field); headDim, localHeads, dtype and lseBase have
+ * no default and must be set. */
+typedef struct ncclDcpConfig_v1 {
+  /* header: set by NCCL_DCP_CONFIG_INITIALIZER, never by hand */
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  /* the operation */
+  int headDim;            /* D, elements per head; D * sizeof(dtype) % 16 == 0 */
+  int localHeads;         /* Hl, heads owned by each rank (H = cp * Hl) */
+  ncclDataType_t dtype;   /* ncclBfloat16, ncclFloat16 or ncclFloat32 */
+  int lseBase;            /* ncclDcpLseBase_t */
+  /* resources and policy */
+  int maxBatch;           /* rows per chunk held by the workspace; larger batches
+                             run in chunks inside one call. Default:
+                             NCCL_DCP_MAX_BATCH, else 256 */
+  int protocol;           /* ncclDcpProtocol_t. Default: NCCL_DCP_PROTO, else AUTO */
+  int timeoutMs;          /* bound on every device-side wait, 0 = forever.
+                             Default: NCCL_DCP_TIMEOUT_MS, else 5000 */
+} ncclDcpConfig_t;
+
+#define NCCL_DCP_CONFIG_MAGIC 0xdc9c0f16u
+
+#define NCCL_DCP_CONFIG_INITIALIZER {                              \
+  sizeof(ncclDcpConfig_t),               /* size */                \
+  NCCL_DCP_CONFIG_MAGIC,                 /* magic */               \
+  NCCL_DCP_VERSION_CODE,                 /* version */             \
+  NCCL_CONFIG_UNDEF_INT,                 /* headDim */             \
+  NCCL_CONFIG_UNDEF_INT,                 /* localHeads */          \
+  (ncclDataType_t)NCCL_CONFIG_UNDEF_INT, /* dtype */               \
+  NCCL_CONFIG_UNDEF_INT,                 /* lseBase */             \
+  NCCL_CONFIG_UNDEF_INT,                 /* maxBatch */            \
+  NCCL_CONFIG_UNDEF_INT,                 /* protocol */            \
+  NCCL_CONFIG_UNDEF_INT,                 /* timeoutMs */           \
+}
+
+/* Strides of the call's tensors, in elements (of dtype for partialOut / out,
+ * of float for the LSEs). The last dimension (D) is always contiguous.
+ * A stride of 0 means "packed": partialOut [B][cp][Hl][D], partialLse
+ * [B][cp][Hl], out [B][Hl][D], outLse [B][Hl]. The transposed view
+ * [B][Hl][cp][D] that attention kernels produce is inPeer = D,
+ * inHead = cp * D, inRow = Hl * cp * D. Strides must be >= 0; strides of
+ * partialOut and out must be multiples of 16 bytes. */
+typedef struct ncclDcpStrides_v1 {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int64_t inRow, inPeer, inHead;     /* partialOut */
+  int64_t lseRow, lsePeer, lseHead;  /* partialLse */
+  int64_t outRow, outHead;           /* out */
+  int64_t outLseRow, outLseHead;     /* outLse */
+} ncclDcpStrides_t;
+
+#define NCCL_DCP_STRIDES_MAGIC 0xdc95721du
+
+#define NCCL_DCP_STRIDES_INITIALIZER {                             \
+  sizeof(ncclDcpStrides_t), NCCL_DCP_STRIDES_MAGIC, NCCL_DCP_VERSION_CODE, \
+  0, 0, 0, 0, 0, 0, 0, 0, 0, 0                                     \
+}
+
+/* How a peer is reached (DESIGN §5). */
+typedef enum {
+  ncclDcpLinkUnknown = 0, /* not classified (no topology information) */
+  ncclDcpLinkSelf = 1,
+  ncclDcpLinkNvlink = 2,  /* direct or through NVSwitch */
+  ncclDcpLinkPcie = 3,
+  ncclDcpLinkNetwork = 4  /* another node: outside the LSA team */
+} ncclDcpLink_t;
+
+/* Path a context runs its calls on. */
+typedef enum {
+  ncclDcpPathFused = 0,    /* one kernel over the symmetric window (LSA pointers) */
+  ncclDcpPathFallback = 1  /* ncclAlltoAll of the partials + a combine kernel */
+} ncclDcpPath_t;
+
+typedef struct ncclDcpTopology_v1 {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int nRanks, rank;
+  int lsaSize;                /* ranks reachable by load/store (NCCL's LSA team) */
+  int path;                   /* ncclDcpPath_t */
+  int protocol;               /* ncclDcpProtocol_t for small batches (AUTO resolved) */
+  int classified;             /* 0 until the hwloc topology model classifies links */
+  int link[NCCL_DCP_MAX_RANKS];          /* ncclDcpLink_t per rank */
+  float nvlinkGBps[NCCL_DCP_MAX_RANKS];  /* per direction; 0 when unknown */
+  char busId[NCCL_DCP_MAX_RANKS][16];    /* "0000:00:00.0" per rank */
+} ncclDcpTopology_t;
+
+#define NCCL_DCP_TOPOLOGY_MAGIC 0xdc970901u
+#define NCCL_DCP_TOPOLOGY_INITIALIZER {                                   \
+  sizeof(ncclDcpTopology_t), NCCL_DCP_TOPOLOGY_MAGIC, NCCL_DCP_VERSION_CODE, \
+  0, 0, 0, 0, 0, 0, {0}, {0}, {{0}}                                        \
+}
+
+/* Library version (NCCL_DCP_VERSION_CODE of the loaded library).
+ * Thread-safe. */
+ncclResult_t ncclDcpGetVersion(int* version);
+
+/* Bytes of symmetric workspace one rank needs for cfg in a group of nRanks
+ * (what ncclDcpContextCreate allocates, and the least a window region given to
+ * ncclDcpContextCreateInWindow must hold). Local, no GPU needed, thread-safe. */
+ncclResult_t ncclDcpWorkspaceSize(const ncclDcpConfig_t* cfg, int nRanks, size_t* bytes);
+
+/* Creates a context on the caller's communicator. COLLECTIVE: every rank of
+ * comm calls it with an equal config; the ranks agree through NCCL itself
+ * (an all-gather) and every rank returns the same error on a mismatch.
+ * Allocates the workspace with ncclMemAlloc, registers it as a window,
+ * creates a device communicator; falls back to ncclAlltoAll + combine when
+ * the ranks are not all in one LSA team. Blocking; not capturable. Must not
+ * be called inside ncclGroupStart/End: to create contexts for several GPUs
+ * driven by one thread use ncclDcpContextCreateGroup. Thread-safe for
+ * distinct communicators. */
+ncclResult_t ncclDcpContextCreate(ncclComm_t comm, const ncclDcpConfig_t* cfg,
+                                  ncclDcpContext_t* ctx);
+
+/* ncclDcpContextCreate for nComms communicators driven by the calling thread
+ * (one per GPU, e.g. from ncclCommInitAll): the collective steps are grouped
+ * with ncclGroupStart/End internally. ctxs[i] belongs to comms[i]. */
+ncclResult_t ncclDcpContextCreateGroup(int nComms, const ncclComm_t* comms,
+                                       const ncclDcpConfig_t* cfg, ncclDcpContext_t* ctxs);
+
+/* Like ncclDcpContextCreate, but the workspace is carved from a window the
+ * application already registered on comm: [offset, offset + bytes) of win.
+ * offset must be a multiple of 4096 and bytes at least ncclDcpWorkspaceSize.
+ * Nothing is allocated or registered; the window must outlive the context.
+ * COLLECTIVE, same rules as ncclDcpContextCreate; a NULL win is invalid. */
+ncclResult_t ncclDcpContextCreateInWindow(ncclComm_t comm, ncclWindow_t win, size_t offset,
+                                          size_t bytes, const ncclDcpConfig_t* cfg,
+                                          ncclDcpContext_t* ctx);
+
+/* Destroys a context: device communicator, window registration and memory
+ * it owns. COLLECTIVE (deregistration is), blocking; waits for calls still
+ * in flight on the bound stream. A NULL ctx is a no-op. */
+ncclResult_t ncclDcpContextDestroy(ncclDcpContext_t ctx);
+
+/* ncclDcpContextDestroy for contexts of several GPUs driven by the calling
+ * thread (the collective steps are grouped internally), e.g. those made by
+ * ncclDcpContextCreateGroup. NULL entries are skipped. */
+ncclResult_t ncclDcpContextDestroyGroup(int nCtxs, ncclDcpContext_t* ctxs);
+
+/* The fused collective (see the top of this header). Enqueued on stream,
+ * asynchronous, capturable in a CUDA graph (replays advance the device-side
+ * call counter, so a replayed graph stays correct). Every rank must call it
+ * with the same batch, in the same order relative to its other calls on ctx.
+ *  - partialOut: B x H x D of dtype, 16-byte aligned; partialLse: B x H fp32.
+ *  - out: B x Hl x D of dtype, 16-byte aligned; outLse: B x Hl fp32 or NULL.
+ *  - strides: NULL = packed (see ncclDcpStrides_t).
+ *  - batch >= 0; 0 is a no-op; batch > maxBatch runs in chunks.
+ *  - stream: the first call binds the context to its stream; later calls
+ *    on another stream are refused (ncclInvalidUsage) unless rebound with
+ *    ncclDcpContextBindStream. Outputs must not overlap inputs.
+ * Arguments are checked on the host before anything is enqueued. A context
+ * whose device-side wait timed out is poisoned: this returns the async error.
+ * Not thread-safe on one context. */
+ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* partialOut,
+                                 const float* partialLse, void* out, float* outLse, int batch,
+                                 const ncclDcpStrides_t* strides, cudaStream_t stream);
+
+/* Rebinds ctx to stream. The caller guarantees that work on the previous
+ * stream is ordered before later calls (event or synchronize). Local. */
+ncclResult_t ncclDcpContextBindStream(ncclDcpContext_t ctx, cudaStream_t stream);
+
+/* Topology report of the context (peers, links, path, protocol). Local. */
+ncclResult_t ncclDcpGetTopology(ncclDcpContext_t ctx, ncclDcpTopology_t* topo);
+
+/* Asynchronous error of the context: ncclSuccess, or the error a device-side
+ * wait recorded (ncclRemoteError on a timeout: a peer did not take part).
+ * Reads host-mapped memory; does not synchronize. Thread-safe. */
+ncclResult_t ncclDcpGetAsyncError(ncclDcpContext_t ctx, ncclResult_t* asyncError);
+
+/* Message of the last error returned to the calling thread by any nccl-dcp
+ * function; "" if none. Thread-local, valid until the thread's next call. */
+const char* ncclDcpGetLastError(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NCCL_DCP_H_ */

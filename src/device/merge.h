@@ -1,0 +1,134 @@
+/*************************************************************************
+ * The merge math of DESIGN §1, once, for the CPU reference and the kernels.
+ *
+ *   l_s = sanitize(lse_s)       NaN and +inf -> -inf
+ *   m   = max_s l_s             0 if every l_s is -inf
+ *   w_s = base^(l_s - m)        exactly 0 when l_s = -inf
+ *   out = sum_s (w_s / W) o_s   W = sum_k w_k; 0 when W = 0
+ *   lse = m + log_base(W)       -inf when W = 0
+ *
+ * Sources are visited in order s = 0..n-1 and accumulated in fp32, so the
+ * result is a pure function of the inputs. A source whose normalised weight
+ * is 0 is skipped with a select, never multiplied: its payload may be NaN.
+ ************************************************************************/
+#ifndef NCCL_DCP_DEVICE_MERGE_H_
+#define NCCL_DCP_DEVICE_MERGE_H_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include <cmath>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define NCCL_DCP_HD __host__ __device__ __forceinline__
+#else
+#define NCCL_DCP_HD inline
+#endif
+#if defined(__CUDA_ARCH__)
+#define NCCL_DCP_UNROLL _Pragma("unroll")
+#else
+#define NCCL_DCP_UNROLL
+#endif
+
+namespace nccl_dcp {
+
+enum class LseBase : int { Two = 0, E = 1 };
+
+NCCL_DCP_HD float negInf() { return -INFINITY; }
+
+// NaN and +inf carry no usable weight: they read as an empty source.
+NCCL_DCP_HD float sanitizeLse(float l) {
+  return (l != l || l == INFINITY) ? -INFINITY : l;
+}
+
+NCCL_DCP_HD float expBase(float x, LseBase base) {
+  return base == LseBase::Two ? exp2f(x) : expf(x);
+}
+
+NCCL_DCP_HD float logBase(float x, LseBase base) {
+  return base == LseBase::Two ? log2f(x) : logf(x);
+}
+
+// Normalised weights of n sources: weight[s] = w_s / W. Returns the merged
+// LSE. Written for one thread: the kernels run it once per (row, head).
+NCCL_DCP_HD float mergeWeights(const float* lse, int n, LseBase base, float* weight) {
+  float m = -INFINITY;
+  for (int s = 0; s < n; s++) m = fmaxf(m, sanitizeLse(lse[s]));
+  if (m == -INFINITY) m = 0.f;
+  float sum = 0.f;
+  for (int s = 0; s < n; s++) {
+    float w = expBase(sanitizeLse(lse[s]) - m, base);
+    weight[s] = w;
+    sum += w;
+  }
+  if (sum == 0.f) {
+    for (int s = 0; s < n; s++) weight[s] = 0.f;
+    return -INFINITY;
+  }
+  for (int s = 0; s < n; s++) weight[s] = weight[s] / sum;
+  return m + logBase(sum, base);
+}
+
+// acc += weight * x, unless the source carries no weight (x may be NaN then).
+NCCL_DCP_HD float mergeAccumulate(float acc, float weight, float x) {
+  return weight != 0.f ? fmaf(weight, x, acc) : acc;
+}
+
+// Element conversions, one definition for host and device.
+template <typename T>
+struct Element;
+
+template <>
+struct Element<float> {
+  NCCL_DCP_HD static float toFloat(float v) { return v; }
+  NCCL_DCP_HD static float fromFloat(float v) { return v; }
+};
+
+template <>
+struct Element<__nv_bfloat16> {
+  NCCL_DCP_HD static float toFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+  NCCL_DCP_HD static __nv_bfloat16 fromFloat(float v) { return __float2bfloat16_rn(v); }
+};
+
+template <>
+struct Element<__half> {
+  NCCL_DCP_HD static float toFloat(__half v) { return __half2float(v); }
+  NCCL_DCP_HD static __half fromFloat(float v) { return __float2half_rn(v); }
+};
+
+// An 8-byte word of payload holds kPerWord elements: the unit every
+// transport moves and every merge step consumes.
+template <typename T>
+struct Word {
+  static constexpr int kPerWord = 8 / sizeof(T);
+
+  NCCL_DCP_HD static void unpack(uint64_t w, float* f) {
+    T e[kPerWord];
+    memcpy(e, &w, 8);
+NCCL_DCP_UNROLL
+    for (int i = 0; i < kPerWord; i++) f[i] = Element<T>::toFloat(e[i]);
+  }
+
+  NCCL_DCP_HD static uint64_t pack(const float* f) {
+    T e[kPerWord];
+NCCL_DCP_UNROLL
+    for (int i = 0; i < kPerWord; i++) e[i] = Element<T>::fromFloat(f[i]);
+    uint64_t w;
+    memcpy(&w, e, 8);
+    return w;
+  }
+
+  // acc[0..kPerWord) += weight * word, with the select of mergeAccumulate.
+  NCCL_DCP_HD static void accumulate(float* acc, float weight, uint64_t w) {
+    float f[kPerWord];
+    unpack(w, f);
+NCCL_DCP_UNROLL
+    for (int i = 0; i < kPerWord; i++) acc[i] = mergeAccumulate(acc[i], weight, f[i]);
+  }
+};
+
+}  // namespace nccl_dcp
+
+#endif  // NCCL_DCP_DEVICE_MERGE_H_

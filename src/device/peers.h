@@ -1,0 +1,51 @@
+/*************************************************************************
+ * Peer addressing policies of the fused kernel: one kernel body serves
+ * NCCL's symmetric window (production) and loopback (cp virtual ranks on
+ * one GPU, one cooperative launch, block index -> virtual rank).
+ ************************************************************************/
+#ifndef NCCL_DCP_DEVICE_PEERS_H_
+#define NCCL_DCP_DEVICE_PEERS_H_
+
+#include <cuda_runtime_api.h>
+#include <nccl_device.h>
+
+#include "../launch.h"
+
+namespace nccl_dcp {
+
+// NCCL: the context's window; rank == LSA rank (the fused path needs every
+// rank in one LSA team).
+struct LsaPeers {
+  static constexpr bool kLoopback = false;
+  ncclWindow_t window;
+  size_t offset;
+  int rank;
+
+  __device__ int rankOfBlock(int /*blocksPerRank*/, int* localBlock) const {
+    *localBlock = blockIdx.x;
+    return rank;
+  }
+  __device__ char* workspace(int /*self*/) const { return (char*)ncclGetLocalPointer(window, offset); }
+  __device__ char* peerWorkspace(int peer) const { return (char*)ncclGetLsaPointer(window, offset, peer); }
+  // The status word every wait of this rank's launch shares.
+  __device__ uint32_t* status(int self) const { return &((Control*)workspace(self))->status; }
+};
+
+struct LoopbackPeers {
+  static constexpr bool kLoopback = true;
+  char* base;
+  size_t rankBytes;
+
+  __device__ int rankOfBlock(int blocksPerRank, int* localBlock) const {
+    *localBlock = blockIdx.x % blocksPerRank;
+    return blockIdx.x / blocksPerRank;
+  }
+  __device__ char* workspace(int self) const { return base + (size_t)self * rankBytes; }
+  __device__ char* peerWorkspace(int peer) const { return base + (size_t)peer * rankBytes; }
+  // All virtual ranks live in one launch: one failure stops them all.
+  __device__ uint32_t* status(int) const { return &((Control*)base)->status; }
+};
+
+}  // namespace nccl_dcp
+
+#endif  // NCCL_DCP_DEVICE_PEERS_H_

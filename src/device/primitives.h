@@ -1,0 +1,135 @@
+/*************************************************************************
+ * Small inline primitives of the transports: the exact memory operations
+ * each wire format relies on, and the bounded wait.
+ ************************************************************************/
+#ifndef NCCL_DCP_DEVICE_PRIMITIVES_H_
+#define NCCL_DCP_DEVICE_PRIMITIVES_H_
+
+#include <stdint.h>
+
+#include "../layout.h"
+
+namespace nccl_dcp {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// Record of the first device-side failure, in host-mapped memory so the host
+// reads it without synchronising (ncclDcpGetAsyncError).
+struct AsyncErrorRecord {
+  uint32_t code;   // ncclResult_t, 0 = none
+  int32_t rank;    // rank whose wait failed
+  int32_t peer;    // rank it waited for
+  uint32_t round;  // device round counter at the time
+};
+
+#if defined(__CUDACC__)
+
+// 16 bytes per lane, one instruction: a warp moves 512 bytes. Volatile so
+// polls are re-issued and stores leave in program order.
+__device__ __forceinline__ void loadVolatile16(const void* p, uint64_t& a, uint64_t& b) {
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p));
+}
+__device__ __forceinline__ void storeVolatile16(void* p, uint64_t a, uint64_t b) {
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b));
+}
+__device__ __forceinline__ void loadVolatile16(const void* p, uint32_t& a, uint32_t& b, uint32_t& c,
+                                               uint32_t& d) {
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
+               : "l"(p));
+}
+__device__ __forceinline__ void storeVolatile16(void* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b), "r"(c),
+               "r"(d));
+}
+__device__ __forceinline__ void storeVolatile8(void* p, uint64_t v) {
+  asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(p), "l"(v));
+}
+__device__ __forceinline__ void storeVolatile4(void* p, uint32_t v) {
+  asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(p), "r"(v));
+}
+__device__ __forceinline__ uint32_t loadVolatile4(const void* p) {
+  uint32_t v;
+  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+
+// SIMPLE's signal: data stores, a system-scope fence, then a release store;
+// the receiver's acquire load orders its data loads after the flag.
+__device__ __forceinline__ void storeRelease8(void* p, uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ uint64_t loadAcquire8(const void* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Inputs are read-only for the whole kernel: the non-coherent path.
+__device__ __forceinline__ uint64_t loadInput8(const void* p) {
+  return __ldg(reinterpret_cast<const unsigned long long*>(p));
+}
+
+__device__ __forceinline__ uint64_t globalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Programmatic dependent launch: no-ops when the launch did not ask for it.
+__device__ __forceinline__ void waitForPrerequisiteGrid() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allowDependentGrid() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+// Bounded wait of one warp. Every poll loop calls keepWaiting() once per
+// spin with the whole warp; every 1024 spins lane 0 checks whether another
+// wait already failed (status word) and whether the deadline passed, and
+// the verdict is broadcast so the warp leaves together.
+struct Waiter {
+  uint64_t deadlineNs;  // UINT64_MAX: wait forever
+  uint32_t* status;     // device copy of the error code, shared by the waits of a launch
+  AsyncErrorRecord* hostError;
+  int rank;
+  uint32_t round;
+  uint32_t spins;
+  bool failed;
+
+  __device__ bool keepWaiting(int peer) {
+    if ((++spins & 1023u) != 0) return true;
+    bool stop = false;
+    if ((threadIdx.x & 31) == 0) {
+      stop = loadVolatile4(status) != 0;
+      if (!stop && globalTimerNs() > deadlineNs) {
+        stop = true;
+        fail(peer, 6 /* ncclRemoteError: a peer did not take part */);
+      }
+    }
+    stop = __shfl_sync(kFullMask, stop, 0);
+    failed = failed || stop;
+    return !stop;
+  }
+
+  __device__ void fail(int peer, uint32_t code) {
+    if (atomicCAS(status, 0u, code) == 0u) {
+      hostError->rank = rank;
+      hostError->peer = peer;
+      hostError->round = round;
+      __threadfence_system();
+      *(volatile uint32_t*)&hostError->code = code;
+      __threadfence_system();
+    }
+  }
+};
+
+#endif  // __CUDACC__
+
+}  // namespace nccl_dcp
+
+#endif  // NCCL_DCP_DEVICE_PRIMITIVES_H_

@@ -1,0 +1,113 @@
+#include "env.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <strings.h>
+
+#include <mutex>
+
+#include "nccl_dcp.h"
+
+namespace nccl_dcp {
+
+namespace {
+
+bool parseInt(const char* s, long lo, long hi, int* out) {
+  if (s == nullptr || *s == '\0') return false;
+  char* end = nullptr;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno != 0 || *end != '\0' || v < lo || v > hi) return false;
+  *out = (int)v;
+  return true;
+}
+
+template <typename T>
+bool parseName(const char* s, const char* const* names, const T* values, int n, T* out) {
+  for (int i = 0; i < n; i++) {
+    if (strcasecmp(s, names[i]) == 0) {
+      *out = values[i];
+      return true;
+    }
+  }
+  return false;
+}
+
+void warnBad(std::vector<std::string>* warnings, const char* name, const char* value,
+             const char* expected) {
+  if (warnings)
+    warnings->push_back(std::string(name) + "=" + value + " ignored: expected " + expected);
+}
+
+}  // namespace
+
+Env parseEnv(EnvGetter get, std::vector<std::string>* warnings) {
+  Env e;
+  if (const char* s = get("NCCL_DCP_DEBUG")) {
+    static const char* const names[] = {"NONE", "VERSION", "WARN", "INFO", "TRACE"};
+    static const LogLevel values[] = {LogLevel::None, LogLevel::Version, LogLevel::Warn,
+                                      LogLevel::Info, LogLevel::Trace};
+    if (!parseName(s, names, values, 5, &e.debug))
+      warnBad(warnings, "NCCL_DCP_DEBUG", s, "NONE, VERSION, WARN, INFO or TRACE");
+  }
+  if (const char* s = get("NCCL_DCP_DEBUG_FILE")) e.debugFile = s;
+  if (const char* s = get("NCCL_DCP_PROTO")) {
+    static const char* const names[] = {"AUTO", "LL", "LL128", "SIMPLE"};
+    static const int values[] = {ncclDcpProtoAuto, ncclDcpProtoLL, ncclDcpProtoLL128,
+                                 ncclDcpProtoSimple};
+    if (!parseName(s, names, values, 4, &e.protocol))
+      warnBad(warnings, "NCCL_DCP_PROTO", s, "AUTO, LL, LL128 or SIMPLE");
+  }
+  if (const char* s = get("NCCL_DCP_TIMEOUT_MS")) {
+    if (!parseInt(s, 0, 24L * 3600 * 1000, &e.timeoutMs)) {
+      e.timeoutMs = kEnvUnset;
+      warnBad(warnings, "NCCL_DCP_TIMEOUT_MS", s, "milliseconds in [0, 86400000], 0 = forever");
+    }
+  }
+  if (const char* s = get("NCCL_DCP_MAX_BATCH")) {
+    if (!parseInt(s, 1, NCCL_DCP_MAX_BATCH_CAPACITY, &e.maxBatch)) {
+      e.maxBatch = kEnvUnset;
+      warnBad(warnings, "NCCL_DCP_MAX_BATCH", s, "rows in [1, 1048576]");
+    }
+  }
+  if (const char* s = get("NCCL_DCP_SIMPLE_MIN_ROWS")) {
+    if (!parseInt(s, 0, NCCL_DCP_MAX_BATCH_CAPACITY, &e.simpleMinRows)) {
+      e.simpleMinRows = kEnvUnset;
+      warnBad(warnings, "NCCL_DCP_SIMPLE_MIN_ROWS", s, "rows in [0, 1048576], 0 = never");
+    }
+  }
+  if (const char* s = get("NCCL_DCP_FORCE_FALLBACK")) {
+    int v = 0;
+    if (parseInt(s, 0, 1, &v)) e.forceFallback = v == 1;
+    else warnBad(warnings, "NCCL_DCP_FORCE_FALLBACK", s, "0 or 1");
+  }
+  if (const char* s = get("NCCL_DCP_PDL")) {
+    if (!parseInt(s, 0, 1, &e.pdl)) {
+      e.pdl = kEnvUnset;
+      warnBad(warnings, "NCCL_DCP_PDL", s, "0 or 1");
+    }
+  }
+  return e;
+}
+
+const Env& env() {
+  static Env e;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::vector<std::string> warnings;
+    e = parseEnv([](const char* n) -> const char* { return getenv(n); }, &warnings);
+    // Logging reads env() itself: the level is in place before warning.
+    for (const std::string& w : warnings) fprintf(stderr, "NCCL-DCP WARN %s\n", w.c_str());
+  });
+  return e;
+}
+
+const std::vector<const char*>& envVariableNames() {
+  static const std::vector<const char*> names = {
+      "NCCL_DCP_DEBUG",          "NCCL_DCP_DEBUG_FILE", "NCCL_DCP_PROTO",
+      "NCCL_DCP_TIMEOUT_MS",     "NCCL_DCP_MAX_BATCH",  "NCCL_DCP_SIMPLE_MIN_ROWS",
+      "NCCL_DCP_FORCE_FALLBACK", "NCCL_DCP_PDL",        "NCCL_DCP_REQUIRE_GPU"};
+  return names;
+}
+
+}  // namespace nccl_dcp

@@ -1,0 +1,41 @@
+/*************************************************************************
+ * Every NCCL_DCP_* variable, parsed in one place (listed in README.md).
+ ************************************************************************/
+#ifndef NCCL_DCP_ENV_H_
+#define NCCL_DCP_ENV_H_
+
+#include <string>
+#include <vector>
+
+#include "log.h"
+
+namespace nccl_dcp {
+
+constexpr int kEnvUnset = -1;
+
+struct Env {
+  LogLevel debug = LogLevel::None;  // NCCL_DCP_DEBUG
+  std::string debugFile;            // NCCL_DCP_DEBUG_FILE
+  int protocol = kEnvUnset;         // NCCL_DCP_PROTO: AUTO|LL|LL128|SIMPLE
+  int timeoutMs = kEnvUnset;        // NCCL_DCP_TIMEOUT_MS (0 = wait forever)
+  int maxBatch = kEnvUnset;         // NCCL_DCP_MAX_BATCH: default capacity (rows)
+  int simpleMinRows = kEnvUnset;    // NCCL_DCP_SIMPLE_MIN_ROWS: AUTO's LL128 -> SIMPLE crossover
+  bool forceFallback = false;       // NCCL_DCP_FORCE_FALLBACK=1: ncclAlltoAll + combine
+  int pdl = kEnvUnset;              // NCCL_DCP_PDL=0|1: programmatic dependent launch
+};
+
+using EnvGetter = const char* (*)(const char* name);
+
+// Parses the variables through get (getenv in production, a table in tests).
+// Unparsable values keep their default and add a message to warnings.
+Env parseEnv(EnvGetter get, std::vector<std::string>* warnings);
+
+// The process environment, parsed once (thread-safe).
+const Env& env();
+
+// Names of every variable the library or its tests read, for the README test.
+const std::vector<const char*>& envVariableNames();
+
+}  // namespace nccl_dcp
+
+#endif  // NCCL_DCP_ENV_H_

@@ -1,0 +1,44 @@
+/*************************************************************************
+ * Errors: every failure sets the calling thread's last-error message
+ * (ncclDcpGetLastError), logs it at WARN and returns an ncclResult_t.
+ ************************************************************************/
+#ifndef NCCL_DCP_ERROR_H_
+#define NCCL_DCP_ERROR_H_
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+namespace nccl_dcp {
+
+// Sets the last error to the formatted message and returns code.
+ncclResult_t fail(ncclResult_t code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void clearLastError();
+const char* lastError();
+
+}  // namespace nccl_dcp
+
+#define CUDACHECK(cmd)                                                                     \
+  do {                                                                                     \
+    cudaError_t e_ = (cmd);                                                                \
+    if (e_ != cudaSuccess)                                                                 \
+      return ::nccl_dcp::fail(ncclUnhandledCudaError, "%s:%d: %s failed: %s (%s)",         \
+                              __FILE__, __LINE__, #cmd, cudaGetErrorString(e_),            \
+                              cudaGetErrorName(e_));                                       \
+  } while (0)
+
+#define NCCLCHECK(cmd)                                                                     \
+  do {                                                                                     \
+    ncclResult_t r_ = (cmd);                                                               \
+    if (r_ != ncclSuccess && r_ != ncclInProgress)                                         \
+      return ::nccl_dcp::fail(r_, "%s:%d: %s failed: %s (%s)", __FILE__, __LINE__, #cmd,   \
+                              ncclGetErrorString(r_), ncclGetLastError(nullptr));          \
+  } while (0)
+
+// Propagates an nccl-dcp result whose message is already set.
+#define DCPCHECK(cmd)                      \
+  do {                                     \
+    ncclResult_t r_ = (cmd);               \
+    if (r_ != ncclSuccess) return r_;      \
+  } while (0)
+
+#endif  // NCCL_DCP_ERROR_H_

@@ -1,0 +1,158 @@
+/*************************************************************************
+ * Workspace layout of the fused path, shared by host (sizes, offsets) and
+ * device (addressing). One rank's workspace:
+ *
+ *   [ control (4 KiB) | region of protocol A | region of protocol B ]
+ *
+ * A region holds two slots (rounds alternate between them by the parity of
+ * the device-side round counter). A slot holds, for every remote source of
+ * this rank (cp - 1 of them, in rank order, self skipped), capacity rows of
+ * Hl units; a unit is what one source sends for one (row, head):
+ *
+ *   LL / LL128 payload: word 0 = {lse (fp32), 0}, words 1..Dw = the head's
+ *                       D elements (Dw = D * sizeof(T) / 8 words of 8 bytes)
+ *   SIMPLE:             16-byte header {lse, 0, flag (u64)} + D elements
+ *
+ * Protocols never share a region: a stale line of one protocol must never
+ * be read as a flag of another. With AUTO the workspace carries one region
+ * for small batches (LL or LL128, whichever is larger) and one for SIMPLE.
+ ************************************************************************/
+#ifndef NCCL_DCP_LAYOUT_H_
+#define NCCL_DCP_LAYOUT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "device/merge.h"
+
+namespace nccl_dcp {
+
+enum class Proto : int { LL = 1, LL128 = 2, Simple = 3 };
+
+constexpr int kWordBytes = 8;  // payload word: the unit of the merge
+
+// LL128 wire format: a 128-byte line is 16 words, the last one the flag.
+namespace ll128 {
+constexpr int kLineBytes = 128;
+constexpr int kWordsPerLine = kLineBytes / kWordBytes;        // 16
+constexpr int kDataWordsPerLine = kWordsPerLine - 1;          // 15
+constexpr int kLaneBytes = 16;                                // one v2.u64 per lane
+constexpr int kLanesPerLine = kLineBytes / kLaneBytes;        // 8
+constexpr int kFlagLane = kLanesPerLine - 1;                  // holds word 14 + flag
+constexpr int kLinesPerWarp = 32 / kLanesPerLine;             // 4
+}  // namespace ll128
+
+// LL wire format: a 16-byte line {data32, flag32, data32, flag32}.
+namespace ll {
+constexpr int kLineBytes = 16;
+constexpr int kDataBytesPerLine = 8;  // one payload word
+constexpr int kLinesPerWarp = 32;
+}  // namespace ll
+
+// SIMPLE: bulk data behind a 16-byte header whose second half is the flag.
+namespace simple {
+constexpr int kHeaderBytes = 16;
+constexpr int kFlagOffset = 8;
+constexpr int kLaneBytes = 16;
+constexpr int kBytesPerWarp = 32 * kLaneBytes;
+}  // namespace simple
+
+constexpr size_t kControlBytes = 4096;   // round counter, arrivals, status
+constexpr size_t kRegionAlign = 4096;    // window offsets are 4 KiB multiples
+
+// Control block at the start of each rank's workspace. Only the owning rank
+// touches it; it is zeroed at creation with the rest of the workspace.
+struct Control {
+  uint32_t round;     // rounds completed; slot = round & 1
+  uint32_t arrivals;  // blocks of the current round that finished
+  uint32_t status;    // 0, or the error a wait recorded (device copy)
+  uint32_t pad;
+};
+
+// Flags are a function of the round, never 0 (a reset flag is 0), and wrap
+// with the 32-bit counter.
+NCCL_DCP_HD uint32_t flagForRound(uint32_t round) { return round % 0xffffffffu + 1u; }
+
+NCCL_DCP_HD size_t alignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+// Geometry of one protocol region.
+struct Region {
+  Proto proto;
+  int nRanks, localHeads, headDim, eltSize, capacity;
+  int dataWords;      // Dw: 8-byte words of one head's data
+  int payloadWords;   // LL / LL128: 1 + Dw (the LSE word first)
+  int unitLines;      // lines of one unit (LL / LL128); 0 for SIMPLE
+  int groups;         // warp-wide steps to move one unit
+  size_t unitBytes;
+  size_t slotBytes;
+  size_t offset;      // of slot 0, from the start of the rank's workspace
+
+  NCCL_DCP_HD size_t bytes() const { return 2 * slotBytes; }
+
+  // Unit that source `src` sends to `dst` for (row, head), in dst's workspace.
+  NCCL_DCP_HD size_t unitOffset(int slot, int src, int dst, int row, int head) const {
+    int srcIdx = src < dst ? src : src - 1;
+    size_t unit = ((size_t)srcIdx * capacity + row) * localHeads + head;
+    return offset + (size_t)slot * slotBytes + unit * unitBytes;
+  }
+};
+
+NCCL_DCP_HD Region makeRegion(Proto proto, int nRanks, int localHeads, int headDim, int eltSize,
+                              int capacity, size_t offset) {
+  Region r;
+  r.proto = proto;
+  r.nRanks = nRanks;
+  r.localHeads = localHeads;
+  r.headDim = headDim;
+  r.eltSize = eltSize;
+  r.capacity = capacity;
+  r.dataWords = headDim * eltSize / kWordBytes;
+  r.payloadWords = 1 + r.dataWords;
+  switch (proto) {
+    case Proto::LL128:
+      r.unitLines = (r.payloadWords + ll128::kDataWordsPerLine - 1) / ll128::kDataWordsPerLine;
+      r.groups = (r.unitLines + ll128::kLinesPerWarp - 1) / ll128::kLinesPerWarp;
+      r.unitBytes = (size_t)r.unitLines * ll128::kLineBytes;
+      break;
+    case Proto::LL:
+      r.unitLines = r.payloadWords;
+      r.groups = (r.unitLines + ll::kLinesPerWarp - 1) / ll::kLinesPerWarp;
+      r.unitBytes = (size_t)r.unitLines * ll::kLineBytes;
+      break;
+    case Proto::Simple:
+    default:
+      r.unitLines = 0;
+      r.groups = (headDim * eltSize + simple::kBytesPerWarp - 1) / simple::kBytesPerWarp;
+      r.unitBytes = simple::kHeaderBytes + (size_t)headDim * eltSize;
+      break;
+  }
+  r.slotBytes = alignUp((size_t)(nRanks - 1) * capacity * localHeads * r.unitBytes, kRegionAlign);
+  r.offset = offset;
+  return r;
+}
+
+// The whole workspace of one rank: the control block and one or two regions.
+struct WorkspaceLayout {
+  Region small;     // LL or LL128 (or SIMPLE when forced)
+  Region large;     // SIMPLE under AUTO; unused (bytes 0) otherwise
+  bool hasLarge;
+  size_t totalBytes;
+};
+
+// smallProto: the protocol of small batches; withSimpleRegion: AUTO may
+// switch to SIMPLE for large batches, which then has a region of its own.
+inline WorkspaceLayout makeWorkspaceLayout(Proto smallProto, bool withSimpleRegion, int nRanks,
+                                           int localHeads, int headDim, int eltSize, int capacity) {
+  WorkspaceLayout w;
+  w.small = makeRegion(smallProto, nRanks, localHeads, headDim, eltSize, capacity, kControlBytes);
+  size_t end = w.small.offset + w.small.bytes();
+  w.hasLarge = withSimpleRegion;
+  w.large = makeRegion(Proto::Simple, nRanks, localHeads, headDim, eltSize, capacity, end);
+  if (withSimpleRegion) end += w.large.bytes();
+  w.totalBytes = alignUp(end, kRegionAlign);
+  return w;
+}
+
+}  // namespace nccl_dcp
+
+#endif  // NCCL_DCP_LAYOUT_H_

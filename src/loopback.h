@@ -1,0 +1,48 @@
+/*************************************************************************
+ * Loopback (internal API, for tests and perf): cp virtual ranks whose
+ * workspaces all live on the current GPU, one cooperative launch per round
+ * whose block index selects the virtual rank. The kernel body is the one
+ * the NCCL path runs; only the peer addressing differs.
+ ************************************************************************/
+#ifndef NCCL_DCP_LOOPBACK_H_
+#define NCCL_DCP_LOOPBACK_H_
+
+#include <memory>
+
+#include "engine.h"
+
+namespace nccl_dcp {
+
+class Loopback {
+ public:
+  // nRanks virtual ranks (1..kMaxLoopbackRanks) on the current device.
+  static ncclResult_t create(const ncclDcpConfig_t* cfg, int nRanks, std::unique_ptr<Loopback>* out);
+  ~Loopback();
+
+  // One collective call: ranks[r] are virtual rank r's device buffers.
+  // Same checks as ncclDcpA2aLseReduce, for every rank.
+  ncclResult_t call(const CallBuffers* ranks, int batch, const ncclDcpStrides_t* strides,
+                    cudaStream_t stream);
+
+  ncclResult_t asyncError() const { return engine_.asyncError(); }
+
+  // Test hooks. setRound synchronises the device.
+  ncclResult_t setRound(uint32_t round);
+  ncclResult_t getRound(int rank, uint32_t* round);
+  void setSilentRank(int rank) { silentRank_ = rank; }
+
+  const Config& config() const { return engine_.cfg; }
+  int nRanks() const { return engine_.nRanks; }
+  const Engine& engine() const { return engine_; }
+  Engine& engine() { return engine_; }
+
+ private:
+  Loopback() = default;
+  Engine engine_;
+  char* workspace_ = nullptr;  // nRanks * layout.totalBytes
+  int silentRank_ = -1;
+};
+
+}  // namespace nccl_dcp
+
+#endif  // NCCL_DCP_LOOPBACK_H_

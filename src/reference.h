@@ -1,0 +1,24 @@
+/*************************************************************************
+ * CPU reference of the whole collective: every rank's inputs -> every
+ * rank's outputs, strided views included, on the merge math of
+ * device/merge.h. Used by the tests and by the perf binary's -c.
+ ************************************************************************/
+#ifndef NCCL_DCP_REFERENCE_H_
+#define NCCL_DCP_REFERENCE_H_
+
+#include "validate.h"
+
+namespace nccl_dcp {
+
+// ranks[r]: rank r's buffers in host memory. Writes every rank's out and,
+// where not null, outLse, for batch rows.
+void referenceA2aLseReduce(const Config& cfg, int nRanks, int batch, const Strides& strides,
+                           const CallBuffers* ranks);
+
+// float <-> dtype element at index i of a host buffer (tests, perf).
+float loadElement(ncclDataType_t dtype, const void* base, int64_t i);
+void storeElement(ncclDataType_t dtype, void* base, int64_t i, float v);
+
+}  // namespace nccl_dcp
+
+#endif  // NCCL_DCP_REFERENCE_H_

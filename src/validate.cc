@@ -1,0 +1,293 @@
+#include "validate.h"
+
+#include <inttypes.h>
+
+#include <algorithm>
+
+#include "error.h"
+
+namespace nccl_dcp {
+
+int dtypeSize(ncclDataType_t dtype) {
+  switch (dtype) {
+    case ncclBfloat16: return 2;
+    case ncclFloat16: return 2;
+    case ncclFloat32: return 4;
+    default: return 0;
+  }
+}
+
+const char* dtypeName(ncclDataType_t dtype) {
+  switch (dtype) {
+    case ncclBfloat16: return "bf16";
+    case ncclFloat16: return "fp16";
+    case ncclFloat32: return "fp32";
+    default: return "unsupported";
+  }
+}
+
+const char* protocolName(int protocol) {
+  switch (protocol) {
+    case ncclDcpProtoAuto: return "AUTO";
+    case ncclDcpProtoLL: return "LL";
+    case ncclDcpProtoLL128: return "LL128";
+    case ncclDcpProtoSimple: return "SIMPLE";
+    default: return "unknown";
+  }
+}
+
+// Defaults: the config's value if set, else the environment's, else ours.
+static int pick(int configValue, int envValue, int fallback) {
+  if (configValue != NCCL_CONFIG_UNDEF_INT) return configValue;
+  return envValue != kEnvUnset ? envValue : fallback;
+}
+
+ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* out) {
+  if (cfg == nullptr) return fail(ncclInvalidArgument, "config is NULL");
+  if (cfg->magic != NCCL_DCP_CONFIG_MAGIC)
+    return fail(ncclInvalidArgument,
+                "config->magic is 0x%x, not NCCL_DCP_CONFIG_MAGIC: initialise the config with "
+                "NCCL_DCP_CONFIG_INITIALIZER",
+                cfg->magic);
+  if (cfg->version > NCCL_DCP_VERSION_CODE || cfg->version < NCCL_DCP_VERSION(0, 1, 0))
+    return fail(ncclInvalidArgument,
+                "config->version %u is not one this library (%d) knows: rebuild against its "
+                "nccl_dcp.h",
+                cfg->version, NCCL_DCP_VERSION_CODE);
+  if (cfg->size != sizeof(ncclDcpConfig_t))
+    return fail(ncclInvalidArgument, "config->size %zu is not sizeof(ncclDcpConfig_t) = %zu",
+                cfg->size, sizeof(ncclDcpConfig_t));
+
+  Config c;
+  c.dtype = cfg->dtype;
+  if ((int)cfg->dtype == NCCL_CONFIG_UNDEF_INT)
+    return fail(ncclInvalidArgument, "config->dtype is not set: use ncclBfloat16, ncclFloat16 or ncclFloat32");
+  c.eltSize = dtypeSize(cfg->dtype);
+  if (c.eltSize == 0)
+    return fail(ncclInvalidArgument,
+                "config->dtype %d is not supported: use ncclBfloat16, ncclFloat16 or ncclFloat32",
+                (int)cfg->dtype);
+
+  if (cfg->headDim == NCCL_CONFIG_UNDEF_INT) return fail(ncclInvalidArgument, "config->headDim is not set");
+  if (cfg->headDim <= 0 || cfg->headDim > NCCL_DCP_MAX_HEAD_DIM)
+    return fail(ncclInvalidArgument, "config->headDim %d is out of range [1, %d]", cfg->headDim,
+                NCCL_DCP_MAX_HEAD_DIM);
+  if (cfg->headDim * c.eltSize % 16 != 0)
+    return fail(ncclInvalidArgument,
+                "config->headDim %d: a row of %d bytes (headDim * sizeof(%s)) is not a multiple "
+                "of 16 bytes",
+                cfg->headDim, cfg->headDim * c.eltSize, dtypeName(cfg->dtype));
+  c.headDim = cfg->headDim;
+
+  if (cfg->localHeads == NCCL_CONFIG_UNDEF_INT)
+    return fail(ncclInvalidArgument, "config->localHeads is not set");
+  if (cfg->localHeads <= 0 || cfg->localHeads > NCCL_DCP_MAX_LOCAL_HEADS)
+    return fail(ncclInvalidArgument, "config->localHeads %d is out of range [1, %d]",
+                cfg->localHeads, NCCL_DCP_MAX_LOCAL_HEADS);
+  c.localHeads = cfg->localHeads;
+
+  if (cfg->lseBase == NCCL_CONFIG_UNDEF_INT)
+    return fail(ncclInvalidArgument, "config->lseBase is not set: use ncclDcpLseBase2 or ncclDcpLseBaseE");
+  if (cfg->lseBase != ncclDcpLseBase2 && cfg->lseBase != ncclDcpLseBaseE)
+    return fail(ncclInvalidArgument, "config->lseBase %d is not ncclDcpLseBase2 or ncclDcpLseBaseE",
+                cfg->lseBase);
+  c.lseBase = cfg->lseBase == ncclDcpLseBase2 ? LseBase::Two : LseBase::E;
+
+  c.maxBatch = pick(cfg->maxBatch, env.maxBatch, kDefaultMaxBatch);
+  if (c.maxBatch <= 0 || c.maxBatch > NCCL_DCP_MAX_BATCH_CAPACITY)
+    return fail(ncclInvalidArgument, "config->maxBatch %d is out of range [1, %d]", c.maxBatch,
+                NCCL_DCP_MAX_BATCH_CAPACITY);
+
+  int proto = pick(cfg->protocol, env.protocol, ncclDcpProtoAuto);
+  if (proto < 0 || proto >= ncclDcpNumProtocols)
+    return fail(ncclInvalidArgument,
+                "config->protocol %d is not one of ncclDcpProtoAuto, LL, LL128, Simple", proto);
+  c.protocol = (ncclDcpProtocol_t)proto;
+
+  c.timeoutMs = pick(cfg->timeoutMs, env.timeoutMs, kDefaultTimeoutMs);
+  if (c.timeoutMs < 0)
+    return fail(ncclInvalidArgument, "config->timeoutMs %d is negative (0 waits forever)", c.timeoutMs);
+
+  *out = c;
+  return ncclSuccess;
+}
+
+ncclResult_t checkRanks(int nRanks) {
+  if (nRanks < 1 || nRanks > NCCL_DCP_MAX_RANKS)
+    return fail(ncclInvalidArgument, "nRanks %d is out of range [1, %d]", nRanks, NCCL_DCP_MAX_RANKS);
+  return ncclSuccess;
+}
+
+Strides packedStrides(const Config& cfg, int nRanks) {
+  Strides s;
+  const int64_t D = cfg.headDim, Hl = cfg.localHeads, cp = nRanks;
+  s.inHead = D;
+  s.inPeer = Hl * D;
+  s.inRow = cp * Hl * D;
+  s.lseHead = 1;
+  s.lsePeer = Hl;
+  s.lseRow = cp * Hl;
+  s.outHead = D;
+  s.outRow = Hl * D;
+  s.outLseHead = 1;
+  s.outLseRow = Hl;
+  return s;
+}
+
+// Strides beyond 2^40 elements cannot describe a real buffer and would
+// overflow the extent arithmetic below.
+static constexpr int64_t kMaxStride = int64_t(1) << 40;
+
+static ncclResult_t resolveOne(const char* name, int64_t given, int64_t packed, int64_t eltBytes,
+                               bool multipleOf16, int64_t* out) {
+  if (given < 0)
+    return fail(ncclInvalidArgument, "strides->%s %" PRId64 " is negative (0 means packed)", name, given);
+  if (given > kMaxStride)
+    return fail(ncclInvalidArgument, "strides->%s %" PRId64 " exceeds 2^40 elements", name, given);
+  int64_t v = given == 0 ? packed : given;
+  if (multipleOf16 && (v * eltBytes) % 16 != 0)
+    return fail(ncclInvalidArgument,
+                "strides->%s %" PRId64 " is %" PRId64 " bytes, not a multiple of 16 bytes", name, v,
+                v * eltBytes);
+  *out = v;
+  return ncclSuccess;
+}
+
+ncclResult_t resolveStrides(const ncclDcpStrides_t* in, const Config& cfg, int nRanks, Strides* out) {
+  Strides p = packedStrides(cfg, nRanks);
+  if (in == nullptr) {
+    *out = p;
+    return ncclSuccess;
+  }
+  if (in->magic != NCCL_DCP_STRIDES_MAGIC)
+    return fail(ncclInvalidArgument,
+                "strides->magic is 0x%x, not NCCL_DCP_STRIDES_MAGIC: initialise the strides with "
+                "NCCL_DCP_STRIDES_INITIALIZER",
+                in->magic);
+  if (in->version > NCCL_DCP_VERSION_CODE || in->version < NCCL_DCP_VERSION(0, 1, 0))
+    return fail(ncclInvalidArgument, "strides->version %u is not one this library (%d) knows",
+                in->version, NCCL_DCP_VERSION_CODE);
+  if (in->size != sizeof(ncclDcpStrides_t))
+    return fail(ncclInvalidArgument, "strides->size %zu is not sizeof(ncclDcpStrides_t) = %zu",
+                in->size, sizeof(ncclDcpStrides_t));
+  const int64_t e = cfg.eltSize;
+  Strides s;
+  DCPCHECK(resolveOne("inRow", in->inRow, p.inRow, e, true, &s.inRow));
+  DCPCHECK(resolveOne("inPeer", in->inPeer, p.inPeer, e, true, &s.inPeer));
+  DCPCHECK(resolveOne("inHead", in->inHead, p.inHead, e, true, &s.inHead));
+  DCPCHECK(resolveOne("lseRow", in->lseRow, p.lseRow, 4, false, &s.lseRow));
+  DCPCHECK(resolveOne("lsePeer", in->lsePeer, p.lsePeer, 4, false, &s.lsePeer));
+  DCPCHECK(resolveOne("lseHead", in->lseHead, p.lseHead, 4, false, &s.lseHead));
+  DCPCHECK(resolveOne("outRow", in->outRow, p.outRow, e, true, &s.outRow));
+  DCPCHECK(resolveOne("outHead", in->outHead, p.outHead, e, true, &s.outHead));
+  DCPCHECK(resolveOne("outLseRow", in->outLseRow, p.outLseRow, 4, false, &s.outLseRow));
+  DCPCHECK(resolveOne("outLseHead", in->outLseHead, p.outLseHead, 4, false, &s.outLseHead));
+  *out = s;
+  return ncclSuccess;
+}
+
+namespace {
+
+// One dimension of a strided view: count elements `stride` apart.
+struct Dim {
+  const char* name;
+  int64_t count, stride;
+};
+
+// Byte range [lo, hi) covered by a view of dims over an innermost
+// contiguous run of `inner` elements.
+struct Extent {
+  uintptr_t lo, hi;
+};
+
+Extent extentOf(const void* base, const Dim* dims, int n, int64_t inner, int64_t eltBytes) {
+  int64_t last = inner;
+  for (int i = 0; i < n; i++) last += (dims[i].count - 1) * dims[i].stride;
+  uintptr_t lo = (uintptr_t)base;
+  return {lo, lo + (uintptr_t)(last * eltBytes)};
+}
+
+bool overlaps(Extent a, Extent b) { return a.lo < b.hi && b.lo < a.hi; }
+
+// An output view must give every element its own address: sorted by
+// stride, each dimension must step over everything inside it.
+ncclResult_t checkNoSelfOverlap(const char* tensor, Dim* dims, int n, int64_t inner) {
+  std::sort(dims, dims + n, [](const Dim& a, const Dim& b) { return a.stride < b.stride; });
+  int64_t span = inner;
+  for (int i = 0; i < n; i++) {
+    if (dims[i].count <= 1) continue;
+    if (dims[i].stride < span)
+      return fail(ncclInvalidArgument,
+                  "strides->%s %" PRId64 " makes elements of %s overlap (needs >= %" PRId64 ")",
+                  dims[i].name, dims[i].stride, tensor, span);
+    span = dims[i].stride * (dims[i].count - 1) + span;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t checkAligned(const char* name, const void* p, size_t alignment) {
+  if ((uintptr_t)p % alignment != 0)
+    return fail(ncclInvalidArgument, "%s %p is not %zu-byte aligned", name, p, alignment);
+  return ncclSuccess;
+}
+
+}  // namespace
+
+ncclResult_t checkCall(const Config& cfg, int nRanks, const CallBuffers& buf, int batch,
+                       const Strides& s) {
+  if (batch < 0) return fail(ncclInvalidArgument, "batch %d is negative", batch);
+  if (batch == 0) return ncclSuccess;  // a no-op: buffers may be NULL, as in NCCL
+  if (buf.partialOut == nullptr) return fail(ncclInvalidArgument, "partialOut is NULL");
+  if (buf.partialLse == nullptr) return fail(ncclInvalidArgument, "partialLse is NULL");
+  if (buf.out == nullptr) return fail(ncclInvalidArgument, "out is NULL");
+  DCPCHECK(checkAligned("partialOut", buf.partialOut, 16));
+  DCPCHECK(checkAligned("partialLse", buf.partialLse, 4));
+  DCPCHECK(checkAligned("out", buf.out, 16));
+  if (buf.outLse) DCPCHECK(checkAligned("outLse", buf.outLse, 4));
+
+  const int64_t e = cfg.eltSize, D = cfg.headDim, Hl = cfg.localHeads;
+  Dim outDims[2] = {{"outRow", batch, s.outRow}, {"outHead", Hl, s.outHead}};
+  DCPCHECK(checkNoSelfOverlap("out", outDims, 2, D));
+  Dim outLseDims[2] = {{"outLseRow", batch, s.outLseRow}, {"outLseHead", Hl, s.outLseHead}};
+  if (buf.outLse) DCPCHECK(checkNoSelfOverlap("outLse", outLseDims, 2, 1));
+
+  Dim inDims[3] = {{"inRow", batch, s.inRow}, {"inPeer", nRanks, s.inPeer}, {"inHead", Hl, s.inHead}};
+  Dim lseDims[3] = {{"lseRow", batch, s.lseRow}, {"lsePeer", nRanks, s.lsePeer}, {"lseHead", Hl, s.lseHead}};
+  Extent in = extentOf(buf.partialOut, inDims, 3, D, e);
+  Extent lse = extentOf(buf.partialLse, lseDims, 3, 1, 4);
+  Extent out = extentOf(buf.out, outDims, 2, D, e);
+  if (overlaps(out, in)) return fail(ncclInvalidArgument, "out overlaps partialOut");
+  if (overlaps(out, lse)) return fail(ncclInvalidArgument, "out overlaps partialLse");
+  if (buf.outLse) {
+    Extent outLse = extentOf(buf.outLse, outLseDims, 2, 1, 4);
+    if (overlaps(outLse, in)) return fail(ncclInvalidArgument, "outLse overlaps partialOut");
+    if (overlaps(outLse, lse)) return fail(ncclInvalidArgument, "outLse overlaps partialLse");
+    if (overlaps(outLse, out)) return fail(ncclInvalidArgument, "outLse overlaps out");
+  }
+  return ncclSuccess;
+}
+
+static void splitVersion(int code, int* major, int* minor) {
+  if (code >= 20900) {  // NCCL_VERSION(X,Y,Z) = X*10000 + Y*100 + Z from 2.9 on
+    *major = code / 10000;
+    *minor = code % 10000 / 100;
+  } else {
+    *major = code / 1000;
+    *minor = code % 1000 / 100;
+  }
+}
+
+ncclResult_t checkNcclVersion(int runtimeCode, int buildCode) {
+  int rMajor, rMinor, bMajor, bMinor;
+  splitVersion(runtimeCode, &rMajor, &rMinor);
+  splitVersion(buildCode, &bMajor, &bMinor);
+  if (rMajor != bMajor || rMinor != bMinor)
+    return fail(ncclInvalidUsage,
+                "runtime NCCL %d.%d (code %d) is not the NCCL %d.%d nccl-dcp was built against "
+                "(code %d): NCCL's device API differs between minor versions; rebuild nccl-dcp or "
+                "load the matching libnccl.so.2",
+                rMajor, rMinor, runtimeCode, bMajor, bMinor, buildCode);
+  return ncclSuccess;
+}
+
+}  // namespace nccl_dcp

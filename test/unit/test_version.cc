@@ -1,0 +1,46 @@
+// The NCCL this binary loads at run time is the one it was compiled against
+// (a wrong rpath once picked up an older system NCCL), and the library
+// refuses a runtime NCCL of another major.minor.
+#include <nccl.h>
+
+#include "test_util.h"
+#include "validate.h"
+
+namespace nccl_dcp {
+namespace {
+
+TEST(NcclVersion, RuntimeIsTheOneWeWereBuiltWith) {
+  int v = 0;
+  ASSERT_EQ(ncclGetVersion(&v), ncclSuccess);
+  EXPECT_EQ(v, NCCL_VERSION_CODE) << "loaded NCCL " << v << ", built against " << NCCL_VERSION_CODE;
+}
+
+TEST(NcclVersion, SameMajorMinorAccepted) {
+  EXPECT_EQ(checkNcclVersion(NCCL_VERSION(2, 28, 3), NCCL_VERSION(2, 28, 9)), ncclSuccess);
+  EXPECT_EQ(checkNcclVersion(NCCL_VERSION(2, 28, 9), NCCL_VERSION(2, 28, 9)), ncclSuccess);
+}
+
+TEST(NcclVersion, OtherMinorRefusedWithMessage) {
+  EXPECT_EQ(checkNcclVersion(NCCL_VERSION(2, 29, 1), NCCL_VERSION(2, 28, 9)), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclDcpGetLastError()).find("2.29"), std::string::npos) << ncclDcpGetLastError();
+  EXPECT_NE(std::string(ncclDcpGetLastError()).find("2.28"), std::string::npos) << ncclDcpGetLastError();
+  EXPECT_EQ(checkNcclVersion(NCCL_VERSION(2, 27, 7), NCCL_VERSION(2, 28, 9)), ncclInvalidUsage);
+  EXPECT_EQ(checkNcclVersion(NCCL_VERSION(3, 28, 0), NCCL_VERSION(2, 28, 9)), ncclInvalidUsage);
+}
+
+TEST(NcclVersion, OldEncodingDecoded) {
+  // NCCL_VERSION(2,8,4) = 2804 in the pre-2.9 encoding.
+  EXPECT_EQ(checkNcclVersion(2804, NCCL_VERSION(2, 28, 9)), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclDcpGetLastError()).find("2.8"), std::string::npos) << ncclDcpGetLastError();
+}
+
+TEST(LibraryVersion, GetVersion) {
+  int v = 0;
+  ASSERT_EQ(ncclDcpGetVersion(&v), ncclSuccess);
+  EXPECT_EQ(v, NCCL_DCP_VERSION_CODE);
+  EXPECT_EQ(ncclDcpGetVersion(nullptr), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclDcpGetLastError()).find("version"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace nccl_dcp
