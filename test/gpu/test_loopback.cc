@@ -1,1 +1,502 @@
+/*************************************************************************
+ * The fused kernel on one GPU through loopback: cp virtual ranks, one
+ * cooperative launch. Every result is compared with the CPU reference on
+ * fresh random data, outputs poisoned first.
+ ************************************************************************/
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <tuple>
+#include <vector>
+
+#include "loopback.h"
+#include "reference.h"
 #include "test_util.h"
+
+namespace nccl_dcp {
+namespace test {
+namespace {
+
+uint64_t freshSeed() {
+  std::random_device rd;
+  return ((uint64_t)rd() << 32) ^ rd();
+}
+
+// One rank's tensors on the device.
+struct DeviceRank {
+  DeviceBuffer partialOut, partialLse, out, outLse;
+};
+
+// Inputs for cp virtual ranks, on host and device, and the reference.
+class Problem {
+ public:
+  Problem(const Config& cfg, int nRanks, int batch, const Strides& strides, LseMix mix, uint64_t seed,
+          bool withOutLse = true)
+      : cfg_(cfg), nRanks_(nRanks), batch_(batch), strides_(strides) {
+    std::mt19937_64 rng(seed);
+    std::vector<RankTensors> inputs = makeInputs(cfg, nRanks, batch, strides, mix, rng);
+    if (!withOutLse)
+      for (RankTensors& t : inputs) t.outLse.clear();
+    for (RankTensors& t : inputs) {
+      DeviceRank d;
+      d.partialOut = DeviceBuffer(t.partialOut.size());
+      d.partialLse = DeviceBuffer(t.partialLse.size() * sizeof(float));
+      d.out = DeviceBuffer(t.out.size());
+      d.outLse = DeviceBuffer(t.outLse.size() * sizeof(float));
+      dev_.push_back(std::move(d));
+    }
+    replaceInputs(std::move(inputs));
+  }
+
+  // New inputs (same shapes): uploaded, reference recomputed, outputs poisoned.
+  void replaceInputs(std::vector<RankTensors> inputs) {
+    host_ = std::move(inputs);
+    want_ = host_;
+    std::vector<CallBuffers> ref;
+    for (RankTensors& t : want_) ref.push_back(t.buffers());
+    referenceA2aLseReduce(cfg_, nRanks_, batch_, strides_, ref.data());
+    for (int r = 0; r < nRanks_; r++) {
+      const RankTensors& t = host_[r];
+      if (!t.partialOut.empty())
+        cudaMemcpy(dev_[r].partialOut.ptr, t.partialOut.data(), t.partialOut.size(), cudaMemcpyHostToDevice);
+      if (!t.partialLse.empty())
+        cudaMemcpy(dev_[r].partialLse.ptr, t.partialLse.data(), t.partialLse.size() * sizeof(float),
+                   cudaMemcpyHostToDevice);
+    }
+    poison(nullptr);
+  }
+
+  // Every output byte 0xff (NaN in every dtype) before a call.
+  void poison(cudaStream_t stream) {
+    for (DeviceRank& d : dev_) {
+      if (d.out.bytes) cudaMemsetAsync(d.out.ptr, 0xff, d.out.bytes, stream);
+      if (d.outLse.bytes) cudaMemsetAsync(d.outLse.ptr, 0xff, d.outLse.bytes, stream);
+    }
+  }
+
+  std::vector<CallBuffers> buffers() const {
+    std::vector<CallBuffers> b;
+    for (const DeviceRank& d : dev_)
+      b.push_back({d.partialOut.ptr, d.partialOut.as<float>(), d.out.ptr, d.outLse.bytes ? d.outLse.as<float>() : nullptr});
+    return b;
+  }
+
+  std::vector<RankTensors> download() const {
+    std::vector<RankTensors> got = host_;
+    for (int r = 0; r < nRanks_; r++) {
+      if (!got[r].out.empty()) cudaMemcpy(got[r].out.data(), dev_[r].out.ptr, got[r].out.size(), cudaMemcpyDeviceToHost);
+      if (!got[r].outLse.empty())
+        cudaMemcpy(got[r].outLse.data(), dev_[r].outLse.ptr, got[r].outLse.size() * sizeof(float), cudaMemcpyDeviceToHost);
+    }
+    return got;
+  }
+
+  Mismatch check() const { return compareOutputs(cfg_, nRanks_, batch_, strides_, download(), want_); }
+
+  // Raw output bytes of every rank (bitwise comparisons).
+  std::vector<std::vector<uint8_t>> outputBytes() const {
+    std::vector<std::vector<uint8_t>> bytes;
+    for (const RankTensors& t : download()) {
+      bytes.push_back(t.out);
+      const uint8_t* l = (const uint8_t*)t.outLse.data();
+      bytes.back().insert(bytes.back().end(), l, l + t.outLse.size() * sizeof(float));
+    }
+    return bytes;
+  }
+
+  const std::vector<RankTensors>& host() const { return host_; }
+  const std::vector<RankTensors>& want() const { return want_; }
+
+ private:
+  Config cfg_;
+  int nRanks_, batch_;
+  Strides strides_;
+  std::vector<RankTensors> host_, want_;
+  std::vector<DeviceRank> dev_;
+};
+
+Config resolved(const ncclDcpConfig_t& c) {
+  Config cfg;
+  EXPECT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess) << ncclDcpGetLastError();
+  return cfg;
+}
+
+std::unique_ptr<Loopback> makeLoopback(const ncclDcpConfig_t& c, int nRanks) {
+  std::unique_ptr<Loopback> lb;
+  ncclResult_t r = Loopback::create(&c, nRanks, &lb);
+  EXPECT_EQ(r, ncclSuccess) << ncclDcpGetLastError();
+  return lb;
+}
+
+// Runs one call on fresh data and compares with the reference.
+void runAndCheck(const ncclDcpConfig_t& c, int nRanks, int batch, LseMix mix = LseMix::Normal,
+                 bool withOutLse = true) {
+  const uint64_t seed = freshSeed();
+  SCOPED_TRACE(testing::Message() << "cp " << nRanks << " Hl " << c.localHeads << " D " << c.headDim << " dtype "
+                                  << c.dtype << " base " << c.lseBase << " proto " << c.protocol << " batch "
+                                  << batch << " maxBatch " << c.maxBatch << " seed " << seed);
+  const Config cfg = resolved(c);
+  const Strides strides = packedStrides(cfg, nRanks);
+  auto lb = makeLoopback(c, nRanks);
+  ASSERT_TRUE(lb);
+  Problem p(cfg, nRanks, batch, strides, mix, seed, withOutLse);
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  DCP_ASSERT(lb->call(p.buffers().data(), batch, nullptr, nullptr));
+  CUDA_ASSERT(cudaGetLastError());
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  DCP_ASSERT(lb->asyncError());
+  Mismatch m = p.check();
+  EXPECT_EQ(m.count, 0u) << m.first;
+}
+
+class LoopbackGpu : public testing::Test {
+ protected:
+  void SetUp() override { DCP_REQUIRE_GPUS(1); }
+};
+
+// ---- the correctness matrix: every transport x dtype x base over shapes
+// that cover cp, Hl, D and batch (including ones that fill no whole line).
+using MatrixParam = std::tuple<int /*proto*/, ncclDataType_t, int /*base*/>;
+
+class LoopbackMatrix : public testing::TestWithParam<MatrixParam> {
+ protected:
+  void SetUp() override { DCP_REQUIRE_GPUS(1); }
+};
+
+struct Shape {
+  int cp, Hl, D, batch;
+};
+
+constexpr int kCap = 8;  // maxBatch of the matrix: batch cap+1 and 5*cap chunk
+
+const Shape kShapes[] = {
+    {1, 16, 512, 3},    {2, 1, 64, 1},       {2, 64, 128, kCap},  {3, 2, 256, kCap + 1},
+    {4, 4, 512, 5 * kCap}, {8, 16, 512, kCap}, {16, 4, 128, 3},    {16, 2, 64, 0},
+    {8, 64, 256, 1},    {4, 16, 64, kCap},   {3, 1, 8, 3},        {2, 2, 72, 5},
+    {16, 1, 512, 1},    {4, 2, 256, 0},
+};
+
+TEST_P(LoopbackMatrix, MatchesReference) {
+  const auto [proto, dtype, base] = GetParam();
+  for (const Shape& s : kShapes) {
+    if (dtype == ncclFloat32 && s.D * 4 % 16 != 0) continue;
+    runAndCheck(makeConfig(s.D, s.Hl, dtype, base, kCap, proto), s.cp, s.batch);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST_P(LoopbackMatrix, SpecialLseValues) {
+  const auto [proto, dtype, base] = GetParam();
+  runAndCheck(makeConfig(128, 4, dtype, base, kCap, proto), 4, 2 * kCap + 3, LseMix::Special);
+  runAndCheck(makeConfig(64, 16, dtype, base, kCap, proto), 8, kCap, LseMix::HugeSpread);
+}
+
+std::string matrixName(const testing::TestParamInfo<MatrixParam>& info) {
+  const auto [proto, dtype, base] = info.param;
+  std::ostringstream o;
+  o << protocolName(proto) << "_" << dtypeName(dtype) << "_" << (base == ncclDcpLseBase2 ? "base2" : "baseE");
+  return o.str();
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, LoopbackMatrix,
+                         testing::Combine(testing::Values(ncclDcpProtoLL, ncclDcpProtoLL128, ncclDcpProtoSimple),
+                                          testing::Values(ncclBfloat16, ncclFloat16, ncclFloat32),
+                                          testing::Values(ncclDcpLseBase2, ncclDcpLseBaseE)),
+                         matrixName);
+
+// ---- single behaviours
+
+class LoopbackProto : public testing::TestWithParam<int> {
+ protected:
+  void SetUp() override { DCP_REQUIRE_GPUS(1); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Transports, LoopbackProto,
+                         testing::Values(ncclDcpProtoAuto, ncclDcpProtoLL, ncclDcpProtoLL128, ncclDcpProtoSimple),
+                         [](const testing::TestParamInfo<int>& i) { return std::string(protocolName(i.param)); });
+
+TEST_P(LoopbackProto, LargeHeadCounts) {
+  runAndCheck(makeConfig(512, 64, ncclBfloat16, ncclDcpLseBase2, 16, GetParam()), 8, 16);
+  runAndCheck(makeConfig(256, 16, ncclFloat16, ncclDcpLseBaseE, 32, GetParam()), 16, 40);
+}
+
+TEST_P(LoopbackProto, WithoutOutLse) {
+  runAndCheck(makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, kCap, GetParam()), 4, 5, LseMix::Special, false);
+}
+
+// Batch 0 enqueues nothing: the poisoned outputs stay poisoned.
+TEST_P(LoopbackProto, BatchZeroIsNoOp) {
+  const ncclDcpConfig_t c = makeConfig(64, 2, ncclBfloat16, ncclDcpLseBase2, kCap, GetParam());
+  const Config cfg = resolved(c);
+  auto lb = makeLoopback(c, 2);
+  ASSERT_TRUE(lb);
+  Problem p(cfg, 2, 3, packedStrides(cfg, 2), LseMix::Normal, freshSeed());
+  DCP_ASSERT(lb->call(p.buffers().data(), 0, nullptr, nullptr));
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  uint32_t round = 1;
+  DCP_ASSERT(lb->getRound(0, &round));
+  EXPECT_EQ(round, 0u);
+  for (const auto& bytes : p.outputBytes())
+    for (uint8_t b : bytes) ASSERT_EQ(b, 0xff);
+}
+
+// Strided views (the transposed [B][Hl][cp][D] input, padded outputs) give
+// bitwise the packed results for the same logical data.
+TEST_P(LoopbackProto, StridedEqualsPackedBitwise) {
+  const int cp = 4, B = 11, Hl = 4, D = 128;
+  const ncclDcpConfig_t c = makeConfig(D, Hl, ncclBfloat16, ncclDcpLseBaseE, kCap, GetParam());
+  const Config cfg = resolved(c);
+  const Strides packed = packedStrides(cfg, cp);
+  Strides strided;
+  strided.inPeer = D;
+  strided.inHead = cp * D;
+  strided.inRow = Hl * cp * D + 8;
+  strided.lsePeer = 1;
+  strided.lseHead = cp;
+  strided.lseRow = Hl * cp + 3;
+  strided.outHead = D + 24;
+  strided.outRow = Hl * (D + 24) + 8;
+  strided.outLseHead = 2;
+  strided.outLseRow = 2 * Hl + 1;
+  ncclDcpStrides_t api = NCCL_DCP_STRIDES_INITIALIZER;
+  api.inRow = strided.inRow;
+  api.inPeer = strided.inPeer;
+  api.inHead = strided.inHead;
+  api.lseRow = strided.lseRow;
+  api.lsePeer = strided.lsePeer;
+  api.lseHead = strided.lseHead;
+  api.outRow = strided.outRow;
+  api.outHead = strided.outHead;
+  api.outLseRow = strided.outLseRow;
+  api.outLseHead = strided.outLseHead;
+
+  const uint64_t seed = freshSeed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  Problem a(cfg, cp, B, packed, LseMix::Special, seed);
+  // The strided problem carries the same logical values.
+  Problem b(cfg, cp, B, strided, LseMix::Normal, seed + 1);
+  std::vector<RankTensors> same = b.host();
+  for (int r = 0; r < cp; r++)
+    for (int row = 0; row < B; row++)
+      for (int p = 0; p < cp; p++)
+        for (int j = 0; j < Hl; j++) {
+          same[r].partialLse[row * strided.lseRow + p * strided.lsePeer + j * strided.lseHead] =
+              a.host()[r].partialLse[row * packed.lseRow + p * packed.lsePeer + j * packed.lseHead];
+          memcpy(&same[r].partialOut[(row * strided.inRow + p * strided.inPeer + j * strided.inHead) * 2],
+                 &a.host()[r].partialOut[(row * packed.inRow + p * packed.inPeer + j * packed.inHead) * 2], D * 2);
+        }
+  b.replaceInputs(std::move(same));
+  auto lb = makeLoopback(c, cp);
+  ASSERT_TRUE(lb);
+  DCP_ASSERT(lb->call(a.buffers().data(), B, nullptr, nullptr));
+  DCP_ASSERT(lb->call(b.buffers().data(), B, &api, nullptr));
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  Mismatch m = a.check();
+  EXPECT_EQ(m.count, 0u) << m.first;
+  const auto ga = a.download(), gb = b.download();
+  size_t differ = 0;
+  for (int r = 0; r < cp; r++)
+    for (int row = 0; row < B; row++)
+      for (int j = 0; j < Hl; j++) {
+        differ += memcmp(&ga[r].out[(row * packed.outRow + j * packed.outHead) * 2],
+                         &gb[r].out[(row * strided.outRow + j * strided.outHead) * 2], D * 2) != 0;
+        differ += memcmp(&ga[r].outLse[row * packed.outLseRow + j * packed.outLseHead],
+                         &gb[r].outLse[row * strided.outLseRow + j * strided.outLseHead], 4) != 0;
+      }
+  EXPECT_EQ(differ, 0u);
+}
+
+// Same inputs, same bits, run after run (and across chunkings).
+TEST_P(LoopbackProto, BitwiseDeterministic) {
+  const ncclDcpConfig_t c = makeConfig(512, 8, ncclBfloat16, ncclDcpLseBase2, 5, GetParam());
+  const Config cfg = resolved(c);
+  auto lb = makeLoopback(c, 8);
+  ASSERT_TRUE(lb);
+  Problem p(cfg, 8, 13, packedStrides(cfg, 8), LseMix::Special, freshSeed());
+  DCP_ASSERT(lb->call(p.buffers().data(), 13, nullptr, nullptr));
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  const auto first = p.outputBytes();
+  EXPECT_EQ(p.check().count, 0u);
+  for (int i = 0; i < 3; i++) {
+    p.poison(nullptr);
+    DCP_ASSERT(lb->call(p.buffers().data(), 13, nullptr, nullptr));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    EXPECT_EQ(p.outputBytes(), first) << "run " << i;
+  }
+}
+
+// Many consecutive calls with random batches (chunked ones too): slots,
+// flags and the round counter stay consistent. Each output is compared
+// bitwise with the validated full-batch output (rows are independent).
+TEST_P(LoopbackProto, TenThousandRandomBatches) {
+  const int cp = 4, maxRows = 20, calls = 10000;
+  const ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, kCap, GetParam());
+  const Config cfg = resolved(c);
+  auto lb = makeLoopback(c, cp);
+  ASSERT_TRUE(lb);
+  const uint64_t seed = freshSeed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  Problem p(cfg, cp, maxRows, packedStrides(cfg, cp), LseMix::Special, seed);
+  DCP_ASSERT(lb->call(p.buffers().data(), maxRows, nullptr, nullptr));
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  ASSERT_EQ(p.check().count, 0u) << p.check().first;
+  const auto golden = p.outputBytes();
+  const size_t rowBytes = (size_t)cfg.localHeads * cfg.headDim * cfg.eltSize;
+  std::mt19937 rng(seed);
+  uint64_t rounds = (maxRows + kCap - 1) / kCap;
+  for (int i = 0; i < calls; i++) {
+    const int batch = rng() % (maxRows + 1);
+    p.poison(nullptr);
+    DCP_ASSERT(lb->call(p.buffers().data(), batch, nullptr, nullptr));
+    rounds += (batch + kCap - 1) / kCap;
+    if (i % 97 == 0 || i == calls - 1) {
+      CUDA_ASSERT(cudaDeviceSynchronize());
+      const auto got = p.outputBytes();
+      for (int r = 0; r < cp; r++)
+        ASSERT_EQ(memcmp(got[r].data(), golden[r].data(), batch * rowBytes), 0) << "call " << i << " batch " << batch;
+    }
+  }
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  DCP_ASSERT(lb->asyncError());
+  uint32_t round = 0;
+  DCP_ASSERT(lb->getRound(cp - 1, &round));
+  EXPECT_EQ(round, (uint32_t)rounds);
+}
+
+// The 32-bit round counter wraps: start at 2^32 - 3, then 6 calls.
+TEST_P(LoopbackProto, RoundCounterWraps) {
+  const int cp = 3;
+  const ncclDcpConfig_t c = makeConfig(256, 2, ncclFloat16, ncclDcpLseBaseE, kCap, GetParam());
+  const Config cfg = resolved(c);
+  auto lb = makeLoopback(c, cp);
+  ASSERT_TRUE(lb);
+  DCP_ASSERT(lb->setRound(0xfffffffdu));
+  for (int i = 0; i < 6; i++) {
+    Problem p(cfg, cp, 1 + i, packedStrides(cfg, cp), LseMix::Normal, freshSeed());
+    DCP_ASSERT(lb->call(p.buffers().data(), 1 + i, nullptr, nullptr));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    Mismatch m = p.check();
+    EXPECT_EQ(m.count, 0u) << "call " << i << ": " << m.first;
+  }
+  uint32_t round = 0;
+  DCP_ASSERT(lb->getRound(0, &round));
+  EXPECT_EQ(round, 3u);
+}
+
+// 16 calls captured in a graph, replayed 50 times, eager calls between the
+// replays: replays advance the device-side round like eager calls do.
+TEST_P(LoopbackProto, GraphReplaysInterleavedWithEagerCalls) {
+  const int cp = 4, nCaptured = 16, replays = 50;
+  const ncclDcpConfig_t c = makeConfig(512, 2, ncclBfloat16, ncclDcpLseBase2, kCap, GetParam());
+  const Config cfg = resolved(c);
+  auto lb = makeLoopback(c, cp);
+  ASSERT_TRUE(lb);
+  std::vector<std::unique_ptr<Problem>> captured;
+  for (int i = 0; i < nCaptured; i++)
+    captured.emplace_back(new Problem(cfg, cp, 1 + i % 11, packedStrides(cfg, cp), LseMix::Special, freshSeed()));
+  Problem eager(cfg, cp, 9, packedStrides(cfg, cp), LseMix::Normal, freshSeed());
+
+  cudaStream_t stream;
+  CUDA_ASSERT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  CUDA_ASSERT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < nCaptured; i++) {
+    ncclResult_t r = lb->call(captured[i]->buffers().data(), 1 + i % 11, nullptr, stream);
+    if (r != ncclSuccess) {
+      cudaStreamEndCapture(stream, &graph);
+      FAIL() << ncclDcpGetLastError();
+    }
+  }
+  CUDA_ASSERT(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < replays; rep++) {
+    for (auto& p : captured) p->poison(stream);
+    CUDA_ASSERT(cudaGraphLaunch(exec, stream));
+    eager.poison(stream);
+    DCP_ASSERT(lb->call(eager.buffers().data(), 9, nullptr, stream));
+    CUDA_ASSERT(cudaStreamSynchronize(stream));
+    for (int i = 0; i < nCaptured; i++) {
+      Mismatch m = captured[i]->check();
+      ASSERT_EQ(m.count, 0u) << "replay " << rep << " call " << i << ": " << m.first;
+    }
+    Mismatch m = eager.check();
+    ASSERT_EQ(m.count, 0u) << "eager after replay " << rep << ": " << m.first;
+  }
+  DCP_ASSERT(lb->asyncError());
+  uint32_t round = 0;
+  DCP_ASSERT(lb->getRound(0, &round));
+  uint32_t roundsPerReplay = (9 + kCap - 1) / kCap;
+  for (int i = 0; i < nCaptured; i++) roundsPerReplay += (1 + i % 11 + kCap - 1) / kCap;
+  EXPECT_EQ(round, replays * roundsPerReplay);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// A virtual rank that never takes part: the others give up after the
+// timeout, record the error, and the process lives on.
+TEST_P(LoopbackProto, SilentRankTimesOut) {
+  const int cp = 4;
+  ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, kCap, GetParam());
+  c.timeoutMs = 200;
+  const Config cfg = resolved(c);
+  auto lb = makeLoopback(c, cp);
+  ASSERT_TRUE(lb);
+  Problem p(cfg, cp, 5, packedStrides(cfg, cp), LseMix::Normal, freshSeed());
+  lb->setSilentRank(2);
+  const auto t0 = std::chrono::steady_clock::now();
+  DCP_ASSERT(lb->call(p.buffers().data(), 5, nullptr, nullptr));
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(seconds, 5.0);
+  EXPECT_EQ(lb->asyncError(), ncclRemoteError);
+  EXPECT_NE(std::string(ncclDcpGetLastError()).find("timed out"), std::string::npos) << ncclDcpGetLastError();
+  EXPECT_NE(std::string(ncclDcpGetLastError()).find("waiting for rank 2"), std::string::npos) << ncclDcpGetLastError();
+  // Poisoned: later calls are refused before anything is enqueued.
+  EXPECT_EQ(lb->call(p.buffers().data(), 5, nullptr, nullptr), ncclRemoteError);
+  CUDA_ASSERT(cudaGetLastError());
+}
+
+// Programmatic dependent launch off gives the same bits as on.
+TEST_P(LoopbackProto, PdlOnOffBitwiseEqual) {
+  const ncclDcpConfig_t c = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 64, GetParam());
+  const Config cfg = resolved(c);
+  auto lb = makeLoopback(c, 8);
+  ASSERT_TRUE(lb);
+  Problem p(cfg, 8, 33, packedStrides(cfg, 8), LseMix::Normal, freshSeed());
+  lb->engine().pdl = true;
+  DCP_ASSERT(lb->call(p.buffers().data(), 33, nullptr, nullptr));
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  EXPECT_EQ(p.check().count, 0u);
+  const auto on = p.outputBytes();
+  p.poison(nullptr);
+  lb->engine().pdl = false;
+  DCP_ASSERT(lb->call(p.buffers().data(), 33, nullptr, nullptr));
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  EXPECT_EQ(p.outputBytes(), on);
+}
+
+TEST_F(LoopbackGpu, BadArgumentsLaunchNothing) {
+  const ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, kCap);
+  const Config cfg = resolved(c);
+  auto lb = makeLoopback(c, 2);
+  ASSERT_TRUE(lb);
+  Problem p(cfg, 2, 3, packedStrides(cfg, 2), LseMix::Normal, freshSeed());
+  auto bufs = p.buffers();
+  bufs[1].out = const_cast<void*>(bufs[1].partialOut);  // rank 1's output overlaps its input
+  EXPECT_EQ(lb->call(bufs.data(), 3, nullptr, nullptr), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclDcpGetLastError()).find("out overlaps partialOut"), std::string::npos);
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  uint32_t round = 7;
+  DCP_ASSERT(lb->getRound(0, &round));
+  EXPECT_EQ(round, 0u);  // rank 0 was fine, but nothing ran for it either
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace nccl_dcp

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# On the GPU machine, in ONE command: configure, build, run the GPU suite
+# (NCCL_DCP_REQUIRE_GPU=1: a missing GPU fails), the compute-sanitizer
+# subset and the perf comparison; print a short summary. Logs go under
+# $OUT when it is set (else build-gpu/logs).
+#
+#   scripts/gpu-check.sh [stage...]   stages: build tests sanitize perf (default: all)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD=${BUILD:-build-gpu}
+LOGS=${OUT:-$BUILD/logs}
+mkdir -p "$LOGS"
+stages=${*:-build tests sanitize perf}
+summary=()
+note() { summary+=("$*"); echo "== $*"; }
+has() { [[ " $stages " == *" $1 "* ]]; }
+
+export NCCL_DCP_REQUIRE_GPU=1
+export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared hosts
+
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  nvcc --version | tail -1
+  meson --version
+  python3 -c 'import nvidia.nccl as m; print("pip NCCL at", m.__path__[0])' 2>&1
+} > "$LOGS/env.txt" 2>&1
+cat "$LOGS/env.txt"
+
+if has build; then
+  start=$SECONDS
+  if [ ! -f "$BUILD/build.ninja" ]; then
+    meson setup "$BUILD" --buildtype=release > "$LOGS/configure.log" 2>&1 || { cat "$LOGS/configure.log"; note "configure FAILED"; printf '%s\n' "${summary[@]}"; exit 1; }
+  fi
+  grep -E "^Message: NCCL" "$LOGS/configure.log" 2>/dev/null
+  if ninja -C "$BUILD" > "$LOGS/build.log" 2>&1; then
+    note "build ok ($((SECONDS - start)) s)"
+  else
+    tail -40 "$LOGS/build.log"; note "build FAILED"; printf '%s\n' "${summary[@]}"; exit 1
+  fi
+fi
+
+if has tests; then
+  start=$SECONDS
+  meson test -C "$BUILD" --suite unit --suite gpu --suite multi --num-processes 1 --print-errorlogs \
+    --timeout-multiplier 1 > "$LOGS/tests.log" 2>&1
+  rc=$?
+  cp "$BUILD/meson-logs/testlog.junit.xml" "$LOGS/testlog.junit.xml" 2>/dev/null
+  line=$(python3 scripts/count_tests.py "$BUILD/meson-logs/testlog.junit.xml" --meson-exit-code $rc 2>/dev/null | tail -1)
+  note "tests (unit+gpu+multi, REQUIRE_GPU=1): ${line:-no count} (meson rc $rc, $((SECONDS - start)) s)"
+  grep -E "^\s*[0-9]+/[0-9]+ .*(FAIL|TIMEOUT|ERROR)" "$LOGS/tests.log" | head -20
+fi
+
+if has sanitize; then
+  start=$SECONDS
+  # Sanitizer runs are slow: give the device-side waits room.
+  export NCCL_DCP_TIMEOUT_MS=120000
+  filter='Transports/LoopbackMatrix.SpecialLseValues/*bf16_base2:Transports/LoopbackProto.BitwiseDeterministic/*:Transports/LoopbackProto.StridedEqualsPackedBitwise/*:Transports/LoopbackProto.RoundCounterWraps/LL128'
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 99 "$BUILD/test/gpu_loopback" --gtest_filter="$filter" \
+      > "$LOGS/sanitize-$tool.log" 2>&1
+    rc=$?
+    errs=$(grep -E "ERROR SUMMARY" "$LOGS/sanitize-$tool.log" | tail -1)
+    passed=$(grep -E "^\[  PASSED  \]" "$LOGS/sanitize-$tool.log" | tail -1)
+    note "compute-sanitizer $tool: rc $rc; ${errs:-no summary}; ${passed:-gtest did not pass}"
+  done
+  unset NCCL_DCP_TIMEOUT_MS
+  note "sanitize took $((SECONDS - start)) s"
+fi
+
+if has perf && [ -x "$BUILD/perf/dcp_a2a_lse_reduce_perf" ]; then
+  start=$SECONDS
+  for P in LL128 LL SIMPLE AUTO; do
+    "$BUILD/perf/dcp_a2a_lse_reduce_perf" -V 8 -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 1 -c 1 -P $P \
+      -J "$LOGS/perf-$P.json" > "$LOGS/perf-$P.txt" 2>&1
+    note "perf $P: rc $? (table in perf-$P.txt)"
+    tail -14 "$LOGS/perf-$P.txt"
+  done
+  note "perf took $((SECONDS - start)) s"
+fi
+
+echo
+echo "==== summary"
+printf '%s\n' "${summary[@]}"
