@@ -90,7 +90,14 @@ Env parseEnv(EnvGetter get, std::vector<std::string>* warnings) {
   return e;
 }
 
+namespace {
+const Env* envOverride = nullptr;
+}
+
+void setEnvForTesting(const Env* e) { envOverride = e; }
+
 const Env& env() {
+  if (envOverride) return *envOverride;
   static Env e;
   static std::once_flag once;
   std::call_once(once, [] {

@@ -33,6 +33,10 @@ Env parseEnv(EnvGetter get, std::vector<std::string>* warnings);
 // The process environment, parsed once (thread-safe).
 const Env& env();
 
+// Tests only: env() returns *e until called again with nullptr. Not
+// thread-safe against concurrent library calls.
+void setEnvForTesting(const Env* e);
+
 // Names of every variable the library or its tests read, for the README test.
 const std::vector<const char*>& envVariableNames();
 
