@@ -18,10 +18,10 @@ namespace {
 
 constexpr int kMaxDevices = 256;
 
-// Blocks of `kernel` the current device holds at once (cached per device).
+// Blocks of `kernel` the current device holds at once, cached per device
+// in `cache` (one cache per kernel: register counts differ).
 template <typename Kernel>
-ncclResult_t coResidentBlocks(Kernel kernel, int threads, int* blocks) {
-  static std::atomic<int> cache[kMaxDevices];
+ncclResult_t coResidentBlocks(Kernel kernel, int threads, std::atomic<int>* cache, int* blocks) {
   int dev;
   CUDACHECK(cudaGetDevice(&dev));
   if (dev < kMaxDevices && cache[dev].load() > 0) {
@@ -41,8 +41,9 @@ ncclResult_t coResidentBlocks(Kernel kernel, int threads, int* blocks) {
 template <typename T, class Transport, class Peers>
 ncclResult_t launchFusedTyped(const FusedLaunch& l, const Peers& peers, cudaStream_t stream) {
   auto kernel = a2aLseReduceKernel<T, Transport, Peers>;
+  static std::atomic<int> coResidentCache[kMaxDevices];
   int maxBlocks;
-  DCPCHECK(coResidentBlocks(kernel, kFusedThreads, &maxBlocks));
+  DCPCHECK(coResidentBlocks(kernel, kFusedThreads, coResidentCache, &maxBlocks));
   const int nVirtual = Peers::kLoopback ? l.nRanks : 1;
   const int Hl = l.region.localHeads;
   const long warpsOfWork = (long)l.rows * Hl * (l.nRanks > 1 ? l.nRanks - 1 : 1);

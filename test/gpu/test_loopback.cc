@@ -81,7 +81,7 @@ class Problem {
   std::vector<CallBuffers> buffers() const {
     std::vector<CallBuffers> b;
     for (const DeviceRank& d : dev_)
-      b.push_back({d.partialOut.ptr, d.partialOut.as<float>(), d.out.ptr, d.outLse.bytes ? d.outLse.as<float>() : nullptr});
+      b.push_back({d.partialOut.ptr, d.partialLse.as<float>(), d.out.ptr, d.outLse.bytes ? d.outLse.as<float>() : nullptr});
     return b;
   }
 
