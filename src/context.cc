@@ -430,8 +430,8 @@ ncclResult_t destroyContexts(int n, ncclDcpContext_t* ctxs) {
     ncclDcpContext_t c = ctxs[i];
     if (c == nullptr) continue;
     CUDACHECK(cudaSetDevice(c->cudaDev));
-    // Calls in flight still use the workspace.
-    if (c->streamBound) CUDACHECK(cudaStreamSynchronize(c->stream));
+    // Calls in flight still use the workspace. The whole device, not the
+    // bound stream: the application may have destroyed that one already.
     CUDACHECK(cudaDeviceSynchronize());
   }
   ncclResult_t result = releaseCollective(n, ctxs);

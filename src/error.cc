@@ -9,14 +9,28 @@ namespace nccl_dcp {
 
 namespace {
 thread_local char tlsLastError[1024] = "";
+
+const char* resultName(ncclResult_t code) {
+  switch (code) {
+    case ncclSuccess: return "ncclSuccess";
+    case ncclUnhandledCudaError: return "ncclUnhandledCudaError";
+    case ncclSystemError: return "ncclSystemError";
+    case ncclInternalError: return "ncclInternalError";
+    case ncclInvalidArgument: return "ncclInvalidArgument";
+    case ncclInvalidUsage: return "ncclInvalidUsage";
+    case ncclRemoteError: return "ncclRemoteError";
+    case ncclInProgress: return "ncclInProgress";
+    default: return "unknown ncclResult_t";
+  }
 }
+}  // namespace
 
 ncclResult_t fail(ncclResult_t code, const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(tlsLastError, sizeof(tlsLastError), fmt, ap);
   va_end(ap);
-  WARN("%s (%s)", tlsLastError, ncclGetErrorString(code));
+  WARN("%s [%s]", tlsLastError, resultName(code));
   return code;
 }
 

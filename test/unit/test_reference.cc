@@ -1,1 +1,591 @@
+// The CPU reference of the collective (referenceA2aLseReduce) against an
+// independent fp64 oracle written here from the formula of DESIGN §1. The
+// oracle shares no code with merge.h or reference.cc: it decodes bf16 / fp16
+// bits itself and computes in double. Every test draws fresh random data;
+// the seed is printed on failure and replayed with --gtest_random_seed=N.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "device/merge.h"
+#include "reference.h"
 #include "test_util.h"
+#include "validate.h"
+
+namespace nccl_dcp {
+namespace {
+
+using test::LseMix;
+using test::RankTensors;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// ---------------------------------------------------------------------------
+// Seeds.
+
+// A fresh seed per test, or the one given with --gtest_random_seed.
+uint32_t freshSeed() {
+  const int32_t flag = GTEST_FLAG_GET(random_seed);
+  if (flag > 0) return (uint32_t)flag;
+  return (std::random_device{}() & 0x7fffffffu) | 1u;
+}
+
+std::string seedNote(uint32_t seed) {
+  return "random seed " + std::to_string(seed) + " (replay with --gtest_random_seed=" + std::to_string(seed) + ")";
+}
+
+// ---------------------------------------------------------------------------
+// The oracle: element decoding and the merge in fp64.
+
+double halfBitsToDouble(uint16_t h) {
+  const int sign = h >> 15, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+  double v;
+  if (exponent == 0) v = std::ldexp((double)mantissa, -24);  // subnormal
+  else if (exponent == 31) v = mantissa ? std::numeric_limits<double>::quiet_NaN() : kInf;
+  else v = std::ldexp((double)(mantissa | 0x400), exponent - 25);
+  return sign ? -v : v;
+}
+
+double decode(ncclDataType_t dtype, const void* base, int64_t i) {
+  switch (dtype) {
+    case ncclBfloat16: {
+      uint16_t h;
+      memcpy(&h, (const char*)base + 2 * i, 2);
+      const uint32_t bits = uint32_t(h) << 16;  // bf16 is the top half of an fp32
+      float f;
+      memcpy(&f, &bits, 4);
+      return f;
+    }
+    case ncclFloat16: {
+      uint16_t h;
+      memcpy(&h, (const char*)base + 2 * i, 2);
+      return halfBitsToDouble(h);
+    }
+    default: {
+      float f;
+      memcpy(&f, (const char*)base + 4 * i, 4);
+      return f;
+    }
+  }
+}
+
+// Expected outputs of one rank, packed [b][j][d] and [b][j].
+struct Expected {
+  std::vector<double> out;
+  std::vector<double> scale;  // sum over sources of |term|: what fp32 rounding is relative to
+  std::vector<double> lse;
+};
+
+std::vector<Expected> oracle(const Config& cfg, int cp, int batch, const Strides& s,
+                             const std::vector<RankTensors>& in) {
+  const int Hl = cfg.localHeads, D = cfg.headDim;
+  const bool base2 = cfg.lseBase == LseBase::Two;
+  std::vector<Expected> want(cp);
+  std::vector<double> l(cp), w(cp);
+  for (int r = 0; r < cp; r++) {
+    Expected& e = want[r];
+    e.out.assign((size_t)batch * Hl * D, 0.0);
+    e.scale.assign((size_t)batch * Hl * D, 0.0);
+    e.lse.assign((size_t)batch * Hl, 0.0);
+    for (int b = 0; b < batch; b++) {
+      for (int j = 0; j < Hl; j++) {
+        double m = -kInf;
+        for (int src = 0; src < cp; src++) {
+          double x = in[src].partialLse[b * s.lseRow + r * s.lsePeer + j * s.lseHead];
+          if (std::isnan(x) || x == kInf) x = -kInf;
+          l[src] = x;
+          m = std::max(m, x);
+        }
+        if (m == -kInf) m = 0;
+        double sum = 0;
+        for (int src = 0; src < cp; src++) {
+          w[src] = l[src] == -kInf ? 0.0 : (base2 ? std::exp2(l[src] - m) : std::exp(l[src] - m));
+          sum += w[src];
+        }
+        e.lse[b * Hl + j] = sum == 0 ? -kInf : m + (base2 ? std::log2(sum) : std::log(sum));
+        for (int d = 0; d < D; d++) {
+          double acc = 0, scale = 0;
+          for (int src = 0; src < cp; src++) {
+            if (w[src] == 0) continue;  // an empty source's payload may be NaN
+            const double t =
+                w[src] / sum * decode(cfg.dtype, in[src].partialOut.data(), b * s.inRow + r * s.inPeer + j * s.inHead + d);
+            acc += t;
+            scale += std::fabs(t);
+          }
+          e.out[((size_t)b * Hl + j) * D + d] = acc;
+          e.scale[((size_t)b * Hl + j) * D + d] = scale;
+        }
+      }
+    }
+  }
+  return want;
+}
+
+// Output tolerance: one unit of rounding of the output dtype relative to
+// the value, plus fp32 accumulation error relative to the magnitude of the
+// terms (cancelling terms make |out| a poor scale), plus fp16's subnormal
+// spacing.
+double outputEpsilon(ncclDataType_t dtype) {
+  switch (dtype) {
+    case ncclBfloat16: return 1.0 / 128;
+    case ncclFloat16: return 1.0 / 1024;
+    default: return 1e-5;
+  }
+}
+
+// Checks every rank's outputs against the oracle; reports the first
+// mismatches (at most a few) and counts all.
+::testing::AssertionResult MatchesOracle(const Config& cfg, int cp, int batch, const Strides& s,
+                                         const std::vector<RankTensors>& got, const std::vector<Expected>& want) {
+  const int Hl = cfg.localHeads, D = cfg.headDim;
+  const double eps = outputEpsilon(cfg.dtype);
+  size_t bad = 0;
+  std::ostringstream first;
+  auto note = [&](const std::string& what) {
+    if (bad++ < 5) first << "\n  " << what;
+  };
+  for (int r = 0; r < cp; r++) {
+    for (int b = 0; b < batch; b++) {
+      for (int j = 0; j < Hl; j++) {
+        for (int d = 0; d < D; d++) {
+          const size_t k = ((size_t)b * Hl + j) * D + d;
+          const double g = decode(cfg.dtype, got[r].out.data(), b * s.outRow + j * s.outHead + d);
+          const double ref = want[r].out[k];
+          const double tol = eps * std::fabs(ref) + 1e-5 * want[r].scale[k] + 1e-7;
+          if (!std::isfinite(g) || std::fabs(g - ref) > tol) {
+            std::ostringstream o;
+            o << "rank " << r << " out[" << b << "][" << j << "][" << d << "] = " << g << ", oracle " << ref
+              << " (tolerance " << tol << ")";
+            note(o.str());
+          }
+        }
+        if (!got[r].outLse.empty()) {
+          const double g = got[r].outLse[b * s.outLseRow + j * s.outLseHead];
+          const double ref = want[r].lse[b * Hl + j];
+          const bool ok = ref == -kInf ? g == -kInf : std::isfinite(g) && std::fabs(g - ref) <= 1e-4 * (1 + std::fabs(ref));
+          if (!ok) {
+            std::ostringstream o;
+            o << "rank " << r << " outLse[" << b << "][" << j << "] = " << g << ", oracle " << ref;
+            note(o.str());
+          }
+        }
+      }
+    }
+  }
+  if (bad) return ::testing::AssertionFailure() << bad << " output(s) differ from the fp64 oracle:" << first.str();
+  return ::testing::AssertionSuccess();
+}
+
+void runReference(const Config& cfg, int cp, int batch, const Strides& s, std::vector<RankTensors>& ranks) {
+  std::vector<CallBuffers> buffers;
+  for (RankTensors& t : ranks) buffers.push_back(t.buffers());
+  referenceA2aLseReduce(cfg, cp, batch, s, buffers.data());
+}
+
+Config makeResolvedConfig(int headDim, int localHeads, ncclDataType_t dtype, int lseBase) {
+  const ncclDcpConfig_t in = test::makeConfig(headDim, localHeads, dtype, lseBase);
+  Config c{};
+  EXPECT_EQ(resolveConfig(&in, Env{}, &c), ncclSuccess) << ncclDcpGetLastError();
+  return c;
+}
+
+// The transposed input view [B][Hl][cp][D] with a transposed LSE, and a
+// padded output: heads 8 elements apart beyond D, rows 16 elements beyond.
+Strides stridedLayout(const Config& cfg, int cp) {
+  const int64_t D = cfg.headDim, Hl = cfg.localHeads;
+  Strides s;
+  s.inPeer = D;
+  s.inHead = cp * D;
+  s.inRow = Hl * cp * D;
+  s.lsePeer = 1;
+  s.lseHead = cp;
+  s.lseRow = Hl * cp;
+  s.outHead = D + 8;
+  s.outRow = Hl * (D + 8) + 16;
+  s.outLseHead = 2;
+  s.outLseRow = 2 * Hl + 3;
+  return s;
+}
+
+std::string dtypeParamName(ncclDataType_t dtype) { return dtypeName(dtype); }
+
+const char* mixName(LseMix mix) {
+  switch (mix) {
+    case LseMix::Normal: return "Normal";
+    case LseMix::Special: return "Special";
+    default: return "HugeSpread";
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The sweep: every shape of cp x Hl x D for one (dtype, base, LSE mix).
+
+using SweepParam = std::tuple<ncclDataType_t, int /*lseBase*/, LseMix>;
+
+class ReferenceSweep : public ::testing::TestWithParam<SweepParam> {};
+
+TEST_P(ReferenceSweep, MatchesFp64Oracle) {
+  const auto [dtype, lseBase, mix] = GetParam();
+  const uint32_t seed = freshSeed();
+  SCOPED_TRACE(seedNote(seed));
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> batchDist(1, 4);
+  const std::vector<int> dims = dtype == ncclFloat32 ? std::vector<int>{4, 64, 516} : std::vector<int>{8, 128, 520};
+  int shape = 0;
+  for (int cp : {1, 2, 3, 4, 8}) {
+    for (int Hl : {1, 3, 16}) {
+      for (int D : dims) {
+        const Config cfg = makeResolvedConfig(D, Hl, dtype, lseBase);
+        // Alternate packed and strided layouts: the oracle reads both.
+        const bool strided = shape++ % 2 == 1;
+        const Strides s = strided ? stridedLayout(cfg, cp) : packedStrides(cfg, cp);
+        const int batch = batchDist(rng);
+        SCOPED_TRACE(::testing::Message() << "cp " << cp << " Hl " << Hl << " D " << D << " batch " << batch
+                                          << (strided ? " strided" : " packed"));
+        std::vector<RankTensors> ranks = test::makeInputs(cfg, cp, batch, s, mix, rng);
+        const std::vector<Expected> want = oracle(cfg, cp, batch, s, ranks);
+        runReference(cfg, cp, batch, s, ranks);
+        ASSERT_TRUE(MatchesOracle(cfg, cp, batch, s, ranks, want));
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllTypes, ReferenceSweep,
+    ::testing::Combine(::testing::Values(ncclBfloat16, ncclFloat16, ncclFloat32),
+                       ::testing::Values((int)ncclDcpLseBase2, (int)ncclDcpLseBaseE),
+                       ::testing::Values(LseMix::Normal, LseMix::Special, LseMix::HugeSpread)),
+    [](const ::testing::TestParamInfo<SweepParam>& info) {
+      return dtypeParamName(std::get<0>(info.param)) + (std::get<1>(info.param) == ncclDcpLseBase2 ? "_base2_" : "_baseE_") +
+             mixName(std::get<2>(info.param));
+    });
+
+// ---------------------------------------------------------------------------
+// Hand-built columns: exact answers.
+
+class ReferenceExact : public ::testing::TestWithParam<ncclDataType_t> {
+ protected:
+  static constexpr int kRanks = 4, kHeads = 2, kBatch = 3;
+
+  void SetUp() override {
+    const int D = GetParam() == ncclFloat32 ? 4 : 8;
+    cfg = makeResolvedConfig(D, kHeads, GetParam(), ncclDcpLseBase2);
+    s = packedStrides(cfg, kRanks);
+    seed = freshSeed();
+    std::mt19937_64 rng(seed);
+    ranks = test::makeInputs(cfg, kRanks, kBatch, s, LseMix::Normal, rng);
+  }
+
+  float& lse(int src, int b, int dst, int j) { return ranks[src].partialLse[b * s.lseRow + dst * s.lsePeer + j * s.lseHead]; }
+  int64_t payloadIndex(int b, int dst, int j) const { return b * s.inRow + dst * s.inPeer + j * s.inHead; }
+  int64_t outIndex(int b, int j) const { return b * s.outRow + j * s.outHead; }
+
+  // 0xff bytes: NaN in every dtype.
+  void poisonPayload(int src, int b, int dst, int j) {
+    memset(ranks[src].partialOut.data() + payloadIndex(b, dst, j) * cfg.eltSize, 0xff, (size_t)cfg.headDim * cfg.eltSize);
+  }
+
+  // Bytes of dst's out[b][j] equal those of src's payload for (b, dst, j).
+  bool outIsPayloadOf(int src, int b, int dst, int j) const {
+    return memcmp(ranks[dst].out.data() + outIndex(b, j) * cfg.eltSize,
+                  ranks[src].partialOut.data() + payloadIndex(b, dst, j) * cfg.eltSize,
+                  (size_t)cfg.headDim * cfg.eltSize) == 0;
+  }
+
+  Config cfg{};
+  Strides s{};
+  uint32_t seed = 0;
+  std::vector<RankTensors> ranks;
+};
+
+TEST_P(ReferenceExact, NanPayloadsBehindEmptySourcesDoNotLeak) {
+  SCOPED_TRACE(seedNote(seed));
+  const float nan = std::nanf("");
+  for (int b = 0; b < kBatch; b++) {
+    for (int dst = 0; dst < kRanks; dst++) {
+      for (int j = 0; j < kHeads; j++) {
+        // One live source; the others are empty in each way an LSE can say so.
+        const int live = (b + dst + j) % kRanks;
+        const float empties[3] = {-INFINITY, nan, INFINITY};
+        for (int src = 0, k = 0; src < kRanks; src++) {
+          if (src == live) continue;
+          lse(src, b, dst, j) = empties[k++];
+          poisonPayload(src, b, dst, j);
+        }
+        lse(live, b, dst, j) = 0.5f;
+      }
+    }
+  }
+  runReference(cfg, kRanks, kBatch, s, ranks);
+  for (int b = 0; b < kBatch; b++) {
+    for (int dst = 0; dst < kRanks; dst++) {
+      for (int j = 0; j < kHeads; j++) {
+        const int live = (b + dst + j) % kRanks;
+        EXPECT_TRUE(outIsPayloadOf(live, b, dst, j)) << "rank " << dst << " out[" << b << "][" << j << "]";
+        EXPECT_EQ(ranks[dst].outLse[b * s.outLseRow + j * s.outLseHead], 0.5f);
+      }
+    }
+  }
+}
+
+TEST_P(ReferenceExact, AllEmptyRowsGiveZeroAndMinusInf) {
+  SCOPED_TRACE(seedNote(seed));
+  const float empties[3] = {-INFINITY, std::nanf(""), INFINITY};
+  for (int b = 0; b < kBatch; b++)
+    for (int dst = 0; dst < kRanks; dst++)
+      for (int j = 0; j < kHeads; j++)
+        for (int src = 0; src < kRanks; src++) {
+          lse(src, b, dst, j) = empties[(src + b) % 3];
+          poisonPayload(src, b, dst, j);
+        }
+  runReference(cfg, kRanks, kBatch, s, ranks);
+  for (int dst = 0; dst < kRanks; dst++) {
+    for (int b = 0; b < kBatch; b++) {
+      for (int j = 0; j < kHeads; j++) {
+        for (int d = 0; d < cfg.headDim; d++)
+          EXPECT_EQ(decode(cfg.dtype, ranks[dst].out.data(), outIndex(b, j) + d), 0.0)
+              << "rank " << dst << " out[" << b << "][" << j << "][" << d << "]";
+        EXPECT_EQ(ranks[dst].outLse[b * s.outLseRow + j * s.outLseHead], -INFINITY)
+            << "rank " << dst << " outLse[" << b << "][" << j << "]";
+      }
+    }
+  }
+}
+
+TEST_P(ReferenceExact, DominantSourceGivesItsPayload) {
+  SCOPED_TRACE(seedNote(seed));
+  for (int b = 0; b < kBatch; b++)
+    for (int dst = 0; dst < kRanks; dst++)
+      for (int j = 0; j < kHeads; j++)
+        for (int src = 0; src < kRanks; src++) lse(src, b, dst, j) = src == (b * 3 + j + dst) % kRanks ? 1e30f : -1e30f;
+  runReference(cfg, kRanks, kBatch, s, ranks);
+  for (int b = 0; b < kBatch; b++) {
+    for (int dst = 0; dst < kRanks; dst++) {
+      for (int j = 0; j < kHeads; j++) {
+        const int dominant = (b * 3 + j + dst) % kRanks;
+        EXPECT_TRUE(outIsPayloadOf(dominant, b, dst, j)) << "rank " << dst << " out[" << b << "][" << j << "]";
+        EXPECT_EQ(ranks[dst].outLse[b * s.outLseRow + j * s.outLseHead], 1e30f);
+      }
+    }
+  }
+}
+
+TEST_P(ReferenceExact, OneRankReturnsItsOwnPartial) {
+  SCOPED_TRACE(seedNote(seed));
+  const Strides one = packedStrides(cfg, 1);
+  std::mt19937_64 rng(seed);
+  std::vector<RankTensors> single = test::makeInputs(cfg, 1, kBatch, one, LseMix::Normal, rng);
+  runReference(cfg, 1, kBatch, one, single);
+  EXPECT_EQ(memcmp(single[0].out.data(), single[0].partialOut.data(), single[0].out.size()), 0);
+  for (size_t i = 0; i < single[0].outLse.size(); i++) EXPECT_EQ(single[0].outLse[i], single[0].partialLse[i]);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, ReferenceExact, ::testing::Values(ncclBfloat16, ncclFloat16, ncclFloat32),
+                         [](const ::testing::TestParamInfo<ncclDataType_t>& info) { return dtypeParamName(info.param); });
+
+// ---------------------------------------------------------------------------
+// Layouts and determinism.
+
+// Copies every rank's logical data from the `from` layout into `to`.
+std::vector<RankTensors> relayout(const Config& cfg, int cp, int batch, const std::vector<RankTensors>& src,
+                                  const Strides& from, const Strides& to) {
+  const int Hl = cfg.localHeads, D = cfg.headDim, e = cfg.eltSize;
+  std::vector<RankTensors> dst(cp);
+  for (int r = 0; r < cp; r++) {
+    RankTensors& t = dst[r];
+    // Gaps of the inputs hold NaN: a read outside the view would show.
+    t.partialOut.assign(test::viewElements(to, batch, cp, Hl, D, true) * e, 0xff);
+    t.partialLse.assign(test::lseViewElements(to, batch, cp, Hl, true), std::nanf(""));
+    t.out.assign(test::viewElements(to, batch, cp, Hl, D, false) * e, 0xff);
+    std::vector<float> poisonedLse(test::lseViewElements(to, batch, cp, Hl, false));
+    memset(poisonedLse.data(), 0xff, poisonedLse.size() * sizeof(float));
+    t.outLse = poisonedLse;
+    for (int b = 0; b < batch; b++)
+      for (int p = 0; p < cp; p++)
+        for (int j = 0; j < Hl; j++) {
+          memcpy(t.partialOut.data() + (b * to.inRow + p * to.inPeer + j * to.inHead) * e,
+                 src[r].partialOut.data() + (b * from.inRow + p * from.inPeer + j * from.inHead) * e, (size_t)D * e);
+          t.partialLse[b * to.lseRow + p * to.lsePeer + j * to.lseHead] =
+              src[r].partialLse[b * from.lseRow + p * from.lsePeer + j * from.lseHead];
+        }
+  }
+  return dst;
+}
+
+class ReferenceLayout : public ::testing::TestWithParam<ncclDataType_t> {};
+
+TEST_P(ReferenceLayout, StridedAndPackedAreBitwiseEqual) {
+  const uint32_t seed = freshSeed();
+  SCOPED_TRACE(seedNote(seed));
+  std::mt19937_64 rng(seed);
+  for (int lseBase : {(int)ncclDcpLseBase2, (int)ncclDcpLseBaseE}) {
+    for (int cp : {2, 3}) {
+      const int Hl = 3, batch = 4, D = GetParam() == ncclFloat32 ? 12 : 24;
+      SCOPED_TRACE(::testing::Message() << "lseBase " << lseBase << " cp " << cp);
+      const Config cfg = makeResolvedConfig(D, Hl, GetParam(), lseBase);
+      const Strides packed = packedStrides(cfg, cp), strided = stridedLayout(cfg, cp);
+      // The strided layout is one the entry point accepts.
+      ncclDcpStrides_t given = NCCL_DCP_STRIDES_INITIALIZER;
+      given.inRow = strided.inRow, given.inPeer = strided.inPeer, given.inHead = strided.inHead;
+      given.lseRow = strided.lseRow, given.lsePeer = strided.lsePeer, given.lseHead = strided.lseHead;
+      given.outRow = strided.outRow, given.outHead = strided.outHead;
+      given.outLseRow = strided.outLseRow, given.outLseHead = strided.outLseHead;
+      Strides resolved{};
+      ASSERT_EQ(resolveStrides(&given, cfg, cp, &resolved), ncclSuccess) << ncclDcpGetLastError();
+      std::vector<RankTensors> a = test::makeInputs(cfg, cp, batch, packed, LseMix::Special, rng);
+      std::vector<RankTensors> b = relayout(cfg, cp, batch, a, packed, strided);
+      ASSERT_EQ(checkCall(cfg, cp, b[0].buffers(), batch, resolved), ncclSuccess) << ncclDcpGetLastError();
+      runReference(cfg, cp, batch, packed, a);
+      runReference(cfg, cp, batch, strided, b);
+
+      const int e = cfg.eltSize;
+      for (int r = 0; r < cp; r++) {
+        std::vector<bool> written(b[r].out.size() / e, false), lseWritten(b[r].outLse.size(), false);
+        for (int row = 0; row < batch; row++) {
+          for (int j = 0; j < Hl; j++) {
+            const int64_t pi = row * packed.outRow + j * packed.outHead, si = row * strided.outRow + j * strided.outHead;
+            EXPECT_EQ(memcmp(a[r].out.data() + pi * e, b[r].out.data() + si * e, (size_t)D * e), 0)
+                << "rank " << r << " out[" << row << "][" << j << "]";
+            for (int d = 0; d < D; d++) written[si + d] = true;
+            const int64_t pl = row * packed.outLseRow + j * packed.outLseHead;
+            const int64_t sl = row * strided.outLseRow + j * strided.outLseHead;
+            EXPECT_EQ(memcmp(&a[r].outLse[pl], &b[r].outLse[sl], sizeof(float)), 0)
+                << "rank " << r << " outLse[" << row << "][" << j << "]";
+            lseWritten[sl] = true;
+          }
+        }
+        // The padding of the strided outputs is left alone.
+        for (size_t i = 0; i < written.size(); i++)
+          if (!written[i])
+            for (int k = 0; k < e; k++) ASSERT_EQ(b[r].out[i * e + k], 0xff) << "rank " << r << " out element " << i;
+        for (size_t i = 0; i < lseWritten.size(); i++) {
+          uint32_t bits;
+          memcpy(&bits, &b[r].outLse[i], 4);
+          if (!lseWritten[i]) ASSERT_EQ(bits, 0xffffffffu) << "rank " << r << " outLse element " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(ReferenceLayout, RunsAreBitwiseDeterministic) {
+  const uint32_t seed = freshSeed();
+  SCOPED_TRACE(seedNote(seed));
+  std::mt19937_64 rng(seed);
+  const int cp = 8, Hl = 3, batch = 5, D = GetParam() == ncclFloat32 ? 64 : 128;
+  const Config cfg = makeResolvedConfig(D, Hl, GetParam(), ncclDcpLseBaseE);
+  const Strides s = packedStrides(cfg, cp);
+  std::vector<RankTensors> first = test::makeInputs(cfg, cp, batch, s, LseMix::Special, rng);
+  std::vector<RankTensors> second = first;
+  runReference(cfg, cp, batch, s, first);
+  runReference(cfg, cp, batch, s, second);
+  for (int r = 0; r < cp; r++) {
+    EXPECT_EQ(first[r].out, second[r].out) << "rank " << r;
+    EXPECT_EQ(memcmp(first[r].outLse.data(), second[r].outLse.data(), first[r].outLse.size() * sizeof(float)), 0)
+        << "rank " << r;
+  }
+}
+
+TEST_P(ReferenceLayout, NullOutLseLeavesOutUnchanged) {
+  const uint32_t seed = freshSeed();
+  SCOPED_TRACE(seedNote(seed));
+  std::mt19937_64 rng(seed);
+  const int cp = 3, Hl = 2, batch = 3, D = GetParam() == ncclFloat32 ? 8 : 16;
+  const Config cfg = makeResolvedConfig(D, Hl, GetParam(), ncclDcpLseBase2);
+  const Strides s = packedStrides(cfg, cp);
+  std::vector<RankTensors> with = test::makeInputs(cfg, cp, batch, s, LseMix::Special, rng);
+  std::vector<RankTensors> without = with;
+  for (RankTensors& t : without) t.outLse.clear();  // buffers() passes NULL
+  runReference(cfg, cp, batch, s, with);
+  runReference(cfg, cp, batch, s, without);
+  for (int r = 0; r < cp; r++) EXPECT_EQ(with[r].out, without[r].out) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, ReferenceLayout, ::testing::Values(ncclBfloat16, ncclFloat16, ncclFloat32),
+                         [](const ::testing::TestParamInfo<ncclDataType_t>& info) { return dtypeParamName(info.param); });
+
+// ---------------------------------------------------------------------------
+// mergeWeights on its own.
+
+TEST(MergeWeights, WeightsSumToOneAndLseMatchesOracle) {
+  const uint32_t seed = freshSeed();
+  SCOPED_TRACE(seedNote(seed));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> value(-20.f, 20.f);
+  for (int trial = 0; trial < 200; trial++) {
+    const int n = 1 + trial % 64;
+    for (LseBase base : {LseBase::Two, LseBase::E}) {
+      std::vector<float> lse(n), weight(n, -1.f);
+      for (float& l : lse) l = value(rng);
+      const float merged = mergeWeights(lse.data(), n, base, weight.data());
+      double sum = 0, m = -kInf, ref = 0;
+      for (int s = 0; s < n; s++) {
+        EXPECT_GE(weight[s], 0.f);
+        sum += weight[s];
+        m = std::max(m, (double)lse[s]);
+      }
+      for (int s = 0; s < n; s++) ref += base == LseBase::Two ? std::exp2(lse[s] - m) : std::exp(lse[s] - m);
+      ref = m + (base == LseBase::Two ? std::log2(ref) : std::log(ref));
+      EXPECT_NEAR(sum, 1.0, 1e-6 * n) << "n " << n;
+      EXPECT_NEAR(merged, ref, 1e-5 * (1 + std::fabs(ref))) << "n " << n;
+    }
+  }
+}
+
+TEST(MergeWeights, BaseEOfScaledLsesEqualsBase2) {
+  // lse_e = lse_2 * ln 2 describes the same distribution: same weights,
+  // and the merged LSE scales the same way.
+  const uint32_t seed = freshSeed();
+  SCOPED_TRACE(seedNote(seed));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> value(-16.f, 16.f);
+  const double ln2 = std::log(2.0);
+  for (int trial = 0; trial < 100; trial++) {
+    const int n = 2 + trial % 16;
+    std::vector<float> lse2(n), lseE(n), w2(n), wE(n);
+    for (int s = 0; s < n; s++) {
+      lse2[s] = value(rng);
+      lseE[s] = (float)(lse2[s] * ln2);
+    }
+    const float m2 = mergeWeights(lse2.data(), n, LseBase::Two, w2.data());
+    const float mE = mergeWeights(lseE.data(), n, LseBase::E, wE.data());
+    for (int s = 0; s < n; s++) EXPECT_NEAR(wE[s], w2[s], 1e-5 * std::max(w2[s], 1e-3f)) << "source " << s;
+    EXPECT_NEAR(mE, m2 * ln2, 1e-5 * (1 + std::fabs(m2)));
+  }
+}
+
+TEST(MergeWeights, AllEmptyGivesMinusInfAndZeroWeights) {
+  const float nan = std::nanf("");
+  for (LseBase base : {LseBase::Two, LseBase::E}) {
+    const float lse[5] = {-INFINITY, nan, INFINITY, -INFINITY, nan};
+    float weight[5] = {1, 1, 1, 1, 1};
+    EXPECT_EQ(mergeWeights(lse, 5, base, weight), -INFINITY);
+    for (float w : weight) EXPECT_EQ(w, 0.f);
+  }
+}
+
+TEST(MergeWeights, EmptySourcesGetExactlyZeroWeight) {
+  const float lse[4] = {INFINITY, 3.f, std::nanf(""), -INFINITY};
+  float weight[4];
+  EXPECT_EQ(mergeWeights(lse, 4, LseBase::Two, weight), 3.f);
+  EXPECT_EQ(weight[0], 0.f);
+  EXPECT_EQ(weight[1], 1.f);
+  EXPECT_EQ(weight[2], 0.f);
+  EXPECT_EQ(weight[3], 0.f);
+}
+
+TEST(MergeWeights, AccumulateSkipsZeroWeightNan) {
+  EXPECT_EQ(mergeAccumulate(1.5f, 0.f, std::nanf("")), 1.5f);
+  EXPECT_EQ(mergeAccumulate(1.5f, 0.f, INFINITY), 1.5f);
+  EXPECT_EQ(mergeAccumulate(1.f, 0.5f, 2.f), 2.f);
+}
+
+}  // namespace
+}  // namespace nccl_dcp
