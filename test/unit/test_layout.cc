@@ -1,1 +1,313 @@
+// Workspace layout math (src/layout.h): unit geometry of each protocol,
+// slot sizes, that every unit a source may write owns its bytes, the
+// regions of a workspace, the round flags, and ncclDcpWorkspaceSize.
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "layout.h"
 #include "test_util.h"
+#include "validate.h"
+
+namespace nccl_dcp {
+namespace {
+
+constexpr Proto kProtos[] = {Proto::LL, Proto::LL128, Proto::Simple};
+
+const char* name(Proto p) {
+  switch (p) {
+    case Proto::LL: return "LL";
+    case Proto::LL128: return "LL128";
+    default: return "SIMPLE";
+  }
+}
+
+size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
+
+// Every head size a config accepts, for 2- and 4-byte elements.
+std::vector<std::pair<int, int>> validHeadDims() {
+  std::vector<std::pair<int, int>> dims;  // {headDim, eltSize}
+  for (int elt : {2, 4})
+    for (int d = 16 / elt; d <= NCCL_DCP_MAX_HEAD_DIM; d += 16 / elt) dims.push_back({d, elt});
+  return dims;
+}
+
+// ---------------------------------------------------------------------------
+// Unit geometry.
+
+TEST(UnitGeometry, LL128LinesHoldTheLseWordAndTheHead) {
+  for (auto [D, elt] : validHeadDims()) {
+    const Region r = makeRegion(Proto::LL128, 2, 1, D, elt, 1, kControlBytes);
+    const size_t dataWords = (size_t)D * elt / 8;
+    const size_t lines = ceilDiv(1 + dataWords, 15);  // 15 data words + 1 flag word per line
+    ASSERT_EQ((size_t)r.dataWords, dataWords) << "D " << D << " elt " << elt;
+    ASSERT_EQ((size_t)r.payloadWords, 1 + dataWords) << "D " << D << " elt " << elt;
+    ASSERT_EQ((size_t)r.unitLines, lines) << "D " << D << " elt " << elt;
+    ASSERT_EQ(r.unitBytes, 128 * lines) << "D " << D << " elt " << elt;
+    ASSERT_EQ((size_t)r.groups, ceilDiv(lines, 4)) << "D " << D << " elt " << elt;  // 4 lines per warp
+  }
+}
+
+TEST(UnitGeometry, LL128SmallestAndBoundaryHeads) {
+  // 14 data words + the LSE word fill one line exactly; 15 need two.
+  EXPECT_EQ(makeRegion(Proto::LL128, 2, 1, 56, 2, 1, 0).unitLines, 1);  // 112 bytes = 14 words
+  EXPECT_EQ(makeRegion(Proto::LL128, 2, 1, 60, 2, 1, 0).unitLines, 2);  // 120 bytes = 15 words
+  EXPECT_EQ(makeRegion(Proto::LL128, 2, 1, 512, 2, 1, 0).unitLines, 9);  // 1 + 128 words
+  EXPECT_EQ(makeRegion(Proto::LL128, 2, 1, 512, 2, 1, 0).groups, 3);
+}
+
+TEST(UnitGeometry, LLLineCarriesOneWord) {
+  for (auto [D, elt] : validHeadDims()) {
+    const Region r = makeRegion(Proto::LL, 2, 1, D, elt, 1, kControlBytes);
+    const size_t lines = 1 + (size_t)D * elt / 8;
+    ASSERT_EQ((size_t)r.unitLines, lines) << "D " << D << " elt " << elt;
+    ASSERT_EQ(r.unitBytes, 16 * lines) << "D " << D << " elt " << elt;
+    ASSERT_EQ((size_t)r.groups, ceilDiv(lines, 32)) << "D " << D << " elt " << elt;  // a line per lane
+  }
+}
+
+TEST(UnitGeometry, SimpleIsHeaderPlusHead) {
+  for (auto [D, elt] : validHeadDims()) {
+    const Region r = makeRegion(Proto::Simple, 2, 1, D, elt, 1, kControlBytes);
+    ASSERT_EQ(r.unitBytes, 16 + (size_t)D * elt) << "D " << D << " elt " << elt;
+    ASSERT_EQ(r.unitLines, 0) << "D " << D << " elt " << elt;
+    ASSERT_EQ((size_t)r.groups, ceilDiv((size_t)D * elt, 512)) << "D " << D << " elt " << elt;  // 16 B per lane
+  }
+}
+
+TEST(UnitGeometry, UnitsAreWholeSixteenByteLines) {
+  // Units start on 16-byte boundaries (LL128 on 128): vector stores need it.
+  for (Proto p : kProtos)
+    for (auto [D, elt] : validHeadDims()) {
+      const Region r = makeRegion(p, 2, 1, D, elt, 1, 0);
+      ASSERT_EQ(r.unitBytes % (p == Proto::LL128 ? 128 : 16), 0u) << name(p) << " D " << D << " elt " << elt;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Slots and regions.
+
+TEST(SlotBytes, PageAlignedAndJustLargeEnough) {
+  for (Proto p : kProtos)
+    for (int cp : {1, 2, 3, 8, 64})
+      for (int capacity : {1, 7, 256, 4096})
+        for (int Hl : {1, 3, 128})
+          for (auto [D, elt] : {std::pair{8, 2}, std::pair{128, 4}, std::pair{520, 2}, std::pair{4096, 2}}) {
+            const Region r = makeRegion(p, cp, Hl, D, elt, capacity, kControlBytes);
+            const size_t need = (size_t)(cp - 1) * capacity * Hl * r.unitBytes;
+            SCOPED_TRACE(::testing::Message() << name(p) << " cp " << cp << " capacity " << capacity << " Hl "
+                                              << Hl << " D " << D << " elt " << elt);
+            ASSERT_EQ(r.slotBytes % kRegionAlign, 0u);
+            ASSERT_GE(r.slotBytes, need);
+            ASSERT_LT(r.slotBytes, need + kRegionAlign);
+            ASSERT_EQ(r.bytes(), 2 * r.slotBytes);
+          }
+}
+
+TEST(SlotBytes, LargestConfigDoesNotOverflow) {
+  // 63 sources x 2^20 rows x 1024 heads x 4096 fp32: far beyond memory, but
+  // the size must be computed, not wrapped.
+  const Region r = makeRegion(Proto::Simple, NCCL_DCP_MAX_RANKS, NCCL_DCP_MAX_LOCAL_HEADS, NCCL_DCP_MAX_HEAD_DIM, 4,
+                              NCCL_DCP_MAX_BATCH_CAPACITY, kControlBytes);
+  const double need = 63.0 * (1 << 20) * 1024 * (16 + 4096.0 * 4);
+  EXPECT_GE((double)r.slotBytes, need);
+}
+
+// Every unit any source may write into dst's workspace, as [begin, end).
+std::vector<std::pair<size_t, size_t>> unitsOf(const Region& r, int dst) {
+  std::vector<std::pair<size_t, size_t>> units;
+  for (int slot = 0; slot < 2; slot++)
+    for (int src = 0; src < r.nRanks; src++) {
+      if (src == dst) continue;  // the rank's own share is never sent
+      for (int row = 0; row < r.capacity; row++)
+        for (int head = 0; head < r.localHeads; head++) {
+          const size_t at = r.unitOffset(slot, src, dst, row, head);
+          units.push_back({at, at + r.unitBytes});
+        }
+    }
+  std::sort(units.begin(), units.end());
+  return units;
+}
+
+TEST(UnitOffset, EveryUnitOwnsItsBytesInsideTheRegion) {
+  for (Proto p : kProtos)
+    for (int cp : {1, 2, 3, 5})
+      for (int capacity : {1, 3})
+        for (int Hl : {1, 2, 3})
+          for (int D : {8, 64}) {
+            const Region r = makeRegion(p, cp, Hl, D, 2, capacity, kControlBytes);
+            for (int dst = 0; dst < cp; dst++) {
+              SCOPED_TRACE(::testing::Message() << name(p) << " cp " << cp << " capacity " << capacity << " Hl "
+                                                << Hl << " D " << D << " dst " << dst);
+              const auto units = unitsOf(r, dst);
+              ASSERT_EQ(units.size(), (size_t)2 * (cp - 1) * capacity * Hl);
+              for (size_t i = 0; i < units.size(); i++) {
+                ASSERT_GE(units[i].first, r.offset) << "unit " << i << " starts before the region";
+                ASSERT_LE(units[i].second, r.offset + r.bytes()) << "unit " << i << " ends past the region";
+                ASSERT_EQ(units[i].first % 16, 0u) << "unit " << i;
+                if (i == 0) continue;
+                ASSERT_LE(units[i - 1].second, units[i].first) << "units " << i - 1 << " and " << i << " overlap";
+              }
+            }
+          }
+}
+
+TEST(UnitOffset, SlotsAreDisjointHalves) {
+  const Region r = makeRegion(Proto::LL128, 4, 3, 128, 2, 5, kControlBytes);
+  for (int src = 1; src < 4; src++)
+    for (int row = 0; row < 5; row++)
+      for (int head = 0; head < 3; head++) {
+        const size_t s0 = r.unitOffset(0, src, 0, row, head), s1 = r.unitOffset(1, src, 0, row, head);
+        EXPECT_LT(s0, r.offset + r.slotBytes);
+        EXPECT_GE(s1, r.offset + r.slotBytes);
+        EXPECT_EQ(s1 - s0, r.slotBytes);
+      }
+}
+
+TEST(UnitOffset, FirstRegionStartsAfterTheControlBlock) {
+  for (Proto p : kProtos)
+    for (bool withSimple : {false, true}) {
+      const WorkspaceLayout w = makeWorkspaceLayout(p, withSimple, 3, 2, 64, 2, 4);
+      EXPECT_EQ(w.small.offset, kControlBytes) << name(p);
+      EXPECT_GE(kControlBytes, sizeof(Control));
+      // The lowest unit of all is the first of slot 0.
+      EXPECT_EQ(w.small.unitOffset(0, 1, 0, 0, 0), kControlBytes) << name(p);
+      EXPECT_EQ(w.small.unitOffset(0, 0, 1, 0, 0), kControlBytes) << name(p);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The workspace of one rank.
+
+TEST(WorkspaceLayout, RegionsFollowTheControlBlockWithoutOverlap) {
+  for (Proto small : kProtos)
+    for (bool withSimple : {false, true})
+      for (int cp : {1, 2, 5, 64})
+        for (int capacity : {1, 100}) {
+          const WorkspaceLayout w = makeWorkspaceLayout(small, withSimple, cp, 3, 128, 2, capacity);
+          SCOPED_TRACE(::testing::Message() << name(small) << (withSimple ? " + SIMPLE" : "") << " cp " << cp
+                                            << " capacity " << capacity);
+          EXPECT_EQ(w.hasLarge, withSimple);
+          EXPECT_EQ(w.small.proto, small);
+          EXPECT_EQ(w.small.offset, kControlBytes);
+          EXPECT_EQ(w.small.offset % kRegionAlign, 0u);
+          size_t end = w.small.offset + w.small.bytes();
+          if (withSimple) {
+            EXPECT_EQ(w.large.proto, Proto::Simple);
+            EXPECT_GE(w.large.offset, end);  // after the small region: no shared byte
+            EXPECT_EQ(w.large.offset % kRegionAlign, 0u);
+            end = w.large.offset + w.large.bytes();
+          }
+          EXPECT_EQ(w.totalBytes % kRegionAlign, 0u);
+          EXPECT_GE(w.totalBytes, end);
+          EXPECT_LT(w.totalBytes, end + kRegionAlign);
+        }
+}
+
+TEST(WorkspaceLayout, SimpleRegionAddsItsOwnBytes) {
+  const WorkspaceLayout without = makeWorkspaceLayout(Proto::LL128, false, 4, 8, 512, 2, 64);
+  const WorkspaceLayout with = makeWorkspaceLayout(Proto::LL128, true, 4, 8, 512, 2, 64);
+  EXPECT_EQ(without.totalBytes, kControlBytes + without.small.bytes());
+  EXPECT_EQ(with.totalBytes, kControlBytes + with.small.bytes() + with.large.bytes());
+  EXPECT_EQ(with.large.unitBytes, 16u + 512 * 2);
+}
+
+TEST(WorkspaceLayout, OneRankNeedsOnlyTheControlBlock) {
+  for (Proto p : kProtos)
+    for (bool withSimple : {false, true}) {
+      const WorkspaceLayout w = makeWorkspaceLayout(p, withSimple, 1, 16, 512, 2, 256);
+      EXPECT_EQ(w.small.slotBytes, 0u) << name(p);
+      EXPECT_EQ(w.totalBytes, kControlBytes) << name(p);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Round flags.
+
+TEST(RoundFlags, NeverZero) {
+  for (uint32_t round : {0u, 1u, 2u, 0x7fffffffu, 0x80000000u, 0xfffffffdu, 0xfffffffeu, 0xffffffffu})
+    EXPECT_NE(flagForRound(round), 0u) << "round 0x" << std::hex << round;
+  EXPECT_EQ(flagForRound(0xfffffffeu), 0xffffffffu);
+  std::mt19937_64 rng(std::random_device{}());
+  for (int i = 0; i < 100000; i++) {
+    const uint32_t round = (uint32_t)rng();
+    ASSERT_NE(flagForRound(round), 0u) << "round 0x" << std::hex << round;
+  }
+}
+
+TEST(RoundFlags, ConsecutiveRoundsDiffer) {
+  // Across the wrap of the 32-bit counter too. Rounds 0xffffffff and 0 both
+  // get flag 1 (2^32 rounds onto 2^32 - 1 non-zero flags), which is safe
+  // only because consecutive rounds use different slots; the next test
+  // checks what each slot sees.
+  for (uint32_t round = 0xffff0000u; round != 0x10000u; round++) {
+    const uint32_t next = round + 1;
+    if (round == 0xffffffffu) {
+      EXPECT_NE(round & 1, next & 1) << "the wrap pair must use different slots";
+      continue;
+    }
+    ASSERT_NE(flagForRound(round), flagForRound(next)) << "rounds 0x" << std::hex << round << " and 0x" << next;
+  }
+}
+
+TEST(RoundFlags, SameSlotRoundsDiffer) {
+  // A slot is reused two rounds on: a stale flag there must never read as
+  // the current one, including across the wrap.
+  for (uint32_t round = 0xffff0000u; round != 0x10000u; round++) {
+    const uint32_t reuse = round + 2;
+    ASSERT_EQ(round & 1, reuse & 1);
+    ASSERT_NE(flagForRound(round), flagForRound(reuse)) << "rounds 0x" << std::hex << round << " and 0x" << reuse;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// ncclDcpWorkspaceSize.
+
+size_t workspaceSize(int protocol, int nRanks, int headDim = 128, int localHeads = 4,
+                     ncclDataType_t dtype = ncclBfloat16, int maxBatch = 64) {
+  // Every field set: NCCL_DCP_* in the environment cannot change the answer.
+  ncclDcpConfig_t cfg = test::makeConfig(headDim, localHeads, dtype, ncclDcpLseBase2, maxBatch, protocol);
+  cfg.timeoutMs = 1000;
+  size_t bytes = 0;
+  EXPECT_EQ(ncclDcpWorkspaceSize(&cfg, nRanks, &bytes), ncclSuccess) << ncclDcpGetLastError();
+  return bytes;
+}
+
+TEST(WorkspaceSize, ExplicitProtocolIsItsLayout) {
+  for (Proto p : kProtos)
+    for (int cp : {2, 3, 8}) {
+      const WorkspaceLayout w = makeWorkspaceLayout(p, false, cp, 4, 128, 2, 64);
+      EXPECT_EQ(workspaceSize((int)p, cp), w.totalBytes) << name(p) << " cp " << cp;
+    }
+}
+
+TEST(WorkspaceSize, AutoCoversEveryOutcome) {
+  for (int cp : {2, 3, 8, 64})
+    for (auto [D, elt] : {std::pair{8, 2}, std::pair{128, 2}, std::pair{512, 2}, std::pair{4, 4}, std::pair{1024, 4}}) {
+      const ncclDataType_t dtype = elt == 2 ? ncclBfloat16 : ncclFloat32;
+      SCOPED_TRACE(::testing::Message() << "cp " << cp << " D " << D << " " << dtypeName(dtype));
+      const size_t autoBytes = workspaceSize(ncclDcpProtoAuto, cp, D, 4, dtype);
+      for (Proto p : kProtos) EXPECT_GE(autoBytes, workspaceSize((int)p, cp, D, 4, dtype)) << name(p);
+      // AUTO settles on LL or LL128 later and may add SIMPLE for large rounds.
+      const size_t viaLL = makeWorkspaceLayout(Proto::LL, true, cp, 4, D, elt, 64).totalBytes;
+      const size_t viaLL128 = makeWorkspaceLayout(Proto::LL128, true, cp, 4, D, elt, 64).totalBytes;
+      EXPECT_EQ(autoBytes, std::max(viaLL, viaLL128));
+    }
+}
+
+TEST(WorkspaceSize, GrowsWithCapacity) {
+  for (int protocol = 0; protocol < ncclDcpNumProtocols; protocol++)
+    EXPECT_LT(workspaceSize(protocol, 4, 128, 4, ncclBfloat16, 64), workspaceSize(protocol, 4, 128, 4, ncclBfloat16, 256))
+        << protocolName(protocol);
+}
+
+TEST(WorkspaceSize, OneRankIsTheControlBlock) {
+  for (int protocol = 0; protocol < ncclDcpNumProtocols; protocol++)
+    EXPECT_EQ(workspaceSize(protocol, 1), kControlBytes) << protocolName(protocol);
+}
+
+}  // namespace
+}  // namespace nccl_dcp

@@ -21,6 +21,25 @@
 namespace nccl_dcp {
 namespace {
 
+const char* mixName(test::LseMix mix) {
+  switch (mix) {
+    case test::LseMix::Normal: return "Normal";
+    case test::LseMix::Special: return "Special";
+    default: return "HugeSpread";
+  }
+}
+
+}  // namespace
+
+namespace test {
+
+// Names the LSE mix in gtest's parameter printouts.
+void PrintTo(LseMix mix, std::ostream* os) { *os << mixName(mix); }
+
+}  // namespace test
+
+namespace {
+
 using test::LseMix;
 using test::RankTensors;
 
@@ -214,14 +233,6 @@ Strides stridedLayout(const Config& cfg, int cp) {
 }
 
 std::string dtypeParamName(ncclDataType_t dtype) { return dtypeName(dtype); }
-
-const char* mixName(LseMix mix) {
-  switch (mix) {
-    case LseMix::Normal: return "Normal";
-    case LseMix::Special: return "Special";
-    default: return "HugeSpread";
-  }
-}
 
 // ---------------------------------------------------------------------------
 // The sweep: every shape of cp x Hl x D for one (dtype, base, LSE mix).
@@ -462,13 +473,15 @@ TEST_P(ReferenceLayout, StridedAndPackedAreBitwiseEqual) {
           }
         }
         // The padding of the strided outputs is left alone.
-        for (size_t i = 0; i < written.size(); i++)
-          if (!written[i])
-            for (int k = 0; k < e; k++) ASSERT_EQ(b[r].out[i * e + k], 0xff) << "rank " << r << " out element " << i;
+        for (size_t i = 0; i < written.size(); i++) {
+          if (written[i]) continue;
+          for (int k = 0; k < e; k++) ASSERT_EQ(b[r].out[i * e + k], 0xff) << "rank " << r << " out element " << i;
+        }
         for (size_t i = 0; i < lseWritten.size(); i++) {
+          if (lseWritten[i]) continue;
           uint32_t bits;
           memcpy(&bits, &b[r].outLse[i], 4);
-          if (!lseWritten[i]) ASSERT_EQ(bits, 0xffffffffu) << "rank " << r << " outLse element " << i;
+          ASSERT_EQ(bits, 0xffffffffu) << "rank " << r << " outLse element " << i;
         }
       }
     }
