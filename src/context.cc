@@ -459,6 +459,8 @@ static ncclResult_t enqueueFallback(ncclDcpContext_t ctx, const CallBuffers& buf
     pack.localHeads = c.localHeads;
     pack.headDim = c.headDim;
     pack.dtype = c.dtype;
+    pack.peerUnits = (int64_t)rows * c.localHeads;
+    pack.copies = 1;
     DCPCHECK(launchPack(pack, stream));
     const size_t units = (size_t)rows * c.localHeads;
     NCCLCHECK(ncclGroupStart());
@@ -482,6 +484,7 @@ static ncclResult_t enqueueFallback(ncclDcpContext_t ctx, const CallBuffers& buf
     comb.headDim = c.headDim;
     comb.dtype = c.dtype;
     comb.lseBase = c.lseBase;
+    comb.copies = 1;
     DCPCHECK(launchCombine(comb, stream));
   }
   return ncclSuccess;

@@ -66,6 +66,10 @@ struct CombineLaunch {
   int nRanks, rows, localHeads, headDim;
   ncclDataType_t dtype;
   LseBase lseBase;
+  // Loopback baseline: `copies` independent combines in one launch, copy c
+  // at every pointer + c * its stride (bytes). 1 and 0 otherwise.
+  int copies;
+  int64_t recvCopyBytes, recvLseCopyBytes, outCopyBytes, outLseCopyBytes;
 };
 ncclResult_t launchCombine(const CombineLaunch& l, cudaStream_t stream);
 
@@ -79,6 +83,13 @@ struct PackLaunch {
   Strides strides;
   int nRanks, rows, localHeads, headDim;
   ncclDataType_t dtype;
+  // Units (rows * Hl) between peers' blocks of the send buffers: rows * Hl
+  // for ncclAlltoAll. The loopback baseline writes every virtual rank's
+  // receive buffer directly (copies > 1): copy c reads its inputs at
+  // + c * inCopyBytes and writes at + c * sendCopyBytes.
+  int64_t peerUnits;
+  int copies;
+  int64_t inCopyBytes, lseCopyBytes, sendCopyBytes, sendLseCopyBytes;
 };
 ncclResult_t launchPack(const PackLaunch& l, cudaStream_t stream);
 

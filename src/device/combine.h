@@ -26,21 +26,25 @@ __global__ void __launch_bounds__(kCombineThreads) combineKernel(const __grid_co
   const int row = unit / p.localHeads, head = unit % p.localHeads;
   float* weight = weights[warp];
   const size_t unitsPerSource = (size_t)p.rows * p.localHeads;
+  const int c = blockIdx.y;
+  const char* recvData = p.recvData + c * p.recvCopyBytes;
+  const float* recvLse = (const float*)((const char*)p.recvLse + c * p.recvLseCopyBytes);
   waitForPrerequisiteGrid();
 
   if (lane == 0) {
-    for (int s = 0; s < p.nRanks; s++) weight[s] = p.recvLse[s * unitsPerSource + unit];
+    for (int s = 0; s < p.nRanks; s++) weight[s] = recvLse[s * unitsPerSource + unit];
     float merged = mergeWeights(weight, p.nRanks, p.lseBase, weight);
-    if (p.outLse) p.outLse[row * p.outLseRow + head * p.outLseHead] = merged;
+    float* outLse = p.outLse ? (float*)((char*)p.outLse + c * p.outLseCopyBytes) : nullptr;
+    if (outLse) outLse[row * p.outLseRow + head * p.outLseHead] = merged;
   }
   __syncwarp();
 
   const size_t headBytes = (size_t)p.headDim * sizeof(T);
-  char* out = p.out + (row * p.outRow + head * p.outHead) * (int64_t)sizeof(T);
+  char* out = p.out + c * p.outCopyBytes + (row * p.outRow + head * p.outHead) * (int64_t)sizeof(T);
   for (size_t off = (size_t)lane * 16; off < headBytes; off += 32 * 16) {
     float acc[2][W::kPerWord] = {};
     for (int s = 0; s < p.nRanks; s++) {
-      const char* src = p.recvData + (s * unitsPerSource + unit) * headBytes + off;
+      const char* src = recvData + (s * unitsPerSource + unit) * headBytes + off;
       const float w = weight[s];
       W::accumulate(acc[0], w, loadInput8(src));
       W::accumulate(acc[1], w, loadInput8(src + 8));
@@ -59,14 +63,21 @@ __global__ void __launch_bounds__(kCombineThreads) packKernel(const __grid_const
   const int head = unit % p.localHeads;
   const int row = unit / p.localHeads % p.rows;
   const int peer = unit / p.localHeads / p.rows;
+  const size_t dstUnit = peer * p.peerUnits + (size_t)row * p.localHeads + head;
   const Strides& s = p.strides;
+  const int c = blockIdx.y;
   waitForPrerequisiteGrid();
   const size_t headBytes = (size_t)p.headDim * sizeof(T);
-  const char* src = p.partialOut + (row * s.inRow + peer * s.inPeer + head * s.inHead) * (int64_t)sizeof(T);
-  char* dst = p.sendData + unit * headBytes;
+  const char* src = p.partialOut + c * p.inCopyBytes +
+                    (row * s.inRow + peer * s.inPeer + head * s.inHead) * (int64_t)sizeof(T);
+  char* dst = p.sendData + c * p.sendCopyBytes + dstUnit * headBytes;
   for (size_t off = (size_t)lane * 16; off < headBytes; off += 32 * 16)
     *(uint4*)(dst + off) = __ldg((const uint4*)(src + off));
-  if (lane == 0) p.sendLse[unit] = p.partialLse[row * s.lseRow + peer * s.lsePeer + head * s.lseHead];
+  if (lane == 0) {
+    const float* lse = (const float*)((const char*)p.partialLse + c * p.lseCopyBytes);
+    float* sendLse = (float*)((char*)p.sendLse + c * p.sendLseCopyBytes);
+    sendLse[dstUnit] = lse[row * s.lseRow + peer * s.lsePeer + head * s.lseHead];
+  }
 }
 
 }  // namespace nccl_dcp

@@ -127,8 +127,8 @@ ncclResult_t launchFused(const FusedLaunch& l, cudaStream_t stream) {
 }
 
 ncclResult_t launchCombine(const CombineLaunch& l, cudaStream_t stream) {
-  const unsigned grid = blocksFor((size_t)l.rows * l.localHeads);
-  if (grid == 0) return ncclSuccess;
+  const dim3 grid(blocksFor((size_t)l.rows * l.localHeads), l.copies);
+  if (grid.x == 0 || l.copies < 1) return ncclSuccess;
   switch (l.dtype) {
     case ncclBfloat16: combineKernel<__nv_bfloat16><<<grid, kCombineThreads, 0, stream>>>(l); break;
     case ncclFloat16: combineKernel<__half><<<grid, kCombineThreads, 0, stream>>>(l); break;
@@ -140,8 +140,8 @@ ncclResult_t launchCombine(const CombineLaunch& l, cudaStream_t stream) {
 }
 
 ncclResult_t launchPack(const PackLaunch& l, cudaStream_t stream) {
-  const unsigned grid = blocksFor((size_t)l.nRanks * l.rows * l.localHeads);
-  if (grid == 0) return ncclSuccess;
+  const dim3 grid(blocksFor((size_t)l.nRanks * l.rows * l.localHeads), l.copies);
+  if (grid.x == 0 || l.copies < 1) return ncclSuccess;
   switch (l.dtype) {
     case ncclBfloat16: packKernel<__nv_bfloat16><<<grid, kCombineThreads, 0, stream>>>(l); break;
     case ncclFloat16: packKernel<__half><<<grid, kCombineThreads, 0, stream>>>(l); break;
