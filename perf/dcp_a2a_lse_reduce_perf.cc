@@ -361,8 +361,10 @@ int runLoopback(const Args& a) {
     }, nullptr};
   };
   auto check = [&](int64_t rows, char* o, float* ol, const Op& op) -> int64_t {
-    CUDA_OR_DIE(cudaMemset(o, 0xff, cp * outBytes));
-    CUDA_OR_DIE(cudaMemset(ol, 0xff, cp * outLseBytes));
+    // Poison on the stream the call runs on (a non-blocking stream does not
+    // wait for the legacy default stream).
+    CUDA_OR_DIE(cudaMemsetAsync(o, 0xff, cp * outBytes, stream));
+    CUDA_OR_DIE(cudaMemsetAsync(ol, 0xff, cp * outLseBytes, stream));
     enqueueAll(op, {0}, {stream}, {0});
     CUDA_OR_DIE(cudaStreamSynchronize(stream));
     std::vector<std::vector<uint8_t>> got(cp, std::vector<uint8_t>(rows * cfg.localHeads * headBytes));
@@ -605,8 +607,8 @@ int runRanks(const Args& a, int nDevices) {
             for (int which = 0; which < 1 + a.baseline; which++) {
               for (RankState* s : mine) {
                 CUDA_OR_DIE(cudaSetDevice(s->dev));
-                CUDA_OR_DIE(cudaMemset(which ? s->outBase : s->out, 0xff, outBytes));
-                CUDA_OR_DIE(cudaMemset(which ? s->outLseBase : s->outLse, 0xff, outLseBytes));
+                CUDA_OR_DIE(cudaMemsetAsync(which ? s->outBase : s->out, 0xff, outBytes, s->stream));
+                CUDA_OR_DIE(cudaMemsetAsync(which ? s->outLseBase : s->outLse, 0xff, outLseBytes, s->stream));
               }
               barrier.wait();
               enqueueAll(which ? base : fused, devs, streams, ranks);
