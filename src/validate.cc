@@ -200,11 +200,29 @@ struct Extent {
   uintptr_t lo, hi;
 };
 
+// Views beyond 2^56 bytes cannot be real buffers; the limit also keeps the
+// extent arithmetic (batch up to 2^31 times strides up to 2^40) exact.
+constexpr __int128 kMaxViewBytes = (__int128)1 << 56;
+
+__int128 viewBytes(const Dim* dims, int n, int64_t inner, int64_t eltBytes) {
+  __int128 last = inner;
+  for (int i = 0; i < n; i++) last += (__int128)(dims[i].count - 1) * dims[i].stride;
+  return last * eltBytes;
+}
+
+ncclResult_t checkViewSize(const char* tensor, const Dim* dims, int n, int64_t inner, int64_t eltBytes) {
+  if (viewBytes(dims, n, inner, eltBytes) <= kMaxViewBytes) return ncclSuccess;
+  const Dim* widest = &dims[0];
+  for (int i = 1; i < n; i++)
+    if ((__int128)(dims[i].count - 1) * dims[i].stride > (__int128)(widest->count - 1) * widest->stride) widest = &dims[i];
+  return fail(ncclInvalidArgument,
+              "strides->%s %" PRId64 " with batch/extent %" PRId64 " makes %s span more than 2^56 bytes",
+              widest->name, widest->stride, widest->count, tensor);
+}
+
 Extent extentOf(const void* base, const Dim* dims, int n, int64_t inner, int64_t eltBytes) {
-  int64_t last = inner;
-  for (int i = 0; i < n; i++) last += (dims[i].count - 1) * dims[i].stride;
   uintptr_t lo = (uintptr_t)base;
-  return {lo, lo + (uintptr_t)(last * eltBytes)};
+  return {lo, lo + (uintptr_t)viewBytes(dims, n, inner, eltBytes)};
 }
 
 bool overlaps(Extent a, Extent b) { return a.lo < b.hi && b.lo < a.hi; }
@@ -247,12 +265,16 @@ ncclResult_t checkCall(const Config& cfg, int nRanks, const CallBuffers& buf, in
 
   const int64_t e = cfg.eltSize, D = cfg.headDim, Hl = cfg.localHeads;
   Dim outDims[2] = {{"outRow", batch, s.outRow}, {"outHead", Hl, s.outHead}};
-  DCPCHECK(checkNoSelfOverlap("out", outDims, 2, D));
   Dim outLseDims[2] = {{"outLseRow", batch, s.outLseRow}, {"outLseHead", Hl, s.outLseHead}};
-  if (buf.outLse) DCPCHECK(checkNoSelfOverlap("outLse", outLseDims, 2, 1));
 
   Dim inDims[3] = {{"inRow", batch, s.inRow}, {"inPeer", nRanks, s.inPeer}, {"inHead", Hl, s.inHead}};
   Dim lseDims[3] = {{"lseRow", batch, s.lseRow}, {"lsePeer", nRanks, s.lsePeer}, {"lseHead", Hl, s.lseHead}};
+  DCPCHECK(checkViewSize("partialOut", inDims, 3, D, e));
+  DCPCHECK(checkViewSize("partialLse", lseDims, 3, 1, 4));
+  DCPCHECK(checkViewSize("out", outDims, 2, D, e));
+  if (buf.outLse) DCPCHECK(checkViewSize("outLse", outLseDims, 2, 1, 4));
+  DCPCHECK(checkNoSelfOverlap("out", outDims, 2, D));
+  if (buf.outLse) DCPCHECK(checkNoSelfOverlap("outLse", outLseDims, 2, 1));
   Extent in = extentOf(buf.partialOut, inDims, 3, D, e);
   Extent lse = extentOf(buf.partialLse, lseDims, 3, 1, 4);
   Extent out = extentOf(buf.out, outDims, 2, D, e);
