@@ -7,15 +7,19 @@
  * A region holds two slots (rounds alternate between them by the parity of
  * the device-side round counter). A slot holds, for every remote source of
  * this rank (cp - 1 of them, in rank order, self skipped), capacity rows of
- * Hl units; a unit is what one source sends for one (row, head):
+ * Hl units; a unit is what one source sends for one (row, head): the head's
+ * D elements (Dw 8-byte data words) cut into groups, one warp instruction
+ * of the protocol each. Every group carries the unit's LSE, so one warp can
+ * merge a group with no other warp's help:
  *
- *   LL / LL128 payload: word 0 = {lse (fp32), 0}, words 1..Dw = the head's
- *                       D elements (Dw = D * sizeof(T) / 8 words of 8 bytes)
- *   SIMPLE:             16-byte header {lse, 0, flag (u64)} + D elements
+ *   LL128:  4 lines of 128 B; payload word 0 = {lse, 0}, then 59 data words
+ *   LL:     32 lines of 16 B; payload word 0 = {lse, 0}, then 31 data words
+ *   SIMPLE: a 16-byte header {lse, 0, flag (u64)}, then 64 data words
  *
+ * The last group of a unit holds what is left (fewer lines / bytes).
  * Protocols never share a region: a stale line of one protocol must never
  * be read as a flag of another. With AUTO the workspace carries one region
- * for small batches (LL or LL128, whichever is larger) and one for SIMPLE.
+ * for small batches (LL or LL128) and, when enabled, one for SIMPLE.
  ************************************************************************/
 #ifndef NCCL_DCP_LAYOUT_H_
 #define NCCL_DCP_LAYOUT_H_
@@ -54,8 +58,13 @@ namespace simple {
 constexpr int kHeaderBytes = 16;
 constexpr int kFlagOffset = 8;
 constexpr int kLaneBytes = 16;
-constexpr int kBytesPerWarp = 32 * kLaneBytes;
+constexpr int kDataBytesPerGroup = 32 * kLaneBytes;  // 512
 }  // namespace simple
+
+// Data words a group carries (its first payload word is the LSE).
+constexpr int kLl128GroupDataWords = ll128::kLinesPerWarp * ll128::kDataWordsPerLine - 1;  // 59
+constexpr int kLlGroupDataWords = ll::kLinesPerWarp - 1;                                  // 31
+constexpr int kSimpleGroupDataWords = simple::kDataBytesPerGroup / kWordBytes;            // 64
 
 constexpr size_t kControlBytes = 4096;   // round counter, arrivals, status
 constexpr size_t kRegionAlign = 4096;    // window offsets are 4 KiB multiples
@@ -79,15 +88,21 @@ NCCL_DCP_HD size_t alignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 struct Region {
   Proto proto;
   int nRanks, localHeads, headDim, eltSize, capacity;
-  int dataWords;      // Dw: 8-byte words of one head's data
-  int payloadWords;   // LL / LL128: 1 + Dw (the LSE word first)
-  int unitLines;      // lines of one unit (LL / LL128); 0 for SIMPLE
-  int groups;         // warp-wide steps to move one unit
+  int dataWords;       // Dw: 8-byte words of one head's data
+  int groupDataWords;  // data words of a full group
+  int groups;          // groups of a unit
+  size_t groupBytes;   // stride between the groups of a unit
   size_t unitBytes;
   size_t slotBytes;
-  size_t offset;      // of slot 0, from the start of the rank's workspace
+  size_t offset;       // of slot 0, from the start of the rank's workspace
 
   NCCL_DCP_HD size_t bytes() const { return 2 * slotBytes; }
+
+  // Data words group g carries (the last one may be short).
+  NCCL_DCP_HD int wordsInGroup(int g) const {
+    int left = dataWords - g * groupDataWords;
+    return left < groupDataWords ? left : groupDataWords;
+  }
 
   // Unit that source `src` sends to `dst` for (row, head), in dst's workspace.
   NCCL_DCP_HD size_t unitOffset(int slot, int src, int dst, int row, int head) const {
@@ -96,6 +111,16 @@ struct Region {
     return offset + (size_t)slot * slotBytes + unit * unitBytes;
   }
 };
+
+// Bytes of a group carrying `words` data words.
+NCCL_DCP_HD size_t groupBytesFor(Proto proto, int words) {
+  switch (proto) {
+    case Proto::LL128:
+      return (size_t)(1 + words + ll128::kDataWordsPerLine - 1) / ll128::kDataWordsPerLine * ll128::kLineBytes;
+    case Proto::LL: return (size_t)(1 + words) * ll::kLineBytes;
+    default: return simple::kHeaderBytes + (size_t)words * kWordBytes;
+  }
+}
 
 NCCL_DCP_HD Region makeRegion(Proto proto, int nRanks, int localHeads, int headDim, int eltSize,
                               int capacity, size_t offset) {
@@ -107,25 +132,12 @@ NCCL_DCP_HD Region makeRegion(Proto proto, int nRanks, int localHeads, int headD
   r.eltSize = eltSize;
   r.capacity = capacity;
   r.dataWords = headDim * eltSize / kWordBytes;
-  r.payloadWords = 1 + r.dataWords;
-  switch (proto) {
-    case Proto::LL128:
-      r.unitLines = (r.payloadWords + ll128::kDataWordsPerLine - 1) / ll128::kDataWordsPerLine;
-      r.groups = (r.unitLines + ll128::kLinesPerWarp - 1) / ll128::kLinesPerWarp;
-      r.unitBytes = (size_t)r.unitLines * ll128::kLineBytes;
-      break;
-    case Proto::LL:
-      r.unitLines = r.payloadWords;
-      r.groups = (r.unitLines + ll::kLinesPerWarp - 1) / ll::kLinesPerWarp;
-      r.unitBytes = (size_t)r.unitLines * ll::kLineBytes;
-      break;
-    case Proto::Simple:
-    default:
-      r.unitLines = 0;
-      r.groups = (headDim * eltSize + simple::kBytesPerWarp - 1) / simple::kBytesPerWarp;
-      r.unitBytes = simple::kHeaderBytes + (size_t)headDim * eltSize;
-      break;
-  }
+  r.groupDataWords = proto == Proto::LL128 ? kLl128GroupDataWords
+                     : proto == Proto::LL  ? kLlGroupDataWords
+                                           : kSimpleGroupDataWords;
+  r.groups = (r.dataWords + r.groupDataWords - 1) / r.groupDataWords;
+  r.groupBytes = groupBytesFor(proto, r.groupDataWords);
+  r.unitBytes = (r.groups - 1) * r.groupBytes + groupBytesFor(proto, r.wordsInGroup(r.groups - 1));
   r.slotBytes = alignUp((size_t)(nRanks - 1) * capacity * localHeads * r.unitBytes, kRegionAlign);
   r.offset = offset;
   return r;

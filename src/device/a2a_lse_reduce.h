@@ -1,13 +1,15 @@
 /*************************************************************************
  * The fused kernel: one round of all-to-all + LSE-weighted reduce.
  *
- *   send:    one warp per (row, head, destination): the unit goes straight
- *            into the destination's workspace (push; receivers read only
+ *   send:    one warp per (row, head, destination) writes the unit straight
+ *            into the destination's workspace (push: receivers read only
  *            local memory). The rank's own share is never sent.
- *   receive: one warp per (row, head): the LSEs of every source first
- *            (group 0 of each unit), the weights, then each warp-wide group
- *            of the head merged over the sources in order s = 0..cp-1, the
- *            rank's own share read straight from partialOut.
+ *   receive: one warp per (row, head, group). Every group carries the LSE,
+ *            so the warp needs no other: it loads its group from every
+ *            source at once (kSourceBatch loads in flight, not one round
+ *            trip per source), polls until all flags are the round's,
+ *            computes the weights, and merges in source order s = 0..cp-1,
+ *            its own share read straight from partialOut.
  *   round:   the last block to finish advances the round counter, which
  *            picks the slot and the flag value of the next round: CUDA-graph
  *            replays advance it too.
@@ -47,57 +49,105 @@ __device__ __forceinline__ int64_t lseOffset(const Strides& s, int row, int peer
   return row * s.lseRow + peer * s.lsePeer + head * s.lseHead;
 }
 
-// Merges one (row, head) unit on rank `rank`. Returns false if a wait gave up.
+// Sources whose loads a receiving warp keeps in flight at once.
+constexpr int kSourceBatch = 8;
+
+// Group g of (row, head) from sources [s0, s0 + kSourceBatch): polled until
+// every flag is the round's, then the lane's two data words of each source
+// (the rank's own from partialOut) and, in lane 0, each source's LSE.
+// Returns false if a wait gave up.
 template <typename T, class Transport, class Peers>
-__device__ bool receiveUnit(const FusedParams<Peers>& p, const RankIo& io, char* ws, int rank, int slot,
-                            uint32_t flag, int row, int head, float* weight, Waiter& waiter) {
+__device__ bool fetchSources(const FusedParams<Peers>& p, const RankIo& io, char* ws, int rank, int slot, uint32_t flag,
+                             int row, int head, int g, int s0, const int dw[2], uint64_t (&words)[kSourceBatch][2],
+                             float (&lse)[kSourceBatch], Waiter& waiter) {
+  const Region& r = p.region;
+  const int lane = threadIdx.x & 31;
+  typename Transport::Poll poll[kSourceBatch];
+  auto unitOf = [&](int src) { return ws + r.unitOffset(slot, src, rank, row, head); };
+  auto remote = [&](int b) { return s0 + b < p.nRanks && s0 + b != rank; };
+#pragma unroll
+  for (int b = 0; b < kSourceBatch; b++)
+    if (remote(b)) Transport::pollLoad(r, unitOf(s0 + b), g, lane, poll[b]);
+  while (true) {
+    int waitingFor = -1;
+#pragma unroll
+    for (int b = 0; b < kSourceBatch; b++)
+      if (remote(b) && !__all_sync(kFullMask, Transport::pollReady(r, g, lane, poll[b], flag))) {
+        if (waitingFor < 0) waitingFor = s0 + b;
+        Transport::pollLoad(r, unitOf(s0 + b), g, lane, poll[b]);
+      }
+    if (waitingFor < 0) break;
+    if (!waiter.keepWaiting(waitingFor)) return false;
+  }
+  const char* self = io.partialOut + inOffset(p.strides, row, rank, head) * (int64_t)sizeof(T);
+#pragma unroll
+  for (int b = 0; b < kSourceBatch; b++) {
+    const int src = s0 + b;
+    if (src >= p.nRanks) break;
+    if (src == rank) {
+      words[b][0] = dw[0] >= 0 ? loadInput8(self + (size_t)dw[0] * kWordBytes) : 0;
+      words[b][1] = dw[1] >= 0 ? loadInput8(self + (size_t)dw[1] * kWordBytes) : 0;
+      lse[b] = io.partialLse[lseOffset(p.strides, row, rank, head)];
+    } else {
+      typename Transport::Line line;
+      Transport::fetch(r, unitOf(src), g, lane, poll[b], line);
+      words[b][0] = Transport::word(line, 0);
+      words[b][1] = Transport::word(line, 1);
+      lse[b] = Transport::lseOf(line);
+    }
+  }
+  return true;
+}
+
+// Merges group g of one (row, head) on rank `rank`. `weight` is the warp's
+// scratch of NCCL_DCP_MAX_RANKS floats. Returns false if a wait gave up.
+template <typename T, class Transport, class Peers>
+__device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, char* ws, int rank, int slot,
+                             uint32_t flag, int row, int head, int g, float* weight, Waiter& waiter) {
   using W = Word<T>;
   const Region& r = p.region;
-  const Strides& s = p.strides;
   const int lane = threadIdx.x & 31;
+  const int dw[2] = {Transport::dataWord(r, g, lane, 0), Transport::dataWord(r, g, lane, 1)};
+  uint64_t words[kSourceBatch][2];
+  float lse[kSourceBatch];
 
-  for (int src = 0; src < p.nRanks; src++) {
-    float lse;
-    if (src == rank) {
-      lse = io.partialLse[lseOffset(s, row, rank, head)];
-    } else {
-      const char* unit = ws + r.unitOffset(slot, src, rank, row, head);
-      if (!Transport::waitLse(r, unit, flag, lane, waiter, src, &lse)) return false;
-    }
-    if (lane == 0) weight[src] = lse;
+  // Every source's LSE (from this group), then the weights.
+  for (int s0 = 0; s0 < p.nRanks; s0 += kSourceBatch) {
+    if (!fetchSources<T, Transport>(p, io, ws, rank, slot, flag, row, head, g, s0, dw, words, lse, waiter))
+      return false;
+    if (lane == 0)
+#pragma unroll
+      for (int b = 0; b < kSourceBatch; b++)
+        if (s0 + b < p.nRanks) weight[s0 + b] = lse[b];
   }
   __syncwarp();
   float mergedLse = 0.f;
   if (lane == 0) mergedLse = mergeWeights(weight, p.nRanks, p.lseBase, weight);
   __syncwarp();
 
-  const char* self = io.partialOut + inOffset(s, row, rank, head) * (int64_t)sizeof(T);
-  char* out = io.out + (row * s.outRow + head * s.outHead) * (int64_t)sizeof(T);
-  int dw[2];
-  for (int g = 0; g < r.groups; g++) {
-    dw[0] = Transport::dataWord(r, g, lane, 0);
-    dw[1] = Transport::dataWord(r, g, lane, 1);
-    float acc[2][W::kPerWord] = {};
-    for (int src = 0; src < p.nRanks; src++) {
-      uint64_t word[2] = {0, 0};
-      if (src == rank) {
+  // Merge in source order. Up to kSourceBatch sources are still in
+  // registers; more are fetched again (their flags are still set).
+  float acc[2][W::kPerWord] = {};
+  for (int s0 = 0; s0 < p.nRanks; s0 += kSourceBatch) {
+    if (p.nRanks > kSourceBatch &&
+        !fetchSources<T, Transport>(p, io, ws, rank, slot, flag, row, head, g, s0, dw, words, lse, waiter))
+      return false;
 #pragma unroll
-        for (int k = 0; k < 2; k++)
-          if (dw[k] >= 0) word[k] = loadInput8(self + (size_t)dw[k] * kWordBytes);
-      } else {
-        char* unit = ws + r.unitOffset(slot, src, rank, row, head);
-        if (!Transport::recvGroup(r, unit, g, flag, lane, waiter, src, word)) return false;
-      }
+    for (int b = 0; b < kSourceBatch; b++) {
+      const int src = s0 + b;
+      if (src >= p.nRanks) break;
       const float w = weight[src];
-#pragma unroll
-      for (int k = 0; k < 2; k++) W::accumulate(acc[k], w, word[k]);
+      W::accumulate(acc[0], w, words[b][0]);
+      W::accumulate(acc[1], w, words[b][1]);
+      if (src != rank) Transport::release(r, ws + r.unitOffset(slot, src, rank, row, head), g, lane);
     }
-#pragma unroll
-    for (int k = 0; k < 2; k++)
-      if (dw[k] >= 0) *(uint64_t*)(out + (size_t)dw[k] * kWordBytes) = W::pack(acc[k]);
   }
-  if (lane == 0 && io.outLse) io.outLse[row * s.outLseRow + head * s.outLseHead] = mergedLse;
-  __syncwarp();  // weight[] is reused by this warp's next unit
+  char* out = io.out + (row * p.strides.outRow + head * p.strides.outHead) * (int64_t)sizeof(T);
+#pragma unroll
+  for (int k = 0; k < 2; k++)
+    if (dw[k] >= 0) *(uint64_t*)(out + (size_t)dw[k] * kWordBytes) = W::pack(acc[k]);
+  if (g == 0 && lane == 0 && io.outLse) io.outLse[row * p.strides.outLseRow + head * p.strides.outLseHead] = mergedLse;
+  __syncwarp();  // weight[] is reused by this warp's next group
   return true;
 }
 
@@ -150,9 +200,11 @@ __global__ void __launch_bounds__(kFusedThreads)
   }
   allowDependentGrid();
 
-  const int recvItems = p.rows * Hl;
+  const int groups = r.groups;
+  const int recvItems = p.rows * Hl * groups;
   for (int item = warpInRank; !waiter.failed && item < recvItems; item += warpsPerRank) {
-    if (!receiveUnit<T, Transport>(p, io, ws, rank, slot, flag, item / Hl, item % Hl, weights[warp], waiter))
+    const int g = item % groups, rowHead = item / groups;
+    if (!receiveGroup<T, Transport>(p, io, ws, rank, slot, flag, rowHead / Hl, rowHead % Hl, g, weights[warp], waiter))
       break;
   }
 

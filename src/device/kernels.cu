@@ -2,6 +2,7 @@
  * The one CUDA translation unit: instantiations of the kernel templates
  * and their thin launchers.
  ************************************************************************/
+#include <algorithm>
 #include <atomic>
 
 #include "../error.h"
@@ -46,7 +47,8 @@ ncclResult_t launchFusedTyped(const FusedLaunch& l, const Peers& peers, cudaStre
   DCPCHECK(coResidentBlocks(kernel, kFusedThreads, coResidentCache, &maxBlocks));
   const int nVirtual = Peers::kLoopback ? l.nRanks : 1;
   const int Hl = l.region.localHeads;
-  const long warpsOfWork = (long)l.rows * Hl * (l.nRanks > 1 ? l.nRanks - 1 : 1);
+  // One warp per (row, head, destination) to send, per (row, head, group) to receive.
+  const long warpsOfWork = (long)l.rows * Hl * std::max(std::max(l.nRanks - 1, l.region.groups), 1);
   int blocksPerRank = (int)((warpsOfWork + kFusedWarps - 1) / kFusedWarps);
   if (blocksPerRank > maxBlocks / nVirtual) blocksPerRank = maxBlocks / nVirtual;
   if (blocksPerRank < 1)

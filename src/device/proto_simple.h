@@ -1,9 +1,10 @@
 /*************************************************************************
- * SIMPLE: a unit is a 16-byte header {lse, 0, flag} and the head's data,
- * moved with plain 16-byte stores (512 bytes per warp instruction). The
- * sender fences at system scope and then release-stores the flag; the
- * receiver acquire-loads it once per unit, then reads the data. One signal
- * per (source, row, head) instead of one per 128-byte line.
+ * SIMPLE: a group of a unit is a 16-byte header {lse, 0, flag} and up to
+ * 512 bytes of data, moved with plain 16-byte stores (one warp instruction).
+ * The sender writes the whole unit, fences once at system scope, then
+ * release-stores one flag per group; the receiver acquire-loads its group's
+ * flag, then reads header and data. One signal per 512 bytes instead of one
+ * per 128-byte line, and no data bytes spent on flags.
  ************************************************************************/
 #ifndef NCCL_DCP_DEVICE_PROTO_SIMPLE_H_
 #define NCCL_DCP_DEVICE_PROTO_SIMPLE_H_
@@ -15,49 +16,53 @@ namespace nccl_dcp {
 struct SimpleTransport {
   static constexpr Proto kProto = Proto::Simple;
 
-  __device__ static int chunkOf(int g, int lane) { return g * 32 + lane; }  // 16-byte chunk of the data
+  struct Line {
+    uint64_t a, b;  // the lane's 16 bytes of data
+    float lse;
+  };
+  using Poll = uint64_t;  // the group's flag
+
+  __device__ static const char* header(const Region& r, const char* unit, int g) { return unit + g * r.groupBytes; }
+  __device__ static bool active(const Region& r, int g, int lane) { return 2 * lane < r.wordsInGroup(g); }
+  __device__ static const char* lanePtr(const Region& r, const char* unit, int g, int lane) {
+    return header(r, unit, g) + simple::kHeaderBytes + lane * simple::kLaneBytes;
+  }
 
   __device__ static int dataWord(const Region& r, int g, int lane, int k) {
-    int w = 2 * chunkOf(g, lane) + k;
-    return w < r.dataWords ? w : -1;
+    const int w = 2 * lane + k;
+    return w < r.wordsInGroup(g) ? g * r.groupDataWords + w : -1;
   }
 
-  __device__ static void send(const Region& r, const char* src, float lse, char* unit, uint32_t flag,
-                              int lane) {
-    char* data = unit + simple::kHeaderBytes;
+  __device__ static void send(const Region& r, const char* src, float lse, char* unit, uint32_t flag, int lane) {
     for (int g = 0; g < r.groups; g++) {
-      const int c = chunkOf(g, lane);
-      if (2 * c >= r.dataWords) break;
-      const char* s = src + (size_t)c * simple::kLaneBytes;
-      storeVolatile16(data + (size_t)c * simple::kLaneBytes, loadInput8(s), loadInput8(s + 8));
+      if (!active(r, g, lane)) break;
+      const char* s = src + (size_t)dataWord(r, g, lane, 0) * kWordBytes;
+      storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), loadInput8(s), loadInput8(s + kWordBytes));
     }
-    if (lane == 0) storeVolatile4(unit, __float_as_uint(lse));
+    for (int g = lane; g < r.groups; g += 32) storeVolatile4(const_cast<char*>(header(r, unit, g)), __float_as_uint(lse));
+    // One fence for the whole unit, then every group's flag.
     __threadfence_system();
     __syncwarp();
-    if (lane == 0) storeRelease8(unit + simple::kFlagOffset, flag);
+    for (int g = lane; g < r.groups; g += 32)
+      storeRelease8(const_cast<char*>(header(r, unit, g)) + simple::kFlagOffset, flag);
   }
 
-  __device__ static bool waitLse(const Region& r, const char* unit, uint32_t flag, int lane, Waiter& w,
-                                 int peer, float* lse) {
-    while (true) {
-      const bool ready = loadAcquire8(unit + simple::kFlagOffset) == (uint64_t)flag;
-      if (__all_sync(kFullMask, ready)) break;
-      if (!w.keepWaiting(peer)) return false;
-    }
-    *lse = __uint_as_float(loadVolatile4(unit));
-    __syncwarp();
-    // Every lane has acquired; the flag goes back to zero for its next use.
-    if (lane == 0) storeVolatile8(const_cast<char*>(unit) + simple::kFlagOffset, 0);
-    return true;
+  __device__ static void pollLoad(const Region& r, const char* unit, int g, int, Poll& p) {
+    p = loadAcquire8(header(r, unit, g) + simple::kFlagOffset);
   }
-
-  __device__ static bool recvGroup(const Region& r, char* unit, int g, uint32_t, int lane, Waiter&, int,
-                                   uint64_t word[2]) {
-    const int c = chunkOf(g, lane);
-    word[0] = word[1] = 0;
-    if (2 * c < r.dataWords)
-      loadVolatile16(unit + simple::kHeaderBytes + (size_t)c * simple::kLaneBytes, word[0], word[1]);
-    return true;
+  __device__ static bool pollReady(const Region&, int, int, const Poll& p, uint32_t flag) {
+    return p == (uint64_t)flag;
+  }
+  // After this lane's acquire of the flag: header and data.
+  __device__ static void fetch(const Region& r, const char* unit, int g, int lane, const Poll&, Line& l) {
+    l.a = l.b = 0;
+    if (active(r, g, lane)) loadVolatile16(lanePtr(r, unit, g, lane), l.a, l.b);
+    l.lse = __uint_as_float(loadVolatile4(header(r, unit, g)));
+  }
+  __device__ static float lseOf(const Line& l) { return l.lse; }
+  __device__ static uint64_t word(const Line& l, int k) { return k ? l.b : l.a; }
+  __device__ static void release(const Region& r, char* unit, int g, int lane) {
+    if (lane == 0) storeVolatile8(const_cast<char*>(header(r, unit, g)) + simple::kFlagOffset, 0);
   }
 };
 

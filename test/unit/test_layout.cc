@@ -38,43 +38,54 @@ std::vector<std::pair<int, int>> validHeadDims() {
 // ---------------------------------------------------------------------------
 // Unit geometry.
 
-TEST(UnitGeometry, LL128LinesHoldTheLseWordAndTheHead) {
+// Every group of a unit carries the LSE in its first payload word (LL,
+// LL128) or header (SIMPLE), then up to groupDataWords data words.
+TEST(UnitGeometry, LL128GroupsAreFourLinesWithTheLseFirst) {
   for (auto [D, elt] : validHeadDims()) {
     const Region r = makeRegion(Proto::LL128, 2, 1, D, elt, 1, kControlBytes);
     const size_t dataWords = (size_t)D * elt / 8;
-    const size_t lines = ceilDiv(1 + dataWords, 15);  // 15 data words + 1 flag word per line
-    ASSERT_EQ((size_t)r.dataWords, dataWords) << "D " << D << " elt " << elt;
-    ASSERT_EQ((size_t)r.payloadWords, 1 + dataWords) << "D " << D << " elt " << elt;
-    ASSERT_EQ((size_t)r.unitLines, lines) << "D " << D << " elt " << elt;
-    ASSERT_EQ(r.unitBytes, 128 * lines) << "D " << D << " elt " << elt;
-    ASSERT_EQ((size_t)r.groups, ceilDiv(lines, 4)) << "D " << D << " elt " << elt;  // 4 lines per warp
+    const size_t groups = ceilDiv(dataWords, 59);                   // 4 lines x 15 words - the LSE word
+    const size_t lastWords = dataWords - (groups - 1) * 59;
+    const size_t lastLines = ceilDiv(1 + lastWords, 15);            // 15 payload words + 1 flag word per line
+    SCOPED_TRACE(::testing::Message() << "D " << D << " elt " << elt);
+    ASSERT_EQ((size_t)r.dataWords, dataWords);
+    ASSERT_EQ(r.groupDataWords, 59);
+    ASSERT_EQ((size_t)r.groups, groups);
+    ASSERT_EQ(r.groupBytes, 512u);
+    ASSERT_EQ(r.unitBytes, 512 * (groups - 1) + 128 * lastLines);
+    ASSERT_EQ((size_t)r.wordsInGroup(r.groups - 1), lastWords);
   }
 }
 
-TEST(UnitGeometry, LL128SmallestAndBoundaryHeads) {
+TEST(UnitGeometry, LL128BoundaryHeads) {
   // 14 data words + the LSE word fill one line exactly; 15 need two.
-  EXPECT_EQ(makeRegion(Proto::LL128, 2, 1, 56, 2, 1, 0).unitLines, 1);  // 112 bytes = 14 words
-  EXPECT_EQ(makeRegion(Proto::LL128, 2, 1, 60, 2, 1, 0).unitLines, 2);  // 120 bytes = 15 words
-  EXPECT_EQ(makeRegion(Proto::LL128, 2, 1, 512, 2, 1, 0).unitLines, 9);  // 1 + 128 words
-  EXPECT_EQ(makeRegion(Proto::LL128, 2, 1, 512, 2, 1, 0).groups, 3);
+  EXPECT_EQ(makeRegion(Proto::LL128, 2, 1, 56, 2, 1, 0).unitBytes, 128u);   // 112 bytes = 14 words
+  EXPECT_EQ(makeRegion(Proto::LL128, 2, 1, 60, 2, 1, 0).unitBytes, 256u);   // 120 bytes = 15 words
+  EXPECT_EQ(makeRegion(Proto::LL128, 2, 1, 236, 2, 1, 0).unitBytes, 512u);  // 59 words: one full group
+  EXPECT_EQ(makeRegion(Proto::LL128, 2, 1, 512, 2, 1, 0).groups, 3);        // 128 words = 59 + 59 + 10
+  EXPECT_EQ(makeRegion(Proto::LL128, 2, 1, 512, 2, 1, 0).unitBytes, 2 * 512u + 128u);
 }
 
-TEST(UnitGeometry, LLLineCarriesOneWord) {
+TEST(UnitGeometry, LLGroupsAreThirtyTwoLines) {
   for (auto [D, elt] : validHeadDims()) {
     const Region r = makeRegion(Proto::LL, 2, 1, D, elt, 1, kControlBytes);
-    const size_t lines = 1 + (size_t)D * elt / 8;
-    ASSERT_EQ((size_t)r.unitLines, lines) << "D " << D << " elt " << elt;
-    ASSERT_EQ(r.unitBytes, 16 * lines) << "D " << D << " elt " << elt;
-    ASSERT_EQ((size_t)r.groups, ceilDiv(lines, 32)) << "D " << D << " elt " << elt;  // a line per lane
+    const size_t dataWords = (size_t)D * elt / 8, groups = ceilDiv(dataWords, 31);
+    const size_t lastWords = dataWords - (groups - 1) * 31;
+    SCOPED_TRACE(::testing::Message() << "D " << D << " elt " << elt);
+    ASSERT_EQ((size_t)r.groups, groups);
+    ASSERT_EQ(r.groupBytes, 32 * 16u);  // a line per lane
+    ASSERT_EQ(r.unitBytes, 512 * (groups - 1) + 16 * (1 + lastWords));
   }
 }
 
-TEST(UnitGeometry, SimpleIsHeaderPlusHead) {
+TEST(UnitGeometry, SimpleGroupsAreHeaderPlusFiveHundredTwelveBytes) {
   for (auto [D, elt] : validHeadDims()) {
     const Region r = makeRegion(Proto::Simple, 2, 1, D, elt, 1, kControlBytes);
-    ASSERT_EQ(r.unitBytes, 16 + (size_t)D * elt) << "D " << D << " elt " << elt;
-    ASSERT_EQ(r.unitLines, 0) << "D " << D << " elt " << elt;
-    ASSERT_EQ((size_t)r.groups, ceilDiv((size_t)D * elt, 512)) << "D " << D << " elt " << elt;  // 16 B per lane
+    const size_t groups = ceilDiv((size_t)D * elt, 512);  // 16 B per lane
+    SCOPED_TRACE(::testing::Message() << "D " << D << " elt " << elt);
+    ASSERT_EQ((size_t)r.groups, groups);
+    ASSERT_EQ(r.groupBytes, 16 + 512u);
+    ASSERT_EQ(r.unitBytes, 16 * groups + (size_t)D * elt);
   }
 }
 
@@ -212,7 +223,7 @@ TEST(WorkspaceLayout, SimpleRegionAddsItsOwnBytes) {
   const WorkspaceLayout with = makeWorkspaceLayout(Proto::LL128, true, 4, 8, 512, 2, 64);
   EXPECT_EQ(without.totalBytes, kControlBytes + without.small.bytes());
   EXPECT_EQ(with.totalBytes, kControlBytes + with.small.bytes() + with.large.bytes());
-  EXPECT_EQ(with.large.unitBytes, 16u + 512 * 2);
+  EXPECT_EQ(with.large.unitBytes, 2 * (16u + 512));  // two groups, a header each
 }
 
 TEST(WorkspaceLayout, OneRankNeedsOnlyTheControlBlock) {
