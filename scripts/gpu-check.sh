@@ -60,7 +60,7 @@ if has sanitize; then
     compute-sanitizer --tool $tool --error-exitcode 99 "$BUILD/test/gpu_loopback" --gtest_filter="$filter" \
       > "$LOGS/sanitize-$tool.log" 2>&1
     rc=$?
-    errs=$(grep -E "ERROR SUMMARY" "$LOGS/sanitize-$tool.log" | tail -1)
+    errs=$(grep -E "(ERROR|RACECHECK) SUMMARY" "$LOGS/sanitize-$tool.log" | tail -1)
     passed=$(grep -E "^\[  PASSED  \]" "$LOGS/sanitize-$tool.log" | tail -1)
     note "compute-sanitizer $tool: rc $rc; ${errs:-no summary}; ${passed:-gtest did not pass}"
   done
