@@ -52,50 +52,41 @@ __device__ __forceinline__ int64_t lseOffset(const Strides& s, int row, int peer
 // Sources whose loads a receiving warp keeps in flight at once.
 constexpr int kSourceBatch = 8;
 
-// Group g of (row, head) from sources [s0, s0 + kSourceBatch): polled until
-// every flag is the round's, then the lane's two data words of each source
-// (the rank's own from partialOut) and, in lane 0, each source's LSE.
-// Returns false if a wait gave up.
-template <typename T, class Transport, class Peers>
+// Group g of (row, head) from the remote sources in [s0, s0 + kSourceBatch):
+// loads all in flight, polled until every flag is the round's, then the
+// data fetched (again, where the protocol wants it). Lane 0 leaves each
+// source's LSE in weight[] (the rank's own from partialLse). Returns false
+// if a wait gave up.
+template <class Transport, class Peers>
 __device__ bool fetchSources(const FusedParams<Peers>& p, const RankIo& io, char* ws, int rank, int slot, uint32_t flag,
-                             int row, int head, int g, int s0, const int dw[2], uint64_t (&words)[kSourceBatch][2],
-                             float (&lse)[kSourceBatch], Waiter& waiter) {
+                             int row, int head, int g, int s0, typename Transport::Line (&line)[kSourceBatch],
+                             float* weight, Waiter& waiter) {
   const Region& r = p.region;
   const int lane = threadIdx.x & 31;
-  typename Transport::Poll poll[kSourceBatch];
   auto unitOf = [&](int src) { return ws + r.unitOffset(slot, src, rank, row, head); };
   auto remote = [&](int b) { return s0 + b < p.nRanks && s0 + b != rank; };
 #pragma unroll
   for (int b = 0; b < kSourceBatch; b++)
-    if (remote(b)) Transport::pollLoad(r, unitOf(s0 + b), g, lane, poll[b]);
+    if (remote(b)) Transport::pollLoad(r, unitOf(s0 + b), g, lane, line[b]);
   while (true) {
     int waitingFor = -1;
 #pragma unroll
     for (int b = 0; b < kSourceBatch; b++)
-      if (remote(b) && !__all_sync(kFullMask, Transport::pollReady(r, g, lane, poll[b], flag))) {
+      if (remote(b) && !__all_sync(kFullMask, Transport::pollReady(r, g, lane, line[b], flag))) {
         if (waitingFor < 0) waitingFor = s0 + b;
-        Transport::pollLoad(r, unitOf(s0 + b), g, lane, poll[b]);
+        Transport::pollLoad(r, unitOf(s0 + b), g, lane, line[b]);
       }
     if (waitingFor < 0) break;
     if (!waiter.keepWaiting(waitingFor)) return false;
   }
-  const char* self = io.partialOut + inOffset(p.strides, row, rank, head) * (int64_t)sizeof(T);
 #pragma unroll
   for (int b = 0; b < kSourceBatch; b++) {
-    const int src = s0 + b;
-    if (src >= p.nRanks) break;
-    if (src == rank) {
-      words[b][0] = dw[0] >= 0 ? loadInput8(self + (size_t)dw[0] * kWordBytes) : 0;
-      words[b][1] = dw[1] >= 0 ? loadInput8(self + (size_t)dw[1] * kWordBytes) : 0;
-      lse[b] = io.partialLse[lseOffset(p.strides, row, rank, head)];
-    } else {
-      typename Transport::Line line;
-      Transport::fetch(r, unitOf(src), g, lane, poll[b], line);
-      words[b][0] = Transport::word(line, 0);
-      words[b][1] = Transport::word(line, 1);
-      lse[b] = Transport::lseOf(line);
-    }
+    if (!remote(b)) continue;
+    Transport::fetch(r, unitOf(s0 + b), g, lane, line[b]);
+    if (lane == 0) weight[s0 + b] = Transport::lseOf(line[b]);
   }
+  if (lane == 0 && rank >= s0 && rank < s0 + kSourceBatch)
+    weight[rank] = io.partialLse[lseOffset(p.strides, row, rank, head)];
   return true;
 }
 
@@ -107,19 +98,11 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, char
   using W = Word<T>;
   const Region& r = p.region;
   const int lane = threadIdx.x & 31;
-  const int dw[2] = {Transport::dataWord(r, g, lane, 0), Transport::dataWord(r, g, lane, 1)};
-  uint64_t words[kSourceBatch][2];
-  float lse[kSourceBatch];
+  typename Transport::Line line[kSourceBatch];
 
-  // Every source's LSE (from this group), then the weights.
-  for (int s0 = 0; s0 < p.nRanks; s0 += kSourceBatch) {
-    if (!fetchSources<T, Transport>(p, io, ws, rank, slot, flag, row, head, g, s0, dw, words, lse, waiter))
-      return false;
-    if (lane == 0)
-#pragma unroll
-      for (int b = 0; b < kSourceBatch; b++)
-        if (s0 + b < p.nRanks) weight[s0 + b] = lse[b];
-  }
+  // Every source's LSE (each group carries it), then the weights.
+  for (int s0 = 0; s0 < p.nRanks; s0 += kSourceBatch)
+    if (!fetchSources<Transport>(p, io, ws, rank, slot, flag, row, head, g, s0, line, weight, waiter)) return false;
   __syncwarp();
   float mergedLse = 0.f;
   if (lane == 0) mergedLse = mergeWeights(weight, p.nRanks, p.lseBase, weight);
@@ -127,18 +110,26 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, char
 
   // Merge in source order. Up to kSourceBatch sources are still in
   // registers; more are fetched again (their flags are still set).
+  const int dw[2] = {Transport::dataWord(r, g, lane, 0), Transport::dataWord(r, g, lane, 1)};
+  const char* self = io.partialOut + inOffset(p.strides, row, rank, head) * (int64_t)sizeof(T);
   float acc[2][W::kPerWord] = {};
   for (int s0 = 0; s0 < p.nRanks; s0 += kSourceBatch) {
-    if (p.nRanks > kSourceBatch &&
-        !fetchSources<T, Transport>(p, io, ws, rank, slot, flag, row, head, g, s0, dw, words, lse, waiter))
-      return false;
+    if (s0 > 0 || p.nRanks > kSourceBatch)
+      if (!fetchSources<Transport>(p, io, ws, rank, slot, flag, row, head, g, s0, line, weight + NCCL_DCP_MAX_RANKS,
+                                   waiter))
+        return false;
 #pragma unroll
     for (int b = 0; b < kSourceBatch; b++) {
       const int src = s0 + b;
       if (src >= p.nRanks) break;
       const float w = weight[src];
-      W::accumulate(acc[0], w, words[b][0]);
-      W::accumulate(acc[1], w, words[b][1]);
+#pragma unroll
+      for (int k = 0; k < 2; k++) {
+        uint64_t x;
+        if (src == rank) x = dw[k] >= 0 ? loadInput8(self + (size_t)dw[k] * kWordBytes) : 0;
+        else x = Transport::word(line[b], k);
+        W::accumulate(acc[k], w, x);
+      }
       if (src != rank) Transport::release(r, ws + r.unitOffset(slot, src, rank, row, head), g, lane);
     }
   }
@@ -154,7 +145,8 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, char
 template <typename T, class Transport, class Peers>
 __global__ void __launch_bounds__(kFusedThreads)
     a2aLseReduceKernel(const __grid_constant__ FusedParams<Peers> p) {
-  __shared__ float weights[kFusedWarps][NCCL_DCP_MAX_RANKS];
+  // Per warp: the weights, and room for LSEs fetched again (cp > kSourceBatch).
+  __shared__ float weights[kFusedWarps][2 * NCCL_DCP_MAX_RANKS];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   int localBlock;
   const int rank = p.peers.rankOfBlock(p.blocksPerRank, &localBlock);

@@ -13,6 +13,9 @@ namespace nccl_dcp {
 
 constexpr unsigned kFullMask = 0xffffffffu;
 
+// Groups whose input loads a sending warp issues before their stores.
+constexpr int kSendBatch = 4;
+
 // Record of the first device-side failure, in host-mapped memory so the host
 // reads it without synchronising (ncclDcpGetAsyncError).
 struct AsyncErrorRecord {

@@ -17,7 +17,6 @@ struct LlTransport {
   struct Line {
     uint32_t d0, f0, d1, f1;
   };
-  using Poll = Line;
 
   __device__ static bool active(const Region& r, int g, int lane) { return lane <= r.wordsInGroup(g); }
   __device__ static const char* lanePtr(const Region& r, const char* unit, int g, int lane) {
@@ -29,23 +28,31 @@ struct LlTransport {
   }
 
   __device__ static void send(const Region& r, const char* src, float lse, char* unit, uint32_t flag, int lane) {
-    for (int g = 0; g < r.groups; g++) {
-      if (!active(r, g, lane)) break;
-      const int w = dataWord(r, g, lane, 0);
-      const uint64_t v = w >= 0 ? loadInput8(src + (size_t)w * kWordBytes) : (uint64_t)__float_as_uint(lse);
-      storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), (uint32_t)v, flag, (uint32_t)(v >> 32), flag);
+    for (int g0 = 0; g0 < r.groups; g0 += kSendBatch) {
+      uint64_t v[kSendBatch];
+#pragma unroll
+      for (int j = 0; j < kSendBatch; j++) {
+        const int w = g0 + j < r.groups ? dataWord(r, g0 + j, lane, 0) : -1;
+        v[j] = w >= 0 ? loadInput8(src + (size_t)w * kWordBytes) : (uint64_t)__float_as_uint(lse);
+      }
+#pragma unroll
+      for (int j = 0; j < kSendBatch; j++) {
+        const int g = g0 + j;
+        if (g >= r.groups || !active(r, g, lane)) break;
+        storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), (uint32_t)v[j], flag, (uint32_t)(v[j] >> 32), flag);
+      }
     }
   }
 
-  __device__ static void pollLoad(const Region& r, const char* unit, int g, int lane, Poll& p) {
-    p = Poll{0, 0, 0, 0};
-    if (active(r, g, lane)) loadVolatile16(lanePtr(r, unit, g, lane), p.d0, p.f0, p.d1, p.f1);
+  __device__ static void pollLoad(const Region& r, const char* unit, int g, int lane, Line& l) {
+    l = Line{0, 0, 0, 0};
+    if (active(r, g, lane)) loadVolatile16(lanePtr(r, unit, g, lane), l.d0, l.f0, l.d1, l.f1);
   }
-  __device__ static bool pollReady(const Region& r, int g, int lane, const Poll& p, uint32_t flag) {
-    return !active(r, g, lane) || (p.f0 == flag && p.f1 == flag);
+  __device__ static bool pollReady(const Region& r, int g, int lane, const Line& l, uint32_t flag) {
+    return !active(r, g, lane) || (l.f0 == flag && l.f1 == flag);
   }
   // Each 8-byte half is atomic with its flag: the polled data is the data.
-  __device__ static void fetch(const Region&, const char*, int, int, const Poll& p, Line& l) { l = p; }
+  __device__ static void fetch(const Region&, const char*, int, int, Line&) {}
   __device__ static float lseOf(const Line& l) { return __uint_as_float(l.d0); }  // lane 0
   __device__ static uint64_t word(const Line& l, int k) {
     return k ? 0 : (uint64_t)l.d0 | ((uint64_t)l.d1 << 32);

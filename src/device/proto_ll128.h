@@ -27,7 +27,6 @@ struct Ll128Transport {
   struct Line {
     uint64_t a, b;  // the lane's 16 bytes of its line
   };
-  using Poll = Line;
 
   __device__ static int lineOf(int lane) { return lane / ll128::kLanesPerLine; }
   __device__ static int slotOf(int lane) { return lane % ll128::kLanesPerLine; }
@@ -51,30 +50,39 @@ struct Ll128Transport {
     return lineOf(lane) * ll128::kDataWordsPerLine <= r.wordsInGroup(g);
   }
 
-  // The whole unit: every group, the LSE in each group's first word.
+  // The whole unit: every group, the LSE in each group's first word. Loads
+  // of kSendBatch groups are issued before their stores: a sending warp
+  // would otherwise wait one memory round trip per group.
   __device__ static void send(const Region& r, const char* src, float lse, char* unit, uint32_t flag, int lane) {
-    const int i = slotOf(lane);
-    for (int g = 0; g < r.groups; g++) {
-      if (!lineWritten(r, g, lane)) break;
-      const int w0 = dataWord(r, g, lane, 0), w1 = dataWord(r, g, lane, 1);
-      uint64_t v0 = w0 >= 0 ? loadInput8(src + (size_t)w0 * kWordBytes) : 0;
-      uint64_t v1 = w1 >= 0 ? loadInput8(src + (size_t)w1 * kWordBytes) : 0;
-      if (payloadWord(lane, 0) == 0) v0 = (uint64_t)__float_as_uint(lse);
-      if (i == ll128::kFlagLane) v1 = flag;
-      storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), v0, v1);
+    for (int g0 = 0; g0 < r.groups; g0 += kSendBatch) {
+      uint64_t v[kSendBatch][2];
+#pragma unroll
+      for (int j = 0; j < kSendBatch; j++) {
+        const int g = g0 + j, w0 = dataWord(r, g, lane, 0), w1 = dataWord(r, g, lane, 1);
+        const bool live = g < r.groups;
+        v[j][0] = live && w0 >= 0 ? loadInput8(src + (size_t)w0 * kWordBytes) : 0;
+        v[j][1] = live && w1 >= 0 ? loadInput8(src + (size_t)w1 * kWordBytes) : 0;
+      }
+#pragma unroll
+      for (int j = 0; j < kSendBatch; j++) {
+        const int g = g0 + j;
+        if (g >= r.groups || !lineWritten(r, g, lane)) break;
+        if (payloadWord(lane, 0) == 0) v[j][0] = (uint64_t)__float_as_uint(lse);
+        if (slotOf(lane) == ll128::kFlagLane) v[j][1] = flag;
+        storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), v[j][0], v[j][1]);
+      }
     }
   }
 
-  __device__ static void pollLoad(const Region& r, const char* unit, int g, int lane, Poll& p) {
-    p.a = p.b = 0;
-    if (lineWritten(r, g, lane)) loadVolatile16(lanePtr(r, unit, g, lane), p.a, p.b);
+  __device__ static void pollLoad(const Region& r, const char* unit, int g, int lane, Line& l) {
+    l.a = l.b = 0;
+    if (lineWritten(r, g, lane)) loadVolatile16(lanePtr(r, unit, g, lane), l.a, l.b);
   }
-  __device__ static bool pollReady(const Region& r, int g, int lane, const Poll& p, uint32_t flag) {
-    return !lineWritten(r, g, lane) || slotOf(lane) != ll128::kFlagLane || p.b == (uint64_t)flag;
+  __device__ static bool pollReady(const Region& r, int g, int lane, const Line& l, uint32_t flag) {
+    return !lineWritten(r, g, lane) || slotOf(lane) != ll128::kFlagLane || l.b == (uint64_t)flag;
   }
   // Hopper rule: the data is read again once every flag of the group is seen.
-  __device__ static void fetch(const Region& r, const char* unit, int g, int lane, const Poll& p, Line& l) {
-    l = p;
+  __device__ static void fetch(const Region& r, const char* unit, int g, int lane, Line& l) {
 #if NCCL_DCP_LL128_REREAD
     if (lineWritten(r, g, lane)) loadVolatile16(lanePtr(r, unit, g, lane), l.a, l.b);
 #endif

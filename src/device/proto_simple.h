@@ -17,10 +17,10 @@ struct SimpleTransport {
   static constexpr Proto kProto = Proto::Simple;
 
   struct Line {
+    uint64_t flag;  // the group's
     uint64_t a, b;  // the lane's 16 bytes of data
     float lse;
   };
-  using Poll = uint64_t;  // the group's flag
 
   __device__ static const char* header(const Region& r, const char* unit, int g) { return unit + g * r.groupBytes; }
   __device__ static bool active(const Region& r, int g, int lane) { return 2 * lane < r.wordsInGroup(g); }
@@ -34,10 +34,22 @@ struct SimpleTransport {
   }
 
   __device__ static void send(const Region& r, const char* src, float lse, char* unit, uint32_t flag, int lane) {
-    for (int g = 0; g < r.groups; g++) {
-      if (!active(r, g, lane)) break;
-      const char* s = src + (size_t)dataWord(r, g, lane, 0) * kWordBytes;
-      storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), loadInput8(s), loadInput8(s + kWordBytes));
+    for (int g0 = 0; g0 < r.groups; g0 += kSendBatch) {
+      uint64_t v[kSendBatch][2];
+#pragma unroll
+      for (int j = 0; j < kSendBatch; j++) {
+        const int g = g0 + j;
+        const bool live = g < r.groups && active(r, g, lane);
+        const char* s = src + (size_t)(live ? dataWord(r, g, lane, 0) : 0) * kWordBytes;
+        v[j][0] = live ? loadInput8(s) : 0;
+        v[j][1] = live ? loadInput8(s + kWordBytes) : 0;
+      }
+#pragma unroll
+      for (int j = 0; j < kSendBatch; j++) {
+        const int g = g0 + j;
+        if (g >= r.groups || !active(r, g, lane)) break;
+        storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), v[j][0], v[j][1]);
+      }
     }
     for (int g = lane; g < r.groups; g += 32) storeVolatile4(const_cast<char*>(header(r, unit, g)), __float_as_uint(lse));
     // One fence for the whole unit, then every group's flag.
@@ -47,14 +59,14 @@ struct SimpleTransport {
       storeRelease8(const_cast<char*>(header(r, unit, g)) + simple::kFlagOffset, flag);
   }
 
-  __device__ static void pollLoad(const Region& r, const char* unit, int g, int, Poll& p) {
-    p = loadAcquire8(header(r, unit, g) + simple::kFlagOffset);
+  __device__ static void pollLoad(const Region& r, const char* unit, int g, int, Line& l) {
+    l.flag = loadAcquire8(header(r, unit, g) + simple::kFlagOffset);
   }
-  __device__ static bool pollReady(const Region&, int, int, const Poll& p, uint32_t flag) {
-    return p == (uint64_t)flag;
+  __device__ static bool pollReady(const Region&, int, int, const Line& l, uint32_t flag) {
+    return l.flag == (uint64_t)flag;
   }
   // After this lane's acquire of the flag: header and data.
-  __device__ static void fetch(const Region& r, const char* unit, int g, int lane, const Poll&, Line& l) {
+  __device__ static void fetch(const Region& r, const char* unit, int g, int lane, Line& l) {
     l.a = l.b = 0;
     if (active(r, g, lane)) loadVolatile16(lanePtr(r, unit, g, lane), l.a, l.b);
     l.lse = __uint_as_float(loadVolatile4(header(r, unit, g)));
