@@ -70,7 +70,7 @@ fi
 
 if has perf && [ -x "$BUILD/perf/dcp_a2a_lse_reduce_perf" ]; then
   start=$SECONDS
-  for P in LL128 LL SIMPLE AUTO; do
+  for P in ${PERF_PROTOS:-LL128 LL SIMPLE AUTO}; do
     "$BUILD/perf/dcp_a2a_lse_reduce_perf" -V 8 -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 1 -c 1 -P $P \
       -J "$LOGS/perf-$P.json" > "$LOGS/perf-$P.txt" 2>&1
     note "perf $P: rc $? (table in perf-$P.txt)"
