@@ -11,7 +11,7 @@ ROOT=$PWD
 BUILD=${BUILD:-build-gpu}
 LOGS=${OUT:-$BUILD/logs}
 mkdir -p "$LOGS"
-stages=${*:-build tests sanitize perf}
+stages=${*:-build tests sanitize perf}  # also: noreread
 summary=()
 note() { summary+=("$*"); echo "== $*"; }
 has() { [[ " $stages " == *" $1 "* ]]; }
@@ -71,12 +71,22 @@ fi
 if has perf && [ -x "$BUILD/perf/dcp_a2a_lse_reduce_perf" ]; then
   start=$SECONDS
   for P in ${PERF_PROTOS:-LL128 LL SIMPLE AUTO}; do
-    "$BUILD/perf/dcp_a2a_lse_reduce_perf" -V 8 -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 1 -c 1 -P $P \
+    "$BUILD/perf/dcp_a2a_lse_reduce_perf" -V 8 -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 10 -c 1 -P $P \
       -J "$LOGS/perf-$P.json" > "$LOGS/perf-$P.txt" 2>&1
     note "perf $P: rc $? (table in perf-$P.txt)"
     tail -14 "$LOGS/perf-$P.txt"
   done
   note "perf took $((SECONDS - start)) s"
+fi
+
+# LL128 without the Hopper re-read (DESIGN §4): same sweep, its own build.
+if has noreread; then
+  meson setup build-noreread --buildtype=release -Dll128_reread=false > "$LOGS/configure-noreread.log" 2>&1 &&
+    ninja -C build-noreread perf/dcp_a2a_lse_reduce_perf > "$LOGS/build-noreread.log" 2>&1 &&
+    build-noreread/perf/dcp_a2a_lse_reduce_perf -V 8 -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 10 -c 1 -P LL128 \
+      -J "$LOGS/perf-LL128-noreread.json" > "$LOGS/perf-LL128-noreread.txt" 2>&1
+  note "perf LL128 without re-read: rc $?"
+  tail -11 "$LOGS/perf-LL128-noreread.txt"
 fi
 
 echo

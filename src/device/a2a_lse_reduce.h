@@ -99,6 +99,12 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, char
   const Region& r = p.region;
   const int lane = threadIdx.x & 31;
   typename Transport::Line line[kSourceBatch];
+  // The rank's own share is local: its loads go out before the polls.
+  const int dw[2] = {Transport::dataWord(r, g, lane, 0), Transport::dataWord(r, g, lane, 1)};
+  const char* self = io.partialOut + inOffset(p.strides, row, rank, head) * (int64_t)sizeof(T);
+  uint64_t own[2];
+#pragma unroll
+  for (int k = 0; k < 2; k++) own[k] = dw[k] >= 0 ? loadInput8(self + (size_t)dw[k] * kWordBytes) : 0;
 
   // Every source's LSE (each group carries it), then the weights.
   for (int s0 = 0; s0 < p.nRanks; s0 += kSourceBatch)
@@ -110,8 +116,6 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, char
 
   // Merge in source order. Up to kSourceBatch sources are still in
   // registers; more are fetched again (their flags are still set).
-  const int dw[2] = {Transport::dataWord(r, g, lane, 0), Transport::dataWord(r, g, lane, 1)};
-  const char* self = io.partialOut + inOffset(p.strides, row, rank, head) * (int64_t)sizeof(T);
   float acc[2][W::kPerWord] = {};
   for (int s0 = 0; s0 < p.nRanks; s0 += kSourceBatch) {
     if (s0 > 0 || p.nRanks > kSourceBatch)
@@ -124,12 +128,7 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, char
       if (src >= p.nRanks) break;
       const float w = weight[src];
 #pragma unroll
-      for (int k = 0; k < 2; k++) {
-        uint64_t x;
-        if (src == rank) x = dw[k] >= 0 ? loadInput8(self + (size_t)dw[k] * kWordBytes) : 0;
-        else x = Transport::word(line[b], k);
-        W::accumulate(acc[k], w, x);
-      }
+      for (int k = 0; k < 2; k++) W::accumulate(acc[k], w, src == rank ? own[k] : Transport::word(line[b], k));
       if (src != rank) Transport::release(r, ws + r.unitOffset(slot, src, rank, row, head), g, lane);
     }
   }
