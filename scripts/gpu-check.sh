@@ -11,7 +11,7 @@ ROOT=$PWD
 BUILD=${BUILD:-build-gpu}
 LOGS=${OUT:-$BUILD/logs}
 mkdir -p "$LOGS"
-stages=${*:-build tests sanitize perf}  # also: noreread
+stages=${*:-build tests sanitize perf}  # also: nopdl noreread
 summary=()
 note() { summary+=("$*"); echo "== $*"; }
 has() { [[ " $stages " == *" $1 "* ]]; }
@@ -77,6 +77,14 @@ if has perf && [ -x "$BUILD/perf/dcp_a2a_lse_reduce_perf" ]; then
     tail -14 "$LOGS/perf-$P.txt"
   done
   note "perf took $((SECONDS - start)) s"
+fi
+
+# LL128 without programmatic dependent launch, to weigh PDL (same build).
+if has nopdl && [ -x "$BUILD/perf/dcp_a2a_lse_reduce_perf" ]; then
+  NCCL_DCP_PDL=0 "$BUILD/perf/dcp_a2a_lse_reduce_perf" -V 8 -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 10 -c 1 -P LL128 \
+    -J "$LOGS/perf-LL128-nopdl.json" > "$LOGS/perf-LL128-nopdl.txt" 2>&1
+  note "perf LL128 with NCCL_DCP_PDL=0: rc $?"
+  tail -11 "$LOGS/perf-LL128-nopdl.txt"
 fi
 
 # LL128 without the Hopper re-read (DESIGN §4): same sweep, its own build.
