@@ -113,7 +113,8 @@ const std::vector<const char*>& envVariableNames() {
   static const std::vector<const char*> names = {
       "NCCL_DCP_DEBUG",          "NCCL_DCP_DEBUG_FILE", "NCCL_DCP_PROTO",
       "NCCL_DCP_TIMEOUT_MS",     "NCCL_DCP_MAX_BATCH",  "NCCL_DCP_SIMPLE_MIN_ROWS",
-      "NCCL_DCP_FORCE_FALLBACK", "NCCL_DCP_PDL",        "NCCL_DCP_REQUIRE_GPU"};
+      "NCCL_DCP_FORCE_FALLBACK", "NCCL_DCP_PDL",        "NCCL_DCP_REQUIRE_GPU",
+      "NCCL_DCP_SOURCE_ROOT"};
   return names;
 }
 

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""Plot dcp_a2a_lse_reduce_perf JSON (-J) files: latency vs batch, the fused
+collective per protocol against the baseline measured in the same run.
+
+    scripts/plot_perf.py -o docs/perf-loopback.png perf-LL128.json perf-LL.json ...
+"""
+import argparse
+import json
+import sys
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("json", nargs="+", help="files written by dcp_a2a_lse_reduce_perf -J")
+    ap.add_argument("-o", "--output", required=True, help="PNG to write")
+    ap.add_argument("--title", default=None)
+    args = ap.parse_args()
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit("plot_perf.py needs matplotlib (pip install matplotlib)")
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    baseline_drawn = False
+    meta = None
+    for path in args.json:
+        with open(path) as f:
+            run = json.load(f)
+        meta = meta or run
+        rows = [r for r in run["rows"] if r["rows"] > 0]
+        batch = [r["rows"] for r in rows]
+        ax.plot(batch, [r["fusedUs"] for r in rows], marker="o", label="nccl-dcp " + run["protocol"])
+        # One baseline curve: every run measured it on the same data.
+        if not baseline_drawn and any(r["baseUs"] > 0 for r in rows):
+            ax.plot(batch, [r["baseUs"] for r in rows], marker="s", color="black", linestyle="--",
+                    label="baseline: all-to-all + combine")
+            baseline_drawn = True
+        if any(r.get("idealUs", 0) > 0 for r in rows) and run["protocol"] in ("LL128", "AUTO"):
+            ax.plot(batch, [r["idealUs"] for r in rows], color="grey", linestyle=":",
+                    label="ideal bytes at copy bandwidth")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch (rows)")
+    ax.set_ylabel("time per call (us, median)")
+    title = args.title or "{} {} ranks, {} D={} Hl={} on {}".format(
+        meta["mode"], meta["nRanks"], meta["dtype"], meta["headDim"], meta["localHeads"], meta["device"])
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(args.output, dpi=120)
+    print("wrote", args.output)
+
+
+if __name__ == "__main__":
+    main()
