@@ -6,7 +6,7 @@
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  if (nccl_dcp::test::requireGpu())
-    printf("NCCL_DCP_REQUIRE_GPU=1: tests that need a missing GPU fail instead of skipping\n");
+  if (int n = nccl_dcp::test::requiredGpus())
+    printf("NCCL_DCP_REQUIRE_GPU=%d: tests that need up to %d GPU(s) fail instead of skipping\n", n, n);
   return RUN_ALL_TESTS();
 }

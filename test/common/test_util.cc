@@ -10,9 +10,9 @@
 namespace nccl_dcp {
 namespace test {
 
-bool requireGpu() {
+int requiredGpus() {
   const char* s = getenv("NCCL_DCP_REQUIRE_GPU");
-  return s && strcmp(s, "1") == 0;
+  return s ? atoi(s) : 0;
 }
 
 int gpuCount(std::string* reason) {

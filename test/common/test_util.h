@@ -20,27 +20,27 @@
 namespace nccl_dcp {
 namespace test {
 
-// NCCL_DCP_REQUIRE_GPU=1: a test that would skip for want of GPUs fails.
-bool requireGpu();
+// NCCL_DCP_REQUIRE_GPU=N: the machine has N GPUs, so a test needing at
+// most N that finds fewer fails instead of skipping (0 / unset: skip).
+int requiredGpus();
 // Usable CUDA devices; 0 (with the reason) when there is no driver or GPU.
 int gpuCount(std::string* reason = nullptr);
 
 }  // namespace test
 }  // namespace nccl_dcp
 
-#define DCP_SKIP_OR_FAIL(msg)                                                    \
-  do {                                                                           \
-    if (::nccl_dcp::test::requireGpu()) GTEST_FAIL() << "NCCL_DCP_REQUIRE_GPU=1: " << msg; \
-    GTEST_SKIP() << msg;                                                         \
-  } while (0)
-
-// Skips (or fails) the test unless at least n GPUs are usable.
-#define DCP_REQUIRE_GPUS(n)                                                      \
-  do {                                                                           \
-    std::string why_;                                                            \
-    int have_ = ::nccl_dcp::test::gpuCount(&why_);                               \
-    if (have_ < (n))                                                             \
-      DCP_SKIP_OR_FAIL("needs " << (n) << " GPU(s), found " << have_ << why_);   \
+// Skips the test unless at least n GPUs are usable; fails instead when
+// NCCL_DCP_REQUIRE_GPU promises n or more.
+#define DCP_REQUIRE_GPUS(n)                                                               \
+  do {                                                                                    \
+    std::string why_;                                                                     \
+    const int have_ = ::nccl_dcp::test::gpuCount(&why_);                                  \
+    if (have_ < (n)) {                                                                    \
+      if (::nccl_dcp::test::requiredGpus() >= (n))                                        \
+        GTEST_FAIL() << "NCCL_DCP_REQUIRE_GPU=" << ::nccl_dcp::test::requiredGpus()       \
+                     << ": needs " << (n) << " GPU(s), found " << have_ << why_;          \
+      GTEST_SKIP() << "needs " << (n) << " GPU(s), found " << have_ << why_;              \
+    }                                                                                     \
   } while (0)
 
 #define CUDA_ASSERT(cmd)                                                                   \
