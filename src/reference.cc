@@ -1,5 +1,7 @@
 #include "reference.h"
 
+#include <cmath>
+#include <sstream>
 #include <vector>
 
 namespace nccl_dcp {
@@ -41,6 +43,53 @@ void referenceA2aLseReduce(const Config& cfg, int nRanks, int batch, const Strid
     case ncclFloat16: return referenceTyped<__half>(cfg, nRanks, batch, s, ranks);
     default: return referenceTyped<float>(cfg, nRanks, batch, s, ranks);
   }
+}
+
+namespace {
+
+// One unit of rounding of dtype, relative.
+float dtypeEpsilon(ncclDataType_t dtype) {
+  switch (dtype) {
+    case ncclBfloat16: return 1.f / 128;
+    case ncclFloat16: return 1.f / 1024;
+    default: return 1e-5f;
+  }
+}
+
+}  // namespace
+
+size_t countMismatches(const Config& cfg, int nRanks, int batch, const Strides& s, const CallBuffers* got,
+                       const CallBuffers* want, std::string* first) {
+  size_t count = 0;
+  const float eps = dtypeEpsilon(cfg.dtype);
+  auto note = [&](int r, const char* what, int b, int j, int d, float g, float w) {
+    if (count++ == 0 && first) {
+      std::ostringstream o;
+      o << "rank " << r << " " << what << "[" << b << "][" << j << "]";
+      if (d >= 0) o << "[" << d << "]";
+      o << " = " << g << ", want " << w;
+      *first = o.str();
+    }
+  };
+  for (int r = 0; r < nRanks; r++) {
+    for (int b = 0; b < batch; b++) {
+      for (int j = 0; j < cfg.localHeads; j++) {
+        for (int d = 0; d < cfg.headDim; d++) {
+          const int64_t i = b * s.outRow + j * s.outHead + d;
+          const float g = loadElement(cfg.dtype, got[r].out, i), w = loadElement(cfg.dtype, want[r].out, i);
+          if (!(std::isfinite(g) && std::fabs(g - w) <= 1e-5f + eps * std::fabs(w))) note(r, "out", b, j, d, g, w);
+        }
+        if (want[r].outLse) {
+          const int64_t i = b * s.outLseRow + j * s.outLseHead;
+          const float g = got[r].outLse[i], w = want[r].outLse[i];
+          const bool ok = (std::isinf(w) && g == w) ||
+                          (std::isfinite(g) && std::fabs(g - w) <= 1e-5f * (1.f + std::fabs(w)));
+          if (!ok) note(r, "outLse", b, j, -1, g, w);
+        }
+      }
+    }
+  }
+  return count;
 }
 
 float loadElement(ncclDataType_t dtype, const void* base, int64_t i) {

@@ -95,6 +95,9 @@ struct Mismatch {
 Mismatch compareOutputs(const Config& cfg, int nRanks, int batch, const Strides& strides,
                         const std::vector<RankTensors>& got, const std::vector<RankTensors>& want);
 
+// A seed from std::random_device: every run draws fresh data (print it on failure).
+uint64_t freshSeed();
+
 // A device allocation freed on scope exit.
 struct DeviceBuffer {
   void* ptr = nullptr;

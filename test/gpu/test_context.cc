@@ -47,8 +47,7 @@ class OneRankContext : public testing::Test {
     Config cfg;
     ASSERT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess) << ncclDcpGetLastError();
     const Strides s = packedStrides(cfg, 1);
-    std::random_device rd;
-    const uint64_t seed = ((uint64_t)rd() << 32) ^ rd();
+    const uint64_t seed = freshSeed();
     SCOPED_TRACE(testing::Message() << "batch " << batch << " seed " << seed);
     std::mt19937_64 rng(seed);
     std::vector<RankTensors> host = makeInputs(cfg, 1, batch, s, LseMix::Special, rng);

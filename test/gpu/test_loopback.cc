@@ -21,11 +21,6 @@ namespace nccl_dcp {
 namespace test {
 namespace {
 
-uint64_t freshSeed() {
-  std::random_device rd;
-  return ((uint64_t)rd() << 32) ^ rd();
-}
-
 // One rank's tensors on the device.
 struct DeviceRank {
   DeviceBuffer partialOut, partialLse, out, outLse;

@@ -23,11 +23,6 @@ namespace nccl_dcp {
 namespace test {
 namespace {
 
-uint64_t freshSeed() {
-  std::random_device rd;
-  return ((uint64_t)rd() << 32) ^ rd();
-}
-
 // Inputs of every rank on the host, each rank's buffers on its GPU.
 struct RankBuffers {
   DeviceBuffer in, lse, out, outLse;
