@@ -28,6 +28,10 @@ namespace nccl_dcp {
 
 constexpr int kFusedThreads = 512;
 constexpr int kFusedWarps = kFusedThreads / 32;
+// Blocks per SM the compiler must fit (register cap 64K / (threads * this)).
+#ifndef NCCL_DCP_FUSED_MIN_BLOCKS
+#define NCCL_DCP_FUSED_MIN_BLOCKS 1
+#endif
 
 template <class Peers>
 struct FusedParams {
@@ -142,7 +146,7 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, char
 }
 
 template <typename T, class Transport, class Peers>
-__global__ void __launch_bounds__(kFusedThreads)
+__global__ void __launch_bounds__(kFusedThreads, NCCL_DCP_FUSED_MIN_BLOCKS)
     a2aLseReduceKernel(const __grid_constant__ FusedParams<Peers> p) {
   // Per warp: the weights, and room for LSEs fetched again (cp > kSourceBatch).
   __shared__ float weights[kFusedWarps][2 * NCCL_DCP_MAX_RANKS];
