@@ -187,10 +187,10 @@ std::string tableHeader(const Args& a, bool withIdeal) {
   h += line;
   snprintf(line, sizeof(line), "#%10s %12s %9s %8s %8s %7s %9s %8s %8s %7s %8s%s\n", "rows", "bytes", "time",
            "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "speedup",
-           withIdeal ? "  xIdeal" : "");
+           withIdeal ? "   xIdeal" : "");
   h += line;
   snprintf(line, sizeof(line), "#%10s %12s %9s %8s %8s %7s %9s %8s %8s %7s %8s%s\n", "", "(B)", "(us)", "(GB/s)",
-           "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(x)", withIdeal ? "     (x)" : "");
+           "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(x)", withIdeal ? "      (x)" : "");
   h += line;
   return h;
 }
