@@ -95,7 +95,8 @@ __device__ bool fetchSources(const FusedParams<Peers>& p, const RankIo& io, char
 }
 
 // Merges group g of one (row, head) on rank `rank`. `weight` is the warp's
-// scratch of NCCL_DCP_MAX_RANKS floats. Returns false if a wait gave up.
+// scratch: NCCL_DCP_MAX_RANKS weights, then as many LSEs fetched again.
+// Returns false if a wait gave up.
 template <typename T, class Transport, class Peers>
 __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, char* ws, int rank, int slot,
                              uint32_t flag, int row, int head, int g, float* weight, Waiter& waiter) {
@@ -122,7 +123,7 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, char
   // registers; more are fetched again (their flags are still set).
   float acc[2][W::kPerWord] = {};
   for (int s0 = 0; s0 < p.nRanks; s0 += kSourceBatch) {
-    if (s0 > 0 || p.nRanks > kSourceBatch)
+    if (p.nRanks > kSourceBatch)
       if (!fetchSources<Transport>(p, io, ws, rank, slot, flag, row, head, g, s0, line, weight + NCCL_DCP_MAX_RANKS,
                                    waiter))
         return false;
