@@ -312,17 +312,7 @@ int runLoopback(const Args& a) {
     return Op{[&, rows](int, cudaStream_t s) {
       // The all-to-all: source c writes its block for every destination d
       // into d's receive buffer [src][rows][Hl][D].
-      PackLaunch p = {};
-      p.partialOut = in;
-      p.partialLse = lse;
-      p.sendData = recv;
-      p.sendLse = recvLse;
-      p.strides = packed;
-      p.nRanks = cp;
-      p.rows = (int)rows;
-      p.localHeads = cfg.localHeads;
-      p.headDim = cfg.headDim;
-      p.dtype = cfg.dtype;
+      PackLaunch p = packLaunch(cfg, cp, (int)rows, in, lse, recv, recvLse, packed);
       p.peerUnits = cp * rows * cfg.localHeads;
       p.copies = cp;
       p.inCopyBytes = inBytes;
@@ -330,21 +320,7 @@ int runLoopback(const Args& a) {
       p.sendCopyBytes = rows * cfg.localHeads * headBytes;
       p.sendLseCopyBytes = rows * cfg.localHeads * 4;
       NCCL_OR_DIE(launchPack(p, s));
-      CombineLaunch m = {};
-      m.recvData = recv;
-      m.recvLse = recvLse;
-      m.out = outBase;
-      m.outLse = outLseBase;
-      m.outRow = packed.outRow;
-      m.outHead = packed.outHead;
-      m.outLseRow = packed.outLseRow;
-      m.outLseHead = packed.outLseHead;
-      m.nRanks = cp;
-      m.rows = (int)rows;
-      m.localHeads = cfg.localHeads;
-      m.headDim = cfg.headDim;
-      m.dtype = cfg.dtype;
-      m.lseBase = cfg.lseBase;
+      CombineLaunch m = combineLaunch(cfg, cp, (int)rows, recv, recvLse, outBase, outLseBase, packed);
       m.copies = cp;
       m.recvCopyBytes = cp * rows * cfg.localHeads * headBytes;
       m.recvLseCopyBytes = cp * rows * cfg.localHeads * 4;
@@ -537,19 +513,8 @@ int runRanks(const Args& a, int nDevices) {
         // sends from: no pack in its timed path.
         for (RankState* s : mine) {
           CUDA_OR_DIE(cudaSetDevice(s->dev));
-          PackLaunch p = {};
-          p.partialOut = s->in;
-          p.partialLse = s->lse;
-          p.sendData = s->inPeerMajor;
-          p.sendLse = s->lsePeerMajor;
-          p.strides = packedStrides(cfg, nRanks);
-          p.nRanks = nRanks;
-          p.rows = (int)b;
-          p.localHeads = cfg.localHeads;
-          p.headDim = cfg.headDim;
-          p.dtype = cfg.dtype;
-          p.peerUnits = b * cfg.localHeads;
-          p.copies = 1;
+          const PackLaunch p = packLaunch(cfg, nRanks, (int)b, s->in, s->lse, s->inPeerMajor, s->lsePeerMajor,
+                                          packedStrides(cfg, nRanks));
           NCCL_OR_DIE(launchPack(p, s->stream));
           CUDA_OR_DIE(cudaStreamSynchronize(s->stream));
         }
@@ -568,22 +533,8 @@ int runRanks(const Args& a, int nDevices) {
         };
         base.after = [&](int rank, cudaStream_t strm) {
           RankState* s = byRank(rank);
-          CombineLaunch m = {};
-          m.recvData = s->recv;
-          m.recvLse = s->recvLse;
-          m.out = s->outBase;
-          m.outLse = s->outLseBase;
-          m.outRow = cfg.localHeads * (int64_t)cfg.headDim;
-          m.outHead = cfg.headDim;
-          m.outLseRow = cfg.localHeads;
-          m.outLseHead = 1;
-          m.nRanks = nRanks;
-          m.rows = (int)b;
-          m.localHeads = cfg.localHeads;
-          m.headDim = cfg.headDim;
-          m.dtype = cfg.dtype;
-          m.lseBase = cfg.lseBase;
-          m.copies = 1;
+          const CombineLaunch m = combineLaunch(cfg, nRanks, (int)b, s->recv, s->recvLse, s->outBase, s->outLseBase,
+                                                packedStrides(cfg, nRanks));
           NCCL_OR_DIE(launchCombine(m, strm));
         };
         barrier.wait();

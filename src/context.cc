@@ -448,19 +448,8 @@ static ncclResult_t enqueueFallback(ncclDcpContext_t ctx, const CallBuffers& buf
   const Config& c = ctx->engine.cfg;
   for (int row0 = 0; row0 < batch; row0 += c.maxBatch) {
     const int rows = batch - row0 < c.maxBatch ? batch - row0 : c.maxBatch;
-    PackLaunch pack = {};
-    pack.partialOut = (const char*)buf.partialOut + row0 * s.inRow * c.eltSize;
-    pack.partialLse = buf.partialLse + row0 * s.lseRow;
-    pack.sendData = ctx->sendData;
-    pack.sendLse = ctx->sendLse;
-    pack.strides = s;
-    pack.nRanks = ctx->nRanks;
-    pack.rows = rows;
-    pack.localHeads = c.localHeads;
-    pack.headDim = c.headDim;
-    pack.dtype = c.dtype;
-    pack.peerUnits = (int64_t)rows * c.localHeads;
-    pack.copies = 1;
+    const PackLaunch pack = packLaunch(c, ctx->nRanks, rows, (const char*)buf.partialOut + row0 * s.inRow * c.eltSize,
+                                       buf.partialLse + row0 * s.lseRow, ctx->sendData, ctx->sendLse, s);
     DCPCHECK(launchPack(pack, stream));
     const size_t units = (size_t)rows * c.localHeads;
     NCCLCHECK(ncclGroupStart());
@@ -469,22 +458,9 @@ static ncclResult_t enqueueFallback(ncclDcpContext_t ctx, const CallBuffers& buf
     NCCLCHECK(ncclGroupEnd());
     NCCLCHECK(r1);
     NCCLCHECK(r2);
-    CombineLaunch comb = {};
-    comb.recvData = ctx->recvData;
-    comb.recvLse = ctx->recvLse;
-    comb.out = (char*)buf.out + row0 * s.outRow * c.eltSize;
-    comb.outLse = buf.outLse ? buf.outLse + row0 * s.outLseRow : nullptr;
-    comb.outRow = s.outRow;
-    comb.outHead = s.outHead;
-    comb.outLseRow = s.outLseRow;
-    comb.outLseHead = s.outLseHead;
-    comb.nRanks = ctx->nRanks;
-    comb.rows = rows;
-    comb.localHeads = c.localHeads;
-    comb.headDim = c.headDim;
-    comb.dtype = c.dtype;
-    comb.lseBase = c.lseBase;
-    comb.copies = 1;
+    const CombineLaunch comb =
+        combineLaunch(c, ctx->nRanks, rows, ctx->recvData, ctx->recvLse, (char*)buf.out + row0 * s.outRow * c.eltSize,
+                      buf.outLse ? buf.outLse + row0 * s.outLseRow : nullptr, s);
     DCPCHECK(launchCombine(comb, stream));
   }
   return ncclSuccess;

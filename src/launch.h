@@ -93,6 +93,49 @@ struct PackLaunch {
 };
 ncclResult_t launchPack(const PackLaunch& l, cudaStream_t stream);
 
+// The combine of `rows` rows from recv buffers laid out as ncclAlltoAll
+// delivers them, into outputs with the call's strides (one copy).
+inline CombineLaunch combineLaunch(const Config& c, int nRanks, int rows, const char* recvData, const float* recvLse,
+                                   char* out, float* outLse, const Strides& s) {
+  CombineLaunch l = {};
+  l.recvData = recvData;
+  l.recvLse = recvLse;
+  l.out = out;
+  l.outLse = outLse;
+  l.outRow = s.outRow;
+  l.outHead = s.outHead;
+  l.outLseRow = s.outLseRow;
+  l.outLseHead = s.outLseHead;
+  l.nRanks = nRanks;
+  l.rows = rows;
+  l.localHeads = c.localHeads;
+  l.headDim = c.headDim;
+  l.dtype = c.dtype;
+  l.lseBase = c.lseBase;
+  l.copies = 1;
+  return l;
+}
+
+// The pack of `rows` rows of strided partials into ncclAlltoAll's send
+// layout [cp][rows][Hl] (one copy).
+inline PackLaunch packLaunch(const Config& c, int nRanks, int rows, const char* partialOut, const float* partialLse,
+                             char* sendData, float* sendLse, const Strides& s) {
+  PackLaunch l = {};
+  l.partialOut = partialOut;
+  l.partialLse = partialLse;
+  l.sendData = sendData;
+  l.sendLse = sendLse;
+  l.strides = s;
+  l.nRanks = nRanks;
+  l.rows = rows;
+  l.localHeads = c.localHeads;
+  l.headDim = c.headDim;
+  l.dtype = c.dtype;
+  l.peerUnits = (int64_t)rows * c.localHeads;
+  l.copies = 1;
+  return l;
+}
+
 // Zeroes [offset, offset + bytes) of this rank's part of a window (the host
 // cannot address an application's window: the kernel asks NCCL for it).
 ncclResult_t launchZeroWindow(ncclWindow_t window, size_t offset, size_t bytes, cudaStream_t stream);
