@@ -312,7 +312,7 @@ int runLoopback(const Args& a) {
     return Op{[&, rows](int, cudaStream_t s) {
       // The all-to-all: source c writes its block for every destination d
       // into d's receive buffer [src][rows][Hl][D].
-      PackLaunch p = packLaunch(cfg, cp, (int)rows, in, lse, recv, recvLse, packed);
+      PackParams p = packLaunch(cfg, cp, (int)rows, in, lse, recv, recvLse, packed);
       p.peerUnits = cp * rows * cfg.localHeads;
       p.copies = cp;
       p.inCopyBytes = inBytes;
@@ -320,7 +320,7 @@ int runLoopback(const Args& a) {
       p.sendCopyBytes = rows * cfg.localHeads * headBytes;
       p.sendLseCopyBytes = rows * cfg.localHeads * 4;
       NCCL_OR_DIE(launchPack(p, s));
-      CombineLaunch m = combineLaunch(cfg, cp, (int)rows, recv, recvLse, outBase, outLseBase, packed);
+      CombineParams m = combineLaunch(cfg, cp, (int)rows, recv, recvLse, outBase, outLseBase, packed);
       m.copies = cp;
       m.recvCopyBytes = cp * rows * cfg.localHeads * headBytes;
       m.recvLseCopyBytes = cp * rows * cfg.localHeads * 4;
@@ -513,7 +513,7 @@ int runRanks(const Args& a, int nDevices) {
         // sends from: no pack in its timed path.
         for (RankState* s : mine) {
           CUDA_OR_DIE(cudaSetDevice(s->dev));
-          const PackLaunch p = packLaunch(cfg, nRanks, (int)b, s->in, s->lse, s->inPeerMajor, s->lsePeerMajor,
+          const PackParams p = packLaunch(cfg, nRanks, (int)b, s->in, s->lse, s->inPeerMajor, s->lsePeerMajor,
                                           packedStrides(cfg, nRanks));
           NCCL_OR_DIE(launchPack(p, s->stream));
           CUDA_OR_DIE(cudaStreamSynchronize(s->stream));
@@ -533,7 +533,7 @@ int runRanks(const Args& a, int nDevices) {
         };
         base.after = [&](int rank, cudaStream_t strm) {
           RankState* s = byRank(rank);
-          const CombineLaunch m = combineLaunch(cfg, nRanks, (int)b, s->recv, s->recvLse, s->outBase, s->outLseBase,
+          const CombineParams m = combineLaunch(cfg, nRanks, (int)b, s->recv, s->recvLse, s->outBase, s->outLseBase,
                                                 packedStrides(cfg, nRanks));
           NCCL_OR_DIE(launchCombine(m, strm));
         };

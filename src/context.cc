@@ -448,7 +448,7 @@ static ncclResult_t enqueueFallback(ncclDcpContext_t ctx, const CallBuffers& buf
   const Config& c = ctx->engine.cfg;
   for (int row0 = 0; row0 < batch; row0 += c.maxBatch) {
     const int rows = batch - row0 < c.maxBatch ? batch - row0 : c.maxBatch;
-    const PackLaunch pack = packLaunch(c, ctx->nRanks, rows, (const char*)buf.partialOut + row0 * s.inRow * c.eltSize,
+    const PackParams pack = packLaunch(c, ctx->nRanks, rows, (const char*)buf.partialOut + row0 * s.inRow * c.eltSize,
                                        buf.partialLse + row0 * s.lseRow, ctx->sendData, ctx->sendLse, s);
     DCPCHECK(launchPack(pack, stream));
     const size_t units = (size_t)rows * c.localHeads;
@@ -458,7 +458,7 @@ static ncclResult_t enqueueFallback(ncclDcpContext_t ctx, const CallBuffers& buf
     NCCLCHECK(ncclGroupEnd());
     NCCLCHECK(r1);
     NCCLCHECK(r2);
-    const CombineLaunch comb =
+    const CombineParams comb =
         combineLaunch(c, ctx->nRanks, rows, ctx->recvData, ctx->recvLse, (char*)buf.out + row0 * s.outRow * c.eltSize,
                       buf.outLse ? buf.outLse + row0 * s.outLseRow : nullptr, s);
     DCPCHECK(launchCombine(comb, stream));

@@ -1,6 +1,7 @@
 /*************************************************************************
  * Host interface of the kernels (implemented in device/kernels.cu). Plain
- * C++: the host code never sees device templates.
+ * C++: the host code sees the parameter structs (device/params.h), never a
+ * kernel or a device primitive.
  ************************************************************************/
 #ifndef NCCL_DCP_LAUNCH_H_
 #define NCCL_DCP_LAUNCH_H_
@@ -8,21 +9,11 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include "device/primitives.h"
-#include "layout.h"
+#include "device/layout.h"
+#include "device/params.h"
 #include "validate.h"
 
 namespace nccl_dcp {
-
-constexpr int kMaxLoopbackRanks = 16;
-
-// One rank's tensors for one round, already offset to the round's first row.
-struct RankIo {
-  const char* partialOut;
-  const float* partialLse;
-  char* out;
-  float* outLse;
-};
 
 // How a kernel reaches the workspaces of its peers (DESIGN §3).
 struct Addressing {
@@ -45,6 +36,7 @@ struct FusedLaunch {
   int rows;          // rows of this round
   uint64_t timeoutNs;  // 0: wait forever
   AsyncErrorRecord* hostError;  // device view of the host-mapped record
+  uint64_t* timeline;  // NULL, or [grid][kTimelineStages] (built with -Dtimeline=true)
   RankIo io[kMaxLoopbackRanks];  // loopback: one per virtual rank; NCCL: io[0]
   Addressing addr;
   bool pdl;
@@ -55,49 +47,17 @@ struct FusedLaunch {
 // asked) sized to the work and to what the GPU can hold co-resident.
 ncclResult_t launchFused(const FusedLaunch& l, cudaStream_t stream);
 
-// Baseline / fallback combine: merges recv [cp][rows][Hl][D] with LSEs
-// [cp][rows][Hl] (as ncclAlltoAll delivers them) into strided outputs.
-struct CombineLaunch {
-  const char* recvData;
-  const float* recvLse;
-  char* out;
-  float* outLse;
-  int64_t outRow, outHead, outLseRow, outLseHead;
-  int nRanks, rows, localHeads, headDim;
-  ncclDataType_t dtype;
-  LseBase lseBase;
-  // Loopback baseline: `copies` independent combines in one launch, copy c
-  // at every pointer + c * its stride (bytes). 1 and 0 otherwise.
-  int copies;
-  int64_t recvCopyBytes, recvLseCopyBytes, outCopyBytes, outLseCopyBytes;
-};
-ncclResult_t launchCombine(const CombineLaunch& l, cudaStream_t stream);
+// Baseline / fallback combine (CombineParams in device/params.h).
+ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream);
 
-// Fallback pack: strided partials -> send buffers [cp][rows][Hl][D] and
-// [cp][rows][Hl], the layout ncclAlltoAll sends.
-struct PackLaunch {
-  const char* partialOut;
-  const float* partialLse;
-  char* sendData;
-  float* sendLse;
-  Strides strides;
-  int nRanks, rows, localHeads, headDim;
-  ncclDataType_t dtype;
-  // Units (rows * Hl) between peers' blocks of the send buffers: rows * Hl
-  // for ncclAlltoAll. The loopback baseline writes every virtual rank's
-  // receive buffer directly (copies > 1): copy c reads its inputs at
-  // + c * inCopyBytes and writes at + c * sendCopyBytes.
-  int64_t peerUnits;
-  int copies;
-  int64_t inCopyBytes, lseCopyBytes, sendCopyBytes, sendLseCopyBytes;
-};
-ncclResult_t launchPack(const PackLaunch& l, cudaStream_t stream);
+// Fallback pack (PackParams in device/params.h).
+ncclResult_t launchPack(const PackParams& l, cudaStream_t stream);
 
 // The combine of `rows` rows from recv buffers laid out as ncclAlltoAll
 // delivers them, into outputs with the call's strides (one copy).
-inline CombineLaunch combineLaunch(const Config& c, int nRanks, int rows, const char* recvData, const float* recvLse,
+inline CombineParams combineLaunch(const Config& c, int nRanks, int rows, const char* recvData, const float* recvLse,
                                    char* out, float* outLse, const Strides& s) {
-  CombineLaunch l = {};
+  CombineParams l = {};
   l.recvData = recvData;
   l.recvLse = recvLse;
   l.out = out;
@@ -118,9 +78,9 @@ inline CombineLaunch combineLaunch(const Config& c, int nRanks, int rows, const 
 
 // The pack of `rows` rows of strided partials into ncclAlltoAll's send
 // layout [cp][rows][Hl] (one copy).
-inline PackLaunch packLaunch(const Config& c, int nRanks, int rows, const char* partialOut, const float* partialLse,
+inline PackParams packLaunch(const Config& c, int nRanks, int rows, const char* partialOut, const float* partialLse,
                              char* sendData, float* sendLse, const Strides& s) {
-  PackLaunch l = {};
+  PackParams l = {};
   l.partialOut = partialOut;
   l.partialLse = partialLse;
   l.sendData = sendData;

@@ -5,7 +5,7 @@
 #define NCCL_DCP_PROTOCOL_H_
 
 #include "env.h"
-#include "layout.h"
+#include "device/layout.h"
 #include "nccl_dcp.h"
 
 namespace nccl_dcp {

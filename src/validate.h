@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "device/merge.h"
+#include "device/params.h"
 #include "env.h"
 #include "nccl_dcp.h"
 
@@ -38,14 +39,7 @@ const char* protocolName(int protocol);
 ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* out);
 ncclResult_t checkRanks(int nRanks);
 
-// Strides in elements, every one resolved (no "packed" zeros left).
-struct Strides {
-  int64_t inRow, inPeer, inHead;
-  int64_t lseRow, lsePeer, lseHead;
-  int64_t outRow, outHead;
-  int64_t outLseRow, outLseHead;
-};
-
+// Strides: device/params.h (the kernels read them).
 Strides packedStrides(const Config& cfg, int nRanks);
 ncclResult_t resolveStrides(const ncclDcpStrides_t* in, const Config& cfg, int nRanks, Strides* out);
 

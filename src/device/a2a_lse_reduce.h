@@ -33,18 +33,6 @@ constexpr int kFusedWarps = kFusedThreads / 32;
 #define NCCL_DCP_FUSED_MIN_BLOCKS 1
 #endif
 
-template <class Peers>
-struct FusedParams {
-  Region region;
-  Strides strides;
-  LseBase lseBase;
-  int nRanks, rows, blocksPerRank, silentRank;
-  uint64_t timeoutNs;
-  AsyncErrorRecord* hostError;
-  RankIo io[kMaxLoopbackRanks];
-  Peers peers;
-};
-
 // Element offsets of (row, peer, head) in the strided tensors.
 __device__ __forceinline__ int64_t inOffset(const Strides& s, int row, int peer, int head) {
   return row * s.inRow + peer * s.inPeer + head * s.inHead;

@@ -6,7 +6,8 @@
 #ifndef NCCL_DCP_DEVICE_COMBINE_H_
 #define NCCL_DCP_DEVICE_COMBINE_H_
 
-#include "../launch.h"
+#include "layout.h"
+#include "params.h"
 #include "merge.h"
 #include "primitives.h"
 
@@ -17,7 +18,7 @@ constexpr int kCombineWarps = kCombineThreads / 32;
 
 // One warp per (row, head); 16 bytes per lane per step.
 template <typename T>
-__global__ void __launch_bounds__(kCombineThreads) combineKernel(const __grid_constant__ CombineLaunch p) {
+__global__ void __launch_bounds__(kCombineThreads) combineKernel(const __grid_constant__ CombineParams p) {
   using W = Word<T>;
   __shared__ float weights[kCombineWarps][NCCL_DCP_MAX_RANKS];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -56,7 +57,7 @@ __global__ void __launch_bounds__(kCombineThreads) combineKernel(const __grid_co
 
 // One warp per (peer, row, head) unit.
 template <typename T>
-__global__ void __launch_bounds__(kCombineThreads) packKernel(const __grid_constant__ PackLaunch p) {
+__global__ void __launch_bounds__(kCombineThreads) packKernel(const __grid_constant__ PackParams p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const size_t unit = (size_t)blockIdx.x * kCombineWarps + warp;  // (peer * rows + row) * Hl + head
   if (unit >= (size_t)p.nRanks * p.rows * p.localHeads) return;

@@ -1,11 +1,13 @@
 /*************************************************************************
  * The one CUDA translation unit: instantiations of the kernel templates
- * and their thin launchers.
+ * and their thin launchers (the host interface of src/launch.h). The only
+ * file that sees both sides: kernel headers never include host headers.
  ************************************************************************/
 #include <algorithm>
 #include <atomic>
 
 #include "../error.h"
+#include "../launch.h"
 #include "../log.h"
 #include "a2a_lse_reduce.h"
 #include "combine.h"
@@ -18,6 +20,17 @@ namespace nccl_dcp {
 namespace {
 
 constexpr int kMaxDevices = 256;
+
+// The one dtype dispatch: f(T{}) with the element type of `dtype`.
+template <typename F>
+ncclResult_t withElementType(ncclDataType_t dtype, F&& f) {
+  switch (dtype) {
+    case ncclBfloat16: return f(__nv_bfloat16{});
+    case ncclFloat16: return f(__half{});
+    case ncclFloat32: return f(float{});
+    default: return fail(ncclInvalidArgument, "dtype %d is not supported", (int)dtype);
+  }
+}
 
 // Blocks of `kernel` the current device holds at once, cached per device
 // in `cache` (one cache per kernel: register counts differ).
@@ -65,6 +78,7 @@ ncclResult_t launchFusedTyped(const FusedLaunch& l, const Peers& peers, cudaStre
   p.silentRank = l.silentRank;
   p.timeoutNs = l.timeoutNs;
   p.hostError = l.hostError;
+  p.timeline = l.timeline;
   for (int i = 0; i < kMaxLoopbackRanks; i++) p.io[i] = l.io[i];
   p.peers = peers;
 
@@ -97,12 +111,7 @@ ncclResult_t launchFusedProto(const FusedLaunch& l, const Peers& peers, cudaStre
 
 template <class Peers>
 ncclResult_t launchFusedPeers(const FusedLaunch& l, const Peers& peers, cudaStream_t stream) {
-  switch (l.dtype) {
-    case ncclBfloat16: return launchFusedProto<__nv_bfloat16>(l, peers, stream);
-    case ncclFloat16: return launchFusedProto<__half>(l, peers, stream);
-    case ncclFloat32: return launchFusedProto<float>(l, peers, stream);
-    default: return fail(ncclInvalidArgument, "dtype %d is not supported", (int)l.dtype);
-  }
+  return withElementType(l.dtype, [&](auto elt) { return launchFusedProto<decltype(elt)>(l, peers, stream); });
 }
 
 __global__ void zeroWindowKernel(ncclWindow_t window, size_t offset, size_t bytes) {
@@ -128,30 +137,24 @@ ncclResult_t launchFused(const FusedLaunch& l, cudaStream_t stream) {
   return launchFusedPeers(l, peers, stream);
 }
 
-ncclResult_t launchCombine(const CombineLaunch& l, cudaStream_t stream) {
+ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream) {
   const dim3 grid(blocksFor((size_t)l.rows * l.localHeads), l.copies);
   if (grid.x == 0 || l.copies < 1) return ncclSuccess;
-  switch (l.dtype) {
-    case ncclBfloat16: combineKernel<__nv_bfloat16><<<grid, kCombineThreads, 0, stream>>>(l); break;
-    case ncclFloat16: combineKernel<__half><<<grid, kCombineThreads, 0, stream>>>(l); break;
-    case ncclFloat32: combineKernel<float><<<grid, kCombineThreads, 0, stream>>>(l); break;
-    default: return fail(ncclInvalidArgument, "dtype %d is not supported", (int)l.dtype);
-  }
-  CUDACHECK(cudaGetLastError());
-  return ncclSuccess;
+  return withElementType(l.dtype, [&](auto elt) {
+    combineKernel<decltype(elt)><<<grid, kCombineThreads, 0, stream>>>(l);
+    CUDACHECK(cudaGetLastError());
+    return ncclSuccess;
+  });
 }
 
-ncclResult_t launchPack(const PackLaunch& l, cudaStream_t stream) {
+ncclResult_t launchPack(const PackParams& l, cudaStream_t stream) {
   const dim3 grid(blocksFor((size_t)l.nRanks * l.rows * l.localHeads), l.copies);
   if (grid.x == 0 || l.copies < 1) return ncclSuccess;
-  switch (l.dtype) {
-    case ncclBfloat16: packKernel<__nv_bfloat16><<<grid, kCombineThreads, 0, stream>>>(l); break;
-    case ncclFloat16: packKernel<__half><<<grid, kCombineThreads, 0, stream>>>(l); break;
-    case ncclFloat32: packKernel<float><<<grid, kCombineThreads, 0, stream>>>(l); break;
-    default: return fail(ncclInvalidArgument, "dtype %d is not supported", (int)l.dtype);
-  }
-  CUDACHECK(cudaGetLastError());
-  return ncclSuccess;
+  return withElementType(l.dtype, [&](auto elt) {
+    packKernel<decltype(elt)><<<grid, kCombineThreads, 0, stream>>>(l);
+    CUDACHECK(cudaGetLastError());
+    return ncclSuccess;
+  });
 }
 
 ncclResult_t launchZeroWindow(ncclWindow_t window, size_t offset, size_t bytes, cudaStream_t stream) {

@@ -9,7 +9,8 @@
 #include <cuda_runtime_api.h>
 #include <nccl_device.h>
 
-#include "../launch.h"
+#include "layout.h"
+#include "params.h"
 
 namespace nccl_dcp {
 

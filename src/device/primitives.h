@@ -7,7 +7,8 @@
 
 #include <stdint.h>
 
-#include "../layout.h"
+#include "layout.h"
+#include "params.h"
 
 namespace nccl_dcp {
 
@@ -15,15 +16,6 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 // Groups whose input loads a sending warp issues before their stores.
 constexpr int kSendBatch = 4;
-
-// Record of the first device-side failure, in host-mapped memory so the host
-// reads it without synchronising (ncclDcpGetAsyncError).
-struct AsyncErrorRecord {
-  uint32_t code;   // ncclResult_t, 0 = none
-  int32_t rank;    // rank whose wait failed
-  int32_t peer;    // rank it waited for
-  uint32_t round;  // device round counter at the time
-};
 
 #if defined(__CUDACC__)
 

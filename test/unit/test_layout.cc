@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "layout.h"
+#include "device/layout.h"
 #include "test_util.h"
 #include "validate.h"
 

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "device/merge.h"
+#include "merge.h"
 
 namespace nccl_dcp {
 

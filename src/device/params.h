@@ -1,0 +1,111 @@
+/*************************************************************************
+ * Kernel parameter structs: what a host launcher fills and a kernel reads.
+ * Plain structs (no device code), so host code includes this header and
+ * nothing else of src/device/ but layout.h and merge.h. Nothing in this
+ * directory includes a header above it.
+ ************************************************************************/
+#ifndef NCCL_DCP_DEVICE_PARAMS_H_
+#define NCCL_DCP_DEVICE_PARAMS_H_
+
+#include <nccl.h>
+#include <stdint.h>
+
+#include "layout.h"
+#include "merge.h"
+#include "nccl_dcp.h"
+
+namespace nccl_dcp {
+
+// Virtual ranks one loopback launch serves (a RankIo each in the params).
+constexpr int kMaxLoopbackRanks = 16;
+
+// Strides in elements, every one resolved (no "packed" zeros left).
+struct Strides {
+  int64_t inRow, inPeer, inHead;
+  int64_t lseRow, lsePeer, lseHead;
+  int64_t outRow, outHead;
+  int64_t outLseRow, outLseHead;
+};
+
+// Record of the first device-side failure, in host-mapped memory so the host
+// reads it without synchronising (ncclDcpGetAsyncError).
+struct AsyncErrorRecord {
+  uint32_t code;   // ncclResult_t, 0 = none
+  int32_t rank;    // rank whose wait failed
+  int32_t peer;    // rank it waited for
+  uint32_t round;  // device round counter at the time
+};
+
+// One rank's tensors for one round, already offset to the round's first row.
+struct RankIo {
+  const char* partialOut;
+  const float* partialLse;
+  char* out;
+  float* outLse;
+};
+
+// Opt-in timeline (meson -Dtimeline=true): per block, %globaltimer at each
+// stage of the fused kernel, for the last call launched.
+enum TimelineStage : int {
+  kStageEntry = 0,   // after the grid dependency wait
+  kStageFirstSend,   // first payload store issued
+  kStageSendsDone,   // every send of the block issued
+  kStageLastFlag,    // last peer flag / line seen
+  kStageDone,        // merge written
+  kTimelineStages
+};
+
+// The fused kernel, for one round. Peers: how it reaches the workspaces
+// (device/peers.h).
+template <class Peers>
+struct FusedParams {
+  Region region;
+  Strides strides;
+  LseBase lseBase;
+  int nRanks, rows, blocksPerRank, silentRank;
+  uint64_t timeoutNs;
+  AsyncErrorRecord* hostError;
+  uint64_t* timeline;  // [grid][kTimelineStages] or NULL
+  RankIo io[kMaxLoopbackRanks];  // loopback: one per virtual rank; NCCL: io[0]
+  Peers peers;
+};
+
+// Baseline / fallback combine: merges recv [cp][rows][Hl][D] with LSEs
+// [cp][rows][Hl] (as ncclAlltoAll delivers them) into strided outputs.
+struct CombineParams {
+  const char* recvData;
+  const float* recvLse;
+  char* out;
+  float* outLse;
+  int64_t outRow, outHead, outLseRow, outLseHead;
+  int nRanks, rows, localHeads, headDim;
+  ncclDataType_t dtype;
+  LseBase lseBase;
+  // Loopback baseline: `copies` independent combines in one launch, copy c
+  // at every pointer + c * its stride (bytes). 1 and 0 otherwise.
+  int copies;
+  int64_t recvCopyBytes, recvLseCopyBytes, outCopyBytes, outLseCopyBytes;
+};
+
+// Fallback pack: strided partials -> send buffers [cp][rows][Hl][D] and
+// [cp][rows][Hl], the layout ncclAlltoAll sends.
+struct PackParams {
+  const char* partialOut;
+  const float* partialLse;
+  char* sendData;
+  float* sendLse;
+  Strides strides;
+  int nRanks, rows, localHeads, headDim;
+  ncclDataType_t dtype;
+  // Units (rows * Hl) between peers' blocks of the send buffers: rows * Hl
+  // for ncclAlltoAll. The loopback baseline writes every virtual rank's
+  // receive buffer directly (copies > 1): copy c reads its inputs at
+  // + c * inCopyBytes and writes at + c * sendCopyBytes.
+  int64_t peerUnits;
+  int copies;
+  int64_t inCopyBytes, lseCopyBytes, sendCopyBytes, sendLseCopyBytes;
+};
+
+}  // namespace nccl_dcp
+
+#endif  // NCCL_DCP_DEVICE_PARAMS_H_
