@@ -36,7 +36,6 @@ struct FusedLaunch {
   int rows;          // rows of this round
   uint64_t timeoutNs;  // 0: wait forever
   AsyncErrorRecord* hostError;  // device view of the host-mapped record
-  uint64_t* timeline;  // NULL, or [grid][kTimelineStages] (built with -Dtimeline=true)
   RankIo io[kMaxLoopbackRanks];  // loopback: one per virtual rank; NCCL: io[0]
   Addressing addr;
   bool pdl;
@@ -95,6 +94,14 @@ inline PackParams packLaunch(const Config& c, int nRanks, int rows, const char* 
   l.copies = 1;
   return l;
 }
+
+// Opt-in in-kernel timeline (meson -Dtimeline=true; without it both calls
+// fail with ncclInvalidUsage): for the fused launches on the current device
+// since the last reset, per block (grid index), %globaltimer at each
+// TimelineStage (device/params.h); 0 where a block never got there.
+constexpr int kTimelineBlocks = 2048;
+ncclResult_t timelineReset(cudaStream_t stream);
+ncclResult_t timelineRead(uint64_t* stamps /* [kTimelineBlocks][kTimelineStages], host */);
 
 // Zeroes [offset, offset + bytes) of this rank's part of a window (the host
 // cannot address an application's window: the kernel asks NCCL for it).

@@ -20,6 +20,7 @@
 #ifndef NCCL_DCP_DEVICE_A2A_LSE_REDUCE_H_
 #define NCCL_DCP_DEVICE_A2A_LSE_REDUCE_H_
 
+#include "fused_common.h"
 #include "merge.h"
 #include "peers.h"
 #include "primitives.h"
@@ -28,18 +29,6 @@ namespace nccl_dcp {
 
 constexpr int kFusedThreads = 512;
 constexpr int kFusedWarps = kFusedThreads / 32;
-// Blocks per SM the compiler must fit (register cap 64K / (threads * this)).
-#ifndef NCCL_DCP_FUSED_MIN_BLOCKS
-#define NCCL_DCP_FUSED_MIN_BLOCKS 1
-#endif
-
-// Element offsets of (row, peer, head) in the strided tensors.
-__device__ __forceinline__ int64_t inOffset(const Strides& s, int row, int peer, int head) {
-  return row * s.inRow + peer * s.inPeer + head * s.inHead;
-}
-__device__ __forceinline__ int64_t lseOffset(const Strides& s, int row, int peer, int head) {
-  return row * s.lseRow + peer * s.lsePeer + head * s.lseHead;
-}
 
 // Sources whose loads a receiving warp keeps in flight at once.
 constexpr int kSourceBatch = 8;
@@ -102,6 +91,7 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, char
   // Every source's LSE (each group carries it), then the weights.
   for (int s0 = 0; s0 < p.nRanks; s0 += kSourceBatch)
     if (!fetchSources<Transport>(p, io, ws, rank, slot, flag, row, head, g, s0, line, weight, waiter)) return false;
+  stamp(p.timeline, kStageLastFlag);
   __syncwarp();
   float mergedLse = 0.f;
   if (lane == 0) mergedLse = mergeWeights(weight, p.nRanks, p.lseBase, weight);
@@ -135,7 +125,7 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, char
 }
 
 template <typename T, class Transport, class Peers>
-__global__ void __launch_bounds__(kFusedThreads, NCCL_DCP_FUSED_MIN_BLOCKS)
+__global__ void __launch_bounds__(kFusedThreads, 1)
     a2aLseReduceKernel(const __grid_constant__ FusedParams<Peers> p) {
   // Per warp: the weights, and room for LSEs fetched again (cp > kSourceBatch).
   __shared__ float weights[kFusedWarps][2 * NCCL_DCP_MAX_RANKS];
@@ -152,19 +142,11 @@ __global__ void __launch_bounds__(kFusedThreads, NCCL_DCP_FUSED_MIN_BLOCKS)
 
   char* ws = p.peers.workspace(rank);
   Control* ctrl = (Control*)ws;
-  uint32_t* status = p.peers.status(rank);
-  const uint32_t round = loadVolatile4(&ctrl->round);
-  const int slot = round & 1;
-  const uint32_t flag = flagForRound(round);
-
-  Waiter waiter;
-  waiter.deadlineNs = p.timeoutNs ? globalTimerNs() + p.timeoutNs : ~0ull;
-  waiter.status = status;
-  waiter.hostError = p.hostError;
-  waiter.rank = rank;
-  waiter.round = round;
-  waiter.spins = 0;
-  waiter.failed = loadVolatile4(status) != 0;  // poisoned: do nothing
+  const RoundInfo round = beginRound(ctrl, p.blocksPerRank);
+  stamp(p.timeline, kStageEntry);
+  const int slot = round.round & 1;
+  const uint32_t flag = flagForRound(round.round);
+  Waiter waiter = makeWaiter(p, rank, round.round);
 
   const int warpInRank = localBlock * kFusedWarps + warp;
   const int warpsPerRank = p.blocksPerRank * kFusedWarps;
@@ -181,7 +163,9 @@ __global__ void __launch_bounds__(kFusedThreads, NCCL_DCP_FUSED_MIN_BLOCKS)
     const float lse = io.partialLse[lseOffset(s, row, dst, head)];
     char* unit = p.peers.peerWorkspace(dst) + r.unitOffset(slot, rank, dst, row, head);
     Transport::send(r, src, lse, unit, flag, lane);
+    stamp(p.timeline, kStageFirstSend);
   }
+  stamp(p.timeline, kStageSendsDone);
   allowDependentGrid();
 
   const int groups = r.groups;
@@ -192,16 +176,8 @@ __global__ void __launch_bounds__(kFusedThreads, NCCL_DCP_FUSED_MIN_BLOCKS)
       break;
   }
 
-  // The last block of this rank to finish advances the round.
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    if (atomicAdd(&ctrl->arrivals, 1u) == (uint32_t)p.blocksPerRank - 1) {
-      ctrl->arrivals = 0;
-      ctrl->round = round + 1;
-      __threadfence();
-    }
-  }
+  stamp(p.timeline, kStageDone);
+  endRound(ctrl, round);
 }
 
 }  // namespace nccl_dcp

@@ -5,15 +5,16 @@
  ************************************************************************/
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 
 #include "../error.h"
 #include "../launch.h"
 #include "../log.h"
 #include "a2a_lse_reduce.h"
+#include "a2a_lse_reduce_simple.h"
 #include "combine.h"
 #include "proto_ll.h"
 #include "proto_ll128.h"
-#include "proto_simple.h"
 
 namespace nccl_dcp {
 
@@ -35,7 +36,7 @@ ncclResult_t withElementType(ncclDataType_t dtype, F&& f) {
 // Blocks of `kernel` the current device holds at once, cached per device
 // in `cache` (one cache per kernel: register counts differ).
 template <typename Kernel>
-ncclResult_t coResidentBlocks(Kernel kernel, int threads, std::atomic<int>* cache, int* blocks) {
+ncclResult_t coResidentBlocks(Kernel kernel, int threads, size_t smem, std::atomic<int>* cache, int* blocks) {
   int dev;
   CUDACHECK(cudaGetDevice(&dev));
   if (dev < kMaxDevices && cache[dev].load() > 0) {
@@ -43,7 +44,7 @@ ncclResult_t coResidentBlocks(Kernel kernel, int threads, std::atomic<int>* cach
     return ncclSuccess;
   }
   int perSm = 0, sms = 0, coop = 0;
-  CUDACHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, threads, 0));
+  CUDACHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, threads, smem));
   CUDACHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   CUDACHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
   if (!coop) return fail(ncclInvalidUsage, "device %d does not support cooperative launches", dev);
@@ -52,18 +53,38 @@ ncclResult_t coResidentBlocks(Kernel kernel, int threads, std::atomic<int>* cach
   return ncclSuccess;
 }
 
-template <typename T, class Transport, class Peers>
-ncclResult_t launchFusedTyped(const FusedLaunch& l, const Peers& peers, cudaStream_t stream) {
-  auto kernel = a2aLseReduceKernel<T, Transport, Peers>;
-  static std::atomic<int> coResidentCache[kMaxDevices];
+// The timeline buffer of the current device ([kTimelineBlocks][stages]),
+// allocated on first use; NULL when built without -Dtimeline=true.
+ncclResult_t timelineBuffer(uint64_t** buffer) {
+  *buffer = nullptr;
+#if NCCL_DCP_TIMELINE
+  static std::mutex lock;
+  static uint64_t* buffers[kMaxDevices];
+  int dev;
+  CUDACHECK(cudaGetDevice(&dev));
+  if (dev >= kMaxDevices) return ncclSuccess;
+  std::lock_guard<std::mutex> guard(lock);
+  if (buffers[dev] == nullptr) {
+    const size_t bytes = sizeof(uint64_t) * kTimelineBlocks * kTimelineStages;
+    CUDACHECK(cudaMalloc(&buffers[dev], bytes));
+    CUDACHECK(cudaMemset(buffers[dev], 0, bytes));
+  }
+  *buffer = buffers[dev];
+#endif
+  return ncclSuccess;
+}
+
+// One cooperative (+ PDL) launch of a fused kernel: `blocksWanted` blocks
+// per rank, capped at what the GPU holds co-resident (occupancy computed for
+// `maxSmem`, the most dynamic shared memory any config of it takes, so it
+// can be cached per kernel).
+template <class Peers, typename Kernel>
+ncclResult_t launchCooperative(Kernel kernel, std::atomic<int>* cache, int threads, size_t smem, size_t maxSmem,
+                               long blocksWanted, const FusedLaunch& l, const Peers& peers, cudaStream_t stream) {
   int maxBlocks;
-  DCPCHECK(coResidentBlocks(kernel, kFusedThreads, coResidentCache, &maxBlocks));
+  DCPCHECK(coResidentBlocks(kernel, threads, maxSmem, cache, &maxBlocks));
   const int nVirtual = Peers::kLoopback ? l.nRanks : 1;
-  const int Hl = l.region.localHeads;
-  // One warp per (row, head, destination) to send, per (row, head, group) to receive.
-  const long warpsOfWork = (long)l.rows * Hl * std::max(std::max(l.nRanks - 1, l.region.groups), 1);
-  int blocksPerRank = (int)((warpsOfWork + kFusedWarps - 1) / kFusedWarps);
-  if (blocksPerRank > maxBlocks / nVirtual) blocksPerRank = maxBlocks / nVirtual;
+  const int blocksPerRank = (int)std::min<long>(std::max<long>(blocksWanted, 1), maxBlocks / nVirtual);
   if (blocksPerRank < 1)
     return fail(ncclInvalidUsage, "%d virtual ranks need %d co-resident blocks; this GPU holds %d",
                 nVirtual, nVirtual, maxBlocks);
@@ -78,7 +99,8 @@ ncclResult_t launchFusedTyped(const FusedLaunch& l, const Peers& peers, cudaStre
   p.silentRank = l.silentRank;
   p.timeoutNs = l.timeoutNs;
   p.hostError = l.hostError;
-  p.timeline = l.timeline;
+  DCPCHECK(timelineBuffer(&p.timeline));
+  if (blocksPerRank * nVirtual > kTimelineBlocks) p.timeline = nullptr;
   for (int i = 0; i < kMaxLoopbackRanks; i++) p.io[i] = l.io[i];
   p.peers = peers;
 
@@ -89,22 +111,48 @@ ncclResult_t launchFusedTyped(const FusedLaunch& l, const Peers& peers, cudaStre
   attrs[1].val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(blocksPerRank * nVirtual);
-  cfg.blockDim = dim3(kFusedThreads);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cfg.attrs = attrs;
   cfg.numAttrs = l.pdl ? 2 : 1;
-  TRACE("fused launch: proto %d rows %d ranks %d grid %d x %d pdl %d", (int)Transport::kProto, l.rows,
-        l.nRanks, blocksPerRank, nVirtual, (int)l.pdl);
+  TRACE("fused launch: proto %d rows %d ranks %d grid %d x %d pdl %d", (int)l.region.proto, l.rows, l.nRanks,
+        blocksPerRank, nVirtual, (int)l.pdl);
   CUDACHECK(cudaLaunchKernelEx(&cfg, kernel, p));
   return ncclSuccess;
+}
+
+// Line protocols: a warp per (row, head, destination) to send, per
+// (row, head, group) to receive; every warp does both, sends first.
+template <typename T, class Transport, class Peers>
+ncclResult_t launchFusedLines(const FusedLaunch& l, const Peers& peers, cudaStream_t stream) {
+  static std::atomic<int> cache[kMaxDevices];
+  const long warps = (long)l.rows * l.region.localHeads * std::max(std::max(l.nRanks - 1, l.region.groups), 1);
+  return launchCooperative(a2aLseReduceKernel<T, Transport, Peers>, cache, kFusedThreads, 0, 0,
+                           (warps + kFusedWarps - 1) / kFusedWarps, l, peers, stream);
+}
+
+// SIMPLE: a sending warp per (chunk, destination), a receiving warp per chunk.
+template <typename T, class Peers>
+ncclResult_t launchFusedSimple(const FusedLaunch& l, const Peers& peers, cudaStream_t stream) {
+  static std::atomic<int> cache[kMaxDevices];
+  const Region& r = l.region;
+  const long chunks = ((long)l.rows * r.localHeads + r.chunkUnits - 1) / r.chunkUnits;
+  const long blocks = std::max((chunks * (l.nRanks - 1) + kSimpleSendWarps - 1) / kSimpleSendWarps,
+                               (chunks + kSimpleRecvWarps - 1) / kSimpleRecvWarps);
+  Region widest = r;
+  widest.chunkUnits = simple::kMaxChunkUnits;
+  widest.nRanks = NCCL_DCP_MAX_RANKS;
+  return launchCooperative(simpleA2aLseReduceKernel<T, Peers>, cache, kSimpleThreads, simpleScratchBytes(r),
+                           simpleScratchBytes(widest), blocks, l, peers, stream);
 }
 
 template <typename T, class Peers>
 ncclResult_t launchFusedProto(const FusedLaunch& l, const Peers& peers, cudaStream_t stream) {
   switch (l.region.proto) {
-    case Proto::LL: return launchFusedTyped<T, LlTransport>(l, peers, stream);
-    case Proto::LL128: return launchFusedTyped<T, Ll128Transport>(l, peers, stream);
-    case Proto::Simple: return launchFusedTyped<T, SimpleTransport>(l, peers, stream);
+    case Proto::LL: return launchFusedLines<T, LlTransport>(l, peers, stream);
+    case Proto::LL128: return launchFusedLines<T, Ll128Transport>(l, peers, stream);
+    case Proto::Simple: return launchFusedSimple<T>(l, peers, stream);
   }
   return fail(ncclInternalError, "unknown protocol %d", (int)l.region.proto);
 }
@@ -155,6 +203,22 @@ ncclResult_t launchPack(const PackParams& l, cudaStream_t stream) {
     CUDACHECK(cudaGetLastError());
     return ncclSuccess;
   });
+}
+
+ncclResult_t timelineReset(cudaStream_t stream) {
+  uint64_t* buffer;
+  DCPCHECK(timelineBuffer(&buffer));
+  if (buffer == nullptr) return fail(ncclInvalidUsage, "built without the timeline (meson -Dtimeline=true)");
+  CUDACHECK(cudaMemsetAsync(buffer, 0, sizeof(uint64_t) * kTimelineBlocks * kTimelineStages, stream));
+  return ncclSuccess;
+}
+
+ncclResult_t timelineRead(uint64_t* stamps) {
+  uint64_t* buffer;
+  DCPCHECK(timelineBuffer(&buffer));
+  if (buffer == nullptr) return fail(ncclInvalidUsage, "built without the timeline (meson -Dtimeline=true)");
+  CUDACHECK(cudaMemcpy(stamps, buffer, sizeof(uint64_t) * kTimelineBlocks * kTimelineStages, cudaMemcpyDeviceToHost));
+  return ncclSuccess;
 }
 
 ncclResult_t launchZeroWindow(ncclWindow_t window, size_t offset, size_t bytes, cudaStream_t stream) {

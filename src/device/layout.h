@@ -7,16 +7,25 @@
  * A region holds two slots (rounds alternate between them by the parity of
  * the device-side round counter). A slot holds, for every remote source of
  * this rank (cp - 1 of them, in rank order, self skipped), capacity rows of
- * Hl units; a unit is what one source sends for one (row, head): the head's
- * D elements (Dw 8-byte data words) cut into groups, one warp instruction
- * of the protocol each. Every group carries the unit's LSE, so one warp can
- * merge a group with no other warp's help:
+ * Hl units; a unit is what one source sends for one (row, head), unit index
+ * u = row * Hl + head.
+ *
+ * Line protocols (the flag travels inside the data): the head's D elements
+ * (Dw 8-byte data words) cut into groups, one warp instruction of the
+ * protocol each. Every group carries the unit's LSE, so one warp can merge
+ * a group with no other warp's help:
  *
  *   LL128:  4 lines of 128 B; payload word 0 = {lse, 0}, then 59 data words
  *   LL:     32 lines of 16 B; payload word 0 = {lse, 0}, then 31 data words
- *   SIMPLE: a 16-byte header {lse, 0, flag (u64)}, then 64 data words
  *
  * The last group of a unit holds what is left (fewer lines / bytes).
+ *
+ * SIMPLE (bulk; one flag per chunk of chunkUnits consecutive units):
+ *
+ *   slot = [ data  [cp-1][capacity * Hl][D elements]
+ *          | lse   [cp-1][capacity * Hl] fp32            (16-byte aligned)
+ *          | flags [cp-1][chunks] u64 ]                   (16-byte aligned)
+ *
  * Protocols never share a region: a stale line of one protocol must never
  * be read as a flag of another. With AUTO the workspace carries one region
  * for small batches (LL or LL128) and, when enabled, one for SIMPLE.
@@ -26,6 +35,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cstddef>
 
 #include "merge.h"
 
@@ -53,30 +64,31 @@ constexpr int kDataBytesPerLine = 8;  // one payload word
 constexpr int kLinesPerWarp = 32;
 }  // namespace ll
 
-// SIMPLE: bulk data behind a 16-byte header whose second half is the flag.
+// SIMPLE: bulk payload; a chunk of units is signalled by one u64 flag.
 namespace simple {
-constexpr int kHeaderBytes = 16;
-constexpr int kFlagOffset = 8;
-constexpr int kLaneBytes = 16;
-constexpr int kDataBytesPerGroup = 32 * kLaneBytes;  // 512
+constexpr int kLaneBytes = 16;        // one v4.u32 per lane
+constexpr int kChunkBytes = 8192;     // payload per flag (units rounded down)
+constexpr int kMaxChunkUnits = 16;    // a receiving lane per unit for the LSEs
 }  // namespace simple
 
 // Data words a group carries (its first payload word is the LSE).
 constexpr int kLl128GroupDataWords = ll128::kLinesPerWarp * ll128::kDataWordsPerLine - 1;  // 59
 constexpr int kLlGroupDataWords = ll::kLinesPerWarp - 1;                                  // 31
-constexpr int kSimpleGroupDataWords = simple::kDataBytesPerGroup / kWordBytes;            // 64
 
 constexpr size_t kControlBytes = 4096;   // round counter, arrivals, status
 constexpr size_t kRegionAlign = 4096;    // window offsets are 4 KiB multiples
 
 // Control block at the start of each rank's workspace. Only the owning rank
 // touches it; it is zeroed at creation with the rest of the workspace.
-struct Control {
+// arrivals and round form one 64-bit word (round in the high half): one
+// atomic add tells a block both the round and how many blocks came before.
+struct alignas(8) Control {
+  uint32_t arrivals;  // blocks of the current round that started
   uint32_t round;     // rounds completed; slot = round & 1
-  uint32_t arrivals;  // blocks of the current round that finished
   uint32_t status;    // 0, or the error a wait recorded (device copy)
   uint32_t pad;
 };
+static_assert(offsetof(Control, round) == 4, "round is the high half of the arrivals word");
 
 // Flags are a function of the round, never 0 (a reset flag is 0), and wrap
 // with the 32-bit counter.
@@ -95,6 +107,11 @@ struct Region {
   size_t unitBytes;
   size_t slotBytes;
   size_t offset;       // of slot 0, from the start of the rank's workspace
+  // SIMPLE only (0 otherwise): chunk geometry and the slot's LSE / flag arrays.
+  int chunkUnits;      // units per flag
+  int chunks;          // flags per source: ceil(capacity * Hl / chunkUnits)
+  size_t lseOffset;    // from the slot's start
+  size_t flagOffset;   // from the slot's start
 
   NCCL_DCP_HD size_t bytes() const { return 2 * slotBytes; }
 
@@ -110,16 +127,24 @@ struct Region {
     size_t unit = ((size_t)srcIdx * capacity + row) * localHeads + head;
     return offset + (size_t)slot * slotBytes + unit * unitBytes;
   }
+
+  // SIMPLE: the LSE of unit u and the flag of chunk c from source `src`, in
+  // dst's workspace.
+  NCCL_DCP_HD size_t lseOffsetOf(int slot, int src, int dst, size_t u) const {
+    int srcIdx = src < dst ? src : src - 1;
+    return offset + (size_t)slot * slotBytes + lseOffset + ((size_t)srcIdx * capacity * localHeads + u) * 4;
+  }
+  NCCL_DCP_HD size_t flagOffsetOf(int slot, int src, int dst, int c) const {
+    int srcIdx = src < dst ? src : src - 1;
+    return offset + (size_t)slot * slotBytes + flagOffset + ((size_t)srcIdx * chunks + c) * 8;
+  }
 };
 
-// Bytes of a group carrying `words` data words.
+// Bytes of a line-protocol group carrying `words` data words.
 NCCL_DCP_HD size_t groupBytesFor(Proto proto, int words) {
-  switch (proto) {
-    case Proto::LL128:
-      return (size_t)(1 + words + ll128::kDataWordsPerLine - 1) / ll128::kDataWordsPerLine * ll128::kLineBytes;
-    case Proto::LL: return (size_t)(1 + words) * ll::kLineBytes;
-    default: return simple::kHeaderBytes + (size_t)words * kWordBytes;
-  }
+  return proto == Proto::LL128
+             ? (size_t)(1 + words + ll128::kDataWordsPerLine - 1) / ll128::kDataWordsPerLine * ll128::kLineBytes
+             : (size_t)(1 + words) * ll::kLineBytes;
 }
 
 NCCL_DCP_HD Region makeRegion(Proto proto, int nRanks, int localHeads, int headDim, int eltSize,
@@ -131,15 +156,29 @@ NCCL_DCP_HD Region makeRegion(Proto proto, int nRanks, int localHeads, int headD
   r.headDim = headDim;
   r.eltSize = eltSize;
   r.capacity = capacity;
+  r.offset = offset;
   r.dataWords = headDim * eltSize / kWordBytes;
-  r.groupDataWords = proto == Proto::LL128 ? kLl128GroupDataWords
-                     : proto == Proto::LL  ? kLlGroupDataWords
-                                           : kSimpleGroupDataWords;
+  const size_t sources = (size_t)(nRanks - 1), units = (size_t)capacity * localHeads;
+  if (proto == Proto::Simple) {
+    // One "group": the whole head, as the input holds it.
+    r.groupDataWords = r.dataWords;
+    r.groups = 1;
+    r.unitBytes = r.groupBytes = (size_t)headDim * eltSize;
+    const size_t fit = simple::kChunkBytes / r.unitBytes;
+    r.chunkUnits = fit < 1 ? 1 : fit > (size_t)simple::kMaxChunkUnits ? simple::kMaxChunkUnits : (int)fit;
+    r.chunks = (int)((units + r.chunkUnits - 1) / r.chunkUnits);
+    r.lseOffset = sources * units * r.unitBytes;
+    r.flagOffset = r.lseOffset + alignUp(sources * units * 4, 16);
+    r.slotBytes = alignUp(r.flagOffset + sources * r.chunks * 8, kRegionAlign);
+    return r;
+  }
+  r.groupDataWords = proto == Proto::LL128 ? kLl128GroupDataWords : kLlGroupDataWords;
   r.groups = (r.dataWords + r.groupDataWords - 1) / r.groupDataWords;
   r.groupBytes = groupBytesFor(proto, r.groupDataWords);
   r.unitBytes = (r.groups - 1) * r.groupBytes + groupBytesFor(proto, r.wordsInGroup(r.groups - 1));
-  r.slotBytes = alignUp((size_t)(nRanks - 1) * capacity * localHeads * r.unitBytes, kRegionAlign);
-  r.offset = offset;
+  r.slotBytes = alignUp(sources * units * r.unitBytes, kRegionAlign);
+  r.chunkUnits = r.chunks = 0;
+  r.lseOffset = r.flagOffset = 0;
   return r;
 }
 

@@ -64,6 +64,20 @@ __device__ __forceinline__ uint64_t loadAcquire8(const void* p) {
 __device__ __forceinline__ uint64_t loadInput8(const void* p) {
   return __ldg(reinterpret_cast<const unsigned long long*>(p));
 }
+__device__ __forceinline__ uint4 loadInput16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+
+// Bulk payload: plain 16-byte stores, ordered before a flag by a fence.
+__device__ __forceinline__ void store16(void* p, uint4 v) { *reinterpret_cast<uint4*>(p) = v; }
+__device__ __forceinline__ uint4 loadVolatile16(const void* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+// Orders this thread's earlier stores, at system scope (peer GPUs), before
+// its later ones.
+__device__ __forceinline__ void fenceAcqRelSys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 
 __device__ __forceinline__ uint64_t globalTimerNs() {
   uint64_t t;

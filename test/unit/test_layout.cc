@@ -1,4 +1,4 @@
-// Workspace layout math (src/layout.h): unit geometry of each protocol,
+// Workspace layout math (src/device/layout.h): unit geometry of each protocol,
 // slot sizes, that every unit a source may write owns its bytes, the
 // regions of a workspace, the round flags, and ncclDcpWorkspaceSize.
 #include <algorithm>
@@ -38,8 +38,8 @@ std::vector<std::pair<int, int>> validHeadDims() {
 // ---------------------------------------------------------------------------
 // Unit geometry.
 
-// Every group of a unit carries the LSE in its first payload word (LL,
-// LL128) or header (SIMPLE), then up to groupDataWords data words.
+// Every group of a line-protocol unit carries the LSE in its first payload
+// word, then up to groupDataWords data words.
 TEST(UnitGeometry, LL128GroupsAreFourLinesWithTheLseFirst) {
   for (auto [D, elt] : validHeadDims()) {
     const Region r = makeRegion(Proto::LL128, 2, 1, D, elt, 1, kControlBytes);
@@ -78,15 +78,56 @@ TEST(UnitGeometry, LLGroupsAreThirtyTwoLines) {
   }
 }
 
-TEST(UnitGeometry, SimpleGroupsAreHeaderPlusFiveHundredTwelveBytes) {
-  for (auto [D, elt] : validHeadDims()) {
-    const Region r = makeRegion(Proto::Simple, 2, 1, D, elt, 1, kControlBytes);
-    const size_t groups = ceilDiv((size_t)D * elt, 512);  // 16 B per lane
-    SCOPED_TRACE(::testing::Message() << "D " << D << " elt " << elt);
-    ASSERT_EQ((size_t)r.groups, groups);
-    ASSERT_EQ(r.groupBytes, 16 + 512u);
-    ASSERT_EQ(r.unitBytes, 16 * groups + (size_t)D * elt);
-  }
+// SIMPLE moves the head as the input holds it and signals a chunk of up to
+// 16 units, 8 KiB at most (at least one unit), with one flag.
+TEST(UnitGeometry, SimpleUnitsAreTheHeadInChunksOfAtMostEightKiB) {
+  for (auto [D, elt] : validHeadDims())
+    for (int Hl : {1, 3, 16}) {
+      const int capacity = 5;
+      const Region r = makeRegion(Proto::Simple, 3, Hl, D, elt, capacity, kControlBytes);
+      const size_t headBytes = (size_t)D * elt;
+      size_t chunkUnits = 16;
+      while (chunkUnits > 1 && chunkUnits * headBytes > 8192) chunkUnits--;
+      SCOPED_TRACE(::testing::Message() << "D " << D << " elt " << elt << " Hl " << Hl);
+      ASSERT_EQ(r.groups, 1);
+      ASSERT_EQ(r.unitBytes, headBytes);
+      ASSERT_EQ((size_t)r.chunkUnits, chunkUnits);
+      ASSERT_EQ((size_t)r.chunks, ceilDiv((size_t)capacity * Hl, chunkUnits));
+    }
+}
+
+// The slot of SIMPLE: every source's data, then every source's LSEs, then
+// every source's chunk flags; all disjoint, 16-byte aligned, in the slot.
+TEST(UnitGeometry, SimpleSlotHoldsDataThenLsesThenFlags) {
+  for (int cp : {2, 3, 9})
+    for (auto [D, elt] : {std::pair{8, 2}, std::pair{512, 2}, std::pair{4096, 4}}) {
+      const int Hl = 3, capacity = 7;
+      const Region r = makeRegion(Proto::Simple, cp, Hl, D, elt, capacity, kControlBytes);
+      const size_t units = (size_t)capacity * Hl, dataBytes = (size_t)(cp - 1) * units * D * elt;
+      SCOPED_TRACE(::testing::Message() << "cp " << cp << " D " << D << " elt " << elt);
+      ASSERT_EQ(r.lseOffset, dataBytes);
+      ASSERT_EQ(r.flagOffset, dataBytes + ceilDiv((size_t)(cp - 1) * units * 4, 16) * 16);
+      ASSERT_LE(r.flagOffset + (size_t)(cp - 1) * r.chunks * 8, r.slotBytes);
+      for (int slot = 0; slot < 2; slot++)
+        for (int src = 1; src < cp; src++) {
+          const size_t lastUnit = r.unitOffset(slot, src, 0, capacity - 1, Hl - 1) + r.unitBytes;
+          const size_t firstLse = r.lseOffsetOf(slot, src, 0, 0), lastLse = r.lseOffsetOf(slot, src, 0, units - 1) + 4;
+          const size_t firstFlag = r.flagOffsetOf(slot, src, 0, 0);
+          const size_t lastFlag = r.flagOffsetOf(slot, src, 0, r.chunks - 1) + 8;
+          const size_t slotStart = r.offset + slot * r.slotBytes;
+          ASSERT_LE(lastUnit, slotStart + r.lseOffset);
+          ASSERT_GE(firstLse, slotStart + r.lseOffset);
+          ASSERT_LE(lastLse, slotStart + r.flagOffset);
+          ASSERT_GE(firstFlag, slotStart + r.flagOffset);
+          ASSERT_LE(lastFlag, slotStart + r.slotBytes);
+          ASSERT_EQ(firstFlag % 8, 0u);
+          // Sources follow each other without overlap.
+          if (src > 1) {
+            ASSERT_EQ(r.lseOffsetOf(slot, src, 0, 0), r.lseOffsetOf(slot, src - 1, 0, units - 1) + 4);
+            ASSERT_EQ(r.flagOffsetOf(slot, src, 0, 0), r.flagOffsetOf(slot, src - 1, 0, r.chunks - 1) + 8);
+          }
+        }
+    }
 }
 
 TEST(UnitGeometry, UnitsAreWholeSixteenByteLines) {
@@ -108,7 +149,9 @@ TEST(SlotBytes, PageAlignedAndJustLargeEnough) {
         for (int Hl : {1, 3, 128})
           for (auto [D, elt] : {std::pair{8, 2}, std::pair{128, 4}, std::pair{520, 2}, std::pair{4096, 2}}) {
             const Region r = makeRegion(p, cp, Hl, D, elt, capacity, kControlBytes);
-            const size_t need = (size_t)(cp - 1) * capacity * Hl * r.unitBytes;
+            size_t need = (size_t)(cp - 1) * capacity * Hl * r.unitBytes;
+            if (p == Proto::Simple)  // the LSEs (16-byte aligned) and a flag per chunk
+              need += ceilDiv((size_t)(cp - 1) * capacity * Hl * 4, 16) * 16 + (size_t)(cp - 1) * r.chunks * 8;
             SCOPED_TRACE(::testing::Message() << name(p) << " cp " << cp << " capacity " << capacity << " Hl "
                                               << Hl << " D " << D << " elt " << elt);
             ASSERT_EQ(r.slotBytes % kRegionAlign, 0u);
@@ -123,7 +166,7 @@ TEST(SlotBytes, LargestConfigDoesNotOverflow) {
   // the size must be computed, not wrapped.
   const Region r = makeRegion(Proto::Simple, NCCL_DCP_MAX_RANKS, NCCL_DCP_MAX_LOCAL_HEADS, NCCL_DCP_MAX_HEAD_DIM, 4,
                               NCCL_DCP_MAX_BATCH_CAPACITY, kControlBytes);
-  const double need = 63.0 * (1 << 20) * 1024 * (16 + 4096.0 * 4);
+  const double need = 63.0 * (1 << 20) * 1024 * (4096.0 * 4 + 4);  // data and LSEs
   EXPECT_GE((double)r.slotBytes, need);
 }
 
@@ -223,7 +266,7 @@ TEST(WorkspaceLayout, SimpleRegionAddsItsOwnBytes) {
   const WorkspaceLayout with = makeWorkspaceLayout(Proto::LL128, true, 4, 8, 512, 2, 64);
   EXPECT_EQ(without.totalBytes, kControlBytes + without.small.bytes());
   EXPECT_EQ(with.totalBytes, kControlBytes + with.small.bytes() + with.large.bytes());
-  EXPECT_EQ(with.large.unitBytes, 2 * (16u + 512));  // two groups, a header each
+  EXPECT_EQ(with.large.unitBytes, 1024u);  // the head as the input holds it
 }
 
 TEST(WorkspaceLayout, OneRankNeedsOnlyTheControlBlock) {

@@ -1,0 +1,84 @@
+/*************************************************************************
+ * What the fused kernels of every protocol share: tensor offsets, the
+ * device-side round counter, the bounded waiter of a launch, and the opt-in
+ * timeline.
+ *
+ * Round: every block learns the round with one atomic add on the rank's
+ * 64-bit {arrivals, round} word (Control, layout.h). The block that arrives
+ * last -- every other block has read the round by then -- advances it when
+ * it ends, with a plain store, so nothing waits on an atomic at the tail of
+ * a call. The next launch reads the word only after its grid-dependency
+ * wait, once this grid has completed. CUDA-graph replays advance it like
+ * eager calls.
+ ************************************************************************/
+#ifndef NCCL_DCP_DEVICE_FUSED_COMMON_H_
+#define NCCL_DCP_DEVICE_FUSED_COMMON_H_
+
+#include "params.h"
+#include "primitives.h"
+
+#ifndef NCCL_DCP_TIMELINE
+#define NCCL_DCP_TIMELINE 0
+#endif
+
+namespace nccl_dcp {
+
+// Element offsets of (row, peer, head) in the strided tensors.
+__device__ __forceinline__ int64_t inOffset(const Strides& s, int row, int peer, int head) {
+  return row * s.inRow + peer * s.inPeer + head * s.inHead;
+}
+__device__ __forceinline__ int64_t lseOffset(const Strides& s, int row, int peer, int head) {
+  return row * s.lseRow + peer * s.lsePeer + head * s.lseHead;
+}
+
+struct RoundInfo {
+  uint32_t round;
+  bool advances;  // this block moves the counter on when it ends
+};
+
+__device__ __forceinline__ RoundInfo beginRound(Control* ctrl, int blocksPerRank) {
+  __shared__ RoundInfo shared;
+  if (threadIdx.x == 0) {
+    const unsigned long long old = atomicAdd(reinterpret_cast<unsigned long long*>(&ctrl->arrivals), 1ull);
+    shared.round = (uint32_t)(old >> 32);
+    shared.advances = (uint32_t)old == (uint32_t)blocksPerRank - 1;
+  }
+  __syncthreads();
+  return shared;
+}
+
+__device__ __forceinline__ void endRound(Control* ctrl, RoundInfo info) {
+  if (threadIdx.x == 0 && info.advances) storeVolatile8(&ctrl->arrivals, (uint64_t)(info.round + 1) << 32);
+}
+
+template <class Peers>
+__device__ __forceinline__ Waiter makeWaiter(const FusedParams<Peers>& p, int rank, uint32_t round) {
+  Waiter w;
+  w.deadlineNs = p.timeoutNs ? globalTimerNs() + p.timeoutNs : ~0ull;
+  w.status = p.peers.status(rank);
+  w.hostError = p.hostError;
+  w.rank = rank;
+  w.round = round;
+  w.spins = 0;
+  w.failed = loadVolatile4(w.status) != 0;  // poisoned: do nothing
+  return w;
+}
+
+// Timeline stamp of this block (lane 0 of the calling warp): the first
+// stamp of a "first" stage wins, the others keep the latest.
+__device__ __forceinline__ void stamp(uint64_t* timeline, TimelineStage stage) {
+#if NCCL_DCP_TIMELINE
+  if (timeline == nullptr || (threadIdx.x & 31) != 0) return;
+  unsigned long long* t = reinterpret_cast<unsigned long long*>(timeline) + blockIdx.x * kTimelineStages + stage;
+  const unsigned long long now = globalTimerNs();
+  if (stage == kStageEntry || stage == kStageFirstSend) atomicCAS(t, 0ull, now);
+  else atomicMax(t, now);
+#else
+  (void)timeline;
+  (void)stage;
+#endif
+}
+
+}  // namespace nccl_dcp
+
+#endif  // NCCL_DCP_DEVICE_FUSED_COMMON_H_
