@@ -30,8 +30,10 @@ ProtocolPolicy chooseProtocols(ncclDcpProtocol_t requested, const LinkSummary& l
 
 Proto protocolForRound(const ProtocolPolicy& policy, int rows);
 
-// Measured crossover of LL128 and SIMPLE (docs/perf.md), in rows per round.
-constexpr int kDefaultSimpleMinRows = 0;  // 0: AUTO never switches to SIMPLE
+// Measured crossover of LL128 and SIMPLE (docs/perf.md, v6: loopback, 8
+// ranks, D 512 bf16, Hl 16 -- SIMPLE wins from 32 rows), in rows per round.
+// NCCL_DCP_SIMPLE_MIN_ROWS overrides (0: never switch).
+constexpr int kDefaultSimpleMinRows = 32;
 
 }  // namespace nccl_dcp
 

@@ -32,10 +32,6 @@ constexpr int kSimpleThreads = 512;
 constexpr int kSimpleSendWarps = 8;
 constexpr int kSimpleRecvWarps = kSimpleThreads / 32 - kSimpleSendWarps;
 constexpr int kSimpleSourceBatch = 8;  // sources' loads a merging lane keeps in flight
-// Blocks per SM the register budget must allow (experiment: 2 caps it at 64).
-#ifndef NCCL_DCP_SIMPLE_MIN_BLOCKS
-#define NCCL_DCP_SIMPLE_MIN_BLOCKS 1
-#endif
 
 // Dynamic shared memory: each receiving warp's [chunkUnits][cp] LSEs, which
 // become the weights.
@@ -158,7 +154,7 @@ __device__ bool receiveChunk(const FusedParams<Peers>& p, const RankIo& io, char
 }
 
 template <typename T, class Peers>
-__global__ void __launch_bounds__(kSimpleThreads, NCCL_DCP_SIMPLE_MIN_BLOCKS)
+__global__ void __launch_bounds__(kSimpleThreads, 1)
     simpleA2aLseReduceKernel(const __grid_constant__ FusedParams<Peers> p) {
   extern __shared__ float scratch[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;

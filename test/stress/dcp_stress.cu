@@ -1,0 +1,332 @@
+/*************************************************************************
+ * dcp_stress: the fused call under a producer that rewrites its inputs.
+ *
+ * Per rank, a CUDA graph of G iterations, replayed until every rank made
+ * -n calls:
+ *
+ *   producer  triggers its dependents at once (griddepcontrol.launch_dependents),
+ *             waits -u ns, then copies input set (i % 2) into the live inputs
+ *   poison    the outputs
+ *   our call  launched with programmatic dependent launch: it must not read
+ *             the live inputs before the producer has finished writing them
+ *   compare   outputs against the golden outputs of set (i % 2), bitwise;
+ *             every differing 32-bit word is counted
+ *
+ * The golden outputs come from one eager call per set, checked against the
+ * CPU reference first. A wrong PDL ordering reads the other set's inputs; a
+ * torn LL128 line (NVLink, without the Hopper re-read) merges stale data:
+ * both show as mismatched words. Exit status 0 only with 0 mismatched words
+ * and no asynchronous error.
+ *
+ *   dcp_stress -V <cp>      loopback: cp virtual ranks on GPU 0
+ *   dcp_stress -r <ranks>   NCCL ranks, one per GPU, driven by this thread
+ *   -b batch (4)  -n calls per rank (1000000)  -G calls per graph (100)
+ *   -P AUTO|LL|LL128|SIMPLE  -D head dim (512)  -H local heads (16)
+ *   -u producer delay in ns (2000)
+ ************************************************************************/
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "loopback.h"
+#include "nccl_dcp.h"
+#include "reference.h"
+
+using namespace nccl_dcp;
+
+namespace {
+
+#define CHECK_CUDA(cmd)                                                                          \
+  do {                                                                                           \
+    cudaError_t e_ = (cmd);                                                                      \
+    if (e_ != cudaSuccess) {                                                                     \
+      fprintf(stderr, "dcp_stress: %s:%d %s: %s\n", __FILE__, __LINE__, #cmd, cudaGetErrorString(e_)); \
+      exit(2);                                                                                   \
+    }                                                                                            \
+  } while (0)
+#define CHECK_DCP(cmd)                                                                           \
+  do {                                                                                           \
+    ncclResult_t r_ = (cmd);                                                                     \
+    if (r_ != ncclSuccess) {                                                                     \
+      fprintf(stderr, "dcp_stress: %s:%d %s: %s | %s\n", __FILE__, __LINE__, #cmd, ncclGetErrorString(r_), \
+              ncclDcpGetLastError());                                                            \
+      exit(2);                                                                                   \
+    }                                                                                            \
+  } while (0)
+
+__global__ void produceInputs(const uint4* src, uint4* dst, size_t vectors, const float* srcLse, float* dstLse,
+                              size_t lses, uint64_t delayNs) {
+  asm volatile("griddepcontrol.launch_dependents;");
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < delayNs);
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < vectors; i += stride) dst[i] = src[i];
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < lses; i += stride) dstLse[i] = srcLse[i];
+}
+
+__global__ void countWrongWords(const uint32_t* got, const uint32_t* want, size_t words, unsigned long long* wrong) {
+  unsigned long long mine = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words; i += (size_t)gridDim.x * blockDim.x)
+    mine += got[i] != want[i];
+  if (mine) atomicAdd(wrong, mine);
+}
+
+struct Args {
+  int virtualRanks = 0, ranks = 0, batch = 4, graphCalls = 100, headDim = 512, localHeads = 16;
+  long calls = 1000000;
+  int protocol = ncclDcpProtoAuto;
+  uint64_t delayNs = 2000;
+};
+
+bool parse(int argc, char** argv, Args* a) {
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string f = argv[i], v = argv[i + 1];
+    if (f == "-V") a->virtualRanks = atoi(v.c_str());
+    else if (f == "-r") a->ranks = atoi(v.c_str());
+    else if (f == "-b") a->batch = atoi(v.c_str());
+    else if (f == "-n") a->calls = atol(v.c_str());
+    else if (f == "-G") a->graphCalls = atoi(v.c_str());
+    else if (f == "-D") a->headDim = atoi(v.c_str());
+    else if (f == "-H") a->localHeads = atoi(v.c_str());
+    else if (f == "-u") a->delayNs = strtoull(v.c_str(), nullptr, 10);
+    else if (f == "-P") {
+      const char* names[] = {"AUTO", "LL", "LL128", "SIMPLE"};
+      a->protocol = -1;
+      for (int p = 0; p < 4; p++)
+        if (v == names[p]) a->protocol = p;
+      if (a->protocol < 0) return false;
+    } else return false;
+  }
+  return (argc % 2 == 1) && (a->virtualRanks > 0) != (a->ranks > 0) && a->batch > 0 && a->calls > 0 &&
+         a->graphCalls > 0 && a->batch <= 4096;
+}
+
+// One rank's device buffers (loopback: every virtual rank's, rank r at + r * size).
+struct RankBuffers {
+  int dev = 0;
+  cudaStream_t stream = nullptr;
+  char *set[2] = {}, *live = nullptr, *out = nullptr, *golden[2] = {};
+  float *setLse[2] = {}, *liveLse = nullptr, *outLse = nullptr, *goldenLse[2] = {};
+  unsigned long long* wrong = nullptr;
+  cudaGraphExec_t graph = nullptr;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  if (!parse(argc, argv, &a)) {
+    fprintf(stderr, "usage: dcp_stress (-V cp | -r ranks) [-b batch] [-n calls] [-G graph calls] "
+                    "[-P AUTO|LL|LL128|SIMPLE] [-D dim] [-H heads] [-u delay ns]\n");
+    return 1;
+  }
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < (a.ranks > 0 ? a.ranks : 1)) {
+    fprintf(stderr, "dcp_stress: needs %d GPU(s), found %d\n", a.ranks > 0 ? a.ranks : 1, gpus);
+    return 3;
+  }
+  const bool loopback = a.virtualRanks > 0;
+  const int cp = loopback ? a.virtualRanks : a.ranks, nBuffers = loopback ? 1 : a.ranks, perBuffer = loopback ? cp : 1;
+  ncclDcpConfig_t c = NCCL_DCP_CONFIG_INITIALIZER;
+  c.headDim = a.headDim;
+  c.localHeads = a.localHeads;
+  c.dtype = ncclBfloat16;
+  c.lseBase = ncclDcpLseBase2;
+  c.maxBatch = a.batch;
+  c.protocol = a.protocol;
+  Config cfg;
+  CHECK_DCP(resolveConfig(&c, Env(), &cfg));
+  const Strides packed = packedStrides(cfg, cp);
+  const size_t inBytes = (size_t)a.batch * cp * cfg.localHeads * cfg.headDim * cfg.eltSize;
+  const size_t lseCount = (size_t)a.batch * cp * cfg.localHeads;
+  const size_t outBytes = (size_t)a.batch * cfg.localHeads * cfg.headDim * cfg.eltSize;
+  const size_t outLseCount = (size_t)a.batch * cfg.localHeads;
+
+  // Two input sets of every rank on the host, and their reference outputs.
+  std::vector<uint8_t> hostIn[2], refOut[2];
+  std::vector<float> hostLse[2], refLse[2];
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_real_distribution<float> value(-1.f, 1.f), lse(-6.f, 6.f);
+  for (int s = 0; s < 2; s++) {
+    hostIn[s].resize(cp * inBytes);
+    hostLse[s].resize(cp * lseCount);
+    for (size_t i = 0; i < hostIn[s].size() / cfg.eltSize; i++) storeElement(cfg.dtype, hostIn[s].data(), i, value(rng));
+    for (float& x : hostLse[s]) x = lse(rng);
+    refOut[s].resize(cp * outBytes);
+    refLse[s].resize(cp * outLseCount);
+    std::vector<CallBuffers> ranks(cp);
+    for (int r = 0; r < cp; r++)
+      ranks[r] = {hostIn[s].data() + r * inBytes, hostLse[s].data() + r * lseCount, refOut[s].data() + r * outBytes,
+                  refLse[s].data() + r * outLseCount};
+    referenceA2aLseReduce(cfg, cp, a.batch, packed, ranks.data());
+  }
+
+  // The collective: a loopback object, or one context per GPU.
+  std::unique_ptr<Loopback> lb;
+  std::vector<ncclComm_t> comms(nBuffers);
+  std::vector<ncclDcpContext_t> ctxs(nBuffers);
+  if (loopback) {
+    CHECK_CUDA(cudaSetDevice(0));
+    CHECK_DCP(Loopback::create(&c, cp, &lb));
+  } else {
+    std::vector<int> devs(nBuffers);
+    for (int r = 0; r < nBuffers; r++) devs[r] = r;
+    if (ncclCommInitAll(comms.data(), nBuffers, devs.data()) != ncclSuccess) {
+      fprintf(stderr, "dcp_stress: ncclCommInitAll failed\n");
+      return 2;
+    }
+    CHECK_DCP(ncclDcpContextCreateGroup(nBuffers, comms.data(), &c, ctxs.data()));
+  }
+
+  std::vector<RankBuffers> rb(nBuffers);
+  for (int i = 0; i < nBuffers; i++) {
+    RankBuffers& b = rb[i];
+    b.dev = loopback ? 0 : i;
+    CHECK_CUDA(cudaSetDevice(b.dev));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking));
+    for (int s = 0; s < 2; s++) {
+      CHECK_CUDA(cudaMalloc(&b.set[s], perBuffer * inBytes));
+      CHECK_CUDA(cudaMalloc(&b.setLse[s], perBuffer * lseCount * 4));
+      CHECK_CUDA(cudaMalloc(&b.golden[s], perBuffer * outBytes));
+      CHECK_CUDA(cudaMalloc(&b.goldenLse[s], perBuffer * outLseCount * 4));
+      CHECK_CUDA(cudaMemcpy(b.set[s], hostIn[s].data() + i * inBytes, perBuffer * inBytes, cudaMemcpyHostToDevice));
+      CHECK_CUDA(cudaMemcpy(b.setLse[s], hostLse[s].data() + i * lseCount, perBuffer * lseCount * 4,
+                            cudaMemcpyHostToDevice));
+    }
+    CHECK_CUDA(cudaMalloc(&b.live, perBuffer * inBytes));
+    CHECK_CUDA(cudaMalloc(&b.liveLse, perBuffer * lseCount * 4));
+    CHECK_CUDA(cudaMalloc(&b.out, perBuffer * outBytes));
+    CHECK_CUDA(cudaMalloc(&b.outLse, perBuffer * outLseCount * 4));
+    CHECK_CUDA(cudaMalloc(&b.wrong, sizeof(unsigned long long)));
+    CHECK_CUDA(cudaMemset(b.wrong, 0, sizeof(unsigned long long)));
+  }
+
+  // One call on every rank's stream (the ranks of one thread need no group
+  // on the fused path: kernel launches only).
+  auto call = [&](int i) {
+    RankBuffers& b = rb[i];
+    CHECK_CUDA(cudaSetDevice(b.dev));
+    if (loopback) {
+      std::vector<CallBuffers> bufs(cp);
+      for (int r = 0; r < cp; r++)
+        bufs[r] = {b.live + r * inBytes, b.liveLse + r * lseCount, b.out + r * outBytes, b.outLse + r * outLseCount};
+      CHECK_DCP(lb->call(bufs.data(), a.batch, nullptr, b.stream));
+    } else {
+      CHECK_DCP(ncclDcpA2aLseReduce(ctxs[i], b.live, b.liveLse, b.out, b.outLse, a.batch, nullptr, b.stream));
+    }
+  };
+  auto produce = [&](int i, int s, uint64_t delayNs) {
+    RankBuffers& b = rb[i];
+    produceInputs<<<264, 256, 0, b.stream>>>((const uint4*)b.set[s], (uint4*)b.live, perBuffer * inBytes / 16,
+                                            b.setLse[s], b.liveLse, perBuffer * lseCount, delayNs);
+    CHECK_CUDA(cudaGetLastError());
+  };
+
+  // Golden outputs: one eager call per set, checked against the reference.
+  for (int s = 0; s < 2; s++) {
+    for (int i = 0; i < nBuffers; i++) {
+      produce(i, s, 0);
+      CHECK_CUDA(cudaMemsetAsync(rb[i].out, 0xff, perBuffer * outBytes, rb[i].stream));
+      call(i);
+    }
+    std::vector<uint8_t> got(cp * outBytes);
+    std::vector<float> gotLse(cp * outLseCount);
+    for (int i = 0; i < nBuffers; i++) {
+      RankBuffers& b = rb[i];
+      CHECK_CUDA(cudaSetDevice(b.dev));
+      CHECK_CUDA(cudaStreamSynchronize(b.stream));
+      CHECK_CUDA(cudaMemcpy(got.data() + i * outBytes, b.out, perBuffer * outBytes, cudaMemcpyDeviceToHost));
+      CHECK_CUDA(cudaMemcpy(gotLse.data() + i * outLseCount, b.outLse, perBuffer * outLseCount * 4,
+                            cudaMemcpyDeviceToHost));
+      CHECK_CUDA(cudaMemcpy(b.golden[s], b.out, perBuffer * outBytes, cudaMemcpyDeviceToDevice));
+      CHECK_CUDA(cudaMemcpy(b.goldenLse[s], b.outLse, perBuffer * outLseCount * 4, cudaMemcpyDeviceToDevice));
+    }
+    std::vector<CallBuffers> gotBufs(cp), wantBufs(cp);
+    for (int r = 0; r < cp; r++) {
+      gotBufs[r] = {nullptr, nullptr, got.data() + r * outBytes, gotLse.data() + r * outLseCount};
+      wantBufs[r] = {nullptr, nullptr, refOut[s].data() + r * outBytes, refLse[s].data() + r * outLseCount};
+    }
+    std::string first;
+    const size_t bad = countMismatches(cfg, cp, a.batch, packed, gotBufs.data(), wantBufs.data(), &first);
+    if (bad) {
+      fprintf(stderr, "dcp_stress: golden call of set %d differs from the CPU reference in %zu elements: %s\n", s,
+              bad, first.c_str());
+      return 4;
+    }
+  }
+
+  // The graph of every rank: G x [produce, poison, call, compare].
+  for (int i = 0; i < nBuffers; i++) {
+    RankBuffers& b = rb[i];
+    CHECK_CUDA(cudaSetDevice(b.dev));
+    cudaGraph_t g;
+    CHECK_CUDA(cudaStreamBeginCapture(b.stream, cudaStreamCaptureModeThreadLocal));
+    for (int k = 0; k < a.graphCalls; k++) {
+      const int s = k % 2;
+      produce(i, s, a.delayNs);
+      CHECK_CUDA(cudaMemsetAsync(b.out, 0xff, perBuffer * outBytes, b.stream));
+      call(i);
+      countWrongWords<<<132, 256, 0, b.stream>>>((const uint32_t*)b.out, (const uint32_t*)b.golden[s],
+                                                 perBuffer * outBytes / 4, b.wrong);
+      countWrongWords<<<132, 256, 0, b.stream>>>((const uint32_t*)b.outLse, (const uint32_t*)b.goldenLse[s],
+                                                 perBuffer * outLseCount, b.wrong);
+    }
+    CHECK_CUDA(cudaStreamEndCapture(b.stream, &g));
+    CHECK_CUDA(cudaGraphInstantiate(&b.graph, g, 0));
+    CHECK_CUDA(cudaGraphDestroy(g));
+  }
+
+  const long replays = (a.calls + a.graphCalls - 1) / a.graphCalls;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long rep = 0; rep < replays; rep++) {
+    for (int i = 0; i < nBuffers; i++) {
+      CHECK_CUDA(cudaSetDevice(rb[i].dev));
+      CHECK_CUDA(cudaGraphLaunch(rb[i].graph, rb[i].stream));
+    }
+    if (rep % 256 == 255 || rep == replays - 1)
+      for (int i = 0; i < nBuffers; i++) {
+        CHECK_CUDA(cudaSetDevice(rb[i].dev));
+        CHECK_CUDA(cudaStreamSynchronize(rb[i].stream));
+      }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  unsigned long long wrong = 0;
+  ncclResult_t async = ncclSuccess;
+  for (int i = 0; i < nBuffers; i++) {
+    unsigned long long w = 0;
+    CHECK_CUDA(cudaSetDevice(rb[i].dev));
+    CHECK_CUDA(cudaMemcpy(&w, rb[i].wrong, sizeof(w), cudaMemcpyDeviceToHost));
+    wrong += w;
+    ncclResult_t e = ncclSuccess;
+    if (loopback) e = lb->asyncError();
+    else CHECK_DCP(ncclDcpGetAsyncError(ctxs[i], &e));
+    if (e != ncclSuccess) async = e;
+  }
+  const char* protos[] = {"AUTO", "LL", "LL128", "SIMPLE"};
+  printf("dcp_stress: %s cp %d %s batch %d D %d Hl %d: %ld calls per rank in %.1f s, producer delay %llu ns: "
+         "%llu mismatched words, async error %s\n",
+         loopback ? "loopback" : "NCCL ranks", cp, protos[a.protocol], a.batch, cfg.headDim, cfg.localHeads,
+         replays * a.graphCalls, seconds, (unsigned long long)a.delayNs, wrong,
+         async == ncclSuccess ? "none" : ncclGetErrorString(async));
+  for (int i = 0; i < nBuffers; i++) {
+    cudaSetDevice(rb[i].dev);
+    cudaGraphExecDestroy(rb[i].graph);
+  }
+  if (!loopback) {
+    CHECK_DCP(ncclDcpContextDestroyGroup(nBuffers, ctxs.data()));
+    for (ncclComm_t comm : comms) ncclCommDestroy(comm);
+  }
+  return wrong == 0 && async == ncclSuccess ? 0 : 4;
+}
