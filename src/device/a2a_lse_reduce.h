@@ -1,18 +1,19 @@
 /*************************************************************************
- * The fused kernel: one round of all-to-all + LSE-weighted reduce.
+ * The fused kernel over the line protocols (LL, LL128): one round of
+ * all-to-all + LSE-weighted reduce, for small batches.
  *
  *   send:    one warp per (row, head, destination) writes the unit straight
  *            into the destination's workspace (push: receivers read only
- *            local memory). The rank's own share is never sent.
+ *            local memory), kSendBatch groups' loads in flight before their
+ *            stores; the first batch is loaded before the round is read.
+ *            The rank's own share is never sent.
  *   receive: one warp per (row, head, group). Every group carries the LSE,
  *            so the warp needs no other: it loads its group from every
  *            source at once (kSourceBatch loads in flight, not one round
  *            trip per source), polls until all flags are the round's,
  *            computes the weights, and merges in source order s = 0..cp-1,
  *            its own share read straight from partialOut.
- *   round:   the last block to finish advances the round counter, which
- *            picks the slot and the flag value of the next round: CUDA-graph
- *            replays advance it too.
+ *   round:   picks the slot and the flag value (fused_common.h).
  *
  * Every block sends everything it owns before it receives anything, and
  * the launch is cooperative, so no receive can starve a send.
@@ -140,6 +141,38 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   waitForPrerequisiteGrid();
   if (rank == p.silentRank) return;
 
+  const int warpInRank = localBlock * kFusedWarps + warp;
+  const int warpsPerRank = p.blocksPerRank * kFusedWarps;
+  const int nPeers = p.nRanks - 1;
+  const int Hl = r.localHeads;
+
+  // Send item -> (row, head, destination); destinations rotate with the
+  // rank so peers are not all hit at once.
+  const int sendItems = p.rows * Hl * nPeers;
+  struct SendItem {
+    int row, head, dst;
+    const char* src;
+    float lse;
+  };
+  auto sendItem = [&](int item) {
+    SendItem it;
+    const int rowHead = item / nPeers;
+    it.head = rowHead % Hl;
+    it.row = rowHead / Hl;
+    it.dst = (rank + 1 + item % nPeers) % p.nRanks;
+    it.src = io.partialOut + inOffset(s, it.row, it.dst, it.head) * (int64_t)sizeof(T);
+    it.lse = io.partialLse[lseOffset(s, it.row, it.dst, it.head)];
+    return it;
+  };
+  // The first item's loads go out before the round is known: they do not
+  // depend on it, and the round costs a round trip of its own.
+  typename Transport::Batch batch;
+  SendItem it = {};
+  if (warpInRank < sendItems) {
+    it = sendItem(warpInRank);
+    Transport::loadBatch(r, it.src, 0, lane, batch);
+  }
+
   char* ws = p.peers.workspace(rank);
   Control* ctrl = (Control*)ws;
   const RoundInfo round = beginRound(ctrl, p.blocksPerRank);
@@ -148,21 +181,17 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   const uint32_t flag = flagForRound(round.round);
   Waiter waiter = makeWaiter(p, rank, round.round);
 
-  const int warpInRank = localBlock * kFusedWarps + warp;
-  const int warpsPerRank = p.blocksPerRank * kFusedWarps;
-  const int nPeers = p.nRanks - 1;
-  const int Hl = r.localHeads;
-
-  // Send: destinations rotate with the rank so peers are not all hit at once.
-  const int sendItems = p.rows * Hl * nPeers;
   for (int item = warpInRank; !waiter.failed && item < sendItems; item += warpsPerRank) {
-    const int d = item % nPeers, rowHead = item / nPeers;
-    const int head = rowHead % Hl, row = rowHead / Hl;
-    const int dst = (rank + 1 + d) % p.nRanks;
-    const char* src = io.partialOut + inOffset(s, row, dst, head) * (int64_t)sizeof(T);
-    const float lse = io.partialLse[lseOffset(s, row, dst, head)];
-    char* unit = p.peers.peerWorkspace(dst) + r.unitOffset(slot, rank, dst, row, head);
-    Transport::send(r, src, lse, unit, flag, lane);
+    if (item != warpInRank) {
+      it = sendItem(item);
+      Transport::loadBatch(r, it.src, 0, lane, batch);
+    }
+    char* unit = p.peers.peerWorkspace(it.dst) + r.unitOffset(slot, rank, it.dst, it.row, it.head);
+    Transport::storeBatch(r, batch, 0, it.lse, unit, flag, lane);
+    for (int g0 = kSendBatch; g0 < r.groups; g0 += kSendBatch) {
+      Transport::loadBatch(r, it.src, g0, lane, batch);
+      Transport::storeBatch(r, batch, g0, it.lse, unit, flag, lane);
+    }
     stamp(p.timeline, kStageFirstSend);
   }
   stamp(p.timeline, kStageSendsDone);

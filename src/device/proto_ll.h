@@ -27,20 +27,26 @@ struct LlTransport {
     return (k == 0 && lane >= 1 && lane <= r.wordsInGroup(g)) ? g * r.groupDataWords + lane - 1 : -1;
   }
 
-  __device__ static void send(const Region& r, const char* src, float lse, char* unit, uint32_t flag, int lane) {
-    for (int g0 = 0; g0 < r.groups; g0 += kSendBatch) {
-      uint64_t v[kSendBatch];
+  // The lane's data word of kSendBatch groups from g0 (the LSE where the
+  // lane carries none): loaded before any store.
+  struct Batch {
+    uint64_t v[kSendBatch];
+  };
+  __device__ static void loadBatch(const Region& r, const char* src, int g0, int lane, Batch& x) {
 #pragma unroll
-      for (int j = 0; j < kSendBatch; j++) {
-        const int w = g0 + j < r.groups ? dataWord(r, g0 + j, lane, 0) : -1;
-        v[j] = w >= 0 ? loadInput8(src + (size_t)w * kWordBytes) : (uint64_t)__float_as_uint(lse);
-      }
+    for (int j = 0; j < kSendBatch; j++) {
+      const int w = g0 + j < r.groups ? dataWord(r, g0 + j, lane, 0) : -1;
+      x.v[j] = w >= 0 ? loadInput8(src + (size_t)w * kWordBytes) : 0;
+    }
+  }
+  __device__ static void storeBatch(const Region& r, const Batch& x, int g0, float lse, char* unit, uint32_t flag,
+                                    int lane) {
 #pragma unroll
-      for (int j = 0; j < kSendBatch; j++) {
-        const int g = g0 + j;
-        if (g >= r.groups || !active(r, g, lane)) break;
-        storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), (uint32_t)v[j], flag, (uint32_t)(v[j] >> 32), flag);
-      }
+    for (int j = 0; j < kSendBatch; j++) {
+      const int g = g0 + j;
+      if (g >= r.groups || !active(r, g, lane)) break;
+      const uint64_t v = lane == 0 ? (uint64_t)__float_as_uint(lse) : x.v[j];
+      storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), (uint32_t)v, flag, (uint32_t)(v >> 32), flag);
     }
   }
 

@@ -50,27 +50,28 @@ struct Ll128Transport {
     return lineOf(lane) * ll128::kDataWordsPerLine <= r.wordsInGroup(g);
   }
 
-  // The whole unit: every group, the LSE in each group's first word. Loads
-  // of kSendBatch groups are issued before their stores: a sending warp
-  // would otherwise wait one memory round trip per group.
-  __device__ static void send(const Region& r, const char* src, float lse, char* unit, uint32_t flag, int lane) {
-    for (int g0 = 0; g0 < r.groups; g0 += kSendBatch) {
-      uint64_t v[kSendBatch][2];
+  // The lane's data of kSendBatch groups from g0: loaded before any store.
+  struct Batch {
+    uint64_t v[kSendBatch][2];
+  };
+  __device__ static void loadBatch(const Region& r, const char* src, int g0, int lane, Batch& x) {
 #pragma unroll
-      for (int j = 0; j < kSendBatch; j++) {
-        const int g = g0 + j, w0 = dataWord(r, g, lane, 0), w1 = dataWord(r, g, lane, 1);
-        const bool live = g < r.groups;
-        v[j][0] = live && w0 >= 0 ? loadInput8(src + (size_t)w0 * kWordBytes) : 0;
-        v[j][1] = live && w1 >= 0 ? loadInput8(src + (size_t)w1 * kWordBytes) : 0;
-      }
+    for (int j = 0; j < kSendBatch; j++) {
+      const int g = g0 + j, w0 = dataWord(r, g, lane, 0), w1 = dataWord(r, g, lane, 1);
+      const bool live = g < r.groups;
+      x.v[j][0] = live && w0 >= 0 ? loadInput8(src + (size_t)w0 * kWordBytes) : 0;
+      x.v[j][1] = live && w1 >= 0 ? loadInput8(src + (size_t)w1 * kWordBytes) : 0;
+    }
+  }
+  __device__ static void storeBatch(const Region& r, Batch& x, int g0, float lse, char* unit, uint32_t flag,
+                                    int lane) {
 #pragma unroll
-      for (int j = 0; j < kSendBatch; j++) {
-        const int g = g0 + j;
-        if (g >= r.groups || !lineWritten(r, g, lane)) break;
-        if (payloadWord(lane, 0) == 0) v[j][0] = (uint64_t)__float_as_uint(lse);
-        if (slotOf(lane) == ll128::kFlagLane) v[j][1] = flag;
-        storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), v[j][0], v[j][1]);
-      }
+    for (int j = 0; j < kSendBatch; j++) {
+      const int g = g0 + j;
+      if (g >= r.groups || !lineWritten(r, g, lane)) break;
+      if (payloadWord(lane, 0) == 0) x.v[j][0] = (uint64_t)__float_as_uint(lse);
+      if (slotOf(lane) == ll128::kFlagLane) x.v[j][1] = flag;
+      storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), x.v[j][0], x.v[j][1]);
     }
   }
 
