@@ -268,7 +268,6 @@ ncclResult_t Topology::fromXml(const char* path, const NvmlApi* nvml, std::uniqu
 ncclResult_t Topology::load(const char* xmlPath, const NvmlApi* nvml, const char* noNvml, bool thisSystem,
                             std::unique_ptr<Topology>* out) {
   std::unique_ptr<Topology> t(new Topology());
-  const char* what = xmlPath ? xmlPath : "this machine";
   if (hwloc_topology_init(&t->topo_) != 0) {
     t->topo_ = nullptr;
     return fail(ncclSystemError, "hwloc_topology_init failed: %s", strerror(errno));
@@ -277,12 +276,16 @@ ncclResult_t Topology::load(const char* xmlPath, const NvmlApi* nvml, const char
   // tree, no NVLink matrix.
   hwloc_topology_set_io_types_filter(t->topo_, HWLOC_TYPE_FILTER_KEEP_ALL);
   if (thisSystem) hwloc_topology_set_flags(t->topo_, HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM);
-  if (xmlPath && hwloc_topology_set_xml(t->topo_, xmlPath) != 0)
-    return fail(ncclInvalidArgument, "hwloc XML %s: hwloc_topology_set_xml failed: %s", xmlPath, strerror(errno));
-  if (hwloc_topology_load(t->topo_) != 0)
-    return fail(xmlPath ? ncclInvalidArgument : ncclSystemError,
-                "hwloc could not load the topology of %s (%s)%s", what, strerror(errno),
-                xmlPath ? ": not a valid hwloc 2.x XML export" : "");
+  // hwloc parses the file in set_xml already, and checks it in load.
+  const char* step = "hwloc_topology_set_xml";
+  if (xmlPath == nullptr || hwloc_topology_set_xml(t->topo_, xmlPath) == 0) {
+    step = "hwloc_topology_load";
+    if (hwloc_topology_load(t->topo_) == 0) step = nullptr;
+  }
+  if (step && xmlPath)
+    return fail(ncclInvalidArgument, "hwloc XML %s is not a valid hwloc 2.x topology export (%s: %s)", xmlPath, step,
+                strerror(errno));
+  if (step) return fail(ncclSystemError, "hwloc could not load this machine's topology (%s: %s)", step, strerror(errno));
   t->findNvlinks(nvml, noNvml ? noNvml : "NVML not used");
   *out = std::move(t);
   return ncclSuccess;
@@ -340,8 +343,8 @@ void Topology::findNvlinks(const NvmlApi* nvml, const char* noNvml) {
     return;
   }
   source_ = ncclDcpTopoSourceNvml;
-  sourceDetail_ = "NVML (hwloc has no " + std::string(kMatrixName) + " matrix): " + std::to_string(n) + " GPUs, " +
-                  std::to_string(links) + " active NVLinks";
+  sourceDetail_ = std::to_string(n) + " GPUs, " + std::to_string(links) + " active NVLinks; hwloc has no " +
+                  kMatrixName + " matrix";
 }
 
 bool Topology::readNvlinkMatrix() {
