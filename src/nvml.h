@@ -60,6 +60,7 @@ constexpr int kValueDouble = 0, kValueUInt = 1, kValueULong = 2, kValueULongLong
 // Field ids (scopeId = link)
 constexpr unsigned int kFieldNvlinkSpeedCommonMBps = 90;  // NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON
 constexpr unsigned int kFieldNvlinkSpeedMBps = 164;       // NVML_FI_DEV_NVLINK_GET_SPEED
+constexpr unsigned int kFieldNvlinkState = 165;           // NVML_FI_DEV_NVLINK_GET_STATE
 constexpr int kMaxLinks = 36;                             // NVML_NVLINK_MAX_LINKS (NVML 13)
 
 }  // namespace nvml

@@ -118,7 +118,17 @@ struct NvmlGpu {
 struct NvmlScan {
   std::vector<NvmlGpu> gpus;
   std::string firstRefusal;  // NVML's answer when a GPU's NVLink query failed
+  uint64_t minLinkMBps = 0, maxLinkMBps = 0;  // over the active links
 };
+
+// One field of one link (scopeId = link); false when NVML has no answer.
+bool linkField(const NvmlApi& api, nvml::Device dev, unsigned field, unsigned link, nvml::FieldValue* v) {
+  if (api.deviceGetFieldValues == nullptr) return false;
+  memset(v, 0, sizeof(*v));
+  v->fieldId = field;
+  v->scopeId = link;
+  return api.deviceGetFieldValues(dev, 1, v) == nvml::kSuccess && v->nvmlReturn == nvml::kSuccess;
+}
 
 uint64_t fieldAsU64(const nvml::FieldValue& v) {
   switch (v.valueType) {
@@ -137,15 +147,10 @@ uint64_t fieldAsU64(const nvml::FieldValue& v) {
 // of its NVLink version (hwloc's table), else 1 (the link exists; its speed
 // is unknown).
 uint64_t linkSpeedMBps(const NvmlApi& api, nvml::Device dev, unsigned link) {
-  if (api.deviceGetFieldValues) {
-    for (unsigned field : {nvml::kFieldNvlinkSpeedMBps, nvml::kFieldNvlinkSpeedCommonMBps}) {
-      nvml::FieldValue v;
-      memset(&v, 0, sizeof(v));
-      v.fieldId = field;
-      v.scopeId = link;
-      if (api.deviceGetFieldValues(dev, 1, &v) == nvml::kSuccess && v.nvmlReturn == nvml::kSuccess)
-        if (uint64_t mbps = fieldAsU64(v)) return mbps;
-    }
+  for (unsigned field : {nvml::kFieldNvlinkSpeedMBps, nvml::kFieldNvlinkSpeedCommonMBps}) {
+    nvml::FieldValue v;
+    if (linkField(api, dev, field, link, &v))
+      if (uint64_t mbps = fieldAsU64(v)) return mbps;
   }
   unsigned version = 0;
   if (api.deviceGetNvLinkVersion && api.deviceGetNvLinkVersion(dev, link, &version) == nvml::kSuccess) {
@@ -164,13 +169,23 @@ int nvmlIndexOf(const NvmlScan& scan, const nvml::PciInfo& pci) {
   return -1;
 }
 
+// Whether a link is up: nvmlDeviceGetNvLinkState, else the state field
+// (NCCL reads the field on Hopper and newer).
+nvml::Return linkState(const NvmlApi& api, nvml::Device dev, unsigned link, int* active) {
+  const nvml::Return r = api.deviceGetNvLinkState(dev, link, active);
+  nvml::FieldValue v;
+  if (r == nvml::kSuccess || !linkField(api, dev, nvml::kFieldNvlinkState, link, &v)) return r;
+  *active = (int)fieldAsU64(v);
+  return nvml::kSuccess;
+}
+
 // Walks one GPU's links until NVML refuses one (past the last link, or no
 // NVLink at all: "Not Supported").
 void scanLinks(const NvmlApi& api, nvml::Device dev, NvmlScan* scan, int self) {
   NvmlGpu& g = scan->gpus[self];
   for (unsigned link = 0; link < (unsigned)nvml::kMaxLinks; link++) {
     int active = 0;
-    nvml::Return r = api.deviceGetNvLinkState(dev, link, &active);
+    nvml::Return r = linkState(api, dev, link, &active);
     if (r != nvml::kSuccess) {
       if (link == 0 && scan->firstRefusal.empty()) scan->firstRefusal = nvmlErrorName(api, r);
       return;
@@ -194,6 +209,8 @@ void scanLinks(const NvmlApi& api, nvml::Device dev, NvmlScan* scan, int self) {
     if (type == nvml::kRemoteGpu) g.toGpuMBps[peer] += mbps;
     else g.toSwitchesMBps += mbps;
     g.activeLinks++;
+    scan->minLinkMBps = scan->minLinkMBps ? std::min(scan->minLinkMBps, mbps) : mbps;
+    scan->maxLinkMBps = std::max(scan->maxLinkMBps, mbps);
   }
 }
 
@@ -231,6 +248,16 @@ bool scanNvml(const NvmlApi& api, NvmlScan* scan, std::string* why) {
     return false;
   }
   return true;
+}
+
+// " of 26.562 GB/s" (or " of 25.000-26.562 GB/s"): what NVML said a link
+// carries per direction, to compare with `nvidia-smi nvlink -s`.
+std::string speedRange(uint64_t minMBps, uint64_t maxMBps) {
+  if (maxMBps == 0) return "";
+  char buf[64];
+  if (minMBps == maxMBps) snprintf(buf, sizeof(buf), " of %.3f GB/s", minMBps / 1000.0);
+  else snprintf(buf, sizeof(buf), " of %.3f-%.3f GB/s", minMBps / 1000.0, maxMBps / 1000.0);
+  return buf;
 }
 
 bool addMatrix(hwloc_topology_t topo, std::vector<hwloc_obj_t>& objs, std::vector<uint64_t>& mbps,
@@ -297,15 +324,16 @@ void Topology::findNvlinks(const NvmlApi* nvml, const char* noNvml) {
     sourceDetail_ = "hwloc's " + std::string(kMatrixName) + " matrix, " + std::to_string(nvlinkGpus_.size()) + " GPUs";
     return;
   }
-  const std::string none = "no NVLink information: ";
+  // Without a source, sourceDetail_ says why (the report prints "no NVLink
+  // information (<why>)").
   if (nvml == nullptr) {
-    sourceDetail_ = none + noNvml;
+    sourceDetail_ = noNvml;
     return;
   }
   NvmlScan scan;
   std::string why;
   if (!scanNvml(*nvml, &scan, &why)) {
-    sourceDetail_ = none + why;
+    sourceDetail_ = why;
     return;
   }
   // The GPUs NVML answered for and hwloc knows, as hwloc PCI devices.
@@ -321,9 +349,9 @@ void Topology::findNvlinks(const NvmlApi* nvml, const char* noNvml) {
     links += g.activeLinks;
   }
   if (objs.size() < 2) {
-    sourceDetail_ = none + (scan.firstRefusal.empty()
-                                ? "NVML answered for " + std::to_string(objs.size()) + " GPU(s) hwloc knows: no pair to link"
-                                : "NVML answered \"" + scan.firstRefusal + "\" to NVLink queries");
+    sourceDetail_ = scan.firstRefusal.empty()
+                        ? "NVML answered for " + std::to_string(objs.size()) + " GPU(s) hwloc knows: no pair to link"
+                        : "NVML answered \"" + scan.firstRefusal + "\" to NVLink queries";
     return;
   }
   // GPUs behind NVSwitches reach each other through the switches, at the
@@ -339,12 +367,12 @@ void Topology::findNvlinks(const NvmlApi* nvml, const char* noNvml) {
       mbps[a * n + b] = v;
     }
   if (!addMatrix(topo_, objs, mbps, &why) || !readNvlinkMatrix()) {
-    sourceDetail_ = none + "NVML's links could not be added to hwloc: " + why;
+    sourceDetail_ = "NVML's links could not be added to hwloc: " + why;
     return;
   }
   source_ = ncclDcpTopoSourceNvml;
-  sourceDetail_ = std::to_string(n) + " GPUs, " + std::to_string(links) + " active NVLinks; hwloc has no " +
-                  kMatrixName + " matrix";
+  sourceDetail_ = std::to_string(n) + " GPUs, " + std::to_string(links) + " active NVLinks" +
+                  speedRange(scan.minLinkMBps, scan.maxLinkMBps) + "; hwloc has no " + kMatrixName + " matrix";
 }
 
 bool Topology::readNvlinkMatrix() {

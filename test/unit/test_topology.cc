@@ -44,6 +44,7 @@ struct FakeGpu {
   std::string busId;
   std::vector<FakeLink> links;
   nvml::Return linkAnswer = nvml::kSuccess;  // kErrorNotSupported: no NVLink queries answered
+  bool stateOnlyAsField = false;             // nvmlDeviceGetNvLinkState refused, the state field answers
 };
 
 struct FakeNvml {
@@ -102,6 +103,7 @@ NvmlApi fakeNvml(bool withRemoteType = true, bool withFields = true) {
     FakeGpu* g = gpuOf(d);
     if (g == nullptr) return kInvalidArgument;
     if (g->linkAnswer != nvml::kSuccess) return g->linkAnswer;
+    if (g->stateOnlyAsField) return nvml::kErrorNotSupported;
     if (link >= g->links.size()) return kInvalidArgument;
     *active = g->links[link].active ? nvml::kFeatureEnabled : 0;
     return nvml::kSuccess;
@@ -128,6 +130,11 @@ NvmlApi fakeNvml(bool withRemoteType = true, bool withFields = true) {
           v[i].nvmlReturn = nvml::kSuccess;
           v[i].valueType = nvml::kValueUInt;
           v[i].value.uiVal = l->mbps;
+        }
+        if (l && v[i].fieldId == nvml::kFieldNvlinkState && gpuOf(d)->stateOnlyAsField) {
+          v[i].nvmlReturn = nvml::kSuccess;
+          v[i].valueType = nvml::kValueULongLong;
+          v[i].value.ullVal = l->active ? nvml::kFeatureEnabled : 0;
         }
       }
       return nvml::kSuccess;
@@ -253,7 +260,7 @@ TEST_F(TopologyTest, WithoutNvmlLinksAreUnknownButThePciePathIsKept) {
   auto t = load("pcie4_2sockets.xml", nullptr);
   ASSERT_TRUE(t);
   EXPECT_EQ(t->source(), ncclDcpTopoSourceNone);
-  EXPECT_NE(t->sourceDetail().find("no NVLink information"), std::string::npos) << t->sourceDetail();
+  EXPECT_EQ(t->sourceDetail(), "NVML not used");
   expectAllPairs(*t, kPcieGpus, ncclDcpLinkUnknown);
   EXPECT_EQ(t->link("0000:13:00.0", "0000:14:00.0").pcie, ncclDcpPcieSwitch);
 }
@@ -312,6 +319,19 @@ TEST_F(TopologyTest, TwoH200WithNv18TakeNvmlsLinkSpeed) {
   auto older = load("nvlink_pairs.xml", &fake, fakeNvml(true, false));
   ASSERT_TRUE(older);
   expectAllPairs(*older, {kPairGpus[0], kPairGpus[1]}, ncclDcpLinkNvlink, 450.f);
+}
+
+// NCCL reads the link state as a field on Hopper: so do we when the call is refused.
+TEST_F(TopologyTest, LinkStateFromTheFieldWhenTheCallIsRefused) {
+  FakeNvml fake = machine({kPairGpus[0], kPairGpus[1]});
+  nvlinkPair(&fake, 0, 1, 18, 26562);
+  fake.gpus[0].links[3].active = false;
+  for (FakeGpu& g : fake.gpus) g.stateOnlyAsField = true;
+  auto t = load("nvlink_pairs.xml", &fake);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->source(), ncclDcpTopoSourceNvml) << t->sourceDetail();
+  EXPECT_NEAR(t->link(kPairGpus[0].c_str(), kPairGpus[1].c_str()).nvlinkGBps, 17 * 26.562f, 0.01);
+  EXPECT_NEAR(t->link(kPairGpus[1].c_str(), kPairGpus[0].c_str()).nvlinkGBps, 18 * 26.562f, 0.01);
 }
 
 // GPUs behind NVSwitches reach each other through them, whether NVML names
@@ -624,7 +644,7 @@ TEST_F(TopologyTest, DumpShowsEveryPeer) {
   const std::string s = formatTopology(reportForGpus(t.get(), "", {kPairGpus[0], kPairGpus[1]}, 1), "# ");
   printf("%s", s.c_str());
   for (const char* want : {"# nccl-dcp topology: rank 1 of 2, GPU 0000:14:00.0, NUMA node 0, CPUs 0-7",
-                           "#   NVLink: from NVML (2 GPUs, 36 active NVLinks;", "protocol LL128", "links classified",
+                           "#   NVLink: from NVML (2 GPUs, 36 active NVLinks of 26.562 GB/s;", "protocol LL128", "links classified",
                            "NVLink     478.1  switch",
                            "self"})
     EXPECT_NE(s.find(want), std::string::npos) << "missing \"" << want << "\"";
