@@ -500,6 +500,8 @@ struct BoxCase {
   ncclDcpTopoSource_t source;
 };
 
+void PrintTo(const BoxCase& c, std::ostream* os) { *os << c.name; }
+
 class Box : public TopologyTest, public ::testing::WithParamInterface<BoxCase> {};
 
 TEST_P(Box, ReportAndProtocol) {
