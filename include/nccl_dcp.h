@@ -136,6 +136,24 @@ typedef enum {
   ncclDcpPathFallback = 1  /* ncclAlltoAll of the partials + a combine kernel */
 } ncclDcpPath_t;
 
+/* Where the NVLink information of a topology report came from. */
+typedef enum {
+  ncclDcpTopoSourceNone = 0,  /* no NVLink information (no NVML, or NVML answered
+                                 "Not Supported"): links inside the node are Unknown */
+  ncclDcpTopoSourceHwloc = 1, /* hwloc's NVLinkBandwidth matrix (hwloc built with NVML) */
+  ncclDcpTopoSourceNvml = 2   /* NVML, read by nccl-dcp and added to hwloc's model */
+} ncclDcpTopoSource_t;
+
+/* PCIe path between two GPUs of a node (whatever link carries the traffic). */
+typedef enum {
+  ncclDcpPcieUnknown = 0,     /* self, another node, or not in the topology */
+  ncclDcpPcieSwitch = 1,      /* below one PCIe switch */
+  ncclDcpPcieRootComplex = 2, /* through one CPU socket's root complex */
+  ncclDcpPcieCrossSocket = 3  /* through the link between CPU sockets */
+} ncclDcpPcie_t;
+
+#define NCCL_DCP_CPUSET_CHARS 128
+
 typedef struct ncclDcpTopology_v1 {
   size_t size;
   unsigned int magic;
@@ -144,16 +162,26 @@ typedef struct ncclDcpTopology_v1 {
   int lsaSize;                /* ranks reachable by load/store (NCCL's LSA team) */
   int path;                   /* ncclDcpPath_t */
   int protocol;               /* ncclDcpProtocol_t for small batches (AUTO resolved) */
-  int classified;             /* 0 until the hwloc topology model classifies links */
-  int link[NCCL_DCP_MAX_RANKS];          /* ncclDcpLink_t per rank */
-  float nvlinkGBps[NCCL_DCP_MAX_RANKS];  /* per direction; 0 when unknown */
+  int classified;             /* 1 when every rank knows its link to every rank of the
+                                 LSA team (NVLink or PCIe): what AUTO decided on */
+  int link[NCCL_DCP_MAX_RANKS];          /* ncclDcpLink_t per rank, seen from this rank */
+  float nvlinkGBps[NCCL_DCP_MAX_RANKS];  /* per direction; 0 unless link is NVLink */
   char busId[NCCL_DCP_MAX_RANKS][16];    /* "0000:00:00.0" per rank */
+  /* the topology model (hwloc, DESIGN §5) */
+  int source;                            /* ncclDcpTopoSource_t */
+  char sourceDetail[128];                /* how the NVLink information was found, or why not */
+  int pcie[NCCL_DCP_MAX_RANKS];          /* ncclDcpPcie_t per rank, from this rank's GPU */
+  int numaNode[NCCL_DCP_MAX_RANKS];      /* NUMA node nearest each rank's GPU; -1 unknown */
+  char cpuset[NCCL_DCP_MAX_RANKS][NCCL_DCP_CPUSET_CHARS]; /* CPUs nearest each rank's GPU,
+                                            list format "0-55,112-167"; "" unknown */
+  int simpleMinRows;                     /* AUTO: rounds of >= this many rows use SIMPLE; 0 never */
 } ncclDcpTopology_t;
 
 #define NCCL_DCP_TOPOLOGY_MAGIC 0xdc970901u
 #define NCCL_DCP_TOPOLOGY_INITIALIZER {                                   \
   sizeof(ncclDcpTopology_t), NCCL_DCP_TOPOLOGY_MAGIC, NCCL_DCP_VERSION_CODE, \
-  0, 0, 0, 0, 0, 0, {0}, {0}, {{0}}                                        \
+  0, 0, 0, 0, 0, 0, {0}, {0}, {{0}},                                       \
+  0, {0}, {0}, {0}, {{0}}, 0                                               \
 }
 
 /* Library version (NCCL_DCP_VERSION_CODE of the loaded library).
@@ -224,7 +252,8 @@ ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* partialOut,
  * stream is ordered before later calls (event or synchronize). Local. */
 ncclResult_t ncclDcpContextBindStream(ncclDcpContext_t ctx, cudaStream_t stream);
 
-/* Topology report of the context (peers, links, path, protocol). Local. */
+/* Topology report of the context (peers, links, path, protocol, and where
+ * each rank's GPU sits: PCIe path, NUMA node, CPUs). Local. */
 ncclResult_t ncclDcpGetTopology(ncclDcpContext_t ctx, ncclDcpTopology_t* topo);
 
 /* Asynchronous error of the context: ncclSuccess, or the error a device-side

@@ -4,14 +4,14 @@
 # subset and the perf comparison; print a short summary. Logs go under
 # $OUT when it is set (else build-gpu/logs).
 #
-#   scripts/gpu-check.sh [stage...]   stages: build tests sanitize perf (default: all)
+#   scripts/gpu-check.sh [stage...]   stages: build tests topology sanitize perf (default: all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=${BUILD:-build-gpu}
 LOGS=${OUT:-$BUILD/logs}
 mkdir -p "$LOGS"
-stages=${*:-build tests sanitize perf}  # also: nopdl noreread
+stages=${*:-build tests topology sanitize perf}  # also: nopdl noreread
 summary=()
 note() { summary+=("$*"); echo "== $*"; }
 has() { [[ " $stages " == *" $1 "* ]]; }
@@ -52,6 +52,25 @@ if has tests; then
   line=$(python3 scripts/count_tests.py "$BUILD/meson-logs/testlog.junit.xml" --meson-exit-code $rc 2>/dev/null | tail -1)
   note "tests (unit+gpu+multi, NCCL_DCP_REQUIRE_GPU=$NCCL_DCP_REQUIRE_GPU): ${line:-no count} (meson rc $rc, $((SECONDS - start)) s)"
   grep -E "^\s*[0-9]+/[0-9]+ .*(FAIL|TIMEOUT|ERROR)" "$LOGS/tests.log" | head -20
+fi
+
+if has topology; then
+  # The topology report (DESIGN §5) beside what the driver says: the model's
+  # dump of every GPU, thread pinning, and the report logged at create.
+  {
+    echo "## nvidia-smi topo -m"; nvidia-smi topo -m
+    echo "## nvidia-smi nvlink -s"; nvidia-smi nvlink -s
+    echo "## unit_topology: ThisMachine, Pinning"
+    "$BUILD/test/unit_topology" --gtest_filter='ThisMachine.*:Pinning.*'
+    echo "## at create, NCCL_DCP_DEBUG=INFO (first context; ranks' lines may interleave)"
+    if [ "$NCCL_DCP_REQUIRE_GPU" -ge 2 ]; then
+      NCCL_DCP_DEBUG=INFO "$BUILD/test/multi_ranks" --gtest_filter='Cp/Ranks.ShapesThatFillNoWholeLine/cp2'
+    else
+      NCCL_DCP_DEBUG=INFO "$BUILD/test/gpu_context" --gtest_filter='OneRankContext.TopologyReport'
+    fi | grep -E "NCCL-DCP INFO (nccl-dcp topology|  )" | head -n 12
+  } > "$LOGS/topology.txt" 2>&1
+  note "topology: full output in topology.txt"
+  grep -E "^# |this machine|pinned|NCCL-DCP INFO" "$LOGS/topology.txt" | head -40
 fi
 
 if has sanitize; then

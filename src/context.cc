@@ -7,7 +7,9 @@
  *      id) over the communicator itself; any mismatch fails every rank the
  *      same way, before anything is allocated
  *   3. ncclDevCommCreate; the fused path needs every rank in its LSA team;
- *      the ranks agree on the path with a second all-gather
+ *      the ranks agree on the path with a second all-gather; each rank
+ *      classifies its peers (topology.h) and a third all-gather agrees on
+ *      the links, hence on the protocol (protocol.h)
  *   4. fused: ncclMemAlloc + ncclCommWindowRegister (or the application's
  *      window), zero the workspace; fallback: ncclAlltoAll buffers
  *   5. a last all-gather: every rank's workspace is zero before any peer's
@@ -22,6 +24,7 @@
 
 #include "error.h"
 #include "log.h"
+#include "topology.h"
 
 namespace nccl_dcp {
 
@@ -175,21 +178,17 @@ Agreement agreementOf(const Config& c, int ncclVersion, int dev, const AppWindow
   return a;
 }
 
+// This rank's view of its peers, from the machine's topology model.
 void fillTopology(ncclDcpContext_t ctx, const Agreement* all, int lsaSize, int lsaRank) {
   ncclDcpTopology_t& t = ctx->topology;
   t.nRanks = ctx->nRanks;
   t.rank = ctx->rank;
   t.lsaSize = lsaSize;
   t.path = ctx->path;
-  t.protocol = (int)ctx->engine.policy.small;
-  t.classified = 0;  // the hwloc model (DESIGN §5) is not built yet
-  const int lsaFirst = ctx->rank - lsaRank;
-  for (int r = 0; r < ctx->nRanks && r < NCCL_DCP_MAX_RANKS; r++) {
-    const bool inTeam = r >= lsaFirst && r < lsaFirst + lsaSize;
-    t.link[r] = r == ctx->rank ? ncclDcpLinkSelf : inTeam ? ncclDcpLinkUnknown : ncclDcpLinkNetwork;
-    t.nvlinkGBps[r] = 0.f;
-    memcpy(t.busId[r], all[r].busId, sizeof(t.busId[r]));
-  }
+  for (int r = 0; r < ctx->nRanks && r < NCCL_DCP_MAX_RANKS; r++) memcpy(t.busId[r], all[r].busId, sizeof(t.busId[r]));
+  std::string why;
+  const Topology* topo = systemTopology(&why);
+  describePeers(topo, why.c_str(), ctx->rank - lsaRank, &t);
 }
 
 ncclResult_t allocFallbackBuffers(ncclDcpContext_t ctx) {
@@ -346,6 +345,9 @@ ncclResult_t createContexts(int nComms, const ncclComm_t* comms, const ncclDcpCo
   }
   if (ncclResult_t r = m.allGather(send.data(), recv.data(), sizeof(int32_t))) return cleanup(r);
 
+  // Each rank classifies its peers; the ranks agree on the policy's inputs.
+  std::vector<LinkView> view(nComms);
+  std::vector<std::vector<LinkView>> viewAll(nComms);
   for (int i = 0; i < nComms; i++) {
     ncclDcpContext_t c = ctxs[i];
     bool fused = true;
@@ -355,11 +357,24 @@ ncclResult_t createContexts(int nComms, const ncclComm_t* comms, const ncclDcpCo
       INFO("rank %d: fallback path (ncclAlltoAll + combine): %s", c->rank,
            env().forceFallback ? "NCCL_DCP_FORCE_FALLBACK=1"
                                : "not every rank can reach every other through symmetric memory");
-    LinkSummary links = {fused, false, false, false};
+    fillTopology(c, all[i].data(), lsaSize[i], lsaRank[i]);
+    view[i] = linkViewOf(c->topology, thisHostHash());
+    viewAll[i].resize(m.nRanks[i]);
+    send[i] = &view[i];
+    recv[i] = viewAll[i].data();
+  }
+  static_assert(sizeof(LinkView) <= Members::kScratchBytes, "link view too large");
+  if (ncclResult_t r = m.allGather(send.data(), recv.data(), sizeof(LinkView))) return cleanup(r);
+
+  for (int i = 0; i < nComms; i++) {
+    ncclDcpContext_t c = ctxs[i];
+    const LinkSummary links = agreeOnLinks(viewAll[i].data(), c->path == ncclDcpPathFused, &c->topology);
     CUDACHECK(cudaSetDevice(c->cudaDev));
     if (ncclResult_t r = c->engine.init(cfg, c->nRanks, c->rank, chooseProtocols(cfg.protocol, links, env())))
       return cleanup(r);
-    fillTopology(c, all[i].data(), lsaSize[i], lsaRank[i]);
+    c->topology.protocol = (int)c->engine.policy.small;
+    c->topology.simpleMinRows = c->engine.policy.simpleForLarge ? c->engine.policy.simpleMinRows : 0;
+    logTopology(c->topology);
   }
 
   // 4. Resources of the chosen path.

@@ -1,21 +1,31 @@
+/*************************************************************************
+ * AUTO policy (see protocol.h).
+ ************************************************************************/
 #include "protocol.h"
+
+#include "log.h"
 
 namespace nccl_dcp {
 
+bool ll128Proven(const LinkSummary& links) { return links.oneGpu || (links.classified && links.allNvlink); }
+
+static ProtocolPolicy forced(ncclDcpProtocol_t requested, const LinkSummary& links) {
+  ProtocolPolicy p = {(Proto)requested, false, 0};
+  if (requested == ncclDcpProtoLL128 && links.oneLsaTeam && !ll128Proven(links))
+    WARN("protocol LL128 forced (config->protocol or NCCL_DCP_PROTO) but NVLink is not proven between every "
+         "pair of ranks (%s): LL128 relies on 128-byte stores arriving whole, which PCIe does not guarantee",
+         links.classified ? "some peer is reached over PCIe" : "some link is unknown");
+  return p;
+}
+
 ProtocolPolicy chooseProtocols(ncclDcpProtocol_t requested, const LinkSummary& links, const Env& env) {
+  if (requested != ncclDcpProtoAuto) return forced(requested, links);
   ProtocolPolicy p;
-  p.simpleForLarge = false;
-  p.simpleMinRows = 0;
-  switch (requested) {
-    case ncclDcpProtoLL: p.small = Proto::LL; return p;
-    case ncclDcpProtoLL128: p.small = Proto::LL128; return p;
-    case ncclDcpProtoSimple: p.small = Proto::Simple; return p;
-    default: break;
-  }
-  const bool ll128Safe =
-      links.oneGpu || (links.classified ? links.allNvlink : links.oneLsaTeam);
-  p.small = ll128Safe ? Proto::LL128 : Proto::LL;
-  p.simpleMinRows = env.simpleMinRows != kEnvUnset ? env.simpleMinRows : kDefaultSimpleMinRows;
+  const bool nvlink = ll128Proven(links);
+  p.small = nvlink ? Proto::LL128 : Proto::LL;
+  p.simpleMinRows = env.simpleMinRows != kEnvUnset ? env.simpleMinRows
+                    : nvlink                       ? kLl128SimpleMinRows
+                                                   : kLlSimpleMinRows;
   p.simpleForLarge = p.simpleMinRows > 0;
   return p;
 }

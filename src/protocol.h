@@ -1,5 +1,15 @@
 /*************************************************************************
- * The one place that picks a wire protocol (DESIGN §4, §5).
+ * The one place that picks a wire protocol (DESIGN §4, §5), from what
+ * the ranks agreed about their links (topology.h). Peers outside the LSA
+ * team take the fallback path (ncclAlltoAll + combine, chosen at create);
+ * inside it:
+ *   - every peer proven NVLink (or one GPU, loopback): LL128, SIMPLE for
+ *     rounds of at least kLl128SimpleMinRows rows;
+ *   - P2P over PCIe, or links not proven: LL, SIMPLE for rounds of at least
+ *     kLlSimpleMinRows rows (LL128 needs 128-byte stores arriving whole,
+ *     which NVLink gives and PCIe does not);
+ *   - a protocol forced by the config or NCCL_DCP_PROTO is used as is;
+ *     LL128 forced where NVLink is not proven logs a WARN.
  ************************************************************************/
 #ifndef NCCL_DCP_PROTOCOL_H_
 #define NCCL_DCP_PROTOCOL_H_
@@ -10,11 +20,11 @@
 
 namespace nccl_dcp {
 
-// What the topology proved about the paths between the ranks.
+// What the ranks agreed about the paths between them (the same on every rank).
 struct LinkSummary {
   bool oneLsaTeam;   // every rank reachable by load/store (NCCL's LSA team)
-  bool classified;   // links classified by the topology model (DESIGN §5)
-  bool allNvlink;    // ... and every peer is NVLink (direct or NVSwitch)
+  bool classified;   // every rank knows its link to every peer (NVLink or PCIe)
+  bool allNvlink;    // ... and every one is NVLink (direct or NVSwitch)
   bool oneGpu;       // loopback: all ranks on one GPU
 };
 
@@ -24,16 +34,25 @@ struct ProtocolPolicy {
   int simpleMinRows;
 };
 
-// Until the topology model lands, AUTO trusts LL128 inside one LSA team
-// (NCCL only forms one over NVLink-connected, P2P-capable GPUs) and on one GPU.
 ProtocolPolicy chooseProtocols(ncclDcpProtocol_t requested, const LinkSummary& links, const Env& env);
 
 Proto protocolForRound(const ProtocolPolicy& policy, int rows);
 
-// Measured crossover of LL128 and SIMPLE (docs/perf.md, v6: loopback, 8
-// ranks, D 512 bf16, Hl 16 -- SIMPLE wins from 32 rows), in rows per round.
-// NCCL_DCP_SIMPLE_MIN_ROWS overrides (0: never switch).
-constexpr int kDefaultSimpleMinRows = 32;
+// LL128 is safe: every peer is proven NVLink, or all ranks share one GPU.
+bool ll128Proven(const LinkSummary& links);
+
+// AUTO's switch to SIMPLE, in rows per round (0: never), measured at the
+// reference shape (bf16, D 512, Hl 16: 16 KiB per row and peer);
+// NCCL_DCP_SIMPLE_MIN_ROWS overrides both. Set from the sweeps in docs/perf.md.
+// NVLink (and one GPU): LL128 -> SIMPLE. v6, loopback (8 ranks, one H200):
+// SIMPLE is faster from 32 rows (52 vs 66 us), LL128 below (27 vs 20 us at 8).
+// Not yet measured over NVLink.
+constexpr int kLl128SimpleMinRows = 32;
+// PCIe or unproven links: LL -> SIMPLE. Not measured (no PCIe machine here);
+// an estimate: LL moves half the bytes per store, SIMPLE pays one flag round
+// trip per chunk (~2 us over PCIe), so SIMPLE wins once a peer's share
+// exceeds ~25 GB/s * 2 us = 50 KB, about 4 rows of 16 KiB.
+constexpr int kLlSimpleMinRows = 4;
 
 }  // namespace nccl_dcp
 
