@@ -73,7 +73,7 @@ GroupSlot* CommProfile::claimSlot() {
   s.open = true;
   s.nSend = s.nRecv = s.nOther = 0;
   s.p2pBytes = 0;
-  s.uniform = true;
+  s.sameKind = s.sameBytes = true;
   s.kind = OpKind::Other;
   s.bytes = 0;
   s.peersInRange = true;
@@ -117,8 +117,9 @@ void* CommProfile::startTask(const TaskEvent& e) {
   if (first) {
     s->kind = kind;
     s->bytes = bytes;
-  } else if (kind != s->kind || bytes != s->bytes) {
-    s->uniform = false;
+  } else {
+    s->sameKind = s->sameKind && kind == s->kind;
+    s->sameBytes = s->sameBytes && bytes == s->bytes;
   }
   if (!e.isColl && (kind == OpKind::Send || kind == OpKind::Recv)) {
     const bool inRange = e.peer >= 0 && e.peer < id_.nRanks;
@@ -138,7 +139,7 @@ void* CommProfile::startTask(const TaskEvent& e) {
 // but this rank gets exactly k sends and k receives; this rank k or 0 of
 // each (NCCL drops an in-place send to self). *perPeer = k.
 bool CommProfile::allToAllCount(const GroupSlot& s, uint32_t* perPeer) const {
-  if (!s.uniform || s.nOther != 0 || s.nSend == 0 || s.nSend != s.nRecv || !s.peersInRange || !s.sendCount)
+  if (!s.sameBytes || s.nOther != 0 || s.nSend == 0 || s.nSend != s.nRecv || !s.peersInRange || !s.sendCount)
     return false;
   const int n = id_.nRanks, self = id_.rank;
   const uint32_t k = s.sendCount[n == 1 ? self : (self + 1) % n];
@@ -174,7 +175,7 @@ void CommProfile::stopGroup(Handle* group) {
     s->attrKind = s->kind;
     s->attrBytes = s->bytes;
     s->attrCalls = nTasks;
-    s->attrMixed = !s->uniform;
+    s->attrMixed = !(s->sameKind && s->sameBytes);
   }
   s->classified.store(nTasks > 0, std::memory_order_release);
 }

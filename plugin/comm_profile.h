@@ -142,7 +142,8 @@ struct GroupSlot {
   bool open = false;  // between Group start and stop
   uint32_t nSend = 0, nRecv = 0, nOther = 0;
   uint64_t p2pBytes = 0;
-  bool uniform = true;          // every task of one kind and byte size
+  bool sameKind = true;         // every task of the first task's kind
+  bool sameBytes = true;        // ... and byte size
   OpKind kind = OpKind::Other;  // of the first task
   uint64_t bytes = 0;
   bool peersInRange = true;

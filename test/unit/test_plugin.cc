@@ -44,6 +44,8 @@ void* countedAlloc(size_t n) {
   return malloc(n ? n : 1);
 }
 }  // namespace
+// GCC pairs the replaced operators' malloc/free as if they were new/delete.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void* operator new(size_t n) {
   if (void* p = countedAlloc(n)) return p;
   throw std::bad_alloc();
@@ -365,7 +367,8 @@ TEST_F(PluginTest, SendRecvThatFormNoAllToAllStaySendRecv) {
   for (void* h : t) c.stop(h);
   c.stop(g);
   ASSERT_EQ(c.finalize(), ncclSuccess);
-  const json::Value* comm = commIn(readReport(), c.hash);
+  const json::Value report = readReport();
+  const json::Value* comm = commIn(report, c.hash);
   ASSERT_NE(comm, nullptr);
   EXPECT_EQ(opCalls(*comm, "AlltoAll"), 0u);
   EXPECT_EQ(opCalls(*comm, "Send"), 1u + 4u + 5u);
@@ -388,7 +391,8 @@ TEST_F(PluginTest, CollectivesGetSizesAndALog2Histogram) {
   c.stop(t);
   c.stop(g);
   ASSERT_EQ(c.finalize(), ncclSuccess);
-  const json::Value* comm = commIn(readReport(), c.hash);
+  const json::Value report = readReport();
+  const json::Value* comm = commIn(report, c.hash);
   ASSERT_NE(comm, nullptr);
   EXPECT_EQ(opCalls(*comm, "AllReduce"), 5u);
   EXPECT_EQ(opCalls(*comm, "AllGather"), 1u);
@@ -423,7 +427,8 @@ TEST_F(PluginTest, GpuTimeIsThePlanSpanOverItsChannels) {
   c.stop(g);
   c.kernel(a, 10, 2010);
   ASSERT_EQ(c.finalize(), ncclSuccess);
-  const json::Value* comm = commIn(readReport(), c.hash);
+  const json::Value report = readReport();
+  const json::Value* comm = commIn(report, c.hash);
   ASSERT_NE(comm, nullptr);
   const json::Value& row = comm->find("alltoall")->find("sizes")->array.at(0);
   EXPECT_EQ(number(&row, "bytes"), 4096);
@@ -439,7 +444,8 @@ TEST_F(PluginTest, KernelEventsOfAReusedSlotAreDropped) {
   for (int i = 0; i < kGroupSlots; i++) c.allToAllPlan(16);  // the ring comes back to the first slot
   c.kernel(old[0], 100, 200);
   ASSERT_EQ(c.finalize(), ncclSuccess);
-  const json::Value* comm = commIn(readReport(), c.hash);
+  const json::Value report = readReport();
+  const json::Value* comm = commIn(report, c.hash);
   ASSERT_NE(comm, nullptr);
   EXPECT_EQ(anomaly(*comm, "lateKernelEvents"), 1);
   EXPECT_EQ(number(opIn(*comm, "AlltoAll"), "gpuCalls"), 0);
@@ -510,7 +516,8 @@ TEST_F(PluginTest, NullsAreRefusedOrIgnored) {
   EXPECT_EQ(plugin().v5->recordEventState(k, ncclProfilerKernelChStop, nullptr), ncclSuccess);
   c.stop(k);
   ASSERT_EQ(c.finalize(), ncclSuccess);
-  const json::Value* comm = commIn(readReport(), c.hash);
+  const json::Value report = readReport();
+  const json::Value* comm = commIn(report, c.hash);
   ASSERT_NE(comm, nullptr);
   EXPECT_EQ(comm->find("name")->string, "");
   EXPECT_EQ(opCalls(*comm, "Other"), 1u);
@@ -534,7 +541,8 @@ TEST_F(PluginTest, UnknownTypesAndStatesGetNoHandle) {
   EXPECT_EQ(plugin().v5->recordEventState(g, ncclProfilerKernelChStop, &a), ncclSuccess);  // not a kernel handle
   c.stop(g);
   ASSERT_EQ(c.finalize(), ncclSuccess);
-  const json::Value* comm = commIn(readReport(), c.hash);
+  const json::Value report = readReport();
+  const json::Value* comm = commIn(report, c.hash);
   ASSERT_NE(comm, nullptr);
   EXPECT_TRUE(comm->find("ops")->array.empty());
   EXPECT_EQ(number(comm, "plans"), 1);
@@ -581,7 +589,8 @@ TEST_F(PluginTest, BadPeersNeverMakeAnAllToAll) {
   for (void* h : t) c.stop(h);
   c.stop(g);
   ASSERT_EQ(c.finalize(), ncclSuccess);
-  const json::Value* comm = commIn(readReport(), c.hash);
+  const json::Value report = readReport();
+  const json::Value* comm = commIn(report, c.hash);
   ASSERT_NE(comm, nullptr);
   EXPECT_EQ(opCalls(*comm, "AlltoAll"), 0u);
   EXPECT_EQ(opCalls(*comm, "Send"), 2u);
@@ -648,7 +657,8 @@ TEST_F(PluginTest, V6CopyEngineCollectivesAreCounted) {
   ASSERT_EQ(plugin().v6->startEvent(ctx, &h, &d), ncclSuccess);
   EXPECT_EQ(h, nullptr);
   ASSERT_EQ(plugin().v6->finalize(ctx), ncclSuccess);
-  const json::Value* comm = commIn(readReport(), hash);
+  const json::Value report = readReport();
+  const json::Value* comm = commIn(report, hash);
   ASSERT_NE(comm, nullptr);
   EXPECT_EQ(sizeCalls(*comm, "AlltoAll", 4 * 100 * 2), 1u);
 }
