@@ -24,9 +24,11 @@
 #include <gtest/gtest.h>
 
 #include "calibration.h"
+#include "context.h"
 #include "dcp_hook.h"
 #include "json.h"
 #include "nccl_profiler_abi.h"
+#include "profiler_hook.h"
 #include "registry.h"
 
 #ifndef DCP_PLUGIN_PATH
@@ -711,6 +713,46 @@ TEST_F(PluginTest, LibraryCallsJoinTheirCommunicator) {
   bool strayListed = false;
   for (const json::Value& u : report.find("dcpUnmatched")->array) strayListed |= number(&u, "nRanks") == 3;
   EXPECT_TRUE(strayListed);
+}
+
+// The library's side (src/profiler_hook.cc) against the loaded plugin: a
+// context as contextEnqueue sees it, without a GPU.
+TEST_F(PluginTest, TheLibraryFindsTheLoadedPluginAndRecordsItsCalls) {
+  FakeComm probe(0, 6);
+  ASSERT_EQ(probe.finalize(), ncclSuccess);
+  const int dev = (int)number(commIn(readReport(), probe.hash), "cudaDev");
+  FakeComm c(3, 6);
+  ncclDcpContext ctx;
+  ctx.comm = (ncclComm_t)&c;
+  ctx.rank = 3;
+  ctx.nRanks = 6;
+  ctx.cudaDev = dev;
+  ctx.engine.cfg.headDim = 128;
+  ctx.engine.cfg.localHeads = 4;
+  ctx.engine.cfg.eltSize = 2;
+  ctx.engine.cfg.maxBatch = 16;
+  ctx.path = ncclDcpPathFused;
+  ctx.topology.nRanks = 6;
+  ctx.topology.classified = 1;
+  for (int r = 0; r < 6; r++) ctx.topology.link[r] = r == 3 ? ncclDcpLinkSelf : ncclDcpLinkNvlink;
+  ctx.topology.link[5] = ncclDcpLinkPcie;  // one peer off NVLink: not one domain
+  nccl_dcp::profilerRecordCall(&ctx, 20);
+  nccl_dcp::profilerRecordCall(&ctx, 4);
+  EXPECT_EQ(ctx.stats.calls, 2u);
+  EXPECT_EQ(ctx.stats.rows, 24u);
+  EXPECT_EQ(ctx.stats.rounds, 2u + 1u);
+  ASSERT_EQ(c.finalize(), ncclSuccess);
+  const json::Value report = readReport();
+  const json::Value* comm = commIn(report, c.hash);
+  ASSERT_NE(comm, nullptr);
+  ASSERT_EQ(comm->find("dcp")->array.size(), 1u) << "the call reached the plugin's registry";
+  const json::Value& d = comm->find("dcp")->array[0];
+  EXPECT_EQ(number(&d, "rows"), 24);
+  EXPECT_EQ(number(d.find("op"), "calls"), 2);
+  EXPECT_EQ(number(d.find("op"), "bytes"), 24.0 * 6 * 4 * 128 * 2);
+  EXPECT_EQ(d.find("path")->string, "fused");
+  EXPECT_EQ(d.find("nvlink")->string, "no");
+  EXPECT_EQ(comm->find("nvlinkDomain")->find("verdict")->string, "no");
 }
 
 TEST_F(PluginTest, NvlinkDomainFromWhatThePluginKnows) {
