@@ -28,7 +28,7 @@ class Parser {
     return false;
   }
   void skipSpace() {
-    while (pos_ < t_.size() && strchr(" \t\r\n", t_[pos_]) != nullptr) pos_++;
+    while (pos_ < t_.size() && t_[pos_] != '\0' && strchr(" \t\r\n", t_[pos_]) != nullptr) pos_++;
   }
   bool literal(const char* word) {
     const size_t n = strlen(word);

@@ -112,14 +112,15 @@ if has plugin; then
   g=$((NCCL_DCP_REQUIRE_GPU >= 2 ? 2 : 1))
   tests=$(scripts/build-nccl-tests.sh .deps/nccl-tests "$BUILD/nccl-tests" 2> "$LOGS/plugin-nccl-tests-build.log" | tail -1)
   if [ -x "$tests/alltoall_perf" ] && [ -f "$plugin_so" ]; then
-    profile=(NCCL_PROFILER_PLUGIN="$plugin_so" NCCL_DEBUG=INFO NCCL_DEBUG_FILE="$LOGS/plugin-nccl-%p.log")
+    profile=(NCCL_PROFILER_PLUGIN="$plugin_so")
+    report=(NCCL_DEBUG=INFO NCCL_DEBUG_FILE="$LOGS/plugin-nccl-%p.log")
     if [ "$g" -ge 2 ]; then  # the fused path's times for the estimate, same rank count
       "$BUILD/perf/dcp_a2a_lse_reduce_perf" -g "$g" -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 \
         -J "$LOGS/plugin-calibration.json" > "$LOGS/plugin-calibration.txt" 2>&1
-      profile+=(NCCL_DCP_PROFILE_CALIBRATION="$LOGS/plugin-calibration.json")
+      report+=(NCCL_DCP_PROFILE_CALIBRATION="$LOGS/plugin-calibration.json")
     fi
     rm -f "$LOGS"/plugin-report-*.json "$LOGS"/plugin-dcp-*.json
-    env "${profile[@]}" NCCL_DCP_PROFILE_FILE="$LOGS/plugin-report-%p.json" \
+    env "${profile[@]}" "${report[@]}" NCCL_DCP_PROFILE_FILE="$LOGS/plugin-report-%p.json" \
       "$tests/alltoall_perf" -g "$g" -b 32K -e 32M -f 2 -w 5 -n 20 -c 1 > "$LOGS/plugin-alltoall.log" 2>&1
     rc=$?
     python3 scripts/check_plugin_report.py counts "$LOGS"/plugin-report-*.json "$LOGS/plugin-alltoall.log" \
@@ -140,7 +141,7 @@ if has plugin; then
       > "$LOGS/plugin-overhead.md" 2>&1
     note "plugin overhead (alltoall_perf -g $g, out-of-place us): rc $? (table in plugin-overhead.md)"
     cat "$LOGS/plugin-overhead.md"
-    env "${profile[@]}" NCCL_DCP_PROFILE_FILE="$LOGS/plugin-dcp-%p.json" \
+    env "${profile[@]}" "${report[@]}" NCCL_DCP_PROFILE_FILE="$LOGS/plugin-dcp-%p.json" \
       "$BUILD/perf/dcp_a2a_lse_reduce_perf" -g "$g" -b 1 -e 16 -f 4 > "$LOGS/plugin-dcp.txt" 2>&1
     rc=$?
     python3 scripts/check_plugin_report.py dcp "$LOGS"/plugin-dcp-*.json > "$LOGS/plugin-dcp-check.txt" 2>&1
