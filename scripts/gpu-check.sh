@@ -11,7 +11,7 @@ ROOT=$PWD
 BUILD=${BUILD:-build-gpu}
 LOGS=${OUT:-$BUILD/logs}
 mkdir -p "$LOGS"
-stages=${*:-build tests sanitize perf}  # also: nopdl noreread plugin
+stages=${*:-build tests sanitize perf}  # also: nopdl noreread
 summary=()
 note() { summary+=("$*"); echo "== $*"; }
 has() { [[ " $stages " == *" $1 "* ]]; }
@@ -105,7 +105,8 @@ fi
 # (scripts/check_plugin_report.py); then alltoall_perf without the plugin,
 # with it, and with NCCL_DCP_PROFILE_KERNEL=0 (overhead, docs/perf.md); then
 # the perf binary with the plugin (the library hook puts its calls in the
-# report). Needs the nccl-tests source in .deps/nccl-tests.
+# report). Needs the nccl-tests source in .deps/nccl-tests. Not a default
+# stage: scripts/gpu-check.sh build plugin.
 if has plugin; then
   start=$SECONDS
   plugin_so=$ROOT/$BUILD/plugin/libnccl-profiler-dcp.so

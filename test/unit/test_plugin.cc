@@ -645,7 +645,7 @@ TEST_F(PluginTest, FinalizeTwiceIsRefusedAndReportsOnce) {
   EXPECT_TRUE(commIn(report, c.hash)->find("finalized")->boolean);
 }
 
-TEST_F(PluginTest, V6CopyEngineCollectivesAreCounted) {
+TEST_F(PluginTest, V6CountsCopyEngineAndKernelCollectives) {
   void* ctx = nullptr;
   int mask = 0;
   const uint64_t hash = freshHash();
@@ -658,11 +658,33 @@ TEST_F(PluginTest, V6CopyEngineCollectivesAreCounted) {
   void* h = (void*)0x1;
   ASSERT_EQ(plugin().v6->startEvent(ctx, &h, &d), ncclSuccess);
   EXPECT_EQ(h, nullptr);
+  // The v5 events through the v6 descriptor: one kernel all-to-all of 3 floats per peer.
+  ncclProfilerEventDescr_v6_t gd = {};
+  gd.type = ncclProfileGroup;
+  void* g = nullptr;
+  ASSERT_EQ(plugin().v6->startEvent(ctx, &g, &gd), ncclSuccess);
+  std::vector<void*> tasks;
+  for (int p = 0; p < 4; p++)
+    for (const char* func : {"Send", "Recv"}) {
+      ncclProfilerEventDescr_v6_t td = {};
+      td.type = ncclProfileP2p;
+      td.p2p.func = func;
+      td.p2p.datatype = "ncclFloat32";
+      td.p2p.count = 3;
+      td.p2p.peer = p;
+      td.p2p.parentGroup = g;
+      tasks.emplace_back();
+      ASSERT_EQ(plugin().v6->startEvent(ctx, &tasks.back(), &td), ncclSuccess);
+    }
+  for (void* t : tasks) ASSERT_EQ(plugin().v6->stopEvent(t), ncclSuccess);
+  ASSERT_EQ(plugin().v6->stopEvent(g), ncclSuccess);
   ASSERT_EQ(plugin().v6->finalize(ctx), ncclSuccess);
   const json::Value report = readReport();
   const json::Value* comm = commIn(report, hash);
   ASSERT_NE(comm, nullptr);
   EXPECT_EQ(sizeCalls(*comm, "AlltoAll", 4 * 100 * 2), 1u);
+  EXPECT_EQ(sizeCalls(*comm, "AlltoAll", 4 * 3 * 4), 1u);
+  EXPECT_EQ(opCalls(*comm, "AlltoAll"), 2u);
 }
 
 // ---------------------------------------------------------------------------
