@@ -119,6 +119,59 @@ if has noreread; then
   tail -11 "$LOGS/perf-LL128-noreread.txt"
 fi
 
+# The profiler plugin in NCCL's own alltoall_perf, unmodified (issue 15):
+# the report must count exactly the all-to-alls run, per size swept
+# (scripts/check_plugin_report.py); then alltoall_perf without the plugin,
+# with it, and with NCCL_DCP_PROFILE_KERNEL=0 (overhead, docs/perf.md); then
+# the perf binary with the plugin (the library hook puts its calls in the
+# report). Needs the nccl-tests source in .deps/nccl-tests. Not a default
+# stage: scripts/gpu-check.sh build plugin.
+if has plugin; then
+  start=$SECONDS
+  plugin_so=$ROOT/$BUILD/plugin/libnccl-profiler-dcp.so
+  g=$((NCCL_DCP_REQUIRE_GPU >= 2 ? 2 : 1))
+  tests=$(scripts/build-nccl-tests.sh .deps/nccl-tests "$BUILD/nccl-tests" 2> "$LOGS/plugin-nccl-tests-build.log" | tail -1)
+  if [ -x "$tests/alltoall_perf" ] && [ -f "$plugin_so" ]; then
+    profile=(NCCL_PROFILER_PLUGIN="$plugin_so")
+    report=(NCCL_DEBUG=INFO NCCL_DEBUG_FILE="$LOGS/plugin-nccl-%p.log")
+    if [ "$g" -ge 2 ]; then  # the fused path's times for the estimate, same rank count
+      "$BUILD/perf/dcp_a2a_lse_reduce_perf" -g "$g" -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 \
+        -J "$LOGS/plugin-calibration.json" > "$LOGS/plugin-calibration.txt" 2>&1
+      report+=(NCCL_DCP_PROFILE_CALIBRATION="$LOGS/plugin-calibration.json")
+    fi
+    rm -f "$LOGS"/plugin-report-*.json "$LOGS"/plugin-dcp-*.json
+    env "${profile[@]}" "${report[@]}" NCCL_DCP_PROFILE_FILE="$LOGS/plugin-report-%p.json" \
+      "$tests/alltoall_perf" -g "$g" -b 32K -e 32M -f 2 -w 5 -n 20 -c 1 > "$LOGS/plugin-alltoall.log" 2>&1
+    rc=$?
+    python3 scripts/check_plugin_report.py counts "$LOGS"/plugin-report-*.json "$LOGS/plugin-alltoall.log" \
+      > "$LOGS/plugin-check.txt" 2>&1
+    note "plugin: alltoall_perf -g $g rc $rc; report check rc $? ($(tail -1 "$LOGS/plugin-check.txt"))"
+    cat "$LOGS/plugin-check.txt"
+    grep -h "NCCL-DCP profiler: " "$LOGS"/plugin-nccl-*.log | grep -v "report written" | head -40
+    for run in base plugin nokernel; do
+      case $run in
+        base) pre=() ;;
+        plugin) pre=("${profile[@]}") ;;
+        nokernel) pre=("${profile[@]}" NCCL_DCP_PROFILE_KERNEL=0) ;;
+      esac
+      env "${pre[@]}" "$tests/alltoall_perf" -g "$g" -b 1K -e 32M -f 4 -w 20 -n 100 -c 0 \
+        > "$LOGS/plugin-overhead-$run.log" 2>&1
+    done
+    python3 scripts/check_plugin_report.py overhead "$LOGS"/plugin-overhead-{base,plugin,nokernel}.log \
+      > "$LOGS/plugin-overhead.md" 2>&1
+    note "plugin overhead (alltoall_perf -g $g, out-of-place us): rc $? (table in plugin-overhead.md)"
+    cat "$LOGS/plugin-overhead.md"
+    env "${profile[@]}" "${report[@]}" NCCL_DCP_PROFILE_FILE="$LOGS/plugin-dcp-%p.json" \
+      "$BUILD/perf/dcp_a2a_lse_reduce_perf" -g "$g" -b 1 -e 16 -f 4 > "$LOGS/plugin-dcp.txt" 2>&1
+    rc=$?
+    python3 scripts/check_plugin_report.py dcp "$LOGS"/plugin-dcp-*.json > "$LOGS/plugin-dcp-check.txt" 2>&1
+    note "plugin: nccl-dcp calls in the report: perf rc $rc, check rc $? ($(tail -1 "$LOGS/plugin-dcp-check.txt"))"
+  else
+    note "plugin: skipped (no .deps/nccl-tests build: see plugin-nccl-tests-build.log, or no $plugin_so)"
+  fi
+  note "plugin took $((SECONDS - start)) s"
+fi
+
 echo
 echo "==== summary"
 printf '%s\n' "${summary[@]}"

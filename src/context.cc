@@ -25,6 +25,7 @@
 #include "error.h"
 #include "log.h"
 #include "topology.h"
+#include "profiler_hook.h"
 
 namespace nccl_dcp {
 
@@ -494,9 +495,7 @@ ncclResult_t contextEnqueue(ncclDcpContext_t ctx, const CallBuffers& buf, int ba
     addr.windowOffset = ctx->windowOffset;
     DCPCHECK(ctx->engine.enqueue(&buf, batch, strides, addr, stream));
   }
-  ctx->stats.calls++;
-  ctx->stats.rows += batch;
-  ctx->stats.rounds += (batch + ctx->engine.cfg.maxBatch - 1) / ctx->engine.cfg.maxBatch;
+  profilerRecordCall(ctx, batch);
   return ncclSuccess;
 }
 

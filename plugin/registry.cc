@@ -1,0 +1,254 @@
+#include "registry.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <new>
+#include <stdexcept>
+
+namespace nccl_dcp {
+namespace plugin {
+
+namespace {
+
+constexpr std::memory_order relaxed = std::memory_order_relaxed;
+
+std::string envOr(const char* name, const char* fallback) {
+  const char* v = getenv(name);
+  return v ? v : fallback;
+}
+
+std::string shortHostName() {
+  char host[256] = "";
+  gethostname(host, sizeof(host) - 1);
+  if (char* dot = strchr(host, '.')) *dot = '\0';
+  return host;
+}
+
+uint64_t idOf(const void* p) { return (uint64_t)(uintptr_t)p; }
+
+}  // namespace
+
+Settings Settings::fromEnv() {
+  Settings s;
+  s.profileFile = envOr("NCCL_DCP_PROFILE_FILE", "");
+  s.calibration = envOr("NCCL_DCP_PROFILE_CALIBRATION", "");
+  s.kernelTiming = envOr("NCCL_DCP_PROFILE_KERNEL", "1") != "0";
+  s.injectFault = envOr("NCCL_DCP_PROFILE_INJECT_FAULT", "");
+  return s;
+}
+
+const std::vector<const char*>& pluginEnvNames() {
+  static const std::vector<const char*> names = {"NCCL_DCP_PROFILE_FILE", "NCCL_DCP_PROFILE_CALIBRATION",
+                                                 "NCCL_DCP_PROFILE_KERNEL", "NCCL_DCP_PROFILE_INJECT_FAULT"};
+  return names;
+}
+
+// The same expansion as the library's NCCL_DCP_DEBUG_FILE (src/log.cc); the
+// plugin links nothing of the library, so it keeps its own copy.
+std::string expandPath(const std::string& pattern) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); i++) {
+    if (pattern[i] == '%' && i + 1 < pattern.size()) {
+      const char c = pattern[++i];
+      if (c == 'h') out += shortHostName();
+      else if (c == 'p') out += std::to_string(getpid());
+      else (out += '%') += c;
+      continue;
+    }
+    out += pattern[i];
+  }
+  return out;
+}
+
+struct Registry::DcpEntry {
+  const void* context;
+  const void* comm;
+  int rank, nRanks, cudaDev, headDim, localHeads, eltSize, path, protocol;
+  std::atomic<int> nvlink;
+  std::atomic<uint64_t> rows{0};
+  OpStats stats;
+};
+
+Registry& Registry::instance() {
+  static Registry* r = new Registry();  // leaked on purpose (see the header)
+  return *r;
+}
+
+void Registry::setLogger(ncclDebugLogger_t logger) {
+  if (logger) logger_.store(logger, relaxed);
+}
+
+void Registry::log(ncclDebugLogLevel level, const char* fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  if (ncclDebugLogger_t logger = logger_.load(relaxed))
+    logger(level, NCCL_LOG_SUBSYS_INIT, __FILE__, __LINE__, "NCCL-DCP profiler: %s", msg);
+  else if (level == NCCL_LOG_WARN)
+    fprintf(stderr, "NCCL-DCP profiler WARN %s\n", msg);
+}
+
+void Registry::disable(const std::string& why) {
+  if (disabled_.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    disabledWhy_ = why;
+  }
+  log(NCCL_LOG_WARN, "disabled after an internal failure (%s); NCCL goes on without it", why.c_str());
+}
+
+CommProfile* Registry::addComm(const CommIdentity& id, bool kernelTiming) {
+  std::unique_ptr<CommProfile> p = CommProfile::create(id, kernelTiming);
+  if (!p) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex_);
+  live_.push_back(std::move(p));
+  return live_.back().get();
+}
+
+bool Registry::finalizeComm(CommProfile* p) {
+  CommSnapshot done;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = std::find_if(live_.begin(), live_.end(), [p](const std::unique_ptr<CommProfile>& q) { return q.get() == p; });
+    if (it == live_.end()) return false;
+    done = (*it)->finish();
+    live_.erase(it);  // frees the profile: NCCL sends no event after finalize
+    finished_.push_back(done);
+  }
+  if (!enabled()) return true;
+  if (Settings::fromEnv().injectFault == "report") throw std::runtime_error("injected report fault");
+  const ReportInput in = collect();
+  for (const std::string& line : reportTable(done, in)) log(NCCL_LOG_INFO, "%s", line.c_str());
+  writeJson(in);
+  return true;
+}
+
+void Registry::writeAtExit() {
+  bool anyLive;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    anyLive = !live_.empty();
+  }
+  if (anyLive && enabled()) writeJson(collect());
+}
+
+ReportInput Registry::collect() {
+  ReportInput in;
+  in.host = shortHostName();
+  in.pid = (int)getpid();
+  const Settings settings = Settings::fromEnv();
+  in.hasCalibration = !settings.calibration.empty();
+  if (in.hasCalibration) in.calibration = loadCalibration(settings.calibration);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in.comms = finished_;
+    for (const auto& p : live_) in.comms.push_back(p->snapshot());
+    in.disabled = disabledWhy_;
+  }
+  for (const std::atomic<DcpEntry*>& slot : dcp_) {
+    const DcpEntry* e = slot.load(std::memory_order_acquire);
+    if (e == nullptr) continue;
+    DcpSnapshot d;
+    d.contextId = idOf(e->context);
+    d.commId = idOf(e->comm);
+    d.rank = e->rank;
+    d.nRanks = e->nRanks;
+    d.cudaDev = e->cudaDev;
+    d.headDim = e->headDim;
+    d.localHeads = e->localHeads;
+    d.eltSize = e->eltSize;
+    d.path = e->path;
+    d.protocol = e->protocol;
+    d.nvlink = e->nvlink.load(relaxed);
+    d.rows = e->rows.load(relaxed);
+    d.op = e->stats.snapshot(OpKind::DcpA2aLseReduce);
+    in.dcp.push_back(std::move(d));
+  }
+  in.dcpDropped = dcpDropped_.load(relaxed);
+  return in;
+}
+
+// Written whole to a temporary name, then renamed over the report: a reader
+// never sees half a file. A file that cannot be written warns once.
+void Registry::writeJson(const ReportInput& in) {
+  const std::string pattern = Settings::fromEnv().profileFile;
+  if (pattern.empty()) return;
+  const std::string path = expandPath(pattern);
+  const std::string tmp = path + ".tmp";
+  const std::string text = reportJson(in);
+  FILE* f = fopen(tmp.c_str(), "w");
+  bool ok = f != nullptr && fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (f != nullptr) ok = fclose(f) == 0 && ok;
+  ok = ok && rename(tmp.c_str(), path.c_str()) == 0;
+  if (ok) {
+    log(NCCL_LOG_INFO, "report written to %s", path.c_str());
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (std::find(warnedFiles_.begin(), warnedFiles_.end(), path) != warnedFiles_.end()) return;
+  warnedFiles_.push_back(path);
+  log(NCCL_LOG_WARN, "cannot write NCCL_DCP_PROFILE_FILE %s: %s", path.c_str(), strerror(errno));
+}
+
+// The entry of a (context, comm) pair: found lock-free; the first call of
+// a context takes the lock once to create it.
+Registry::DcpEntry* Registry::dcpEntry(const ncclDcpProfilerCall_v1_t& call) {
+  const uint64_t key = idOf(call.context) * 0x9E3779B97F4A7C15ull ^ idOf(call.comm);
+  const unsigned start = (unsigned)(key >> 32) % kDcpContexts;
+  // The entry, or null with *freeIndex = the first empty slot (-1: full).
+  auto probe = [&](int* freeIndex) -> DcpEntry* {
+    *freeIndex = -1;
+    for (int i = 0; i < kDcpContexts; i++) {
+      const int at = (start + i) % kDcpContexts;
+      DcpEntry* e = dcp_[at].load(std::memory_order_acquire);
+      if (e == nullptr) {
+        *freeIndex = at;
+        return nullptr;
+      }
+      if (e->context == call.context && e->comm == call.comm) return e;
+    }
+    return nullptr;
+  };
+  int freeIndex = -1;
+  if (DcpEntry* e = probe(&freeIndex)) return e;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (DcpEntry* e = probe(&freeIndex)) return e;  // created meanwhile
+  if (freeIndex < 0) return nullptr;
+  DcpEntry* e = new (std::nothrow) DcpEntry();
+  if (e == nullptr) return nullptr;
+  e->context = call.context;
+  e->comm = call.comm;
+  e->rank = call.rank;
+  e->nRanks = call.nRanks;
+  e->cudaDev = call.cudaDev;
+  e->headDim = call.headDim;
+  e->localHeads = call.localHeads;
+  e->eltSize = call.eltSize;
+  e->path = call.path;
+  e->protocol = call.protocol;
+  e->nvlink.store(call.nvlink, relaxed);
+  dcp_[freeIndex].store(e, std::memory_order_release);
+  return e;
+}
+
+void Registry::recordDcpCall(const ncclDcpProfilerCall_v1_t& call) {
+  DcpEntry* e = dcpEntry(call);
+  if (e == nullptr) {
+    dcpDropped_.fetch_add(1, relaxed);
+    return;
+  }
+  e->rows.fetch_add((uint64_t)call.rows, relaxed);
+  e->nvlink.store(call.nvlink, relaxed);
+  e->stats.addCalls(call.bytes, 1);
+}
+
+}  // namespace plugin
+}  // namespace nccl_dcp

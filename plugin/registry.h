@@ -1,0 +1,87 @@
+/*************************************************************************
+ * The plugin's process-wide state: the live and finished communicator
+ * profiles, nccl-dcp's calls (through the library hook), NCCL's logger,
+ * and the switch that turns the whole plugin off after an internal failure
+ * (one warning; NCCL's job goes on without it).
+ *
+ * Locks only where NCCL creates or destroys a communicator and where the
+ * library's first call of a context registers it; events never lock.
+ ************************************************************************/
+#ifndef NCCL_DCP_PLUGIN_REGISTRY_H_
+#define NCCL_DCP_PLUGIN_REGISTRY_H_
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm_profile.h"
+#include "dcp_hook.h"
+#include "nccl_profiler_abi.h"
+#include "report.h"
+
+namespace nccl_dcp {
+namespace plugin {
+
+constexpr int kDcpContexts = 256;  // nccl-dcp contexts per process; more are counted as dropped
+
+// The plugin's environment, read when it is needed (tests change it).
+struct Settings {
+  std::string profileFile;  // NCCL_DCP_PROFILE_FILE (%h host, %p pid); empty: no JSON
+  std::string calibration;  // NCCL_DCP_PROFILE_CALIBRATION: a perf -J file
+  bool kernelTiming = true; // NCCL_DCP_PROFILE_KERNEL=0: no KernelCh events (no GPU time)
+  std::string injectFault;  // NCCL_DCP_PROFILE_INJECT_FAULT=init|report: tests of the failure path
+  static Settings fromEnv();
+};
+// The plugin's variables, for the README test.
+const std::vector<const char*>& pluginEnvNames();
+// `pattern` with %h -> short host name, %p -> pid (as NCCL_DEBUG_FILE).
+std::string expandPath(const std::string& pattern);
+
+class Registry {
+ public:
+  static Registry& instance();  // never destroyed: NCCL's threads may outlive static destructors
+
+  bool enabled() const { return !disabled_.load(std::memory_order_relaxed); }
+  // Turns the plugin off; the first call warns.
+  void disable(const std::string& why);
+
+  void setLogger(ncclDebugLogger_t logger);
+  void log(ncclDebugLogLevel level, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+
+  // A profile for a new communicator (null when out of memory).
+  CommProfile* addComm(const CommIdentity& id, bool kernelTiming);
+  // Retires a live profile, writes the reports; false when `p` is not one
+  // (finalized already, or never created).
+  bool finalizeComm(CommProfile* p);
+  // Rewrites the JSON with what is live (process exit without finalize).
+  void writeAtExit();
+
+  void recordDcpCall(const ncclDcpProfilerCall_v1_t& call);
+
+  ReportInput collect();
+
+ private:
+  Registry() = default;
+  struct DcpEntry;
+  DcpEntry* dcpEntry(const ncclDcpProfilerCall_v1_t& call);
+  void writeJson(const ReportInput& in);
+
+  std::atomic<bool> disabled_{false};
+  std::string disabledWhy_;
+  std::atomic<ncclDebugLogger_t> logger_{nullptr};
+
+  std::mutex mutex_;  // the lists below
+  std::vector<std::unique_ptr<CommProfile>> live_;
+  std::vector<CommSnapshot> finished_;
+  std::vector<std::string> warnedFiles_;
+
+  std::atomic<DcpEntry*> dcp_[kDcpContexts] = {};
+  std::atomic<uint64_t> dcpDropped_{0};
+};
+
+}  // namespace plugin
+}  // namespace nccl_dcp
+
+#endif  // NCCL_DCP_PLUGIN_REGISTRY_H_
