@@ -22,6 +22,9 @@ RoundTripState* Mode::newRoundTripState() const {
   RoundTripState* st = nullptr;
   CUDA_OR_DIE(cudaMalloc(&st, sizeof(*st)));
   CUDA_OR_DIE(cudaMemset(st, 0, sizeof(*st)));
+  // The floors' zeroed flags and state are in place before any stream of
+  // ours (non-blocking: they do not wait for these memsets) can run.
+  CUDA_OR_DIE(cudaDeviceSynchronize());
   return st;
 }
 

@@ -87,7 +87,9 @@ class Mode {
   // The floors' calls, the same in every mode (c: PeerWrite, CopyEngine, RoundTrip).
   void enqueueFloor(const FloorRig& rig, Call c, int64_t rows, cudaStream_t stream) const;
   bool timedOut(const FloorRig& rig) const;  // (c) timed out; on the current device
-  RoundTripState* newRoundTripState() const;          // zeroed, on the current device
+  // Zeroed, on the current device; call it last in the floors' setup: it
+  // waits for the device (the setup's memsets) before returning.
+  RoundTripState* newRoundTripState() const;
 
   Config cfg_;
   std::vector<Slot> slots_;
