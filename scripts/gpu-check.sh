@@ -101,6 +101,25 @@ if has perf && [ -x "$BUILD/perf/dcp_a2a_lse_reduce_perf" ]; then
   note "perf took $((SECONDS - start)) s"
 fi
 
+# NCCL's own alltoall_perf (nccl-tests from .deps/nccl-tests) beside our
+# baseline's all-to-all alone (-B 2), same bytes per rank, -G 10, every GPU
+# here: the baseline is honest when it is within 10% at every size (issue 9).
+if has baseline && [ -x "$BUILD/perf/dcp_a2a_lse_reduce_perf" ]; then
+  g=$NCCL_DCP_REQUIRE_GPU
+  row=$((g * 16 * 512 * 2))  # bytes per row per rank: cp x Hl x D x bf16
+  if nt=$(scripts/build-nccl-tests.sh .deps/nccl-tests "$BUILD/nccl-tests" 2> "$LOGS/build-nccl-tests.log" | tail -1); then
+    "$nt/alltoall_perf" -g "$g" -G 10 -d bfloat16 -b $row -e $((row * 1024)) -f 2 > "$LOGS/alltoall_perf.txt" 2>&1
+    "$BUILD/perf/dcp_a2a_lse_reduce_perf" -g "$g" -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 10 -B 2 -F 0 \
+      -J "$LOGS/perf-a2a-alone.json" > "$LOGS/perf-a2a-alone.txt" 2>&1
+    python3 scripts/compare_alltoall.py "$LOGS/alltoall_perf.txt" "$LOGS/perf-a2a-alone.json" > "$LOGS/baseline.txt" 2>&1
+    rc=$?
+    note "baseline all-to-all vs alltoall_perf (-g $g): rc $rc ($(tail -1 "$LOGS/baseline.txt"))"
+    cat "$LOGS/baseline.txt"
+  else
+    note "baseline: nccl-tests did not build (build-nccl-tests.log)"
+  fi
+fi
+
 # LL128 without programmatic dependent launch, to weigh PDL (same build).
 if has nopdl && [ -x "$BUILD/perf/dcp_a2a_lse_reduce_perf" ]; then
   NCCL_DCP_PDL=0 "$BUILD/perf/dcp_a2a_lse_reduce_perf" -V 8 -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 10 -c 1 -P LL128 \

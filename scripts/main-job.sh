@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: set up, build, and run the perf binary
 # over every local GPU (real NCCL ranks when there are several, loopback
-# with 8 virtual ranks when there is one), the baseline in the same run.
-# Results: build-main/perf.txt, build-main/perf.json (+ perf.png with
-# matplotlib). Without a GPU the perf binary says so and exits with 3.
+# with 8 virtual ranks when there is one), the baseline and the floors in
+# the same run. Results: build-main/perf.txt, build-main/perf.json (+
+# perf.png with matplotlib). Without a GPU the perf binary says so and
+# exits with 3.
 #
 #   scripts/main-job.sh [extra perf flags, e.g. -P LL128 -e 256]
+#   LAUNCH=mpi scripts/main-job.sh    one process per GPU (mpirun -np <GPUs>;
+#                                     needs MPI at build time: libopenmpi-dev)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BUILD=${BUILD:-build-main}
@@ -21,13 +24,18 @@ fi
 ninja -C "$BUILD" perf/dcp_a2a_lse_reduce_perf
 
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-if [ "${gpus:-0}" -gt 1 ]; then
+launcher=()
+if [ "${gpus:-0}" -gt 1 ] && [ "${LAUNCH:-threads}" = mpi ]; then
+  launcher=(mpirun -np "$gpus" --bind-to none)
+  [ "$(id -u)" -ne 0 ] || launcher+=(--allow-run-as-root)
+  ranks=(-t 1 -g 1)             # one process per GPU, real ranks
+elif [ "${gpus:-0}" -gt 1 ]; then
   ranks=(-t "$gpus" -g 1)       # one thread per GPU, real ranks
 else
   ranks=(-V 8)                  # one GPU (or none: the binary reports it)
 fi
 set +e
-"$BUILD/perf/dcp_a2a_lse_reduce_perf" "${ranks[@]}" -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 10 -c 1 \
+"${launcher[@]}" "$BUILD/perf/dcp_a2a_lse_reduce_perf" "${ranks[@]}" -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 10 -c 1 \
   -J "$BUILD/perf.json" "$@" | tee "$BUILD/perf.txt"
 rc=${PIPESTATUS[0]}
 set -e

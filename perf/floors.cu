@@ -1,0 +1,162 @@
+/*************************************************************************
+ * The floors' kernels (perf's one CUDA file): the all-SM copy, the flag
+ * round trip, and the LSA pointers of a window.
+ ************************************************************************/
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <nccl_device.h>
+
+#include "floors.h"
+
+namespace nccl_dcp {
+namespace perf {
+
+namespace {
+
+constexpr int kCopyThreads = 512;
+constexpr int kCopyBlocksPerSm = 4;  // 2048 threads: a full SM
+constexpr int kUnroll = 4;           // 16-byte loads in flight per thread
+
+struct CopyArgs {
+  const char* src[kMaxFloorCopies];
+  char* dst[kMaxFloorCopies];
+  int n;
+  size_t bytes;
+};
+
+// Whole 16-byte words with kUnroll loads in flight before their stores,
+// then the tail bytes.
+__global__ void __launch_bounds__(kCopyThreads) peerWriteKernel(CopyArgs a) {
+  const size_t words = a.bytes / 16, stride = (size_t)gridDim.x * blockDim.x;
+  const size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  for (int c = 0; c < a.n; c++) {
+    const int4* src = (const int4*)a.src[c];
+    int4* dst = (int4*)a.dst[c];
+    size_t i = t;
+    for (; i + (kUnroll - 1) * stride < words; i += kUnroll * stride) {
+      int4 v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; u++) v[u] = __ldg(src + i + u * stride);
+#pragma unroll
+      for (int u = 0; u < kUnroll; u++) dst[i + u * stride] = v[u];
+    }
+    for (; i < words; i += stride) dst[i] = __ldg(src + i);
+    for (size_t b = words * 16 + t; b < a.bytes; b += stride) a.dst[c][b] = a.src[c][b];
+  }
+}
+
+__device__ uint64_t globalNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Spins until the inbox holds at least v; false past the deadline.
+__device__ bool waitFlag(const volatile uint64_t* inbox, uint64_t v, uint64_t deadline) {
+  for (unsigned spin = 0;; spin++) {
+    if (*inbox >= v) return true;
+    if ((spin & 1023) == 0 && globalNs() > deadline) return false;
+  }
+}
+
+// Lane 0 of warp `side` plays that side. Flags only grow (epoch + i), so
+// graph replays need no reset; a timed-out rank stops measuring.
+__global__ void roundTripKernel(FlagPlan p, RoundTripState* st) {
+  const int side = threadIdx.x / 32;
+  if (threadIdx.x % 32 != 0 || side >= p.sides) return;
+  volatile int* timedOut = &st->timedOut;
+  if (*timedOut) return;
+  volatile uint64_t* out = p.outbox[side];
+  const uint64_t base = st->epoch[side], deadline = globalNs() + kRoundTripTimeoutNs;
+  for (uint64_t i = 1; i <= kRoundTripsPerLaunch; i++) {
+    if (p.initiator[side]) *out = base + i;
+    if (!waitFlag(p.inbox[side], base + i, deadline)) {
+      *timedOut = 1;
+      return;
+    }
+    if (!p.initiator[side]) *out = base + i;
+  }
+  st->epoch[side] = base + kRoundTripsPerLaunch;
+}
+
+__global__ void peerPointersKernel(ncclWindow_t w, int nRanks, char** out) {
+  const int p = blockIdx.x * blockDim.x + threadIdx.x;
+  if (p < nRanks) out[p] = (char*)ncclGetPeerPointer(w, 0, p);
+}
+
+bool toArgs(const CopyPlan& p, int64_t rows, CopyArgs* a) {
+  if (p.src.size() != p.dst.size() || p.src.size() > (size_t)kMaxFloorCopies) return false;
+  *a = CopyArgs{};
+  a->n = (int)p.src.size();
+  a->bytes = (size_t)(rows * p.bytesPerRow);
+  for (int i = 0; i < a->n; i++) {
+    a->src[i] = p.src[i];
+    a->dst[i] = p.dst[i];
+  }
+  return true;
+}
+
+}  // namespace
+
+FlagPlan localFlagPlan(char* lines) {
+  FlagPlan p;
+  p.sides = 2;
+  p.initiator[0] = true;
+  p.inbox[0] = (uint64_t*)lines;
+  p.inbox[1] = (uint64_t*)(lines + 128);
+  p.outbox[0] = p.inbox[1];
+  p.outbox[1] = p.inbox[0];
+  return p;
+}
+
+int peerWriteThreads(int device) {
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 0;
+  return sms * kCopyBlocksPerSm * kCopyThreads;
+}
+
+cudaError_t launchPeerWrite(const CopyPlan& p, int64_t rows, cudaStream_t stream) {
+  CopyArgs a;
+  if (!toArgs(p, rows, &a)) return cudaErrorInvalidValue;
+  int dev;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  // Every SM at full occupancy, or fewer blocks when there is less work.
+  const int64_t perBlock = (int64_t)kCopyThreads * kUnroll * 16;
+  const int64_t work = ((int64_t)a.bytes * a.n + perBlock - 1) / perBlock;
+  const int64_t most = peerWriteThreads(dev) / kCopyThreads;
+  const int blocks = (int)(work < 1 ? 1 : work < most ? work : most);
+  peerWriteKernel<<<blocks, kCopyThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t launchCopyEngine(const CopyPlan& p, int64_t rows, cudaStream_t stream) {
+  CopyArgs a;
+  if (!toArgs(p, rows, &a)) return cudaErrorInvalidValue;
+  for (int i = 0; i < a.n; i++) {
+    cudaError_t e = cudaMemcpyAsync(a.dst[i], a.src[i], a.bytes, cudaMemcpyDeviceToDevice, stream);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t launchRoundTrips(const FlagPlan& p, RoundTripState* state, cudaStream_t stream) {
+  if (p.sides < 1 || p.sides > 2) return cudaErrorInvalidValue;
+  roundTripKernel<<<1, 32 * p.sides, 0, stream>>>(p, state);
+  return cudaGetLastError();
+}
+
+cudaError_t windowPeerPointers(ncclWindow_t window, int nRanks, std::vector<char*>* out) {
+  char** dev = nullptr;
+  cudaError_t e = cudaMalloc(&dev, nRanks * sizeof(char*));
+  if (e != cudaSuccess) return e;
+  peerPointersKernel<<<(nRanks + 63) / 64, 64>>>(window, nRanks, dev);
+  out->assign(nRanks, nullptr);
+  e = cudaGetLastError();
+  if (e == cudaSuccess) e = cudaMemcpy(out->data(), dev, nRanks * sizeof(char*), cudaMemcpyDeviceToHost);
+  cudaFree(dev);
+  return e;
+}
+
+}  // namespace perf
+}  // namespace nccl_dcp

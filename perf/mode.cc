@@ -1,0 +1,32 @@
+#include "mode.h"
+
+namespace nccl_dcp {
+namespace perf {
+
+void Mode::enqueueFloor(const FloorRig& rig, Call c, int64_t rows, cudaStream_t stream) const {
+  switch (c) {
+    case Call::PeerWrite: CUDA_OR_DIE(launchPeerWrite(rig.copies, rows, stream)); break;
+    case Call::CopyEngine: CUDA_OR_DIE(launchCopyEngine(rig.copies, rows, stream)); break;
+    case Call::RoundTrip: CUDA_OR_DIE(launchRoundTrips(rig.flags, rig.state, stream)); break;
+    default: break;
+  }
+}
+
+bool Mode::timedOut(const FloorRig& rig) const {
+  RoundTripState st;
+  CUDA_OR_DIE(cudaMemcpy(&st, rig.state, sizeof(st), cudaMemcpyDeviceToHost));
+  return st.timedOut != 0;
+}
+
+RoundTripState* Mode::newRoundTripState() const {
+  RoundTripState* st = nullptr;
+  CUDA_OR_DIE(cudaMalloc(&st, sizeof(*st)));
+  CUDA_OR_DIE(cudaMemset(st, 0, sizeof(*st)));
+  // The floors' zeroed flags and state are in place before any stream of
+  // ours (non-blocking: they do not wait for these memsets) can run.
+  CUDA_OR_DIE(cudaDeviceSynchronize());
+  return st;
+}
+
+}  // namespace perf
+}  // namespace nccl_dcp

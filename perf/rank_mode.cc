@@ -1,0 +1,339 @@
+/*************************************************************************
+ * Real-rank hooks: this thread's GPUs (-g) as NCCL ranks of one
+ * communicator spanning every thread (-t) of every MPI process. Baseline:
+ * ncclAlltoAll of the data and of the LSEs (one group) + the combine
+ * kernel, inputs already peer-major (the pack is not timed). Floors: the
+ * peers' addresses in an NCCL window registered for them (LSA pointers of
+ * the device API), so the same code serves threads and processes.
+ ************************************************************************/
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "launch.h"
+#include "mode.h"
+
+namespace nccl_dcp {
+namespace perf {
+
+namespace {
+
+constexpr size_t kFlagBytes = 4096;  // the window's flag lines, after the data
+
+// One rank this thread drives.
+struct Rank {
+  int rank = 0, dev = 0;
+  cudaStream_t stream = nullptr;
+  ncclComm_t comm = nullptr;
+  ncclDcpContext_t ctx = nullptr;
+  ncclDcpTopology_t topo = NCCL_DCP_TOPOLOGY_INITIALIZER;
+  char *in = nullptr, *inPeerMajor = nullptr, *out = nullptr, *outBase = nullptr, *recv = nullptr;
+  float *lse = nullptr, *lsePeerMajor = nullptr, *outLse = nullptr, *outLseBase = nullptr, *recvLse = nullptr;
+  // floors
+  void* window = nullptr;  // ncclMemAlloc
+  ncclWindow_t win = nullptr;
+  char* floorSrc = nullptr;
+  FloorRig rig;
+};
+
+class RankMode : public Mode {
+ public:
+  RankMode(const Args& a, const Placement& p, int thread, Team& team, Inputs& inputs)
+      : Mode(inputs.config()), a_(a), place_(p), inputs_(inputs), maxRows_(std::max<int64_t>(a.maxRows, 1)) {
+    for (int g = 0; g < p.gpusPerThread; g++) {
+      ranks_.emplace_back();
+      ranks_.back().rank = p.rankOf(thread, g);
+      ranks_.back().dev = p.deviceOf(thread, g);
+    }
+    initComms(thread, team);
+    for (Rank& r : ranks_) allocTensors(r);
+    if (a.floors && floorsReachable()) initFloors();
+    team.barrier(thread);  // every rank's flags are zero before any partner writes
+  }
+
+  ~RankMode() override {
+    NCCL_OR_DIE(ncclGroupStart());  // collective: every GPU of this thread at once
+    for (Rank& r : ranks_)
+      if (r.win) NCCL_OR_DIE(ncclCommWindowDeregister(r.comm, r.win));
+    NCCL_OR_DIE(ncclGroupEnd());
+    std::vector<ncclDcpContext_t> ctxs;
+    for (Rank& r : ranks_) ctxs.push_back(r.ctx);
+    NCCL_OR_DIE(ncclDcpContextDestroyGroup((int)ctxs.size(), ctxs.data()));
+    for (Rank& r : ranks_) {
+      CUDA_OR_DIE(cudaSetDevice(r.dev));
+      for (void* q : {(void*)r.in, (void*)r.inPeerMajor, (void*)r.lse, (void*)r.lsePeerMajor, (void*)r.out,
+                      (void*)r.outBase, (void*)r.outLse, (void*)r.outLseBase, (void*)r.recv, (void*)r.recvLse,
+                      (void*)r.floorSrc, (void*)r.rig.state})
+        CUDA_OR_DIE(cudaFree(q));
+      if (r.window) NCCL_OR_DIE(ncclMemFree(r.window));
+      CUDA_OR_DIE(cudaStreamDestroy(r.stream));
+    }
+    NCCL_OR_DIE(ncclGroupStart());
+    for (Rank& r : ranks_) NCCL_OR_DIE(ncclCommFinalize(r.comm));
+    NCCL_OR_DIE(ncclGroupEnd());
+    for (Rank& r : ranks_) NCCL_OR_DIE(ncclCommDestroy(r.comm));
+  }
+
+  int nRanks() const override { return place_.nRanks(); }
+
+  std::string title() const override {
+    cudaDeviceProp prop;
+    CUDA_OR_DIE(cudaGetDeviceProperties(&prop, ranks_[0].dev));
+    char s[1024];
+    snprintf(s, sizeof(s), "# nccl-dcp %d  NCCL %d  %d rank(s): %d process(es) x %d thread(s) x %d GPU(s), %s",
+             NCCL_DCP_VERSION_CODE, ncclVersion(), place_.nRanks(), place_.processes, place_.threads,
+             place_.gpusPerThread, prop.name);
+    return s;
+  }
+
+  std::vector<std::string> rankLines() const override {
+    char host[64] = "?";
+    gethostname(host, sizeof(host) - 1);
+    std::vector<std::string> lines;
+    for (const Rank& r : ranks_) {
+      char s[1024];
+      snprintf(s, sizeof(s), "#  rank %d  pid %d on %s  GPU %d  %s  path %s  protocol %s  LSA team %d of %d", r.rank,
+               (int)getpid(), host, r.dev, r.topo.busId[r.rank], r.topo.path == ncclDcpPathFused ? "fused" : "fallback",
+               protocolFlag(r.topo.protocol), r.topo.lsaSize, r.topo.nRanks);
+      lines.push_back(s);
+    }
+    return lines;
+  }
+
+  RunInfo runInfo() const override {
+    cudaDeviceProp prop;
+    CUDA_OR_DIE(cudaGetDeviceProperties(&prop, ranks_[0].dev));
+    RunInfo r;
+    r.mode = "ranks";
+    r.device = prop.name;
+    r.nRanks = nRanks();
+    r.placement = place_;
+    r.ncclVersion = ncclVersion();
+    return r;
+  }
+
+  Floors floors() const override { return floors_; }
+
+  // The baseline's inputs peer-major, the layout ncclAlltoAll sends from.
+  void prepare(int64_t rows) override {
+    if (a_.baseline == kBaselineOff) return;
+    for (Rank& r : ranks_) {
+      CUDA_OR_DIE(cudaSetDevice(r.dev));
+      const PackLaunch p =
+          packLaunch(cfg_, nRanks(), (int)rows, r.in, r.lse, r.inPeerMajor, r.lsePeerMajor, packedStrides(cfg_, nRanks()));
+      NCCL_OR_DIE(launchPack(p, r.stream));
+    }
+    syncSlots();
+  }
+
+  void enqueue(Call c, int64_t rows) override {
+    switch (c) {
+      case Call::Fused: return enqueueFused(rows);
+      case Call::Baseline: enqueueAllToAll(rows); return enqueueCombine(rows);
+      case Call::BaselineAllToAll: return enqueueAllToAll(rows);
+      default:
+        for (Rank& r : ranks_) {
+          CUDA_OR_DIE(cudaSetDevice(r.dev));
+          enqueueFloor(r.rig, c, rows, r.stream);
+        }
+    }
+  }
+
+  int64_t countWrong(Call c, int64_t rows) override {
+    const bool base = c != Call::Fused;
+    const size_t units = (size_t)rows * cfg_.localHeads;
+    for (Rank& r : ranks_) {
+      CUDA_OR_DIE(cudaSetDevice(r.dev));
+      CUDA_OR_DIE(cudaMemsetAsync(base ? r.outBase : r.out, 0xff, units * cfg_.headDim * cfg_.eltSize, r.stream));
+      CUDA_OR_DIE(cudaMemsetAsync(base ? r.outLseBase : r.outLse, 0xff, units * 4, r.stream));
+    }
+    enqueue(c, rows);
+    syncSlots();
+    std::vector<uint8_t> got(units * cfg_.headDim * cfg_.eltSize);
+    std::vector<float> gotLse(units);
+    int64_t wrong = 0;
+    for (Rank& r : ranks_) {
+      CUDA_OR_DIE(cudaSetDevice(r.dev));
+      CUDA_OR_DIE(cudaMemcpy(got.data(), base ? r.outBase : r.out, got.size(), cudaMemcpyDeviceToHost));
+      CUDA_OR_DIE(cudaMemcpy(gotLse.data(), base ? r.outLseBase : r.outLse, units * 4, cudaMemcpyDeviceToHost));
+      wrong += inputs_.countWrong(r.rank, rows, got.data(), gotLse.data());
+    }
+    return wrong;
+  }
+
+  bool roundTripTimedOut() override {
+    bool any = false;
+    for (Rank& r : ranks_) {
+      CUDA_OR_DIE(cudaSetDevice(r.dev));
+      any = any || (r.rig.state && timedOut(r.rig));
+    }
+    return any;
+  }
+
+  void checkAsyncErrors() override {
+    for (Rank& r : ranks_) {
+      ncclResult_t async = ncclSuccess;
+      NCCL_OR_DIE(ncclDcpGetAsyncError(r.ctx, &async));
+      NCCL_OR_DIE(async);
+    }
+  }
+
+ private:
+  static int ncclVersion() {
+    int v = 0;
+    ncclGetVersion(&v);
+    return v;
+  }
+
+  // One communicator over every rank of the run (the id from the leader),
+  // then the contexts of this thread's GPUs.
+  void initComms(int thread, Team& team) {
+    ncclUniqueId id = {};
+    if (team.leader(thread)) NCCL_OR_DIE(ncclGetUniqueId(&id));
+    team.broadcast(thread, &id, sizeof(id));
+    NCCL_OR_DIE(ncclGroupStart());
+    for (Rank& r : ranks_) {
+      CUDA_OR_DIE(cudaSetDevice(r.dev));
+      NCCL_OR_DIE(ncclCommInitRank(&r.comm, nRanks(), id, r.rank));
+    }
+    NCCL_OR_DIE(ncclGroupEnd());
+    std::vector<ncclComm_t> comms;
+    for (Rank& r : ranks_) comms.push_back(r.comm);
+    std::vector<ncclDcpContext_t> ctxs(comms.size());
+    const ncclDcpConfig_t c = configOf(a_);
+    NCCL_OR_DIE(ncclDcpContextCreateGroup((int)comms.size(), comms.data(), &c, ctxs.data()));
+    for (size_t i = 0; i < ranks_.size(); i++) {
+      ranks_[i].ctx = ctxs[i];
+      NCCL_OR_DIE(ncclDcpGetTopology(ctxs[i], &ranks_[i].topo));
+      CUDA_OR_DIE(cudaSetDevice(ranks_[i].dev));
+      CUDA_OR_DIE(cudaStreamCreateWithFlags(&ranks_[i].stream, cudaStreamNonBlocking));
+      slots_.push_back({ranks_[i].dev, ranks_[i].stream});
+    }
+  }
+
+  void allocTensors(Rank& r) {
+    const size_t units = (size_t)maxRows_ * cfg_.localHeads, headBytes = (size_t)cfg_.headDim * cfg_.eltSize;
+    const size_t inBytes = units * nRanks() * headBytes, lseBytes = units * nRanks() * 4;
+    CUDA_OR_DIE(cudaSetDevice(r.dev));
+    for (char** q : {&r.in, &r.inPeerMajor, &r.recv}) CUDA_OR_DIE(cudaMalloc(q, inBytes));
+    for (float** q : {&r.lse, &r.lsePeerMajor, &r.recvLse}) CUDA_OR_DIE(cudaMalloc(q, lseBytes));
+    for (char** q : {&r.out, &r.outBase}) CUDA_OR_DIE(cudaMalloc(q, units * headBytes));
+    for (float** q : {&r.outLse, &r.outLseBase}) CUDA_OR_DIE(cudaMalloc(q, units * 4));
+    CUDA_OR_DIE(cudaMemcpy(r.in, inputs_.partialOut(r.rank).data(), inBytes, cudaMemcpyHostToDevice));
+    CUDA_OR_DIE(cudaMemcpy(r.lse, inputs_.partialLse(r.rank).data(), lseBytes, cudaMemcpyHostToDevice));
+  }
+
+  void enqueueFused(int64_t rows) {
+    NCCL_OR_DIE(ncclGroupStart());
+    for (Rank& r : ranks_) {
+      CUDA_OR_DIE(cudaSetDevice(r.dev));
+      NCCL_OR_DIE(ncclDcpA2aLseReduce(r.ctx, r.in, r.lse, r.out, r.outLse, (int)rows, nullptr, r.stream));
+    }
+    NCCL_OR_DIE(ncclGroupEnd());
+  }
+
+  void enqueueAllToAll(int64_t rows) {
+    const size_t units = (size_t)rows * cfg_.localHeads;
+    NCCL_OR_DIE(ncclGroupStart());
+    for (Rank& r : ranks_) {
+      NCCL_OR_DIE(ncclAlltoAll(r.inPeerMajor, r.recv, units * cfg_.headDim, cfg_.dtype, r.comm, r.stream));
+      NCCL_OR_DIE(ncclAlltoAll(r.lsePeerMajor, r.recvLse, units, ncclFloat32, r.comm, r.stream));
+    }
+    NCCL_OR_DIE(ncclGroupEnd());
+  }
+
+  void enqueueCombine(int64_t rows) {
+    for (Rank& r : ranks_) {
+      CUDA_OR_DIE(cudaSetDevice(r.dev));
+      const CombineLaunch m = combineLaunch(cfg_, nRanks(), (int)rows, r.recv, r.recvLse, r.outBase, r.outLseBase,
+                                            packedStrides(cfg_, nRanks()));
+      NCCL_OR_DIE(launchCombine(m, r.stream));
+    }
+  }
+
+  // Peer pointers exist when every rank sits in one LSA team (the fused path).
+  bool floorsReachable() {
+    for (const Rank& r : ranks_)
+      if (r.topo.path != ncclDcpPathFused || r.topo.lsaSize != r.topo.nRanks) {
+        floors_.why = "the ranks are not all in one LSA team (fallback path): no peer pointers";
+        return false;
+      }
+    if (nRanks() - 1 > kMaxFloorCopies) {
+      floors_.why = "more ranks than the floor kernel's " + std::to_string(kMaxFloorCopies + 1);
+      return false;
+    }
+    return true;
+  }
+
+  // A window per rank: nRanks slots of the largest share (rank p's copy
+  // lands in slot `sender`), then the flag lines. Registered together (one
+  // thread may drive several GPUs), then each rank's copies and flags.
+  void initFloors() {
+    const int64_t perRow = (int64_t)cfg_.localHeads * cfg_.headDim * cfg_.eltSize;
+    const size_t slot = ((size_t)(maxRows_ * perRow) + 4095) / 4096 * 4096, winBytes = nRanks() * slot + kFlagBytes;
+    for (Rank& r : ranks_) {
+      CUDA_OR_DIE(cudaSetDevice(r.dev));
+      NCCL_OR_DIE(ncclMemAlloc(&r.window, winBytes));
+      CUDA_OR_DIE(cudaMemset((char*)r.window + nRanks() * slot, 0, kFlagBytes));
+      CUDA_OR_DIE(cudaMalloc(&r.floorSrc, nRanks() * slot));
+      CUDA_OR_DIE(cudaMemset(r.floorSrc, 1, nRanks() * slot));
+    }
+    NCCL_OR_DIE(ncclGroupStart());
+    for (Rank& r : ranks_) NCCL_OR_DIE(ncclCommWindowRegister(r.comm, r.window, winBytes, &r.win, NCCL_WIN_DEFAULT));
+    NCCL_OR_DIE(ncclGroupEnd());
+    for (Rank& r : ranks_) planFloors(r, slot, perRow);
+    describeFloors();
+  }
+
+  void planFloors(Rank& r, size_t slot, int64_t perRow) {
+    CUDA_OR_DIE(cudaSetDevice(r.dev));
+    std::vector<char*> peer;
+    CUDA_OR_DIE(windowPeerPointers(r.win, nRanks(), &peer));
+    r.rig.copies.bytesPerRow = perRow;
+    for (int p = 0; p < nRanks(); p++)
+      if (p != r.rank || nRanks() == 1) {
+        r.rig.copies.src.push_back(r.floorSrc + p * slot);
+        r.rig.copies.dst.push_back(peer[p] + r.rank * slot);
+      }
+    char* flags = (char*)r.window + nRanks() * slot;
+    const int partner = r.rank ^ 1;
+    if (partner < nRanks()) {
+      r.rig.flags.sides = 1;
+      r.rig.flags.initiator[0] = r.rank < partner;
+      r.rig.flags.inbox[0] = (uint64_t*)flags;
+      r.rig.flags.outbox[0] = (uint64_t*)(peer[partner] + nRanks() * slot);
+    } else {
+      r.rig.flags = localFlagPlan(flags);
+    }
+    r.rig.state = newRoundTripState();
+  }
+
+  void describeFloors() {
+    cudaDeviceProp prop;
+    CUDA_OR_DIE(cudaGetDeviceProperties(&prop, ranks_[0].dev));
+    floors_.measured = true;
+    floors_.sms = prop.multiProcessorCount;
+    floors_.local = nRanks() == 1;
+    floors_.where = floors_.local ? "into the rank's own NCCL window (one rank: a local copy)"
+                                  : "into the peers' NCCL windows (LSA pointers)";
+    floors_.roundTrip = floors_.local ? "between two warps of one block (one rank: local memory)"
+                        : nRanks() % 2 ? "between ranks r and r^1 through their NCCL windows (the last rank: two local warps)"
+                                       : "between ranks r and r^1 through their NCCL windows";
+  }
+
+  const Args a_;
+  const Placement place_;
+  Inputs& inputs_;
+  const int64_t maxRows_;
+  std::vector<Rank> ranks_;
+  Floors floors_;
+};
+
+}  // namespace
+
+std::unique_ptr<Mode> makeRankMode(const Args& a, const Placement& p, int thread, Team& team, Inputs& inputs) {
+  return std::unique_ptr<Mode>(new RankMode(a, p, thread, team, inputs));
+}
+
+}  // namespace perf
+}  // namespace nccl_dcp

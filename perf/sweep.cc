@@ -1,0 +1,202 @@
+#include "sweep.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "checks.h"
+#include "floors.h"
+
+namespace nccl_dcp {
+namespace perf {
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// c once on every rank, outside any capture, and every rank waits for all:
+// NCCL connects its peers lazily at the first call of a kind and size and
+// cannot do so inside a stream capture (issue 9); the barrier keeps every
+// rank out of capture until every rank has warmed up.
+void warmUp(Team& team, int thread, Mode& m, Call c, int64_t rows) {
+  m.enqueue(c, rows);
+  m.syncSlots();
+  team.barrier(thread);
+}
+
+// -G calls of c captured into one graph per slot, every slot's capture
+// open at once (the calls of several GPUs are grouped, as in nccl-tests).
+std::vector<cudaGraphExec_t> capture(const Args& a, Mode& m, Call c, int64_t rows) {
+  for (const Slot& s : m.slots()) {
+    CUDA_OR_DIE(cudaSetDevice(s.dev));
+    CUDA_OR_DIE(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
+  }
+  for (int i = 0; i < a.graphCalls; i++) m.enqueue(c, rows);
+  std::vector<cudaGraphExec_t> execs;
+  for (const Slot& s : m.slots()) {
+    CUDA_OR_DIE(cudaSetDevice(s.dev));
+    cudaGraph_t g;
+    CUDA_OR_DIE(cudaStreamEndCapture(s.stream, &g));
+    cudaGraphExec_t e;
+    CUDA_OR_DIE(cudaGraphInstantiate(&e, g, 0));
+    CUDA_OR_DIE(cudaGraphDestroy(g));
+    execs.push_back(e);
+  }
+  return execs;
+}
+
+// One timed launch: the graphs, or (-G 0) one eager call.
+void launch(const std::vector<cudaGraphExec_t>& execs, Mode& m, Call c, int64_t rows) {
+  if (execs.empty()) return m.enqueue(c, rows);
+  for (size_t i = 0; i < execs.size(); i++) {
+    CUDA_OR_DIE(cudaSetDevice(m.slots()[i].dev));
+    CUDA_OR_DIE(cudaGraphLaunch(execs[i], m.slots()[i].stream));
+  }
+}
+
+// Microseconds per call of c on each slot: median of -n launches after -w.
+std::vector<double> timeCall(const Args& a, Team& team, int thread, Mode& m, Call c, int64_t rows) {
+  warmUp(team, thread, m, c, rows);
+  const std::vector<cudaGraphExec_t> execs = a.graphCalls > 0 ? capture(a, m, c, rows) : std::vector<cudaGraphExec_t>();
+  for (int w = 0; w < a.warmup; w++) launch(execs, m, c, rows);
+  const std::vector<Slot>& slots = m.slots();
+  std::vector<cudaEvent_t> start(slots.size()), stop(slots.size());
+  for (size_t i = 0; i < slots.size(); i++) {
+    CUDA_OR_DIE(cudaSetDevice(slots[i].dev));
+    CUDA_OR_DIE(cudaEventCreate(&start[i]));
+    CUDA_OR_DIE(cudaEventCreate(&stop[i]));
+  }
+  std::vector<std::vector<double>> samples(slots.size());
+  for (int it = 0; it < a.iters; it++) {
+    for (size_t i = 0; i < slots.size(); i++) {
+      CUDA_OR_DIE(cudaSetDevice(slots[i].dev));
+      CUDA_OR_DIE(cudaEventRecord(start[i], slots[i].stream));
+    }
+    launch(execs, m, c, rows);
+    for (size_t i = 0; i < slots.size(); i++) {
+      CUDA_OR_DIE(cudaSetDevice(slots[i].dev));
+      CUDA_OR_DIE(cudaEventRecord(stop[i], slots[i].stream));
+    }
+    for (size_t i = 0; i < slots.size(); i++) {
+      CUDA_OR_DIE(cudaEventSynchronize(stop[i]));
+      float ms = 0;
+      CUDA_OR_DIE(cudaEventElapsedTime(&ms, start[i], stop[i]));
+      samples[i].push_back(ms * 1e3 / std::max(a.graphCalls, 1));
+    }
+  }
+  std::vector<double> us;
+  for (size_t i = 0; i < slots.size(); i++) {
+    us.push_back(median(samples[i]));
+    CUDA_OR_DIE(cudaSetDevice(slots[i].dev));
+    CUDA_OR_DIE(cudaEventDestroy(start[i]));
+    CUDA_OR_DIE(cudaEventDestroy(stop[i]));
+    if (i < execs.size()) CUDA_OR_DIE(cudaGraphExecDestroy(execs[i]));
+  }
+  return us;
+}
+
+// Every rank's time of c, in rank order.
+std::vector<double> timeEveryRank(const Args& a, Team& team, int thread, Mode& m, Call c, int64_t rows) {
+  return team.allGather(thread, timeCall(a, team, thread, m, c, rows));
+}
+
+// The wrong elements of -c checked calls of c, summed over every rank.
+int64_t checkEveryRank(const Args& a, Team& team, int thread, Mode& m, Call c, int64_t rows) {
+  int64_t wrong = 0;
+  for (int pass = 0; pass < a.check; pass++) wrong += m.countWrong(c, rows);
+  return team.sum(thread, wrong);
+}
+
+// The floors at every size of the sweep (into samples) and the round trip,
+// or why they were not measured.
+Floors measureFloors(const Args& a, Team& team, int thread, Mode& m, const std::vector<int64_t>& sizes,
+                     std::vector<Samples>* samples) {
+  Floors f = m.floors();
+  if (!a.floors) {
+    f = Floors();
+    f.why = "-F 0";
+  }
+  if (team.sum(thread, f.measured ? 0 : 1) > 0) {
+    f.measured = false;
+    if (f.why.empty()) f.why = "not every rank can measure them";
+    return f;
+  }
+  for (size_t k = 0; k < sizes.size(); k++) {
+    (*samples)[k].peerWriteUs = timeEveryRank(a, team, thread, m, Call::PeerWrite, sizes[k]);
+    (*samples)[k].copyEngineUs = timeEveryRank(a, team, thread, m, Call::CopyEngine, sizes[k]);
+  }
+  f.roundTripUs = aggregate(a.aggregate, timeEveryRank(a, team, thread, m, Call::RoundTrip, 0)) / kRoundTripsPerLaunch;
+  if (team.sum(thread, m.roundTripTimedOut() ? 1 : 0) > 0) {
+    f.roundTripUs = -1;
+    f.roundTrip += " (timed out: a partner never answered)";
+  }
+  return f;
+}
+
+// Every rank's header line, printed by the leader in rank order.
+void printRankLines(Team& team, int thread, const Mode& m) {
+  constexpr size_t kLine = 256;
+  const std::vector<std::string> mine = m.rankLines();
+  std::vector<char> block(mine.size() * kLine, 0), all(block.size() * team.threads() * team.group().processes);
+  for (size_t i = 0; i < mine.size(); i++) strncpy(&block[i * kLine], mine[i].c_str(), kLine - 1);
+  team.allGather(thread, block.data(), block.size(), all.data());
+  if (team.leader(thread))
+    for (size_t off = 0; off < all.size(); off += kLine) printf("%s\n", &all[off]);
+}
+
+void writeJson(const Args& a, const Mode& m, const Floors& f, const std::vector<Row>& rows) {
+  FILE* file = fopen(a.json.c_str(), "w");
+  if (!file) {
+    fprintf(stderr, "nccl-dcp perf: -J %s: cannot open for writing\n", a.json.c_str());
+    abortRun(kExitFailed);
+  }
+  fputs(jsonReport(a, m.runInfo(), f, rows).c_str(), file);
+  fclose(file);
+}
+
+}  // namespace
+
+int runSweep(const Args& a, Team& team, int thread, Mode& m) {
+  const bool leader = team.leader(thread);
+  const std::vector<int64_t> sizes = batchSweep(a);
+  if (leader) printf("%s\n", m.title().c_str());
+  printRankLines(team, thread, m);
+
+  std::vector<Samples> samples(sizes.size());
+  const Floors floors = measureFloors(a, team, thread, m, sizes, &samples);
+  std::vector<Row> rows;
+  for (size_t k = 0; k < sizes.size(); k++)  // the floors alone, for the header
+    rows.push_back(makeRow(a, sizes[k], m.bytesOf(sizes[k]), m.nRanks(), samples[k], 0));
+  const Columns columns = columnsOf(a, m.runInfo().mode == "loopback", floors.measured);
+  if (leader) printf("%s%s", floorHeader(floors, rows, m.nRanks()).c_str(), tableHeader(a, columns).c_str());
+
+  bool anyWrong = false;
+  for (size_t k = 0; k < sizes.size(); k++) {
+    const int64_t b = sizes[k];
+    Samples& s = samples[k];
+    m.prepare(b);
+    s.fusedUs = timeEveryRank(a, team, thread, m, Call::Fused, b);
+    if (a.baseline != kBaselineOff)
+      s.baseUs = timeEveryRank(a, team, thread, m, a.baseline == kBaselineAllToAll ? Call::BaselineAllToAll : Call::Baseline, b);
+    if (a.check > 0 && b > 0) {
+      s.fusedWrong = checkEveryRank(a, team, thread, m, Call::Fused, b);
+      if (a.baseline != kBaselineOff) s.baseWrong = checkEveryRank(a, team, thread, m, Call::Baseline, b);
+    }
+    rows[k] = makeRow(a, b, m.bytesOf(b), m.nRanks(), s, m.idealUs(b));
+    anyWrong = anyWrong || rows[k].fusedWrong > 0 || rows[k].baseWrong > 0;
+    if (leader) {
+      printf("%s", formatRow(rows[k], columns).c_str());
+      fflush(stdout);
+    }
+  }
+  m.checkAsyncErrors();
+  if (leader && !a.json.empty()) writeJson(a, m, floors, rows);
+  team.barrier(thread);
+  return anyWrong ? kExitWrong : kExitOk;
+}
+
+}  // namespace perf
+}  // namespace nccl_dcp

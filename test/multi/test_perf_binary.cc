@@ -1,0 +1,127 @@
+/*************************************************************************
+ * The perf binary end to end (issue 9): dcp_a2a_lse_reduce_perf
+ * -b 1 -e 64 -G 10 -B 1 -c 1 for every protocol, in each launch mode the
+ * machine has GPUs for: one rank (-t 1, so the 1-GPU machine runs it too),
+ * one thread per GPU (-t 2), one thread driving two GPUs (-g 2), one
+ * process per GPU (mpirun -np 2, when built with MPI), and loopback (-V 4).
+ * A run fails on a non-zero exit, a missing row, a table printed by more
+ * than one process, or any #wrong. DCP_PERF_BINARY names the binary (set
+ * by meson test).
+ ************************************************************************/
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace nccl_dcp {
+namespace test {
+namespace {
+
+struct Launch {
+  const char* name;
+  int gpus;
+  const char* flags;
+  bool mpi;  // mpirun -np <gpus>
+};
+
+void PrintTo(const Launch& l, std::ostream* os) { *os << l.name; }
+
+const Launch kLaunches[] = {
+    {"t1", 1, "-t 1", false}, {"t2", 2, "-t 2", false}, {"g2", 2, "-g 2", false},
+    {"mpi2", 2, "-t 1", true}, {"loopbackV4", 1, "-V 4", false},
+};
+const char* const kProtocols[] = {"AUTO", "LL", "LL128", "SIMPLE"};
+constexpr int kSizes = 7;  // -b 1 -e 64 -f 2
+
+struct Result {
+  int status = -1;  // exit status, -1: did not exit
+  std::string output;
+};
+
+Result runCommand(const std::string& cmd) {
+  Result r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), p)) r.output.append(buf, n);
+  const int s = pclose(p);
+  r.status = WIFEXITED(s) ? WEXITSTATUS(s) : -1;
+  return r;
+}
+
+// Every value of `"key": N` in the JSON report.
+std::vector<long long> jsonValues(const std::string& json, const std::string& key) {
+  std::vector<long long> v;
+  const std::regex re("\"" + key + "\": (-?[0-9]+)");
+  for (std::sregex_iterator it(json.begin(), json.end(), re), end; it != end; ++it) v.push_back(std::stoll((*it)[1]));
+  return v;
+}
+
+// The table's data lines: a row count first.
+int tableRows(const std::string& out) {
+  std::istringstream in(out);
+  std::string line;
+  int n = 0;
+  const std::regex row("^ +[0-9]+ +[0-9]+ +[0-9.]+ .*");
+  while (std::getline(in, line)) n += std::regex_match(line, row);
+  return n;
+}
+
+class PerfBinary : public testing::TestWithParam<std::tuple<Launch, const char*>> {};
+
+TEST_P(PerfBinary, RunsEverySizeWithoutWrongResults) {
+  const Launch& l = std::get<0>(GetParam());
+  const char* proto = std::get<1>(GetParam());
+  const char* binary = getenv("DCP_PERF_BINARY");
+  ASSERT_NE(binary, nullptr) << "DCP_PERF_BINARY is not set (run through meson test)";
+  DCP_REQUIRE_GPUS(l.gpus);
+  std::string launcher = "timeout 900 ";
+  if (l.mpi) {
+    const char* built = getenv("DCP_PERF_MPI");
+    if (!built || std::string(built) != "1") GTEST_SKIP() << "perf binary built without MPI (meson -Dmpi)";
+    if (system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun not on PATH";
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);  // containers run as root
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
+    launcher += "mpirun -np " + std::to_string(l.gpus) + " --bind-to none ";
+  }
+  char json[] = "/tmp/dcp_perf_binary_XXXXXX";
+  const int fd = mkstemp(json);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  const std::string cmd = launcher + binary + " " + l.flags + " -b 1 -e 64 -G 10 -B 1 -c 1 -P " + proto + " -J " + json;
+  const Result r = runCommand(cmd);
+  std::ifstream f(json);
+  const std::string report((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  unlink(json);
+  SCOPED_TRACE(cmd + "\n" + r.output);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(tableRows(r.output), kSizes);
+  size_t titles = 0;  // only one process prints the table
+  for (size_t at = r.output.find("# nccl-dcp "); at != std::string::npos; at = r.output.find("# nccl-dcp ", at + 1))
+    titles++;
+  EXPECT_EQ(titles, 1u);
+  for (const char* key : {"fusedWrong", "baseWrong"}) {
+    const std::vector<long long> wrong = jsonValues(report, key);
+    EXPECT_EQ(wrong.size(), (size_t)kSizes) << key;
+    for (long long w : wrong) EXPECT_EQ(w, 0) << key;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(LaunchesAndProtocols, PerfBinary,
+                         testing::Combine(testing::ValuesIn(kLaunches), testing::ValuesIn(kProtocols)),
+                         [](const testing::TestParamInfo<PerfBinary::ParamType>& i) {
+                           return std::string(std::get<0>(i.param).name) + "_" + std::get<1>(i.param);
+                         });
+
+}  // namespace
+}  // namespace test
+}  // namespace nccl_dcp
