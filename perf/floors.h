@@ -8,7 +8,8 @@
  *   (c) a flag round trip: one lane stores a flag into the partner's
  *       window and waits for the answer in its own (two warps of one block
  *       when there is no partner).
- * Host interface of floors.cu; the launch modes say where the bytes go.
+ * Host interface of the floors in kernels.cu; the launch modes say where the
+ * bytes go.
  ************************************************************************/
 #ifndef NCCL_DCP_PERF_FLOORS_H_
 #define NCCL_DCP_PERF_FLOORS_H_

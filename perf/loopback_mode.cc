@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "baseline_kernels.h"
 #include "launch.h"
 #include "loopback.h"
 #include "mode.h"
@@ -29,28 +30,19 @@ struct LoopbackTensors {
 
 // The loopback baseline. All-to-all: source c writes its block for every
 // destination d into d's receive buffer [src][rows][Hl][D]; then, unless
-// `allToAllOnly`, the combine of every rank. The one place that fills the
-// launches' multi-copy fields (the lead may move them into perf code).
+// `allToAllOnly`, the combine of every rank. One launch each for all ranks.
 void launchLoopbackBaseline(const Config& cfg, int cp, int rows, const LoopbackTensors& t, bool allToAllOnly,
                             cudaStream_t s) {
   const Strides packed = packedStrides(cfg, cp);
   const int64_t units = (int64_t)rows * cfg.localHeads, headBytes = (int64_t)cfg.headDim * cfg.eltSize;
-  PackLaunch p = packLaunch(cfg, cp, rows, t.in, t.lse, t.recv, t.recvLse, packed);
+  PackParams p = packLaunch(cfg, cp, rows, t.in, t.lse, t.recv, t.recvLse, packed);
   p.peerUnits = cp * units;
-  p.copies = cp;
-  p.inCopyBytes = t.inBytes;
-  p.lseCopyBytes = t.lseBytes;
-  p.sendCopyBytes = units * headBytes;
-  p.sendLseCopyBytes = units * 4;
-  NCCL_OR_DIE(launchPack(p, s));
+  const PackCopies pc = {cp, (int64_t)t.inBytes, (int64_t)t.lseBytes, units * headBytes, units * 4};
+  CUDA_OR_DIE(launchPackCopies(p, pc, s));
   if (allToAllOnly) return;
-  CombineLaunch m = combineLaunch(cfg, cp, rows, t.recv, t.recvLse, t.outBase, t.outLseBase, packed);
-  m.copies = cp;
-  m.recvCopyBytes = cp * units * headBytes;
-  m.recvLseCopyBytes = cp * units * 4;
-  m.outCopyBytes = t.outBytes;
-  m.outLseCopyBytes = t.outLseBytes;
-  NCCL_OR_DIE(launchCombine(m, s));
+  const CombineParams m = combineLaunch(cfg, cp, rows, t.recv, t.recvLse, t.outBase, t.outLseBase, packed);
+  const CombineCopies mc = {cp, cp * units * headBytes, cp * units * 4, (int64_t)t.outBytes, (int64_t)t.outLseBytes};
+  CUDA_OR_DIE(launchCombineCopies(m, mc, s));
 }
 
 // Device-to-device copy bandwidth (read + write counted), median of 10.

@@ -119,7 +119,7 @@ class RankMode : public Mode {
     if (a_.baseline == kBaselineOff) return;
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));
-      const PackLaunch p =
+      const PackParams p =
           packLaunch(cfg_, nRanks(), (int)rows, r.in, r.lse, r.inPeerMajor, r.lsePeerMajor, packedStrides(cfg_, nRanks()));
       NCCL_OR_DIE(launchPack(p, r.stream));
     }
@@ -245,7 +245,7 @@ class RankMode : public Mode {
   void enqueueCombine(int64_t rows) {
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));
-      const CombineLaunch m = combineLaunch(cfg_, nRanks(), (int)rows, r.recv, r.recvLse, r.outBase, r.outLseBase,
+      const CombineParams m = combineLaunch(cfg_, nRanks(), (int)rows, r.recv, r.recvLse, r.outBase, r.outLseBase,
                                             packedStrides(cfg_, nRanks()));
       NCCL_OR_DIE(launchCombine(m, r.stream));
     }

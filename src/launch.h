@@ -71,7 +71,6 @@ inline CombineParams combineLaunch(const Config& c, int nRanks, int rows, const 
   l.headDim = c.headDim;
   l.dtype = c.dtype;
   l.lseBase = c.lseBase;
-  l.copies = 1;
   return l;
 }
 
@@ -91,7 +90,6 @@ inline PackParams packLaunch(const Config& c, int nRanks, int rows, const char* 
   l.headDim = c.headDim;
   l.dtype = c.dtype;
   l.peerUnits = (int64_t)rows * c.localHeads;
-  l.copies = 1;
   return l;
 }
 

@@ -22,17 +22,6 @@ namespace {
 
 constexpr int kMaxDevices = 256;
 
-// The one dtype dispatch: f(T{}) with the element type of `dtype`.
-template <typename F>
-ncclResult_t withElementType(ncclDataType_t dtype, F&& f) {
-  switch (dtype) {
-    case ncclBfloat16: return f(__nv_bfloat16{});
-    case ncclFloat16: return f(__half{});
-    case ncclFloat32: return f(float{});
-    default: return fail(ncclInvalidArgument, "dtype %d is not supported", (int)dtype);
-  }
-}
-
 // Blocks of `kernel` the current device holds at once, cached per device
 // in `cache` (one cache per kernel: register counts differ).
 template <typename Kernel>
@@ -186,8 +175,8 @@ ncclResult_t launchFused(const FusedLaunch& l, cudaStream_t stream) {
 }
 
 ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream) {
-  const dim3 grid(blocksFor((size_t)l.rows * l.localHeads), l.copies);
-  if (grid.x == 0 || l.copies < 1) return ncclSuccess;
+  const unsigned grid = blocksFor((size_t)l.rows * l.localHeads);
+  if (grid == 0) return ncclSuccess;
   return withElementType(l.dtype, [&](auto elt) {
     combineKernel<decltype(elt)><<<grid, kCombineThreads, 0, stream>>>(l);
     CUDACHECK(cudaGetLastError());
@@ -196,8 +185,8 @@ ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream) {
 }
 
 ncclResult_t launchPack(const PackParams& l, cudaStream_t stream) {
-  const dim3 grid(blocksFor((size_t)l.nRanks * l.rows * l.localHeads), l.copies);
-  if (grid.x == 0 || l.copies < 1) return ncclSuccess;
+  const unsigned grid = blocksFor((size_t)l.nRanks * l.rows * l.localHeads);
+  if (grid == 0) return ncclSuccess;
   return withElementType(l.dtype, [&](auto elt) {
     packKernel<decltype(elt)><<<grid, kCombineThreads, 0, stream>>>(l);
     CUDACHECK(cudaGetLastError());

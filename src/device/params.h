@@ -81,10 +81,6 @@ struct CombineParams {
   int nRanks, rows, localHeads, headDim;
   ncclDataType_t dtype;
   LseBase lseBase;
-  // Loopback baseline: `copies` independent combines in one launch, copy c
-  // at every pointer + c * its stride (bytes). 1 and 0 otherwise.
-  int copies;
-  int64_t recvCopyBytes, recvLseCopyBytes, outCopyBytes, outLseCopyBytes;
 };
 
 // Fallback pack: strided partials -> send buffers [cp][rows][Hl][D] and
@@ -98,13 +94,21 @@ struct PackParams {
   int nRanks, rows, localHeads, headDim;
   ncclDataType_t dtype;
   // Units (rows * Hl) between peers' blocks of the send buffers: rows * Hl
-  // for ncclAlltoAll. The loopback baseline writes every virtual rank's
-  // receive buffer directly (copies > 1): copy c reads its inputs at
-  // + c * inCopyBytes and writes at + c * sendCopyBytes.
+  // for ncclAlltoAll.
   int64_t peerUnits;
-  int copies;
-  int64_t inCopyBytes, lseCopyBytes, sendCopyBytes, sendLseCopyBytes;
 };
+
+// The one dtype dispatch of every launcher: f(T{}) with the element type of
+// `dtype`; ncclInvalidArgument for another (callers have validated it).
+template <typename F>
+ncclResult_t withElementType(ncclDataType_t dtype, F&& f) {
+  switch (dtype) {
+    case ncclBfloat16: return f(__nv_bfloat16{});
+    case ncclFloat16: return f(__half{});
+    case ncclFloat32: return f(float{});
+    default: return ncclInvalidArgument;
+  }
+}
 
 }  // namespace nccl_dcp
 

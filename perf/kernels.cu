@@ -1,11 +1,15 @@
 /*************************************************************************
- * The floors' kernels (perf's one CUDA file): the all-SM copy, the flag
- * round trip, and the LSA pointers of a window.
+ * perf's one CUDA file: the floors' kernels (the all-SM copy, the flag
+ * round trip, the LSA pointers of a window) and the loopback baseline's
+ * (the library's pack and combine unit bodies, several virtual ranks per
+ * launch).
  ************************************************************************/
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <nccl_device.h>
 
+#include "baseline_kernels.h"
+#include "device/combine.h"
 #include "floors.h"
 
 namespace nccl_dcp {
@@ -156,6 +160,57 @@ cudaError_t windowPeerPointers(ncclWindow_t window, int nRanks, std::vector<char
   if (e == cudaSuccess) e = cudaMemcpy(out->data(), dev, nRanks * sizeof(char*), cudaMemcpyDeviceToHost);
   cudaFree(dev);
   return e;
+}
+
+// ---- loopback baseline: copy c of every pointer at + c * its stride.
+
+namespace {
+
+template <typename T>
+__global__ void __launch_bounds__(kCombineThreads) packCopiesKernel(PackParams p, PackCopies c) {
+  const size_t unit = (size_t)blockIdx.x * kCombineWarps + threadIdx.x / 32;
+  const int64_t k = blockIdx.y;
+  p.partialOut += k * c.in;
+  p.partialLse = (const float*)((const char*)p.partialLse + k * c.lse);
+  p.sendData += k * c.send;
+  p.sendLse = (float*)((char*)p.sendLse + k * c.sendLse);
+  if (unit < (size_t)p.nRanks * p.rows * p.localHeads) packUnit<T>(p, unit);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kCombineThreads) combineCopiesKernel(CombineParams p, CombineCopies c) {
+  __shared__ float weights[kCombineWarps][NCCL_DCP_MAX_RANKS];
+  const int warp = threadIdx.x / 32, unit = blockIdx.x * kCombineWarps + warp;
+  const int64_t k = blockIdx.y;
+  p.recvData += k * c.recv;
+  p.recvLse = (const float*)((const char*)p.recvLse + k * c.recvLse);
+  p.out += k * c.out;
+  if (p.outLse) p.outLse = (float*)((char*)p.outLse + k * c.outLse);
+  if (unit < p.rows * p.localHeads) combineUnit<T>(p, unit, weights[warp]);
+}
+
+unsigned blocksFor(size_t units) { return (unsigned)((units + kCombineWarps - 1) / kCombineWarps); }
+
+}  // namespace
+
+cudaError_t launchPackCopies(const PackParams& p, const PackCopies& c, cudaStream_t stream) {
+  const dim3 grid(blocksFor((size_t)p.nRanks * p.rows * p.localHeads), c.copies);
+  if (grid.x == 0 || c.copies < 1) return cudaSuccess;
+  withElementType(p.dtype, [&](auto elt) {
+    packCopiesKernel<decltype(elt)><<<grid, kCombineThreads, 0, stream>>>(p, c);
+    return ncclSuccess;
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t launchCombineCopies(const CombineParams& p, const CombineCopies& c, cudaStream_t stream) {
+  const dim3 grid(blocksFor((size_t)p.rows * p.localHeads), c.copies);
+  if (grid.x == 0 || c.copies < 1) return cudaSuccess;
+  withElementType(p.dtype, [&](auto elt) {
+    combineCopiesKernel<decltype(elt)><<<grid, kCombineThreads, 0, stream>>>(p, c);
+    return ncclSuccess;
+  });
+  return cudaGetLastError();
 }
 
 }  // namespace perf
