@@ -85,12 +85,13 @@ def _check_shape(name, t, layouts):
     return shape
 
 
-def _dims(name, t, names, sizes, strides, elt_bytes, align16):
+def _dims(name, names, sizes, strides, user_dims, elt_bytes, align16):
     """Checks the strides of the dimensions named `names` (outermost first;
     the innermost contiguous run is already checked) and returns them as
-    library strides: 0 for a dimension of size 1."""
+    library strides: 0 for a dimension of size 1. user_dims: the tensor's
+    dimension each one comes from, for the messages."""
     out = {}
-    for field, size, stride, dim in zip(names, sizes, strides, range(len(names))):
+    for field, size, stride, dim in zip(names, sizes, strides, user_dims):
         if size <= 1:
             out[field] = 0
             continue
@@ -123,12 +124,21 @@ def _check_rows(name, shape, batch):
         raise ValueError(f"{name} has {shape[0]} rows (dim 0), partial_out has {batch}")
 
 
+def _row_peer_head(flat, shape, strides, hl):
+    """(sizes, strides, tensor dims) of the row, peer and head dimensions:
+    flat = [B, cp*Hl, ...] (head h = p * Hl + j, so the peer stride is Hl
+    head strides), else [B, cp, Hl, ...]."""
+    if flat:
+        return (shape[0], shape[1] // hl, hl), (strides[0], hl * strides[1], strides[1]), (0, 1, 1)
+    return shape[:3], strides[:3], (0, 1, 2)
+
+
 def check_call(spec, partial_out, partial_lse, out, out_lse):
     """Checks one call's tensors against spec; returns CallArgs. out_lse may be None."""
     cp, hl, d = spec.cp, spec.local_heads, spec.head_dim
     elt = ELEMENT_BYTES[spec.dtype]
 
-    # partial_out: [B, cp*Hl, D] -> rows, heads; [B, cp, Hl, D] -> rows, peers, heads.
+    # partial_out: [B, cp*Hl, D] or [B, cp, Hl, D] of the context's dtype.
     shape = _check_shape("partial_out", partial_out, {
         3: ((None, cp * hl, d), f"[B, cp*Hl, D] = [B, {cp * hl}, {d}]"),
         4: ((None, cp, hl, d), f"[B, cp, Hl, D] = [B, {cp}, {hl}, {d}]")})
@@ -138,13 +148,8 @@ def check_call(spec, partial_out, partial_lse, out, out_lse):
     _check_dtype("partial_out", partial_out, spec.dtype)
     _check_device("partial_out", partial_out, spec)
     _check_inner_contiguous("partial_out", partial_out, shape)
-    st = _strides(partial_out)
-    if len(shape) == 3:
-        # A flat head index h = p * Hl + j: the peer stride is Hl head strides.
-        sizes, strides = (batch, cp, hl), (st[0], hl * st[1], st[1])
-    else:
-        sizes, strides = shape[:3], st[:3]
-    result = _dims("partial_out", partial_out, ("inRow", "inPeer", "inHead"), sizes, strides, elt, True)
+    result = _dims("partial_out", ("inRow", "inPeer", "inHead"),
+                   *_row_peer_head(len(shape) == 3, shape, _strides(partial_out), hl), elt, True)
     _check_aligned("partial_out", partial_out, 16)
 
     # partial_lse: [B, cp*Hl] or [B, cp, Hl], float32.
@@ -154,12 +159,8 @@ def check_call(spec, partial_out, partial_lse, out, out_lse):
     _check_rows("partial_lse", shape, batch)
     _check_dtype("partial_lse", partial_lse, "float32")
     _check_device("partial_lse", partial_lse, spec)
-    st = _strides(partial_lse)
-    if len(shape) == 2:
-        sizes, strides = (batch, cp, hl), (st[0], hl * st[1], st[1])
-    else:
-        sizes, strides = shape, st
-    result.update(_dims("partial_lse", partial_lse, ("lseRow", "lsePeer", "lseHead"), sizes, strides, 4, False))
+    result.update(_dims("partial_lse", ("lseRow", "lsePeer", "lseHead"),
+                        *_row_peer_head(len(shape) == 2, shape, _strides(partial_lse), hl), 4, False))
     _check_aligned("partial_lse", partial_lse, 4)
 
     # out: [B, Hl, D] of the context's dtype.
@@ -168,7 +169,7 @@ def check_call(spec, partial_out, partial_lse, out, out_lse):
     _check_dtype("out", out, spec.dtype)
     _check_device("out", out, spec)
     _check_inner_contiguous("out", out, shape)
-    result.update(_dims("out", out, ("outRow", "outHead"), shape[:2], _strides(out)[:2], elt, True))
+    result.update(_dims("out", ("outRow", "outHead"), shape[:2], _strides(out)[:2], (0, 1), elt, True))
     _check_aligned("out", out, 16)
 
     # out_lse: [B, Hl], float32, optional.
@@ -177,7 +178,7 @@ def check_call(spec, partial_out, partial_lse, out, out_lse):
         _check_rows("out_lse", shape, batch)
         _check_dtype("out_lse", out_lse, "float32")
         _check_device("out_lse", out_lse, spec)
-        result.update(_dims("out_lse", out_lse, ("outLseRow", "outLseHead"), shape, _strides(out_lse), 4, False))
+        result.update(_dims("out_lse", ("outLseRow", "outLseHead"), shape, _strides(out_lse), (0, 1), 4, False))
         _check_aligned("out_lse", out_lse, 4)
     return CallArgs(batch=batch, strides=result)
 
