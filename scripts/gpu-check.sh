@@ -4,14 +4,14 @@
 # subset and the perf comparison; print a short summary. Logs go under
 # $OUT when it is set (else build-gpu/logs).
 #
-#   scripts/gpu-check.sh [stage...]   stages: build tests sanitize perf (default: all)
+#   scripts/gpu-check.sh [stage...]   stages: build tests sanitize perf python (default: all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=${BUILD:-build-gpu}
 LOGS=${OUT:-$BUILD/logs}
 mkdir -p "$LOGS"
-stages=${*:-build tests sanitize perf}  # also: nopdl noreread
+stages=${*:-build tests sanitize perf python}  # also: nopdl noreread
 summary=()
 note() { summary+=("$*"); echo "== $*"; }
 has() { [[ " $stages " == *" $1 "* ]]; }
@@ -98,6 +98,28 @@ if has noreread; then
       -J "$LOGS/perf-LL128-noreread.json" > "$LOGS/perf-LL128-noreread.txt" 2>&1
   note "perf LL128 without re-read: rc $?"
   tail -11 "$LOGS/perf-LL128-noreread.txt"
+fi
+
+# The PyTorch binding (python/) on torch's own communicator, one rank per
+# GPU: the tests against PyTorch's all_to_all_single + merge, then the MLA
+# decode example (checked against full attention, timed). Fails the script.
+if has python; then
+  start=$SECONDS
+  torchrun=(env NCCL_DCP_LIB="$ROOT/$BUILD/libnccl_dcp.so" PYTHONPATH="$ROOT/python"
+    "${TORCH_PYTHON:-/opt/torch/.venv/bin/python}" -m torch.distributed.run --standalone
+    --nproc-per-node "$NCCL_DCP_REQUIRE_GPU")
+  "${torchrun[@]}" python/tests/gpu_torchrun.py --junit "$LOGS/python-gpu.junit.xml" > "$LOGS/python-gpu.log" 2>&1
+  rc=$?
+  line=$(grep -E "^[0-9]+ passed, [0-9]+ failed$" "$LOGS/python-gpu.log" | tail -1)
+  note "python tests (torchrun, $NCCL_DCP_REQUIRE_GPU rank(s)): ${line:-no count} (rc $rc, $((SECONDS - start)) s)"
+  grep -E "^ *FAIL" "$LOGS/python-gpu.log" | head -20
+  "${torchrun[@]}" examples/torch_dcp_decode.py > "$LOGS/python-example.log" 2>&1
+  erc=$?
+  note "python example torch_dcp_decode.py: rc $erc (table in python-example.log)"
+  tail -8 "$LOGS/python-example.log"
+  if [ "$rc" -ne 0 ] || [ "$erc" -ne 0 ]; then
+    tail -30 "$LOGS/python-gpu.log"; note "python FAILED"; printf '%s\n' "${summary[@]}"; exit 1
+  fi
 fi
 
 echo
