@@ -142,7 +142,7 @@ class StubLibrary:
 def stub_context():
     from nccl_dcp import Context
     ctx = object.__new__(Context)
-    ctx._lib, ctx._handle, ctx._stream, ctx.spec = StubLibrary(), 1, None, SPEC
+    ctx._lib, ctx._handle, ctx._stream, ctx._checked, ctx.spec = StubLibrary(), 1, None, {}, SPEC
     return ctx
 
 
@@ -156,3 +156,25 @@ def test_call_refuses_cpu_tensors_before_the_library():
     ctx._handle = None
     with pytest.raises(ValueError, match=r"^the context is closed"):
         ctx(po, pl, out=out)
+
+
+def test_call_passes_pointers_and_strides_and_checks_each_layout_once():
+    ctx = stub_context()
+    po, pl, out, out_lse = tensors()
+    for _ in range(2):
+        got = ctx(po, pl, out=out, out_lse=out_lse, stream=0)
+    assert got == (out, out_lse)
+    assert len(ctx._lib.calls) == 2 and len(ctx._checked) == 1
+    handle, *ptrs, batch, strides, stream = ctx._lib.calls[0]
+    assert ptrs == [po.data_ptr(), pl.data_ptr(), out.data_ptr(), out_lse.data_ptr()]
+    assert (handle, batch, stream) == (1, B, 0)
+    assert (strides._obj.inRow, strides._obj.inPeer, strides._obj.outLseRow) == (CP * HL * D, HL * D, HL)
+    # Another layout is checked on its own, and a bad one is still refused.
+    transposed = OnGpu0(torch.zeros(B, HL, CP, D, dtype=torch.bfloat16).transpose(1, 2))
+    ctx(transposed, pl, out=out, stream=0)
+    assert ctx._lib.calls[-1][6]._obj.inHead == CP * D and len(ctx._checked) == 2
+    with pytest.raises(ValueError, match=r"^out has dtype float32"):
+        ctx(po, pl, out=OnGpu0(torch.zeros(B, HL, D)), stream=0)
+    with pytest.raises(ValueError, match=r"stream 0x1 is not the stream 0x0 this context is bound to"):
+        ctx(po, pl, out=out, stream=1)
+    ctx._handle = None

@@ -139,6 +139,12 @@ REFUSED = {
 }
 
 
+def test_not_a_tensor():
+    po, pl, out, _ = packed()
+    with pytest.raises(ValueError, match=r"^partial_lse must be a tensor, got list"):
+        check(po, [0.0] * B, out)
+
+
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_refused(case):
     index, tensor, pattern = REFUSED[case]
