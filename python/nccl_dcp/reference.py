@@ -78,6 +78,7 @@ def count_mismatches(out, out_lse, want_out, want_lse):
     count = bad.sum()
     if out_lse is not None:
         both_inf = torch.isinf(want_lse) & (out_lse == want_lse)
-        close = torch.isfinite(out_lse) & ((out_lse - want_lse).abs() <= 1e-5 * (1 + want_lse.abs()))
+        close = (torch.isfinite(out_lse) & torch.isfinite(want_lse)
+                 & ((out_lse - want_lse).abs() <= 1e-5 * (1 + want_lse.abs())))
         count = count + (~(both_inf | close)).sum()
     return count

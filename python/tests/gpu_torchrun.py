@@ -36,19 +36,19 @@ class Inputs:
     """One call's tensors, in one of the layouts the API accepts, with the
     LSE corner cases of the header planted at rows that all ranks agree on."""
 
-    def __init__(self, layout, batch, cp, hl, d, dtype, seed, rank):
+    def __init__(self, layout, batch, cp, hl, d, dtype, seed, rank, device="cuda"):
         self.layout, self.hl = layout, hl
-        g = torch.Generator(device="cuda").manual_seed(seed * 1009 + rank)
+        g = torch.Generator(device=device).manual_seed(seed * 1009 + rank)
         pad = 16 // torch.tensor([], dtype=dtype).element_size()  # 16 bytes of padding
         if layout == "packed":       # [B, cp*Hl, D] and [B, cp*Hl], both contiguous
-            self.po = torch.empty(batch, cp * hl, d, dtype=dtype, device="cuda")
-            self.pl = torch.empty(batch, cp * hl, device="cuda")
+            self.po = torch.empty(batch, cp * hl, d, dtype=dtype, device=device)
+            self.pl = torch.empty(batch, cp * hl, device=device)
         elif layout == "transposed":  # the attention kernel's [B, Hl, cp, D], seen as [B, cp, Hl, D]
-            self.po = torch.empty(batch, hl, cp, d, dtype=dtype, device="cuda").transpose(1, 2)
-            self.pl = torch.empty(batch, hl, cp, device="cuda").transpose(1, 2)
+            self.po = torch.empty(batch, hl, cp, d, dtype=dtype, device=device).transpose(1, 2)
+            self.pl = torch.empty(batch, hl, cp, device=device).transpose(1, 2)
         elif layout == "padded":     # rows and heads padded: [B, cp*Hl, D + pad][..., :D]
-            self.po = torch.empty(batch, cp * hl, d + pad, dtype=dtype, device="cuda")[..., :d]
-            self.pl = torch.empty(batch, cp * hl + 3, device="cuda")[:, :cp * hl]
+            self.po = torch.empty(batch, cp * hl, d + pad, dtype=dtype, device=device)[..., :d]
+            self.pl = torch.empty(batch, cp * hl + 3, device=device)[:, :cp * hl]
         else:
             raise ValueError(layout)
         self.fill(g, rank)
@@ -62,9 +62,9 @@ class Inputs:
         batch, hl = self.po.shape[0], self.hl
         po = self.po.unflatten(1, (-1, hl)) if self.po.dim() == 3 else self.po  # views: [B, cp, Hl, D]
         pl = self.pl.unflatten(1, (-1, hl)) if self.pl.dim() == 2 else self.pl  # and [B, cp, Hl]
-        po.copy_(torch.randn(po.shape, generator=g, device="cuda"))
-        pl.copy_(torch.rand(pl.shape, generator=g, device="cuda") * 8 - 4)
-        rows = torch.arange(batch, device="cuda")
+        po.copy_(torch.randn(po.shape, generator=g, device=po.device))
+        pl.copy_(torch.rand(pl.shape, generator=g, device=pl.device) * 8 - 4)
+        rows = torch.arange(batch, device=po.device)
         empty = rows % 4 == 1
         po[empty, :, 0] = float("nan")
         pl[empty, :, 0] = -INF

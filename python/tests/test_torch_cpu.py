@@ -138,6 +138,9 @@ class StubLibrary:
         self.calls.append(args)
         return 0
 
+    def check(self, result, what):
+        assert result == 0, what
+
 
 def stub_context():
     from nccl_dcp import Context
