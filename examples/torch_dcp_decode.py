@@ -85,6 +85,7 @@ def check_against_full_attention(layer, ctx, q, group):
 
 def time_graph(fn, stream, iters, replays, group):
     """Median microseconds per fn() call: iters calls captured in one CUDA graph."""
+    stream.wait_stream(torch.cuda.current_stream())  # fn's inputs were made on the current stream
     with torch.cuda.stream(stream):
         for _ in range(3):  # eager warm-up: NCCL connects its peers at the first all-to-all
             fn()
@@ -140,8 +141,8 @@ def main():
     g = torch.Generator(device="cuda").manual_seed(99)  # the same queries on every rank
     ok = check_against_full_attention(
         layer, ctx, torch.randn(4, cp * hl, LATENT + ROPE, generator=g, device="cuda").to(dtype), group)
-    ctx.bind_stream(stream)  # everything below runs on `stream` (checked above on the default one)
     torch.cuda.synchronize()
+    ctx.bind_stream(stream)  # everything below runs on `stream` (the check above ran on the default one)
 
     if rank == 0:
         print(f"\n{'batch':>6} {'nccl_dcp':>10} {'pytorch':>10} {'speedup':>8} {'step ours':>10} {'step ref':>10}"

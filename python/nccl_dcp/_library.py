@@ -64,7 +64,7 @@ def _pkg_config_libdir():
 
 def _import_torch_first():
     try:
-        import torch  # noqa: F401  (loads PyTorch's libnccl.so.2 before ours)
+        import torch  # noqa: F401 -- loads PyTorch's libnccl.so.2 before ours
     except ImportError:
         pass
 
@@ -228,7 +228,7 @@ def check_nccl_versions(lib_path, built, runtime, torch_version, loaded_paths):
     if len(loaded_paths) > 1:
         raise NcclVersionError(
             "two NCCL libraries are loaded in this process: " + ", ".join(loaded_paths) +
-            f". An ncclComm_t from one cannot be used by the other; import torch before nccl_dcp, or "
+            ". An ncclComm_t from one cannot be used by the other; import torch before nccl_dcp, or "
             + rebuild_hint())
     if torch_version is not None and tuple(torch_version) != tuple(runtime):
         raise NcclVersionError(

@@ -16,8 +16,7 @@ import math
 import warnings
 
 from . import _abi
-from ._library import NcclDcpError, library
-from ._library import check_nccl_versions, loaded_nccl_paths, torch_nccl_version
+from ._library import NcclDcpError, check_nccl_versions, library, loaded_nccl_paths, torch_nccl_version
 from ._validate import CallSpec, check_call, dtype_name, layout_key, make_strides
 
 # The library's config fields under the names of Context's arguments.
