@@ -75,10 +75,12 @@ def build_library(build_dir, dest):
 class BuildPyWithLibrary(build_py):
     def run(self):
         super().run()
+        dest = os.path.join(self.build_lib, "nccl_dcp", "lib")
         if os.environ.get("NCCL_DCP_LIB"):
             print(f"NCCL_DCP_LIB={os.environ['NCCL_DCP_LIB']}: using that library, not building one", flush=True)
+            shutil.rmtree(dest, ignore_errors=True)  # no stale copy from an earlier build
             return
-        build_library(os.path.join(HERE, "build", "meson"), os.path.join(self.build_lib, "nccl_dcp", "lib"))
+        build_library(os.path.join(HERE, "build", "meson"), dest)
 
 
 class BinaryDistribution(Distribution):
