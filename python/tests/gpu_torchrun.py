@@ -193,8 +193,9 @@ def add_protocols(suite, group):
 def add_graphs(suite, group):
     """Two calls captured in one CUDA graph (the second over max_batch: in
     chunks), replayed with fresh inputs copied into the captured tensors."""
+    hl, d = 4, 128
     for dname, base in (("bf16", 2), ("fp32", "e")):
-        dtype, hl, d, state = DTYPES[dname], 4, 128, {}
+        dtype, state = DTYPES[dname], {}
 
         def capture(dtype=dtype, base=base, state=state):
             ctx = nccl_dcp.Context(group, head_dim=d, local_heads=hl, dtype=dtype, lse_base=base, max_batch=64)
