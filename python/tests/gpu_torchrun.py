@@ -28,6 +28,7 @@ from nccl_dcp import reference  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 INF = float("inf")
+DEVICE = "cuda"  # test_gpu_suite_dry.py runs the suite's bookkeeping on CPU
 
 
 # ---- inputs
@@ -36,7 +37,8 @@ class Inputs:
     """One call's tensors, in one of the layouts the API accepts, with the
     LSE corner cases of the header planted at rows that all ranks agree on."""
 
-    def __init__(self, layout, batch, cp, hl, d, dtype, seed, rank, device="cuda"):
+    def __init__(self, layout, batch, cp, hl, d, dtype, seed, rank, device=None):
+        device = device or DEVICE
         self.layout, self.hl = layout, hl
         g = torch.Generator(device=device).manual_seed(seed * 1009 + rank)
         pad = 16 // torch.tensor([], dtype=dtype).element_size()  # 16 bytes of padding
@@ -82,8 +84,8 @@ class Inputs:
 def strided_outputs(batch, hl, d, dtype):
     """out [B, Hl, D + pad][..., :D] and out_lse [B, Hl + 3][:, :Hl]."""
     pad = 16 // torch.tensor([], dtype=dtype).element_size()
-    out = torch.full((batch, hl, d + pad), float("nan"), dtype=dtype, device="cuda")[..., :d]
-    out_lse = torch.full((batch, hl + 3), float("nan"), device="cuda")[:, :hl]
+    out = torch.full((batch, hl, d + pad), float("nan"), dtype=dtype, device=DEVICE)[..., :d]
+    out_lse = torch.full((batch, hl + 3), float("nan"), device=DEVICE)[:, :hl]
     return out, out_lse
 
 
@@ -113,7 +115,7 @@ class Suite:
             except Exception as e:  # a failure on one rank is this rank's verdict, not a crash
                 bad, detail = 1, f"{type(e).__name__}: {e}"
                 traceback.print_exc()
-            verdict = torch.tensor([bad], device="cuda")
+            verdict = torch.tensor([bad], device=DEVICE)
             dist.all_reduce(verdict, op=dist.ReduceOp.MAX, group=self.group)
             results.append((name, verdict.item(), detail, time.perf_counter() - start))
             if self.rank == 0:
