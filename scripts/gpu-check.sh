@@ -105,7 +105,7 @@ fi
 # decode example (checked against full attention, timed). Fails the script.
 if has python; then
   start=$SECONDS
-  torchrun=(env NCCL_DCP_LIB="$ROOT/$BUILD/libnccl_dcp.so" PYTHONPATH="$ROOT/python"
+  torchrun=(env NCCL_DCP_LIB="$(cd "$BUILD" && pwd)/libnccl_dcp.so" PYTHONPATH="$ROOT/python"
     "${TORCH_PYTHON:-/opt/torch/.venv/bin/python}" -m torch.distributed.run --standalone
     --nproc-per-node "$NCCL_DCP_REQUIRE_GPU")
   "${torchrun[@]}" python/tests/gpu_torchrun.py --junit "$LOGS/python-gpu.junit.xml" > "$LOGS/python-gpu.log" 2>&1
