@@ -292,18 +292,20 @@ def add_api(suite, group):
             x = Inputs("padded", 9, suite.cp, hl, d, torch.float32, seed=5, rank=suite.rank)
             return call_and_compare(ctx, x, 2, group, "strided")
 
-    def fused_path():
+    def path():
+        """One node: the fused path, unless NCCL_DCP_FORCE_FALLBACK=1 asks for the fallback."""
+        want = "fallback" if os.environ.get("NCCL_DCP_FORCE_FALLBACK") == "1" else "fused"
         with nccl_dcp.Context(group, head_dim=d, local_heads=hl, dtype="bf16", lse_base=2) as ctx:
             topo = ctx.topology()
             if suite.rank == 0:
                 print(f"            topology: {topo['path']} path, protocol {topo['protocol']}, "
                       f"lsa_size {topo['lsa_size']}, links {topo['links']}", flush=True)
-            return int(topo["path"] != "fused" or topo["n_ranks"] != suite.cp or topo["rank"] != suite.rank)
+            return int(topo["path"] != want or topo["n_ranks"] != suite.cp or topo["rank"] != suite.rank)
 
     suite.case("api/errors", errors)
     suite.case("api/batch0", batch_zero)
     suite.case("api/raw_comm_pointer", raw_comm_pointer)
-    suite.case("api/fused_path_on_one_node", fused_path)
+    suite.case("api/path_on_one_node", path)
 
 
 # ---- main
