@@ -4,14 +4,14 @@
 # subset and the perf comparison; print a short summary. Logs go under
 # $OUT when it is set (else build-gpu/logs).
 #
-#   scripts/gpu-check.sh [stage...]   stages: build tests topology sanitize perf (default: all)
+#   scripts/gpu-check.sh [stage...]   stages: build tests topology sanitize perf python (default: all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=${BUILD:-build-gpu}
 LOGS=${OUT:-$BUILD/logs}
 mkdir -p "$LOGS"
-stages=${*:-build tests topology sanitize perf}  # also: nopdl noreread
+stages=${*:-build tests topology sanitize perf python}  # also: nopdl noreread plugin baseline
 summary=()
 note() { summary+=("$*"); echo "== $*"; }
 has() { [[ " $stages " == *" $1 "* ]]; }
@@ -189,6 +189,26 @@ if has plugin; then
     note "plugin: skipped (no .deps/nccl-tests build: see plugin-nccl-tests-build.log, or no $plugin_so)"
   fi
   note "plugin took $((SECONDS - start)) s"
+# The PyTorch binding (python/) on torch's own communicator, one rank per
+# GPU: the tests against PyTorch's all_to_all_single + merge, then the MLA
+# decode example (checked against full attention, timed). Fails the script.
+if has python; then
+  start=$SECONDS
+  torchrun=(env NCCL_DCP_LIB="$(cd "$BUILD" && pwd)/libnccl_dcp.so" PYTHONPATH="$ROOT/python"
+    "${TORCH_PYTHON:-/opt/torch/.venv/bin/python}" -m torch.distributed.run --standalone
+    --nproc-per-node "$NCCL_DCP_REQUIRE_GPU")
+  "${torchrun[@]}" python/tests/gpu_torchrun.py --junit "$LOGS/python-gpu.junit.xml" > "$LOGS/python-gpu.log" 2>&1
+  rc=$?
+  line=$(grep -E "^[0-9]+ passed, [0-9]+ failed$" "$LOGS/python-gpu.log" | tail -1)
+  note "python tests (torchrun, $NCCL_DCP_REQUIRE_GPU rank(s)): ${line:-no count} (rc $rc, $((SECONDS - start)) s)"
+  grep -E "^ *FAIL" "$LOGS/python-gpu.log" | head -20
+  "${torchrun[@]}" examples/torch_dcp_decode.py > "$LOGS/python-example.log" 2>&1
+  erc=$?
+  note "python example torch_dcp_decode.py: rc $erc (table in python-example.log)"
+  tail -8 "$LOGS/python-example.log"
+  if [ "$rc" -ne 0 ] || [ "$erc" -ne 0 ]; then
+    tail -30 "$LOGS/python-gpu.log"; note "python FAILED"; printf '%s\n' "${summary[@]}"; exit 1
+  fi
 fi
 
 echo

@@ -1,0 +1,105 @@
+"""The GPU suite (gpu_torchrun.py) run on CPU, over two gloo ranks, with a
+stand-in for nccl_dcp.Context built on the PyTorch reference: its cases,
+inputs, comparisons and verdicts work, and they FAIL when the collective is
+wrong (a stand-in that ignores the LSEs), so a green GPU run means something.
+The CUDA-only cases (graphs, the library's own checks) are left to the GPU."""
+
+import os
+import socket
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+
+WORLD = 2
+
+
+class ReferenceContext:
+    """nccl_dcp.Context's call surface over reference.a2a_lse_reduce;
+    `broken` merges with equal weights instead of the LSE weights."""
+
+    broken = False
+
+    def __init__(self, group, head_dim, local_heads, dtype, lse_base, max_batch=None, protocol=None):
+        import torch.distributed as dist
+        from nccl_dcp._validate import CallSpec, dtype_name
+        self.group, self.base, self.protocol = group, lse_base, protocol or "LL128"
+        self.spec = CallSpec(cp=dist.get_world_size(group), local_heads=local_heads, head_dim=head_dim,
+                             dtype=dtype_name(dtype), device=0)
+
+    def __call__(self, partial_out, partial_lse, out=None, out_lse=None, return_lse=False):
+        from nccl_dcp import reference
+        lse = torch.zeros_like(partial_lse) if self.broken else partial_lse
+        merged, merged_lse = reference.a2a_lse_reduce(partial_out, lse, self.spec.local_heads, self.base, self.group)
+        out = merged if out is None else out.copy_(merged)
+        if out_lse is None and not return_lse:
+            return out
+        out_lse = merged_lse if out_lse is None else out_lse.copy_(merged_lse)
+        return out, out_lse
+
+    def topology(self):
+        import torch.distributed as dist
+        return {"path": "fused", "protocol": self.protocol, "n_ranks": self.spec.cp,
+                "rank": dist.get_rank(self.group)}
+
+    def close(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
+def worker(rank, port, broken, verdicts):
+    import types
+
+    import torch.distributed as dist
+    import gpu_torchrun as suite_module
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    try:
+        ReferenceContext.broken = broken
+        suite_module.DEVICE = "cpu"
+        suite_module.nccl_dcp = types.SimpleNamespace(Context=ReferenceContext)
+        group = dist.group.WORLD
+        suite = suite_module.Suite(group)
+        suite_module.add_matrix(suite, group)
+        suite_module.add_mla_shape(suite, group)
+        suite_module.add_protocols(suite, group)
+        results = suite.run()
+        if rank == 0:
+            for name, bad, detail, _ in results:
+                verdicts.put((name, bad, detail))
+    finally:
+        dist.destroy_process_group()
+
+
+def run_suite(broken):
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    verdicts = mp.get_context("spawn").SimpleQueue()
+    mp.start_processes(worker, args=(port, broken, verdicts), nprocs=WORLD, start_method="spawn")
+    results = []
+    while not verdicts.empty():
+        results.append(verdicts.get())
+    return results
+
+
+def test_suite_passes_a_correct_collective():
+    results = run_suite(broken=False)
+    assert len(results) == 70  # 6 x (create + 9 calls + close), the MLA shape, 3 protocols
+    failed = [r for r in results if r[1]]
+    assert not failed, failed
+
+
+def test_suite_fails_a_wrong_collective():
+    results = run_suite(broken=True)
+    calls = [r for r in results if r[0].startswith(("matrix/", "mla/", "protocol/"))]
+    passed = [r[0] for r in calls if not r[1]]
+    # A batch of one row has no corner case and random LSEs: every call must catch the wrong weights.
+    assert calls and not passed, passed

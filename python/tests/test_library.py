@@ -1,0 +1,131 @@
+"""Loading libnccl_dcp.so, its NCCL version checks, the library's error
+messages through Python, and Context's argument checks that come before
+any communicator is touched. Needs the library (CPU only, no GPU)."""
+
+import ctypes
+import os
+
+import pytest
+
+from nccl_dcp import Context, NcclDcpArgumentError, NcclVersionError, _abi, _library
+from nccl_dcp.context import make_config
+
+VALID = dict(head_dim=512, local_heads=16, dtype="bf16", lse_base=2)
+
+
+def test_library_version(lib):
+    assert lib.version == _abi.NCCL_DCP_VERSION_CODE
+
+
+def test_bound_nccl_is_the_one_it_was_built_against(lib):
+    assert lib.built_nccl_version is not None, f"no nccl-dcp.pc found next to {lib.path}"
+    assert lib.built_nccl_version[:2] == lib.nccl_version[:2]
+
+
+def test_one_nccl_in_the_process(lib):
+    assert len(_library.loaded_nccl_paths()) == 1
+
+
+def test_library_error_message_reaches_python(lib):
+    cfg = _abi.Config(headDim=512, localHeads=16, dtype=_abi.NCCL_DTYPES["bfloat16"], lseBase=0)
+    cfg.size = 40  # what an older or newer header would pass
+    size = ctypes.c_size_t(0)
+    with pytest.raises(NcclDcpArgumentError, match=r"ncclDcpWorkspaceSize failed: ncclInvalidArgument: "
+                                                   r"config->size 40 is not sizeof\(ncclDcpConfig_t\) = 48"):
+        lib.check(lib.cdll.ncclDcpWorkspaceSize(ctypes.byref(cfg), 2, ctypes.byref(size)), "ncclDcpWorkspaceSize")
+
+
+def test_config_is_accepted_by_the_library(lib):
+    cfg = make_config(**VALID, max_batch=64, protocol="ll128", timeout_ms=1000)
+    size = ctypes.c_size_t(0)
+    lib.check(lib.cdll.ncclDcpWorkspaceSize(ctypes.byref(cfg), 8, ctypes.byref(size)), "ncclDcpWorkspaceSize")
+    assert size.value > 0
+
+
+@pytest.mark.parametrize("arg, value, pattern", [
+    ("head_dim", 5000, r"^head_dim: .*config->headDim 5000 is out of range"),
+    ("head_dim", 4, r"^head_dim: .*not a multiple of 16 bytes"),
+    ("head_dim", 64.0, r"^head_dim must be an int"),
+    ("local_heads", 0, r"^local_heads: .*config->localHeads 0 is out of range"),
+    ("dtype", "int8", r"^dtype must be bfloat16, float16 or float32"),
+    ("lse_base", 10, r"^lse_base must be 2 or 'e'"),
+    ("max_batch", 0, r"^max_batch: .*config->maxBatch 0 is out of range"),
+    ("max_batch", "8", r"^max_batch must be an int or None"),
+    ("protocol", "NVLS", r"^protocol must be one of AUTO, LL, LL128, SIMPLE"),
+    ("timeout_ms", -1, r"^timeout_ms: .*negative"),
+])
+def test_context_arguments_are_checked_before_the_communicator(lib, arg, value, pattern):
+    kwargs = dict(VALID, **{arg: value})
+    with pytest.raises(ValueError, match=pattern):
+        Context(0xDEAD, **kwargs)  # never dereferenced: the config is refused first
+
+
+@pytest.mark.parametrize("comm, pattern", [
+    (0, r"^group_or_comm_ptr is 0"),
+    (True, r"^group_or_comm_ptr must be a ProcessGroup or an ncclComm_t int, got a bool"),
+    ("comm", r"^group_or_comm_ptr must be a ProcessGroup or an ncclComm_t int, got str"),
+])
+def test_context_refuses_what_is_not_a_communicator(lib, comm, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        Context(comm, **VALID)
+
+
+def test_lse_base_spellings(lib):
+    assert make_config(**dict(VALID, lse_base="e")).lseBase == _abi.LSE_BASE_E
+    assert make_config(**dict(VALID, lse_base=2.718281828459045)).lseBase == _abi.LSE_BASE_E
+    assert make_config(**dict(VALID, lse_base="2")).lseBase == _abi.LSE_BASE_2
+
+
+# ---- loading and version checks (pure functions: no library needed)
+
+def test_explicit_library_path_that_does_not_exist(monkeypatch, tmp_path):
+    missing = str(tmp_path / "libnccl_dcp.so")
+    monkeypatch.setenv("NCCL_DCP_LIB", missing)
+    with pytest.raises(OSError, match="cannot load libnccl_dcp.so; tried:\n  " + missing + r" \(not found\)"):
+        _library._load()
+
+
+def test_split_nccl_version():
+    assert _library.split_nccl_version(22809) == (2, 28, 9)
+    assert _library.split_nccl_version(2708) == (2, 7, 8)
+
+
+def test_built_version_is_read_from_the_pc_file(tmp_path):
+    include = tmp_path / "nccl" / "include"
+    include.mkdir(parents=True)
+    (include / "nccl.h").write_text("#define NCCL_MAJOR 2\n#define NCCL_MINOR 29\n#define NCCL_PATCH 3\n")
+    (tmp_path / "meson-private").mkdir()
+    (tmp_path / "meson-private" / "nccl-dcp.pc").write_text(f"Name: nccl-dcp\nCflags: -I/x -I{include}\n")
+    (tmp_path / "libnccl_dcp.so").write_bytes(b"")
+    assert _library.built_nccl_version(str(tmp_path / "libnccl_dcp.so")) == (2, 29, 3)
+    assert _library.built_nccl_version("libnccl_dcp.so") is None  # found by the loader: no directory
+
+
+def test_versions_that_agree():
+    _library.check_nccl_versions("lib.so", (2, 28, 9), (2, 28, 9), (2, 28, 9), ["/a/libnccl.so.2"])
+    _library.check_nccl_versions("lib.so", (2, 28, 3), (2, 28, 9), None, [])  # patch levels may differ
+    _library.check_nccl_versions("lib.so", None, (2, 28, 9), (2, 28, 9), ["/a/libnccl.so.2"])
+
+
+def test_built_against_another_minor():
+    with pytest.raises(NcclVersionError, match=r"built against NCCL 2\.28\.9 but this process loaded NCCL "
+                                               r"2\.29\.2 \(/t/libnccl.so.2, the one PyTorch uses\); rebuild "
+                                               r"nccl-dcp against that NCCL: NCCL_HOME=.* pip install"):
+        _library.check_nccl_versions("lib.so", (2, 28, 9), (2, 29, 2), (2, 29, 2), ["/t/libnccl.so.2"])
+
+
+def test_pytorch_reports_another_nccl():
+    with pytest.raises(NcclVersionError, match=r"PyTorch reports NCCL 2\.27\.7 but lib.so is bound to NCCL 2\.28\.9"):
+        _library.check_nccl_versions("lib.so", (2, 28, 9), (2, 28, 9), (2, 27, 7), ["/a/libnccl.so.2"])
+
+
+def test_two_ncclS_loaded():
+    with pytest.raises(NcclVersionError, match=r"two NCCL libraries are loaded in this process: /a/libnccl.so.2, "
+                                               r"/b/libnccl.so.2"):
+        _library.check_nccl_versions("lib.so", (2, 28, 9), (2, 28, 9), None, ["/a/libnccl.so.2", "/b/libnccl.so.2"])
+
+
+def test_nccl_header_version_of_a_non_header(tmp_path):
+    (tmp_path / "x.h").write_text("#define NCCL_MAJOR 2\n")
+    assert _library.nccl_header_version(str(tmp_path / "x.h")) is None
+    assert _library.nccl_header_version(os.path.join(str(tmp_path), "missing.h")) is None
