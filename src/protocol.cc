@@ -2,7 +2,7 @@
 
 namespace nccl_dcp {
 
-ProtocolPolicy chooseProtocols(ncclDcpProtocol_t requested, const LinkSummary& links, const Env& env) {
+ProtocolPolicy chooseProtocols(ncclDcpProtocol_t requested, const LinkSummary& links, int simpleMinRows) {
   ProtocolPolicy p;
   p.simpleForLarge = false;
   p.simpleMinRows = 0;
@@ -15,7 +15,7 @@ ProtocolPolicy chooseProtocols(ncclDcpProtocol_t requested, const LinkSummary& l
   const bool ll128Safe =
       links.oneGpu || (links.classified ? links.allNvlink : links.oneLsaTeam);
   p.small = ll128Safe ? Proto::LL128 : Proto::LL;
-  p.simpleMinRows = env.simpleMinRows != kEnvUnset ? env.simpleMinRows : kDefaultSimpleMinRows;
+  p.simpleMinRows = simpleMinRows;
   p.simpleForLarge = p.simpleMinRows > 0;
   return p;
 }

@@ -4,7 +4,6 @@
 #ifndef NCCL_DCP_PROTOCOL_H_
 #define NCCL_DCP_PROTOCOL_H_
 
-#include "env.h"
 #include "device/layout.h"
 #include "nccl_dcp.h"
 
@@ -26,7 +25,10 @@ struct ProtocolPolicy {
 
 // Until the topology model lands, AUTO trusts LL128 inside one LSA team
 // (NCCL only forms one over NVLink-connected, P2P-capable GPUs) and on one GPU.
-ProtocolPolicy chooseProtocols(ncclDcpProtocol_t requested, const LinkSummary& links, const Env& env);
+// Every input is agreed by the ranks (the requested protocol and
+// simpleMinRows are fields of the resolved Config; the links are summarised
+// from every rank's view), so every rank picks the same policy.
+ProtocolPolicy chooseProtocols(ncclDcpProtocol_t requested, const LinkSummary& links, int simpleMinRows);
 
 Proto protocolForRound(const ProtocolPolicy& policy, int rows);
 
