@@ -16,12 +16,10 @@ namespace {
 // Written by the test's main thread before the ranks' threads create;
 // only read while they do.
 bool faultArmed = false;
-testing::CreateFault fault;
+CreateFault fault;
 int alteredRank = -1;
 void (*alteration)(Agreement*) = nullptr;
 }  // namespace
-
-namespace testing {
 
 void injectCreateFault(const CreateFault* f) {
   faultArmed = f != nullptr;
@@ -32,8 +30,6 @@ void alterAgreementForTesting(int rank, void (*alter)(Agreement*)) {
   alteredRank = rank;
   alteration = alter;
 }
-
-}  // namespace testing
 
 ncclResult_t injectedFailure(CreateStep step, int rank) {
   if (!faultArmed || fault.step != step || (fault.rank != -1 && fault.rank != rank)) return ncclSuccess;

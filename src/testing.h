@@ -15,7 +15,7 @@ namespace nccl_dcp {
 
 #ifdef NCCL_DCP_TESTING
 
-namespace testing {
+// (Not a namespace "testing": it would hide GoogleTest's in the tests.)
 
 // Where create fails: at `step` on rank `rank` of every communicator
 // created (every rank when rank is -1), with `code`. At CreateStep::Agree
@@ -35,8 +35,6 @@ void injectCreateFault(const CreateFault* f);
 // how a test makes an input that a process cannot change at run time (a
 // build option) differ between ranks. Same threading rule.
 void alterAgreementForTesting(int rank, void (*alter)(Agreement*));
-
-}  // namespace testing
 
 // The fault armed for (step, rank), as a failure with its message; else ncclSuccess.
 ncclResult_t injectedFailure(CreateStep step, int rank);
