@@ -215,8 +215,8 @@ ncclResult_t ncclDcpContextDestroy(ncclDcpContext_t ctx);
  *  - it waits at most 500 ms for the work on the context's bound stream to
  *    finish (the stream must still exist), then deregisters the window and
  *    destroys the device communicator (both local), and frees the host
- *    state; its device memory is freed by the next create or destroy in the
- *    process (freeing now could wait for NCCL kernels stuck on the dead
+ *    state; its device memory is freed by the next create or destroy on the
+ *    same GPU (freeing now could wait for NCCL kernels stuck on the dead
  *    peer). If that work does not finish (an ncclAlltoAll of the fallback
  *    path stuck on the peer, or anything the application queued behind the
  *    call), the device memory and the window registration are left for

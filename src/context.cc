@@ -113,6 +113,7 @@ struct Creation {
       m.ctx->rank = m.rank;
       m.ctx->nRanks = m.nRanks;
       m.ctx->cudaDev = m.dev;
+      flushDeferredFrees(m.dev);
       CUDACHECK(cudaSetDevice(m.dev));
       CUDACHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
       CUDACHECK(cudaMalloc(&m.scratch, (size_t)m.nRanks * sizeof(RankRecord)));
@@ -429,7 +430,6 @@ ncclResult_t createContexts(int nComms, const ncclComm_t* comms, const ncclDcpCo
   ncclResult_t res = ncclSuccess;
   DeviceGuard guard;
   Creation c;
-  flushDeferredFrees();
   DCPCHECKGOTO(c.open(nComms, comms), res, fail);
   DCPCHECKGOTO(stepArguments(&c, cfg, appWindows, out), res, fail);
   DCPCHECKGOTO(stepAgree(&c), res, fail);
@@ -451,10 +451,10 @@ fail : {
 
 ncclResult_t destroyContexts(int n, ncclDcpContext_t* ctxs) {
   DeviceGuard guard;
-  flushDeferredFrees();
   ncclResult_t res = ncclSuccess;
   for (int i = 0; i < n; i++) {
     if (ctxs[i] == nullptr) continue;
+    flushDeferredFrees(ctxs[i]->cudaDev);
     // Calls in flight still use the workspace. The whole device, not the
     // bound stream: the application may have destroyed that one already.
     cudaSetDevice(ctxs[i]->cudaDev);

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <mutex>
 #include <vector>
 
@@ -49,11 +50,13 @@ void freeMemory(MemoryKind kind, int dev, void* ptr, FreeMode mode) {
   deferred.push_back({kind, dev, ptr});
 }
 
-void flushDeferredFrees() {
+void flushDeferredFrees(int dev) {
   std::vector<Deferred> todo;
   {
     std::lock_guard<std::mutex> lock(deferredMutex);
-    todo.swap(deferred);
+    auto mine = std::partition(deferred.begin(), deferred.end(), [dev](const Deferred& d) { return d.dev != dev; });
+    todo.assign(mine, deferred.end());
+    deferred.erase(mine, deferred.end());
   }
   for (const Deferred& d : todo) freeNow(d.kind, d.dev, d.ptr);
 }

@@ -3,7 +3,7 @@
  * work on the device, and after a peer died that work may include NCCL
  * kernels stuck on it until the application calls ncclCommAbort. Abort
  * must not wait for them (DESIGN §10), so it defers its frees to the next
- * call that blocks anyway (create, destroy).
+ * call on that GPU that blocks anyway (create, destroy).
  ************************************************************************/
 #ifndef NCCL_DCP_MEMORY_H_
 #define NCCL_DCP_MEMORY_H_
@@ -24,8 +24,9 @@ enum class FreeMode {
 // Frees ptr (NULL is a no-op) of kind, allocated on device dev.
 void freeMemory(MemoryKind kind, int dev, void* ptr, FreeMode mode);
 
-// Frees what aborts deferred (every device). Create and destroy call it.
-void flushDeferredFrees();
+// Frees what aborts deferred on device dev. Create and destroy call it for
+// their devices (never for another: its GPU may still hold stuck kernels).
+void flushDeferredFrees(int dev);
 
 }  // namespace nccl_dcp
 
