@@ -1,6 +1,7 @@
 // The checks every rank runs over the gathered create records (agreement.h),
 // without a GPU: a failure on any rank and a disagreement on any input are
 // reported identically by every rank, naming the step or input and the rank.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -195,6 +196,19 @@ TEST(Agreement, LinkSummaryIsTheConjunctionOfEveryRanksView) {
   all[2].view.linksClassified = 0;
   EXPECT_FALSE(summarizeLinks(all.data(), 3, false).classified);
   EXPECT_FALSE(summarizeLinks(all.data(), 3, false).oneLsaTeam);
+}
+
+// The failure injection exists only in the test build of the library
+// (src/testing.h); this binary links the shipped libnccl_dcp.so.
+TEST(TestHook, AbsentFromTheShippedLibrary) {
+  ASSERT_NE(dlsym(RTLD_DEFAULT, "ncclDcpContextAbort"), nullptr) << "the library is not loaded";
+  EXPECT_EQ(dlsym(RTLD_DEFAULT, "_ZN8nccl_dcp17injectCreateFaultEPKNS_11CreateFaultE"), nullptr);
+  EXPECT_EQ(dlsym(RTLD_DEFAULT, "_ZN8nccl_dcp15injectedFailureENS_10CreateStepEi"), nullptr);
+}
+
+TEST(PublicApi, AbortOfNullContextIsANoOp) {
+  EXPECT_EQ(ncclDcpContextAbort(nullptr), ncclSuccess);
+  EXPECT_STREQ(ncclDcpGetLastError(), "");
 }
 
 }  // namespace
