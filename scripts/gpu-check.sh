@@ -120,13 +120,15 @@ fi
 
 # compute-sanitizer memcheck, racecheck and synccheck (issue 11) on the
 # loopback subset and on the 1-rank NCCL context: create, calls (eager,
-# graph, fallback), destroy, create in the application's window.
+# graph, fallback), destroy, create in the application's window, and
+# create's unwind from every step.
 if has sanitize-context; then
   start=$SECONDS
   loopback_filter='Transports/LoopbackMatrix.SpecialLseValues/*bf16_base2:Transports/LoopbackProto.BitwiseDeterministic/*:Transports/LoopbackProto.StridedEqualsPackedBitwise/*:Transports/LoopbackProto.RoundCounterWraps/LL128'
   context_filter='OneRankContext.TopologyReport:OneRankContext.GraphCaptureReplays:OneRankContext.InsideTheApplicationsWindow:OneRankContext.ForcedFallback:OneRankContext.StreamIsBoundByTheFirstCall'
+  unwind_filter='CreateUnwind.FusedPathEveryStep:CreateUnwind.BadArgumentsAreRefusedInTheFirstStep'
   for tool in memcheck racecheck synccheck; do
-    for target in "gpu_loopback:$loopback_filter" "gpu_context:$context_filter"; do
+    for target in "gpu_loopback:$loopback_filter" "gpu_context:$context_filter" "gpu_create_unwind:$unwind_filter"; do
       bin=${target%%:*}
       # Sanitizer runs are slow: give the device-side waits room.
       NCCL_DCP_TIMEOUT_MS=120000 compute-sanitizer --tool $tool --error-exitcode 99 "$BUILD/test/$bin" \
