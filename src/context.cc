@@ -402,22 +402,12 @@ ncclResult_t checkCommunicators(int nComms, const ncclComm_t* comms) {
   return ncclSuccess;
 }
 
-// ---- Abort: the context's waits stop, its kernels leave (bounded).
-
-bool stopAndDrain(ncclDcpContext_t ctx) {
-  cudaStream_t side = nullptr;
-  if (cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  // Only our own memory has a host-known address; kernels in an
-  // application's window stop at their own timeout.
-  if (ctx->path == ncclDcpPathFused && ctx->ownedMemory)
-    ctx->engine.stopWaits((uint32_t*)((char*)ctx->ownedMemory + offsetof(Control, status)), side);
-  const cudaStream_t busy[2] = {side, ctx->engine.stream};
-  const bool drained = waitIdle(busy, ctx->engine.streamBound ? 2 : 1, kAbortDrainMs);
-  cudaStreamDestroy(side);
-  return drained;
+// ---- Abort: the context's waits stop, its kernels leave (bounded). Only
+// our own memory has a host-known address: kernels in an application's
+// window stop at their own timeout.
+uint32_t* statusWordOf(ncclDcpContext_t ctx) {
+  if (ctx->path != ncclDcpPathFused || ctx->ownedMemory == nullptr) return nullptr;
+  return (uint32_t*)((char*)ctx->ownedMemory + offsetof(Control, status));
 }
 
 }  // namespace
@@ -475,12 +465,12 @@ ncclResult_t destroyContexts(int n, ncclDcpContext_t* ctxs) {
 ncclResult_t abortContext(ncclDcpContext_t ctx) {
   DeviceGuard guard;
   cudaSetDevice(ctx->cudaDev);
-  if (!stopAndDrain(ctx)) {
+  if (!ctx->engine.stopAndDrain(statusWordOf(ctx), kAbortDrainMs)) {
     WARN("rank %d: abort: the context's work did not finish within %d ms (an NCCL all-to-all, a kernel in an "
          "application's window, or work queued behind either); its device memory and window registration are "
          "left in place for ncclCommAbort and the process exit",
          ctx->rank, kAbortDrainMs);
-    delete ctx;
+    delete ctx;  // host state only: the error record, too, may still be written
     return ncclSuccess;
   }
   // cudaFree and cudaFreeHost would wait for every kernel on the device,

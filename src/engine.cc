@@ -70,9 +70,22 @@ ncclResult_t Engine::admit(const CallBuffers* buffers, int nBuffers, int batch, 
   return ncclSuccess;
 }
 
-ncclResult_t Engine::stopWaits(uint32_t* statusWord, cudaStream_t side) const {
-  CUDACHECK(cudaMemcpyAsync(statusWord, &host->stopCode, sizeof(host->stopCode), cudaMemcpyHostToDevice, side));
-  return ncclSuccess;
+bool Engine::stopAndDrain(uint32_t* statusWord, int drainMs) const {
+  cudaStream_t side = nullptr;
+  if (cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  // Without the stop the kernels still leave at their own timeout.
+  if (statusWord && cudaMemcpyAsync(statusWord, &host->stopCode, sizeof(host->stopCode), cudaMemcpyHostToDevice,
+                                    side) != cudaSuccess) {
+    cudaGetLastError();
+    WARN("abort: the stop signal could not be sent; the kernels stop at their timeout");
+  }
+  const cudaStream_t busy[2] = {side, stream};
+  const bool drained = waitIdle(busy, streamBound ? 2 : 1, drainMs);
+  cudaStreamDestroy(side);
+  return drained;
 }
 
 bool waitIdle(const cudaStream_t* streams, int n, int ms) {

@@ -61,11 +61,14 @@ struct Engine {
   ncclResult_t enqueueFused(const CallBuffers* buffers, int batch, const Strides& strides, const Addressing& addr,
                             cudaStream_t stream, int silentRank = -1) const;
 
-  // Abort's device side: every wait of the kernels that read statusWord
-  // (the workspace's Control::status) gives up at its next check, and
-  // later launches do nothing. One copy from pinned memory on `side`: a copy
-  // engine moves it even while a cooperative kernel fills the GPU.
-  ncclResult_t stopWaits(uint32_t* statusWord, cudaStream_t side) const;
+  // Abort's device side: tells the kernels that read statusWord (the
+  // workspace's Control::status; NULL when the host has no address for it)
+  // to stop waiting, then waits at most drainMs for the bound stream to
+  // finish. True when nothing of this engine runs any more. The stop is one
+  // copy from pinned memory on a side stream: a copy engine moves it even
+  // while a cooperative kernel fills the GPU; every wait of a launch gives up
+  // at its next check of the word, and later launches do nothing.
+  bool stopAndDrain(uint32_t* statusWord, int drainMs) const;
 };
 
 // Waits until every stream in streams[0..n) is idle, at most `ms`

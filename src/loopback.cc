@@ -48,13 +48,8 @@ ncclResult_t Loopback::call(const CallBuffers* ranks, int batch, const ncclDcpSt
 ncclResult_t Loopback::abort(int drainMs) {
   if (aborted_) return ncclSuccess;
   aborted_ = true;
-  cudaStream_t side;
-  CUDACHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
   // Every virtual rank's waits share virtual rank 0's status word (device/peers.h).
-  DCPCHECK(engine_.stopWaits(&((Control*)workspace_)->status, side));
-  const cudaStream_t busy[2] = {side, engine_.stream};
-  const bool drained = waitIdle(busy, engine_.streamBound ? 2 : 1, drainMs);
-  cudaStreamDestroy(side);
+  const bool drained = engine_.stopAndDrain(&((Control*)workspace_)->status, drainMs);
   if (!drained)
     return fail(ncclSystemError, "loopback abort: the bound stream did not drain within %d ms; the workspace stays allocated",
                 drainMs);

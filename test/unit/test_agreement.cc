@@ -29,7 +29,7 @@ std::vector<RankRecord> records(int nRanks, const Config& cfg = baseConfig()) {
     RankRecord& rec = all[r];
     memset(&rec, 0, sizeof(rec));
     rec.agreement = agreementOf(cfg, 22809, false, 0);
-    snprintf(rec.view.busId, sizeof(rec.view.busId), "0000:%02x:00.0", 0x10 + r);
+    snprintf(rec.view.busId, sizeof(rec.view.busId), "0000:%02x:00.0", (0x10 + r) & 0xff);
     rec.devComm = {1, nRanks, r};
   }
   return all;
