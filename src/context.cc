@@ -212,10 +212,14 @@ ncclResult_t fillRankView(int dev, RankView* view) {
 ncclResult_t stepArguments(Creation* c, const ncclDcpConfig_t* cfgIn, const AppWindow* windows,
                            const ncclDcpContext_t* out) {
   const ncclResult_t common = checkCommonArguments(cfgIn, out, c);
+  const std::string commonMessage = lastError();
   for (size_t i = 0; i < c->members.size(); i++) {
     Member& m = c->members[i];
     const AppWindow* w = windows ? &windows[i] : nullptr;
-    m.record(CreateStep::Arguments, common != ncclSuccess ? common : checkMemberArguments(c->cfg, m, w));
+    if (common != ncclSuccess)
+      recordFailure(&m.mine.status, common, CreateStep::Arguments, commonMessage.c_str());
+    else
+      m.record(CreateStep::Arguments, checkMemberArguments(c->cfg, m, w));
     m.record(CreateStep::Arguments, fillRankView(m.dev, &m.mine.view));
     m.mine.agreement = agreementOf(c->cfg, c->ncclVersion, w != nullptr, w ? w->offset : 0);
     alterAgreement(m.rank, &m.mine.agreement);
