@@ -195,7 +195,14 @@ ncclResult_t ncclDcpWorkspaceSize(const ncclDcpConfig_t* cfg, int nRanks, size_t
 
 /* Creates a context on the caller's communicator. COLLECTIVE: every rank of
  * comm calls it with an equal config; the ranks agree through NCCL itself
- * (an all-gather) and every rank returns the same error on a mismatch.
+ * (all-gathers). Every input that shapes the workspace, the protocol or the
+ * launches is agreed, whatever its source (config, NCCL_DCP_* variables,
+ * build options): a mismatch fails every rank alike, naming the input and
+ * the first rank that differs. A failure of any rank at any step (a bad
+ * argument, memory, a registration) is returned by every rank with the same
+ * code and message, naming that rank and step, and every rank releases what
+ * it had created; no rank is left waiting in a collective step. A NULL comm
+ * is refused at once (there is nobody to tell).
  * Allocates the workspace with ncclMemAlloc, registers it as a window,
  * creates a device communicator; falls back to ncclAlltoAll + combine when
  * the ranks are not all in one LSA team. Blocking; not capturable. Must not
@@ -221,9 +228,31 @@ ncclResult_t ncclDcpContextCreateInWindow(ncclComm_t comm, ncclWindow_t win, siz
                                           ncclDcpContext_t* ctx);
 
 /* Destroys a context: device communicator, window registration and memory
- * it owns. COLLECTIVE (deregistration is), blocking; waits for calls still
- * in flight on the bound stream. A NULL ctx is a no-op. */
+ * it owns. Every rank destroys its context after its last call. Blocking:
+ * waits for all work on the context's GPU (calls in flight) to finish; it
+ * exchanges nothing with the peers. After a peer failed (a call timed out,
+ * ncclDcpGetAsyncError), use ncclDcpContextAbort instead. NULL: a no-op. */
 ncclResult_t ncclDcpContextDestroy(ncclDcpContext_t ctx);
+
+/* Abandons a context after a peer failed, for instance when a call timed out
+ * (ncclDcpGetAsyncError returns ncclRemoteError) or the application knows a
+ * rank died. LOCAL and non-collective; never waits on a peer and returns in
+ * well under a second:
+ *  - every device-side wait of the context's kernels is stopped (a context
+ *    in an application's window: its kernels stop at their timeout);
+ *  - it waits at most 500 ms for the work on the context's bound stream to
+ *    finish (the stream must still exist), then deregisters the window and
+ *    destroys the device communicator (both local), and frees the host
+ *    state; its device memory is freed by the next create or destroy on the
+ *    same GPU (freeing now could wait for NCCL kernels stuck on the dead
+ *    peer). If that work does not finish (an ncclAlltoAll of the fallback
+ *    path stuck on the peer, or anything the application queued behind the
+ *    call), the device memory and the window registration are left for
+ *    ncclCommAbort and the process exit, and a WARN says so.
+ * The NCCL communicator is left to the application: call ncclCommAbort on it
+ * after this (never before: this still deregisters the window on it).
+ * ctx is invalid afterwards; NULL is a no-op. */
+ncclResult_t ncclDcpContextAbort(ncclDcpContext_t ctx);
 
 /* ncclDcpContextDestroy for contexts of several GPUs driven by the calling
  * thread (the collective steps are grouped internally), e.g. those made by

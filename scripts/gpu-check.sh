@@ -209,6 +209,46 @@ if has python; then
   if [ "$rc" -ne 0 ] || [ "$erc" -ne 0 ]; then
     tail -30 "$LOGS/python-gpu.log"; note "python FAILED"; printf '%s\n' "${summary[@]}"; exit 1
   fi
+# Soak (issue 11): >= 10^6 calls per rank with random batches (many above
+# maxBatch), graph replays between eager calls, every 1000th call checked
+# against the CPU reference; 0 mismatches and no asynchronous error.
+# Loopback at cp 8 (AUTO with SIMPLE for rounds of >= 12 rows, so LL128 and
+# SIMPLE alternate in one context; then LL), then NCCL ranks on every GPU.
+if has soak; then
+  start=$SECONDS
+  ninja -C "$BUILD" test/dcp_soak > "$LOGS/build-soak.log" 2>&1 || { tail -20 "$LOGS/build-soak.log"; note "soak: build FAILED"; }
+  for run in "loopback:-V 8" "loopback-LL:-V 8 -P LL" "ranks:"; do
+    name=${run%%:*}
+    NCCL_DCP_SIMPLE_MIN_ROWS=12 timeout 300 "$BUILD/test/dcp_soak" ${run#*:} -n 1000000 > "$LOGS/soak-$name.log" 2>&1
+    rc=$?
+    note "soak $name: rc $rc; $(grep -E '^soak: (loopback|NCCL ranks) ' "$LOGS/soak-$name.log" | tail -1 | cut -c7-)"
+    grep -E "^soak: (worker|call|setup)" "$LOGS/soak-$name.log" | head -5
+  done
+  note "soak took $((SECONDS - start)) s"
+fi
+
+# compute-sanitizer memcheck, racecheck and synccheck (issue 11) on the
+# loopback subset and on the 1-rank NCCL context: create, calls (eager,
+# graph, fallback), destroy, create in the application's window, and
+# create's unwind from every step.
+if has sanitize-context; then
+  start=$SECONDS
+  loopback_filter='Transports/LoopbackMatrix.SpecialLseValues/*bf16_base2:Transports/LoopbackProto.BitwiseDeterministic/*:Transports/LoopbackProto.StridedEqualsPackedBitwise/*:Transports/LoopbackProto.RoundCounterWraps/LL128'
+  context_filter='OneRankContext.TopologyReport:OneRankContext.GraphCaptureReplays:OneRankContext.InsideTheApplicationsWindow:OneRankContext.ForcedFallback:OneRankContext.StreamIsBoundByTheFirstCall'
+  unwind_filter='CreateUnwind.FusedPathEveryStep:CreateUnwind.BadArgumentsAreRefusedInTheFirstStep'
+  for tool in memcheck racecheck synccheck; do
+    for target in "gpu_loopback:$loopback_filter" "gpu_context:$context_filter" "gpu_create_unwind:$unwind_filter"; do
+      bin=${target%%:*}
+      # Sanitizer runs are slow: give the device-side waits room.
+      NCCL_DCP_TIMEOUT_MS=120000 compute-sanitizer --tool $tool --error-exitcode 99 "$BUILD/test/$bin" \
+        --gtest_filter="${target#*:}" > "$LOGS/sanitize-context-$tool-$bin.log" 2>&1
+      rc=$?
+      errs=$(grep -E "(ERROR|RACECHECK|SYNCCHECK) SUMMARY" "$LOGS/sanitize-context-$tool-$bin.log" | tail -1)
+      passed=$(grep -E "^\[  PASSED  \]" "$LOGS/sanitize-context-$tool-$bin.log" | tail -1)
+      note "compute-sanitizer $tool $bin: rc $rc; ${errs:-no summary}; ${passed:-gtest did not pass}"
+    done
+  done
+  note "sanitize-context took $((SECONDS - start)) s"
 fi
 
 echo

@@ -38,7 +38,6 @@ NCCL_DCP_API ncclResult_t ncclDcpContextCreate(ncclComm_t comm, const ncclDcpCon
 NCCL_DCP_API ncclResult_t ncclDcpContextCreateGroup(int nComms, const ncclComm_t* comms,
                                                     const ncclDcpConfig_t* cfg, ncclDcpContext_t* ctxs) {
   clearLastError();
-  if (ctxs == nullptr) return fail(ncclInvalidArgument, "ctxs is NULL");
   return createContexts(nComms, comms, cfg, nullptr, ctxs);
 }
 
@@ -47,8 +46,7 @@ NCCL_DCP_API ncclResult_t ncclDcpContextCreateInWindow(ncclComm_t comm, ncclWind
                                                        ncclDcpContext_t* ctx) {
   clearLastError();
   if (comm == nullptr) return fail(ncclInvalidArgument, "comm is NULL");
-  if (win == nullptr) return fail(ncclInvalidArgument, "win is NULL");
-  AppWindow w = {win, offset, bytes};
+  AppWindow w = {win, offset, bytes};  // checked in create's first step, with the peers told
   return createContexts(1, &comm, cfg, &w, ctx);
 }
 
@@ -56,6 +54,12 @@ NCCL_DCP_API ncclResult_t ncclDcpContextDestroy(ncclDcpContext_t ctx) {
   clearLastError();
   if (ctx == nullptr) return ncclSuccess;
   return destroyContexts(1, &ctx);
+}
+
+NCCL_DCP_API ncclResult_t ncclDcpContextAbort(ncclDcpContext_t ctx) {
+  clearLastError();
+  if (ctx == nullptr) return ncclSuccess;
+  return abortContext(ctx);
 }
 
 NCCL_DCP_API ncclResult_t ncclDcpContextDestroyGroup(int nCtxs, ncclDcpContext_t* ctxs) {
@@ -70,18 +74,9 @@ NCCL_DCP_API ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* 
                                               const ncclDcpStrides_t* stridesIn, cudaStream_t stream) {
   clearLastError();
   if (ctx == nullptr) return fail(ncclInvalidArgument, "ctx is NULL");
-  DCPCHECK(ctx->engine.asyncError());
-  if (ctx->streamBound && stream != ctx->stream)
-    return fail(ncclInvalidUsage,
-                "stream %p is not the stream %p the context is bound to (calls on one context must "
-                "be ordered; rebind with ncclDcpContextBindStream)",
-                (void*)stream, (void*)ctx->stream);
-  Strides strides;
-  DCPCHECK(resolveStrides(stridesIn, ctx->engine.cfg, ctx->nRanks, &strides));
   const CallBuffers buf = {partialOut, partialLse, out, outLse};
-  DCPCHECK(checkCall(ctx->engine.cfg, ctx->nRanks, buf, batch, strides));
-  ctx->streamBound = true;
-  ctx->stream = stream;
+  Strides strides;
+  DCPCHECK(ctx->engine.admit(&buf, 1, batch, stridesIn, stream, &strides));
   if (batch == 0) return ncclSuccess;
   return contextEnqueue(ctx, buf, batch, strides, stream);
 }
@@ -89,8 +84,7 @@ NCCL_DCP_API ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* 
 NCCL_DCP_API ncclResult_t ncclDcpContextBindStream(ncclDcpContext_t ctx, cudaStream_t stream) {
   clearLastError();
   if (ctx == nullptr) return fail(ncclInvalidArgument, "ctx is NULL");
-  ctx->streamBound = true;
-  ctx->stream = stream;
+  ctx->engine.bindStream(stream);
   return ncclSuccess;
 }
 

@@ -1,31 +1,37 @@
 /*************************************************************************
- * Context create / call / destroy on the user's communicator.
+ * Context create / destroy / abort on the user's communicator (DESIGN §10).
  *
- * create (collective, grouped over the communicators this thread drives):
- *   1. check the arguments and the runtime NCCL version
- *   2. all-gather what the ranks must agree on (config, NCCL version, bus
- *      id) over the communicator itself; any mismatch fails every rank the
- *      same way, before anything is allocated
- *   3. ncclDevCommCreate; the fused path needs every rank in its LSA team;
- *      the ranks agree on the path with a second all-gather; each rank
- *      classifies its peers (topology.h) and a third all-gather agrees on
- *      the links, hence on the protocol (protocol.h)
- *   4. fused: ncclMemAlloc + ncclCommWindowRegister (or the application's
- *      window), zero the workspace; fallback: ncclAlltoAll buffers
- *   5. a last all-gather: every rank's workspace is zero before any peer's
- *      first call can write into it
+ * Create is collective, grouped over the communicators this thread drives,
+ * and runs as a sequence of short steps:
+ *   arguments             local checks                         -> gather
+ *   agree                 the gathered records agree           (pure)
+ *   device communicators  ncclDevCommCreate (collective), each
+ *                         rank's view of its links (topology.h) -> gather
+ *   choose path           fused or fallback, protocol policy   -> gather
+ *   workspace             memory -> gather -> window registration
+ *                         (collective), zeroing
+ *   ready                 every workspace is zero              -> gather
+ * Each gather all-gathers every rank's record, its status included, over
+ * the communicator itself: after it every rank returns the same error (the
+ * lowest failing rank's, naming its step), and no rank enters a collective
+ * NCCL call that a failed peer will never reach. Every failure unwinds
+ * through one release that gives back, in reverse order, exactly what was
+ * created. Destroy uses the same release; abort uses it without waiting.
  ************************************************************************/
 #include "context.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include <string>
 #include <vector>
 
+#include "agreement.h"
 #include "error.h"
 #include "log.h"
-#include "topology.h"
 #include "profiler_hook.h"
+#include "testing.h"
+#include "topology.h"
 
 namespace nccl_dcp {
 
@@ -42,200 +48,127 @@ struct DeviceGuard {
   }
 };
 
-// What every rank must agree on.
-struct Agreement {
-  int32_t libVersion, ncclVersion;
-  int32_t headDim, localHeads, dtype, lseBase, maxBatch, protocol, timeoutMs;
-  int32_t forceFallback, inWindow;
-  uint64_t windowOffset;
-  char busId[16];
-};
+// ---------------------------------------------------------------------------
+// The one release: undoes, in reverse order of creation, what ctx holds.
+// Local (no step waits for a peer: NCCL 2.28-2.30 deregister a window and
+// destroy a device communicator without a barrier, DESIGN §9). Returns the
+// first failure and carries on.
 
-struct Field {
-  const char* name;
-  int64_t (*get)(const Agreement&);
-};
-
-const Field kAgreedFields[] = {
-    {"nccl-dcp version", [](const Agreement& a) -> int64_t { return a.libVersion; }},
-    {"NCCL version", [](const Agreement& a) -> int64_t { return a.ncclVersion; }},
-    {"config->headDim", [](const Agreement& a) -> int64_t { return a.headDim; }},
-    {"config->localHeads", [](const Agreement& a) -> int64_t { return a.localHeads; }},
-    {"config->dtype", [](const Agreement& a) -> int64_t { return a.dtype; }},
-    {"config->lseBase", [](const Agreement& a) -> int64_t { return a.lseBase; }},
-    {"config->maxBatch", [](const Agreement& a) -> int64_t { return a.maxBatch; }},
-    {"config->protocol", [](const Agreement& a) -> int64_t { return a.protocol; }},
-    {"config->timeoutMs", [](const Agreement& a) -> int64_t { return a.timeoutMs; }},
-    {"NCCL_DCP_FORCE_FALLBACK", [](const Agreement& a) -> int64_t { return a.forceFallback; }},
-    {"window (own vs. application's)", [](const Agreement& a) -> int64_t { return a.inWindow; }},
-    {"window offset", [](const Agreement& a) -> int64_t { return (int64_t)a.windowOffset; }},
-};
-
-// Same scan on every rank over the same gathered records: the same error.
-ncclResult_t checkAgreement(const Agreement* all, int nRanks) {
-  for (const Field& f : kAgreedFields)
-    for (int r = 1; r < nRanks; r++)
-      if (f.get(all[r]) != f.get(all[0]))
-        return fail(ncclInvalidUsage,
-                    "ranks disagree on %s: %lld on rank 0 but %lld on rank %d (every rank must "
-                    "create the context with the same settings)",
-                    f.name, (long long)f.get(all[0]), (long long)f.get(all[r]), r);
-  for (int r = 0; r < nRanks; r++)
-    for (int q = r + 1; q < nRanks; q++)
-      if (strncmp(all[r].busId, all[q].busId, sizeof(all[r].busId)) == 0)
-        return fail(ncclInvalidUsage, "ranks %d and %d use the same GPU %s", r, q, all[r].busId);
-  return ncclSuccess;
+void keepFirst(ncclResult_t* res, ncclResult_t r, const char* what) {
+  if (r != ncclSuccess && *res == ncclSuccess)
+    *res = fail(r, "%s failed while releasing a context: %s", what, ncclGetLastError(nullptr));
 }
 
-// The communicators this thread drives during create, with a scratch
-// stream and exchange buffers each.
-struct Members {
-  int n = 0;
-  std::vector<ncclComm_t> comms;
-  std::vector<int> ranks, nRanks, devs;
-  std::vector<cudaStream_t> streams;
-  std::vector<void*> scratch;  // device: nRanks * kScratchBytes
-  static constexpr size_t kScratchBytes = 256;
+ncclResult_t releaseContext(ncclDcpContext_t ctx, FreeMode mode) {
+  ncclResult_t res = ncclSuccess;
+  if (ctx->cudaDev >= 0) cudaSetDevice(ctx->cudaDev);
+  if (ctx->ownsWindow) keepFirst(&res, ncclCommWindowDeregister(ctx->comm, ctx->window), "ncclCommWindowDeregister");
+  freeMemory(MemoryKind::NcclMem, ctx->cudaDev, ctx->ownedMemory, mode);
+  freeFallbackBuffers(&ctx->fallback, ctx->cudaDev, mode);
+  ctx->engine.release(mode);
+  if (ctx->hasDevComm) keepFirst(&res, ncclDevCommDestroy(ctx->comm, &ctx->devComm), "ncclDevCommDestroy");
+  delete ctx;
+  return res;
+}
 
-  ~Members() {
-    for (int i = 0; i < n; i++) {
-      cudaSetDevice(devs[i]);
-      if (streams[i]) cudaStreamDestroy(streams[i]);
-      if (scratch[i]) cudaFree(scratch[i]);
-    }
+// ---------------------------------------------------------------------------
+// Create: the communicators of one call, each with its record exchange and
+// the context under construction.
+
+struct Member {
+  ncclComm_t comm = nullptr;
+  int rank = 0, nRanks = 0, dev = -1;
+  cudaStream_t stream = nullptr;  // the exchange's and the zeroing's
+  void* scratch = nullptr;        // device: nRanks records
+  ncclDcpContext_t ctx = nullptr;
+  RankRecord mine;
+  std::vector<RankRecord> all;    // after a gather: every rank's record
+
+  // Keeps this rank's first failure, tagged with its step (in test builds,
+  // an injected one where the step succeeded).
+  void record(CreateStep step, ncclResult_t r) {
+    if (r == ncclSuccess) r = injectedFailure(step, rank);
+    recordFailure(&mine.status, r, step, lastError());
   }
+  bool failed() const { return mine.status.code != ncclSuccess; }
+};
 
-  ncclResult_t init(int count, const ncclComm_t* c) {
-    comms.assign(c, c + count);
-    ranks.resize(count);
-    nRanks.resize(count);
-    devs.resize(count);
-    streams.assign(count, nullptr);
-    scratch.assign(count, nullptr);
-    for (int i = 0; i < count; i++) {
-      NCCLCHECK(ncclCommUserRank(comms[i], &ranks[i]));
-      NCCLCHECK(ncclCommCount(comms[i], &nRanks[i]));
-      NCCLCHECK(ncclCommCuDevice(comms[i], &devs[i]));
-      DCPCHECK(checkRanks(nRanks[i]));
-      n = i + 1;
-      CUDACHECK(cudaSetDevice(devs[i]));
-      CUDACHECK(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking));
-      CUDACHECK(cudaMalloc(&scratch[i], (size_t)nRanks[i] * kScratchBytes));
+struct Creation {
+  std::vector<Member> members;
+  Config cfg = {};
+  int ncclVersion = 0;
+
+  // The exchange (a stream and a scratch buffer per communicator) and the
+  // contexts' host state: the first resources.
+  ncclResult_t open(int n, const ncclComm_t* comms) {
+    members.resize(n);
+    for (int i = 0; i < n; i++) {
+      Member& m = members[i];
+      m.comm = comms[i];
+      NCCLCHECK(ncclCommUserRank(m.comm, &m.rank));
+      NCCLCHECK(ncclCommCount(m.comm, &m.nRanks));
+      NCCLCHECK(ncclCommCuDevice(m.comm, &m.dev));
+      memset(&m.mine, 0, sizeof(m.mine));
+      m.mine.devComm = {0, 1, 0};  // no device communicator: an LSA team of one
+      m.all.resize(m.nRanks);
+      m.ctx = new ncclDcpContext();
+      m.ctx->comm = m.comm;
+      m.ctx->rank = m.rank;
+      m.ctx->nRanks = m.nRanks;
+      m.ctx->cudaDev = m.dev;
+      flushDeferredFrees(m.dev);
+      CUDACHECK(cudaSetDevice(m.dev));
+      CUDACHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
+      CUDACHECK(cudaMalloc(&m.scratch, (size_t)m.nRanks * sizeof(RankRecord)));
     }
     return ncclSuccess;
   }
 
-  ncclResult_t syncAll() {
-    for (int i = 0; i < n; i++) {
-      CUDACHECK(cudaSetDevice(devs[i]));
-      CUDACHECK(cudaStreamSynchronize(streams[i]));
-    }
-    return ncclSuccess;
-  }
-
-  // All-gathers `bytes` (<= kScratchBytes) from each member's send through
-  // NCCL itself; recv[i] receives nRanks[i] * bytes.
-  ncclResult_t allGather(const void* const* send, void* const* recv, size_t bytes) {
-    for (int i = 0; i < n; i++) {
-      CUDACHECK(cudaSetDevice(devs[i]));
-      char* mine = (char*)scratch[i] + (size_t)ranks[i] * bytes;
-      CUDACHECK(cudaMemcpyAsync(mine, send[i], bytes, cudaMemcpyHostToDevice, streams[i]));
+  // All-gathers every member's record through NCCL itself; then every rank
+  // fails alike if any rank recorded a failure.
+  ncclResult_t gather() {
+    const size_t bytes = sizeof(RankRecord);
+    for (Member& m : members) {
+      CUDACHECK(cudaSetDevice(m.dev));
+      CUDACHECK(cudaMemcpyAsync((char*)m.scratch + m.rank * bytes, &m.mine, bytes, cudaMemcpyHostToDevice, m.stream));
     }
     NCCLCHECK(ncclGroupStart());
-    for (int i = 0; i < n; i++) {
-      char* mine = (char*)scratch[i] + (size_t)ranks[i] * bytes;
-      ncclResult_t r = ncclAllGather(mine, scratch[i], bytes, ncclUint8, comms[i], streams[i]);
+    for (Member& m : members) {
+      const ncclResult_t r =
+          ncclAllGather((char*)m.scratch + m.rank * bytes, m.scratch, bytes, ncclUint8, m.comm, m.stream);
       if (r != ncclSuccess) {
         ncclGroupEnd();
         NCCLCHECK(r);
       }
     }
     NCCLCHECK(ncclGroupEnd());
-    for (int i = 0; i < n; i++) {
-      CUDACHECK(cudaSetDevice(devs[i]));
-      CUDACHECK(cudaMemcpyAsync(recv[i], scratch[i], (size_t)nRanks[i] * bytes, cudaMemcpyDeviceToHost,
-                                streams[i]));
+    for (Member& m : members) {
+      CUDACHECK(cudaSetDevice(m.dev));
+      CUDACHECK(cudaMemcpyAsync(m.all.data(), m.scratch, m.nRanks * bytes, cudaMemcpyDeviceToHost, m.stream));
+      CUDACHECK(cudaStreamSynchronize(m.stream));
     }
-    return syncAll();
+    for (Member& m : members) DCPCHECK(firstFailure(m.all.data(), m.nRanks));
+    return ncclSuccess;
+  }
+
+  // The unwind of a failed create: the contexts, once nothing of ours runs.
+  void releaseContexts() {
+    for (Member& m : members) {
+      if (m.stream) cudaStreamSynchronize(m.stream);  // a zeroing kernel (no peer wait)
+      if (m.ctx) releaseContext(m.ctx, FreeMode::Now);
+      m.ctx = nullptr;
+    }
+  }
+
+  // The exchange, on every exit.
+  void close() {
+    for (Member& m : members) {
+      if (m.dev >= 0) cudaSetDevice(m.dev);
+      if (m.stream) cudaStreamDestroy(m.stream);
+      if (m.scratch) cudaFree(m.scratch);
+    }
   }
 };
-
-Agreement agreementOf(const Config& c, int ncclVersion, int dev, const AppWindow* w) {
-  Agreement a;
-  memset(&a, 0, sizeof(a));
-  a.libVersion = NCCL_DCP_VERSION_CODE;
-  a.ncclVersion = ncclVersion;
-  a.headDim = c.headDim;
-  a.localHeads = c.localHeads;
-  a.dtype = c.dtype;
-  a.lseBase = (int)c.lseBase;
-  a.maxBatch = c.maxBatch;
-  a.protocol = c.protocol;
-  a.timeoutMs = c.timeoutMs;
-  a.forceFallback = env().forceFallback;
-  a.inWindow = w != nullptr;
-  a.windowOffset = w ? w->offset : 0;
-  cudaDeviceGetPCIBusId(a.busId, sizeof(a.busId), dev);
-  return a;
-}
-
-// This rank's view of its peers, from the machine's topology model.
-void fillTopology(ncclDcpContext_t ctx, const Agreement* all, int lsaSize, int lsaRank) {
-  ncclDcpTopology_t& t = ctx->topology;
-  t.nRanks = ctx->nRanks;
-  t.rank = ctx->rank;
-  t.lsaSize = lsaSize;
-  t.path = ctx->path;
-  for (int r = 0; r < ctx->nRanks && r < NCCL_DCP_MAX_RANKS; r++) memcpy(t.busId[r], all[r].busId, sizeof(t.busId[r]));
-  std::string why;
-  const Topology* topo = systemTopology(&why);
-  describePeers(topo, why.c_str(), ctx->rank - lsaRank, &t);
-}
-
-ncclResult_t allocFallbackBuffers(ncclDcpContext_t ctx) {
-  const Config& c = ctx->engine.cfg;
-  const size_t units = (size_t)ctx->nRanks * c.maxBatch * c.localHeads;
-  CUDACHECK(cudaMalloc(&ctx->sendData, units * c.headDim * c.eltSize));
-  CUDACHECK(cudaMalloc(&ctx->recvData, units * c.headDim * c.eltSize));
-  CUDACHECK(cudaMalloc(&ctx->sendLse, units * sizeof(float)));
-  CUDACHECK(cudaMalloc(&ctx->recvLse, units * sizeof(float)));
-  return ncclSuccess;
-}
-
-// Frees what one context holds locally (no collective step).
-void releaseLocal(ncclDcpContext_t ctx) {
-  if (ctx->cudaDev >= 0) cudaSetDevice(ctx->cudaDev);
-  if (ctx->ownedMemory) ncclMemFree(ctx->ownedMemory);
-  cudaFree(ctx->sendData);
-  cudaFree(ctx->recvData);
-  cudaFree(ctx->sendLse);
-  cudaFree(ctx->recvLse);
-  ctx->engine.release();
-  delete ctx;
-}
-
-// The collective steps of destroy, grouped over the contexts given.
-ncclResult_t releaseCollective(int n, ncclDcpContext_t* ctxs) {
-  ncclResult_t result = ncclSuccess;
-  NCCLCHECK(ncclGroupStart());
-  for (int i = 0; i < n; i++) {
-    ncclDcpContext_t c = ctxs[i];
-    if (c == nullptr) continue;
-    if (c->ownedMemory && c->window) {
-      ncclResult_t r = ncclCommWindowDeregister(c->comm, c->window);
-      if (r != ncclSuccess) result = r;
-    }
-    if (c->hasDevComm) {
-      ncclResult_t r = ncclDevCommDestroy(c->comm, &c->devComm);
-      if (r != ncclSuccess) result = r;
-    }
-  }
-  ncclResult_t r = ncclGroupEnd();
-  if (result == ncclSuccess) result = r;
-  if (result != ncclSuccess)
-    return fail(result, "releasing the window / device communicator failed: %s", ncclGetLastError(nullptr));
-  return ncclSuccess;
-}
 
 ncclDevCommRequirements devCommRequirements() {
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 29, 0)
@@ -249,237 +182,312 @@ ncclDevCommRequirements devCommRequirements() {
   return reqs;
 }
 
-}  // namespace
+// ---- 1. Arguments: everything a rank can check alone.
 
-ncclResult_t createContexts(int nComms, const ncclComm_t* comms, const ncclDcpConfig_t* cfgIn,
-                            const AppWindow* appWindows, ncclDcpContext_t* out) {
-  // 1. Arguments, before anything collective.
-  if (out == nullptr) return fail(ncclInvalidArgument, "ctx is NULL");
+ncclResult_t checkCommonArguments(const ncclDcpConfig_t* cfgIn, const ncclDcpContext_t* out, Creation* c) {
+  if (out == nullptr) return fail(ncclInvalidArgument, "the output (ctx / ctxs) is NULL");
+  DCPCHECK(resolveConfig(cfgIn, env(), &c->cfg));
+  NCCLCHECK(ncclGetVersion(&c->ncclVersion));
+  return checkNcclVersion(c->ncclVersion, NCCL_VERSION_CODE);
+}
+
+ncclResult_t checkMemberArguments(const Config& cfg, const Member& m, const AppWindow* w) {
+  DCPCHECK(checkRanks(m.nRanks));
+  if (w == nullptr) return ncclSuccess;
+  if (w->window == nullptr) return fail(ncclInvalidArgument, "win is NULL");
+  if (w->offset % NCCL_WIN_REQUIRED_ALIGNMENT != 0)
+    return fail(ncclInvalidArgument, "offset %zu is not a multiple of %d", w->offset, NCCL_WIN_REQUIRED_ALIGNMENT);
+  const size_t need = workspaceBound(cfg, m.nRanks);
+  if (w->bytes < need)
+    return fail(ncclInvalidArgument, "bytes %zu is less than ncclDcpWorkspaceSize() = %zu", w->bytes, need);
+  return ncclSuccess;
+}
+
+// This rank's GPU and host (its view of its links comes once the peers'
+// GPUs are known: stepDeviceCommunicators).
+ncclResult_t fillRankView(int dev, RankView* view) {
+  CUDACHECK(cudaDeviceGetPCIBusId(view->busId, sizeof(view->busId), dev));
+  view->links = LinkView{thisHostHash(), 0, 0};
+  return ncclSuccess;
+}
+
+ncclResult_t stepArguments(Creation* c, const ncclDcpConfig_t* cfgIn, const AppWindow* windows,
+                           const ncclDcpContext_t* out) {
+  const ncclResult_t common = checkCommonArguments(cfgIn, out, c);
+  const std::string commonMessage = lastError();
+  for (size_t i = 0; i < c->members.size(); i++) {
+    Member& m = c->members[i];
+    const AppWindow* w = windows ? &windows[i] : nullptr;
+    if (common != ncclSuccess)
+      recordFailure(&m.mine.status, common, CreateStep::Arguments, commonMessage.c_str());
+    else
+      m.record(CreateStep::Arguments, checkMemberArguments(c->cfg, m, w));
+    m.record(CreateStep::Arguments, fillRankView(m.dev, &m.mine.view));
+    m.mine.agreement = agreementOf(c->cfg, c->ncclVersion, w != nullptr, w ? w->offset : 0);
+    alterAgreement(m.rank, &m.mine.agreement);
+  }
+  return c->gather();
+}
+
+// ---- 2. Agree: the same scan of the same records on every rank.
+
+ncclResult_t stepAgree(Creation* c) {
+  for (Member& m : c->members) DCPCHECK(checkAgreement(m.all.data(), m.nRanks));
+  return ncclSuccess;
+}
+
+// ---- 3. Device communicators. A rank without one (no symmetric memory
+// support) is not an error: the ranks then agree on the fallback path.
+
+void createDevComms(Creation* c) {
+  std::vector<ncclResult_t> rc(c->members.size(), ncclInternalError);
+  ncclDevCommRequirements reqs = devCommRequirements();
+  if (ncclGroupStart() != ncclSuccess) return;
+  for (size_t i = 0; i < c->members.size(); i++) {
+    Member& m = c->members[i];
+    rc[i] = ncclDevCommCreate(m.comm, &reqs, &m.ctx->devComm);
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  for (size_t i = 0; i < c->members.size(); i++) {
+    Member& m = c->members[i];
+    if (rc[i] != ncclSuccess || end != ncclSuccess) {
+      INFO("rank %d: ncclDevCommCreate failed (%s: %s): no symmetric memory support (e.g. NCCL_CUMEM_ENABLE=0 "
+           "or no P2P)",
+           m.rank, ncclGetErrorString(rc[i] != ncclSuccess ? rc[i] : end), ncclGetLastError(m.comm));
+      continue;
+    }
+    m.ctx->hasDevComm = true;
+    const ncclDevComm& dc = m.ctx->devComm;
+    m.mine.devComm = {dc.lsaSize == m.nRanks, dc.lsaSize, dc.lsaRank};
+    if (dc.lsaSize != m.nRanks)
+      INFO("rank %d: LSA team has %d of %d ranks (ranks span nodes or are not node-contiguous)", m.rank, dc.lsaSize,
+           m.nRanks);
+  }
+}
+
+// Each rank classifies its peers from its own GPU (DESIGN §5): the part of
+// the report the topology model fills, and the view the ranks agree on.
+void describeLinks(Member* m) {
+  ncclDcpTopology_t& t = m->ctx->topology;
+  t.nRanks = m->nRanks;
+  t.rank = m->rank;
+  t.lsaSize = m->mine.devComm.lsaSize;
+  for (int r = 0; r < m->nRanks && r < NCCL_DCP_MAX_RANKS; r++)
+    memcpy(t.busId[r], m->all[r].view.busId, sizeof(t.busId[r]));
+  std::string why;
+  describePeers(systemTopology(&why), why.c_str(), m->rank - m->mine.devComm.lsaRank, &t);
+  m->mine.view.links = linkViewOf(t, m->mine.view.links.hostHash);
+}
+
+ncclResult_t stepDeviceCommunicators(Creation* c) {
+  if (!c->cfg.forceFallback) createDevComms(c);
+  for (Member& m : c->members) {
+    describeLinks(&m);
+    m.record(CreateStep::DeviceCommunicators, ncclSuccess);
+  }
+  return c->gather();
+}
+
+// ---- 4. Choose the path and the protocol policy from every rank's record.
+
+ncclResult_t choosePath(const Config& cfg, const Member& m) {
+  ncclDcpContext_t ctx = m.ctx;
+  const bool fused = allCapable(m.all.data(), m.nRanks);
+  ctx->path = fused ? ncclDcpPathFused : ncclDcpPathFallback;
+  if (!fused)
+    INFO("rank %d: fallback path (ncclAlltoAll + combine): %s", m.rank,
+         cfg.forceFallback ? "NCCL_DCP_FORCE_FALLBACK=1"
+                           : "not every rank can reach every other through symmetric memory");
+  std::vector<LinkView> views(m.nRanks);
+  for (int r = 0; r < m.nRanks; r++) views[r] = m.all[r].view.links;
+  ncclDcpTopology_t& t = ctx->topology;
+  const LinkSummary links = agreeOnLinks(views.data(), fused, &t);
+  CUDACHECK(cudaSetDevice(m.dev));
+  DCPCHECK(ctx->engine.init(cfg, m.nRanks, m.rank, chooseProtocols(cfg.protocol, links, cfg.simpleMinRows)));
+  t.path = ctx->path;
+  t.protocol = (int)ctx->engine.policy.small;
+  t.simpleMinRows = ctx->engine.policy.simpleForLarge ? ctx->engine.policy.simpleMinRows : 0;
+  logTopology(t);
+  return ncclSuccess;
+}
+
+ncclResult_t stepChoosePath(Creation* c) {
+  for (Member& m : c->members) m.record(CreateStep::ChoosePath, choosePath(c->cfg, m));
+  return c->gather();
+}
+
+// ---- 5. Workspace: memory first, agreed before any rank registers it.
+
+ncclResult_t allocWorkspace(const Member& m, const AppWindow* w) {
+  ncclDcpContext_t ctx = m.ctx;
+  CUDACHECK(cudaSetDevice(m.dev));
+  if (ctx->path == ncclDcpPathFallback) return allocFallbackBuffers(ctx->engine.cfg, m.nRanks, &ctx->fallback);
+  if (w) {
+    ctx->window = w->window;
+    ctx->windowOffset = w->offset;
+    return ncclSuccess;
+  }
+  const size_t bytes = ctx->engine.layout.totalBytes;
+  if (ncclMemAlloc(&ctx->ownedMemory, bytes) != ncclSuccess)
+    return fail(ncclSystemError, "ncclMemAlloc of %zu bytes failed: %s", bytes, ncclGetLastError(m.comm));
+  return ncclSuccess;
+}
+
+// Collective: every rank reaches it, or none (the gather before it).
+void registerWindows(Creation* c) {
+  std::vector<Member*> owners;  // fused path in memory of our own
+  for (Member& m : c->members)
+    if (m.ctx->ownedMemory) owners.push_back(&m);
+  if (owners.empty()) return;
+  std::vector<ncclResult_t> rc(owners.size(), ncclInternalError);
+  const ncclResult_t start = ncclGroupStart();
+  for (size_t i = 0; start == ncclSuccess && i < owners.size(); i++) {
+    ncclDcpContext_t ctx = owners[i]->ctx;
+    rc[i] = ncclCommWindowRegister(ctx->comm, ctx->ownedMemory, ctx->engine.layout.totalBytes, &ctx->window,
+                                   NCCL_WIN_DEFAULT);
+  }
+  const ncclResult_t end = start == ncclSuccess ? ncclGroupEnd() : start;
+  for (size_t i = 0; i < owners.size(); i++) {
+    ncclDcpContext_t ctx = owners[i]->ctx;
+    if (rc[i] == ncclSuccess && end == ncclSuccess && ctx->window != nullptr) {
+      ctx->ownsWindow = true;
+      continue;
+    }
+    const ncclResult_t code = rc[i] != ncclSuccess ? rc[i] : end != ncclSuccess ? end : ncclSystemError;
+    owners[i]->record(CreateStep::Workspace, fail(code, "ncclCommWindowRegister of %zu bytes failed: %s",
+                                                  ctx->engine.layout.totalBytes, ncclGetLastError(ctx->comm)));
+  }
+}
+
+ncclResult_t zeroWorkspace(const Member& m) {
+  ncclDcpContext_t ctx = m.ctx;
+  if (ctx->path == ncclDcpPathFallback) return ncclSuccess;
+  CUDACHECK(cudaSetDevice(m.dev));
+  return launchZeroWindow(ctx->window, ctx->windowOffset, ctx->engine.layout.totalBytes, m.stream);
+}
+
+ncclResult_t stepWorkspace(Creation* c, const AppWindow* windows) {
+  for (size_t i = 0; i < c->members.size(); i++)
+    c->members[i].record(CreateStep::Workspace, allocWorkspace(c->members[i], windows ? &windows[i] : nullptr));
+  DCPCHECK(c->gather());
+  registerWindows(c);
+  for (Member& m : c->members)
+    if (!m.failed()) m.record(CreateStep::Workspace, zeroWorkspace(m));
+  return ncclSuccess;  // agreed by the ready step's gather
+}
+
+// ---- 6. Ready: every rank's workspace is zero before any peer's first
+// call can write into it.
+
+ncclResult_t stepReady(Creation* c) {
+  for (Member& m : c->members) {
+    if (m.failed()) continue;
+    cudaSetDevice(m.dev);
+    const cudaError_t e = cudaStreamSynchronize(m.stream);
+    m.record(CreateStep::Ready, e == cudaSuccess ? ncclSuccess
+                                                 : fail(ncclUnhandledCudaError, "zeroing the workspace failed: %s",
+                                                        cudaGetErrorString(e)));
+  }
+  return c->gather();
+}
+
+void handOver(Creation* c, ncclDcpContext_t* out) {
+  const Config& cfg = c->cfg;
+  for (size_t i = 0; i < c->members.size(); i++) {
+    ncclDcpContext_t ctx = c->members[i].ctx;
+    const bool fused = ctx->path == ncclDcpPathFused;
+    INFO("rank %d/%d: context ready: %s path, protocol %s%s, workspace %zu bytes, D %d, Hl %d, %s, maxBatch %d",
+         ctx->rank, ctx->nRanks, fused ? "fused" : "fallback", protocolName((int)ctx->engine.policy.small),
+         ctx->engine.policy.simpleForLarge ? " (+SIMPLE for large rounds)" : "",
+         fused ? ctx->engine.layout.totalBytes : 0, cfg.headDim, cfg.localHeads, dtypeName(cfg.dtype), cfg.maxBatch);
+    out[i] = ctx;
+    c->members[i].ctx = nullptr;
+  }
+}
+
+ncclResult_t checkCommunicators(int nComms, const ncclComm_t* comms) {
+  // Without a communicator there is nobody to tell: refused here, alone.
   if (nComms < 1) return fail(ncclInvalidArgument, "nComms %d is not positive", nComms);
   if (comms == nullptr) return fail(ncclInvalidArgument, "comms is NULL");
-  for (int i = 0; i < nComms; i++) out[i] = nullptr;
   for (int i = 0; i < nComms; i++)
     if (comms[i] == nullptr) return fail(ncclInvalidArgument, "comm %d is NULL", i);
-  Config cfg;
-  DCPCHECK(resolveConfig(cfgIn, env(), &cfg));
-  int ncclVersion = 0;
-  NCCLCHECK(ncclGetVersion(&ncclVersion));
-  DCPCHECK(checkNcclVersion(ncclVersion, NCCL_VERSION_CODE));
-
-  DeviceGuard guard;
-  Members m;
-  DCPCHECK(m.init(nComms, comms));
-  if (appWindows) {
-    for (int i = 0; i < nComms; i++) {
-      const AppWindow& w = appWindows[i];
-      if (w.window == nullptr) return fail(ncclInvalidArgument, "win is NULL");
-      if (w.offset % NCCL_WIN_REQUIRED_ALIGNMENT != 0)
-        return fail(ncclInvalidArgument, "offset %zu is not a multiple of %d", w.offset,
-                    NCCL_WIN_REQUIRED_ALIGNMENT);
-      const size_t need = workspaceBound(cfg, m.nRanks[i]);
-      if (w.bytes < need)
-        return fail(ncclInvalidArgument, "bytes %zu is less than ncclDcpWorkspaceSize() = %zu", w.bytes, need);
-    }
-  }
-
-  // 2. Agreement, through NCCL's own all-gather.
-  std::vector<Agreement> mine(nComms);
-  std::vector<std::vector<Agreement>> all(nComms);
-  std::vector<const void*> send(nComms);
-  std::vector<void*> recv(nComms);
-  for (int i = 0; i < nComms; i++) {
-    mine[i] = agreementOf(cfg, ncclVersion, m.devs[i], appWindows ? &appWindows[i] : nullptr);
-    all[i].resize(m.nRanks[i]);
-    send[i] = &mine[i];
-    recv[i] = all[i].data();
-  }
-  static_assert(sizeof(Agreement) <= Members::kScratchBytes, "agreement record too large");
-  DCPCHECK(m.allGather(send.data(), recv.data(), sizeof(Agreement)));
-  for (int i = 0; i < nComms; i++) DCPCHECK(checkAgreement(all[i].data(), m.nRanks[i]));
-
-  std::vector<ncclDcpContext_t> ctxs(nComms, nullptr);
-  auto cleanup = [&](ncclResult_t r) {
-    std::string msg = lastError();
-    for (ncclDcpContext_t c : ctxs)
-      if (c) releaseLocal(c);
-    fail(r, "%s", msg.c_str());
-    return r;
-  };
-  for (int i = 0; i < nComms; i++) {
-    ctxs[i] = new ncclDcpContext();
-    ctxs[i]->comm = m.comms[i];
-    ctxs[i]->rank = m.ranks[i];
-    ctxs[i]->nRanks = m.nRanks[i];
-    ctxs[i]->cudaDev = m.devs[i];
-  }
-
-  // 3. Device communicator; the ranks agree on the path.
-  std::vector<int32_t> capable(nComms, 0);
-  std::vector<int> lsaSize(nComms, 1), lsaRank(nComms, 0);
-  if (!env().forceFallback) {
-    std::vector<ncclResult_t> rc(nComms, ncclSuccess);
-    ncclDevCommRequirements reqs = devCommRequirements();
-    NCCLCHECK(ncclGroupStart());
-    for (int i = 0; i < nComms; i++) rc[i] = ncclDevCommCreate(m.comms[i], &reqs, &ctxs[i]->devComm);
-    ncclResult_t end = ncclGroupEnd();
-    for (int i = 0; i < nComms; i++) {
-      if (rc[i] == ncclSuccess && end == ncclSuccess) {
-        ctxs[i]->hasDevComm = true;
-        lsaSize[i] = ctxs[i]->devComm.lsaSize;
-        lsaRank[i] = ctxs[i]->devComm.lsaRank;
-        capable[i] = lsaSize[i] == m.nRanks[i];
-        if (!capable[i])
-          INFO("rank %d: LSA team has %d of %d ranks (ranks span nodes or are not node-contiguous)",
-               m.ranks[i], lsaSize[i], m.nRanks[i]);
-      } else {
-        INFO("rank %d: ncclDevCommCreate failed (%s: %s): no symmetric memory support (e.g. "
-             "NCCL_CUMEM_ENABLE=0 or no P2P)",
-             m.ranks[i], ncclGetErrorString(rc[i] != ncclSuccess ? rc[i] : end), ncclGetLastError(nullptr));
-      }
-    }
-  }
-  std::vector<std::vector<int32_t>> capableAll(nComms);
-  for (int i = 0; i < nComms; i++) {
-    capableAll[i].resize(m.nRanks[i]);
-    send[i] = &capable[i];
-    recv[i] = capableAll[i].data();
-  }
-  if (ncclResult_t r = m.allGather(send.data(), recv.data(), sizeof(int32_t))) return cleanup(r);
-
-  // Each rank classifies its peers; the ranks agree on the policy's inputs.
-  std::vector<LinkView> view(nComms);
-  std::vector<std::vector<LinkView>> viewAll(nComms);
-  for (int i = 0; i < nComms; i++) {
-    ncclDcpContext_t c = ctxs[i];
-    bool fused = true;
-    for (int r = 0; r < c->nRanks; r++) fused = fused && capableAll[i][r];
-    c->path = fused ? ncclDcpPathFused : ncclDcpPathFallback;
-    if (!fused)
-      INFO("rank %d: fallback path (ncclAlltoAll + combine): %s", c->rank,
-           env().forceFallback ? "NCCL_DCP_FORCE_FALLBACK=1"
-                               : "not every rank can reach every other through symmetric memory");
-    fillTopology(c, all[i].data(), lsaSize[i], lsaRank[i]);
-    view[i] = linkViewOf(c->topology, thisHostHash());
-    viewAll[i].resize(m.nRanks[i]);
-    send[i] = &view[i];
-    recv[i] = viewAll[i].data();
-  }
-  static_assert(sizeof(LinkView) <= Members::kScratchBytes, "link view too large");
-  if (ncclResult_t r = m.allGather(send.data(), recv.data(), sizeof(LinkView))) return cleanup(r);
-
-  for (int i = 0; i < nComms; i++) {
-    ncclDcpContext_t c = ctxs[i];
-    const LinkSummary links = agreeOnLinks(viewAll[i].data(), c->path == ncclDcpPathFused, &c->topology);
-    CUDACHECK(cudaSetDevice(c->cudaDev));
-    if (ncclResult_t r = c->engine.init(cfg, c->nRanks, c->rank, chooseProtocols(cfg.protocol, links, env())))
-      return cleanup(r);
-    c->topology.protocol = (int)c->engine.policy.small;
-    c->topology.simpleMinRows = c->engine.policy.simpleForLarge ? c->engine.policy.simpleMinRows : 0;
-    logTopology(c->topology);
-  }
-
-  // 4. Resources of the chosen path.
-  const bool fused = ctxs[0]->path == ncclDcpPathFused;
-  if (fused) {
-    for (int i = 0; i < nComms; i++) {
-      ncclDcpContext_t c = ctxs[i];
-      if (appWindows) {
-        c->window = appWindows[i].window;
-        c->windowOffset = appWindows[i].offset;
-        continue;
-      }
-      CUDACHECK(cudaSetDevice(c->cudaDev));
-      if (ncclMemAlloc(&c->ownedMemory, c->engine.layout.totalBytes) != ncclSuccess)
-        return cleanup(fail(ncclSystemError, "ncclMemAlloc of %zu bytes failed: %s", c->engine.layout.totalBytes,
-                            ncclGetLastError(nullptr)));
-    }
-    if (!appWindows) {
-      NCCLCHECK(ncclGroupStart());
-      for (int i = 0; i < nComms; i++)
-        ncclCommWindowRegister(ctxs[i]->comm, ctxs[i]->ownedMemory, ctxs[i]->engine.layout.totalBytes,
-                               &ctxs[i]->window, NCCL_WIN_DEFAULT);
-      if (ncclGroupEnd() != ncclSuccess)
-        return cleanup(fail(ncclSystemError, "ncclCommWindowRegister failed: %s", ncclGetLastError(nullptr)));
-    }
-    for (int i = 0; i < nComms; i++) {
-      CUDACHECK(cudaSetDevice(m.devs[i]));
-      if (ncclResult_t r = launchZeroWindow(ctxs[i]->window, ctxs[i]->windowOffset,
-                                            ctxs[i]->engine.layout.totalBytes, m.streams[i]))
-        return cleanup(r);
-    }
-  } else {
-    for (int i = 0; i < nComms; i++) {
-      CUDACHECK(cudaSetDevice(m.devs[i]));
-      if (ncclResult_t r = allocFallbackBuffers(ctxs[i])) return cleanup(r);
-    }
-  }
-
-  // 5. Every rank's workspace is zero before any first call.
-  std::vector<int32_t> ready(nComms, 1), readyAll;
-  for (int i = 0; i < nComms; i++) {
-    CUDACHECK(cudaSetDevice(m.devs[i]));
-    CUDACHECK(cudaStreamSynchronize(m.streams[i]));
-  }
-  std::vector<std::vector<int32_t>> readyRecv(nComms);
-  for (int i = 0; i < nComms; i++) {
-    readyRecv[i].resize(m.nRanks[i]);
-    send[i] = &ready[i];
-    recv[i] = readyRecv[i].data();
-  }
-  if (ncclResult_t r = m.allGather(send.data(), recv.data(), sizeof(int32_t))) return cleanup(r);
-
-  for (int i = 0; i < nComms; i++) {
-    out[i] = ctxs[i];
-    INFO("rank %d/%d: context ready: %s path, protocol %s%s, workspace %zu bytes, D %d, Hl %d, %s, maxBatch %d",
-         ctxs[i]->rank, ctxs[i]->nRanks, fused ? "fused" : "fallback",
-         protocolName((int)ctxs[i]->engine.policy.small),
-         ctxs[i]->engine.policy.simpleForLarge ? " (+SIMPLE for large rounds)" : "",
-         fused ? ctxs[i]->engine.layout.totalBytes : 0, cfg.headDim, cfg.localHeads, dtypeName(cfg.dtype),
-         cfg.maxBatch);
-  }
   return ncclSuccess;
+}
+
+// ---- Abort: the context's waits stop, its kernels leave (bounded). Only
+// our own memory has a host-known address: kernels in an application's
+// window stop at their own timeout.
+uint32_t* statusWordOf(ncclDcpContext_t ctx) {
+  if (ctx->path != ncclDcpPathFused || ctx->ownedMemory == nullptr) return nullptr;
+  return (uint32_t*)((char*)ctx->ownedMemory + offsetof(Control, status));
+}
+
+}  // namespace
+
+ncclResult_t createContexts(int nComms, const ncclComm_t* comms, const ncclDcpConfig_t* cfg,
+                            const AppWindow* appWindows, ncclDcpContext_t* out) {
+  DCPCHECK(checkCommunicators(nComms, comms));
+  if (out)
+    for (int i = 0; i < nComms; i++) out[i] = nullptr;
+  ncclResult_t res = ncclSuccess;
+  DeviceGuard guard;
+  Creation c;
+  DCPCHECKGOTO(c.open(nComms, comms), res, fail);
+  DCPCHECKGOTO(stepArguments(&c, cfg, appWindows, out), res, fail);
+  DCPCHECKGOTO(stepAgree(&c), res, fail);
+  DCPCHECKGOTO(stepDeviceCommunicators(&c), res, fail);
+  DCPCHECKGOTO(stepChoosePath(&c), res, fail);
+  DCPCHECKGOTO(stepWorkspace(&c, appWindows), res, fail);
+  DCPCHECKGOTO(stepReady(&c), res, fail);
+  handOver(&c, out);
+exit:
+  c.close();
+  return res;
+fail : {
+  const std::string message = lastError();
+  c.releaseContexts();
+  restoreLastError(message.c_str());
+  goto exit;
+}
 }
 
 ncclResult_t destroyContexts(int n, ncclDcpContext_t* ctxs) {
   DeviceGuard guard;
+  ncclResult_t res = ncclSuccess;
   for (int i = 0; i < n; i++) {
-    ncclDcpContext_t c = ctxs[i];
-    if (c == nullptr) continue;
-    CUDACHECK(cudaSetDevice(c->cudaDev));
+    if (ctxs[i] == nullptr) continue;
+    flushDeferredFrees(ctxs[i]->cudaDev);
     // Calls in flight still use the workspace. The whole device, not the
     // bound stream: the application may have destroyed that one already.
-    CUDACHECK(cudaDeviceSynchronize());
+    cudaSetDevice(ctxs[i]->cudaDev);
+    const cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess && res == ncclSuccess)
+      res = fail(ncclUnhandledCudaError, "cudaDeviceSynchronize before destroying a context failed: %s",
+                 cudaGetErrorString(e));
   }
-  ncclResult_t result = releaseCollective(n, ctxs);
-  for (int i = 0; i < n; i++)
-    if (ctxs[i]) {
-      releaseLocal(ctxs[i]);
-      ctxs[i] = nullptr;
-    }
-  return result;
+  for (int i = 0; i < n; i++) {
+    if (ctxs[i] == nullptr) continue;
+    const ncclResult_t r = releaseContext(ctxs[i], FreeMode::Now);
+    if (res == ncclSuccess) res = r;
+    ctxs[i] = nullptr;
+  }
+  return res;
 }
 
-static ncclResult_t enqueueFallback(ncclDcpContext_t ctx, const CallBuffers& buf, int batch, const Strides& s,
-                                    cudaStream_t stream) {
-  const Config& c = ctx->engine.cfg;
-  for (int row0 = 0; row0 < batch; row0 += c.maxBatch) {
-    const int rows = batch - row0 < c.maxBatch ? batch - row0 : c.maxBatch;
-    const PackParams pack = packLaunch(c, ctx->nRanks, rows, (const char*)buf.partialOut + row0 * s.inRow * c.eltSize,
-                                       buf.partialLse + row0 * s.lseRow, ctx->sendData, ctx->sendLse, s);
-    DCPCHECK(launchPack(pack, stream));
-    const size_t units = (size_t)rows * c.localHeads;
-    NCCLCHECK(ncclGroupStart());
-    ncclResult_t r1 = ncclAlltoAll(ctx->sendData, ctx->recvData, units * c.headDim, c.dtype, ctx->comm, stream);
-    ncclResult_t r2 = ncclAlltoAll(ctx->sendLse, ctx->recvLse, units, ncclFloat32, ctx->comm, stream);
-    NCCLCHECK(ncclGroupEnd());
-    NCCLCHECK(r1);
-    NCCLCHECK(r2);
-    const CombineParams comb =
-        combineLaunch(c, ctx->nRanks, rows, ctx->recvData, ctx->recvLse, (char*)buf.out + row0 * s.outRow * c.eltSize,
-                      buf.outLse ? buf.outLse + row0 * s.outLseRow : nullptr, s);
-    DCPCHECK(launchCombine(comb, stream));
+ncclResult_t abortContext(ncclDcpContext_t ctx) {
+  DeviceGuard guard;
+  cudaSetDevice(ctx->cudaDev);
+  if (!ctx->engine.stopAndDrain(statusWordOf(ctx), kAbortDrainMs)) {
+    WARN("rank %d: abort: the context's work did not finish within %d ms (an NCCL all-to-all, a kernel in an "
+         "application's window, or work queued behind either); its device memory and window registration are "
+         "left in place for ncclCommAbort and the process exit",
+         ctx->rank, kAbortDrainMs);
+    delete ctx;  // host state only: the error record, too, may still be written
+    return ncclSuccess;
   }
-  return ncclSuccess;
+  // cudaFree and cudaFreeHost would wait for every kernel on the device,
+  // NCCL's stuck ones included: the memory goes at the next create/destroy.
+  return releaseContext(ctx, FreeMode::Deferred);
 }
 
 ncclResult_t contextEnqueue(ncclDcpContext_t ctx, const CallBuffers& buf, int batch, const Strides& strides,
@@ -487,13 +495,13 @@ ncclResult_t contextEnqueue(ncclDcpContext_t ctx, const CallBuffers& buf, int ba
   DeviceGuard guard;
   CUDACHECK(cudaSetDevice(ctx->cudaDev));
   if (ctx->path == ncclDcpPathFallback) {
-    DCPCHECK(enqueueFallback(ctx, buf, batch, strides, stream));
+    DCPCHECK(enqueueFallback(ctx->engine, ctx->fallback, ctx->comm, buf, batch, strides, stream));
   } else {
     Addressing addr = {};
     addr.loopback = false;
     addr.window = ctx->window;
     addr.windowOffset = ctx->windowOffset;
-    DCPCHECK(ctx->engine.enqueue(&buf, batch, strides, addr, stream));
+    DCPCHECK(ctx->engine.enqueueFused(&buf, batch, strides, addr, stream));
   }
   profilerRecordCall(ctx, batch);
   return ncclSuccess;

@@ -1,7 +1,9 @@
 /*************************************************************************
  * The context behind ncclDcpContext_t: the user's communicator, the
  * workspace in a symmetric window (fused path) or the all-to-all buffers
- * (fallback), the bound stream and the topology report.
+ * (fallback), the engine (config, policy, error record, bound stream) and
+ * the topology report. Every resource field is null/false until created,
+ * so one release undoes exactly what exists (DESIGN §10).
  ************************************************************************/
 #ifndef NCCL_DCP_CONTEXT_H_
 #define NCCL_DCP_CONTEXT_H_
@@ -19,20 +21,15 @@ struct ncclDcpContext {
   ncclDcpPath_t path = ncclDcpPathFused;
 
   // Fused path: the workspace is [windowOffset, + layout.totalBytes) of window.
-  ncclWindow_t window = nullptr;
-  size_t windowOffset = 0;
-  void* ownedMemory = nullptr;  // ncclMemAlloc'd and registered by us (else the app's window)
   ncclDevComm devComm = {};
   bool hasDevComm = false;
+  void* ownedMemory = nullptr;  // ncclMemAlloc'd by us (else the workspace is in the app's window)
+  ncclWindow_t window = nullptr;
+  bool ownsWindow = false;      // window registered by us (on ownedMemory)
+  size_t windowOffset = 0;
 
   // Fallback path: ncclAlltoAll buffers of maxBatch rows.
-  char* sendData = nullptr;
-  char* recvData = nullptr;
-  float* sendLse = nullptr;
-  float* recvLse = nullptr;
-
-  bool streamBound = false;
-  cudaStream_t stream = nullptr;
+  nccl_dcp::FallbackBuffers fallback;
 
   ncclDcpTopology_t topology = NCCL_DCP_TOPOLOGY_INITIALIZER;
 
@@ -55,10 +52,17 @@ struct AppWindow {
 ncclResult_t createContexts(int nComms, const ncclComm_t* comms, const ncclDcpConfig_t* cfg,
                             const AppWindow* appWindows, ncclDcpContext_t* out);
 ncclResult_t destroyContexts(int n, ncclDcpContext_t* ctxs);
+// Local: stops the context's kernels, frees what it can without waiting
+// for a peer (ncclDcpContextAbort).
+ncclResult_t abortContext(ncclDcpContext_t ctx);
 
-// Enqueues one call (arguments already checked).
+// Enqueues one call (arguments already admitted by ctx->engine).
 ncclResult_t contextEnqueue(ncclDcpContext_t ctx, const CallBuffers& buf, int batch, const Strides& strides,
                             cudaStream_t stream);
+
+// How long abort waits for the context's kernels to leave once their waits
+// were told to stop: far above the microseconds they need, and bounded.
+constexpr int kAbortDrainMs = 500;
 
 }  // namespace nccl_dcp
 

@@ -1,16 +1,11 @@
 #include "engine.h"
 
-#include <algorithm>
+#include <chrono>
+#include <thread>
 
-#include "error.h"
 #include "log.h"
 
 namespace nccl_dcp {
-
-static WorkspaceLayout layoutFor(const Config& c, int nRanks, const ProtocolPolicy& p) {
-  return makeWorkspaceLayout(p.small, p.simpleForLarge, nRanks, c.localHeads, c.headDim, c.eltSize,
-                             c.maxBatch);
-}
 
 size_t workspaceBound(const Config& c, int nRanks) {
   if (c.protocol != ncclDcpProtoAuto)
@@ -30,22 +25,25 @@ ncclResult_t Engine::init(const Config& config, int ranks, int myRank, const Pro
   nRanks = ranks;
   rank = myRank;
   policy = p;
-  layout = layoutFor(cfg, nRanks, policy);
-  const Env& e = env();
-  pdl = e.pdl == kEnvUnset ? true : e.pdl == 1;
-  CUDACHECK(cudaHostAlloc((void**)&hostError, sizeof(AsyncErrorRecord), cudaHostAllocMapped));
-  *hostError = AsyncErrorRecord{0, -1, -1, 0};
-  CUDACHECK(cudaHostGetDevicePointer((void**)&hostErrorDev, hostError, 0));
+  layout = makeWorkspaceLayout(p.small, p.simpleForLarge, nRanks, cfg.localHeads, cfg.headDim, cfg.eltSize,
+                               cfg.maxBatch);
+  pdl = cfg.pdl;
+  CUDACHECK(cudaGetDevice(&cudaDev));
+  CUDACHECK(cudaHostAlloc((void**)&host, sizeof(HostShared), cudaHostAllocMapped));
+  host->error = AsyncErrorRecord{0, -1, -1, 0};
+  host->stopCode = ncclRemoteError;  // any non-zero status stops the waits
+  CUDACHECK(cudaHostGetDevicePointer((void**)&hostErrorDev, &host->error, 0));
   return ncclSuccess;
 }
 
-void Engine::release() {
-  if (hostError) cudaFreeHost(hostError);
-  hostError = hostErrorDev = nullptr;
+void Engine::release(FreeMode mode) {
+  freeMemory(MemoryKind::PinnedHost, cudaDev, host, mode);
+  host = nullptr;
+  hostErrorDev = nullptr;
 }
 
 ncclResult_t Engine::asyncError() const {
-  const volatile AsyncErrorRecord* e = hostError;
+  const volatile AsyncErrorRecord* e = host ? &host->error : nullptr;
   if (e == nullptr || e->code == 0) return ncclSuccess;
   return fail((ncclResult_t)e->code,
               "context is poisoned: rank %d timed out after %d ms waiting for rank %d (round %u); "
@@ -53,37 +51,59 @@ ncclResult_t Engine::asyncError() const {
               e->rank, cfg.timeoutMs, e->peer, e->round);
 }
 
-ncclResult_t Engine::enqueue(const CallBuffers* buffers, int batch, const Strides& strides,
-                             const Addressing& addr, cudaStream_t stream, int silentRank) const {
-  const int nIo = addr.loopback ? nRanks : 1;
-  FusedLaunch l = {};
-  l.strides = strides;
-  l.dtype = cfg.dtype;
-  l.lseBase = cfg.lseBase;
-  l.nRanks = nRanks;
-  l.rank = rank;
-  l.timeoutNs = (uint64_t)cfg.timeoutMs * 1000000ull;
-  l.hostError = hostErrorDev;
-  l.addr = addr;
-  l.pdl = pdl;
-  l.silentRank = silentRank;
-  const int64_t e = cfg.eltSize;
-  // Rounds in the same order on every rank: each is one launch, so a slot
-  // is reused only after every peer has finished reading it (two rounds on).
-  for (int row0 = 0; row0 < batch; row0 += cfg.maxBatch) {
-    l.rows = std::min(cfg.maxBatch, batch - row0);
-    const Proto proto = protocolForRound(policy, l.rows);
-    l.region = proto == Proto::Simple && layout.hasLarge ? layout.large : layout.small;
-    for (int i = 0; i < nIo; i++) {
-      const CallBuffers& b = buffers[i];
-      l.io[i].partialOut = (const char*)b.partialOut + row0 * strides.inRow * e;
-      l.io[i].partialLse = b.partialLse + row0 * strides.lseRow;
-      l.io[i].out = (char*)b.out + row0 * strides.outRow * e;
-      l.io[i].outLse = b.outLse ? b.outLse + row0 * strides.outLseRow : nullptr;
-    }
-    DCPCHECK(launchFused(l, stream));
-  }
+void Engine::bindStream(cudaStream_t s) {
+  streamBound = true;
+  stream = s;
+}
+
+ncclResult_t Engine::admit(const CallBuffers* buffers, int nBuffers, int batch, const ncclDcpStrides_t* stridesIn,
+                           cudaStream_t s, Strides* strides) {
+  DCPCHECK(asyncError());
+  if (streamBound && s != stream)
+    return fail(ncclInvalidUsage,
+                "stream %p is not the stream %p the context is bound to (calls on one context must "
+                "be ordered; rebind with ncclDcpContextBindStream)",
+                (void*)s, (void*)stream);
+  DCPCHECK(resolveStrides(stridesIn, cfg, nRanks, strides));
+  for (int i = 0; i < nBuffers; i++) DCPCHECK(checkCall(cfg, nRanks, buffers[i], batch, *strides));
+  bindStream(s);
   return ncclSuccess;
+}
+
+bool Engine::stopAndDrain(uint32_t* statusWord, int drainMs) const {
+  cudaStream_t side = nullptr;
+  if (cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  // Without the stop the kernels still leave at their own timeout.
+  if (statusWord && cudaMemcpyAsync(statusWord, &host->stopCode, sizeof(host->stopCode), cudaMemcpyHostToDevice,
+                                    side) != cudaSuccess) {
+    cudaGetLastError();
+    WARN("abort: the stop signal could not be sent; the kernels stop at their timeout");
+  }
+  const cudaStream_t busy[2] = {side, stream};
+  const bool drained = waitIdle(busy, streamBound ? 2 : 1, drainMs);
+  cudaStreamDestroy(side);
+  return drained;
+}
+
+bool waitIdle(const cudaStream_t* streams, int n, int ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  for (int i = 0; i < n; i++) {
+    for (;;) {
+      const cudaError_t e = cudaStreamQuery(streams[i]);
+      if (e == cudaSuccess) break;
+      if (e != cudaErrorNotReady) {
+        cudaGetLastError();
+        TRACE("stream %p cannot be queried: %s", (void*)streams[i], cudaGetErrorString(e));
+        return false;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  return true;
 }
 
 }  // namespace nccl_dcp

@@ -1,16 +1,31 @@
 /*************************************************************************
  * What the NCCL context and loopback share: the resolved config, the
- * workspace layout, the protocol policy, the host-mapped error record, and
- * the enqueue of one call as rounds of at most maxBatch rows.
+ * protocol policy and workspace layout, the host-mapped error record, the
+ * stream calls are bound to and the checks every call passes before
+ * anything is enqueued. A call is enqueued on one of two paths, each in a
+ * file of its own and both slicing it into the same rounds (forEachRound):
+ *   fused_path.cc     one kernel per round over the peers' workspaces
+ *   fallback_path.cc  pack, ncclAlltoAll, combine per round (no LSA team)
  ************************************************************************/
 #ifndef NCCL_DCP_ENGINE_H_
 #define NCCL_DCP_ENGINE_H_
 
+#include <algorithm>
+
+#include "error.h"
 #include "launch.h"
+#include "memory.h"
 #include "protocol.h"
 #include "validate.h"
 
 namespace nccl_dcp {
+
+// Pinned host memory the device writes and the host reads without
+// synchronising (mapped).
+struct HostShared {
+  AsyncErrorRecord error;  // the first device-side failure (ncclDcpGetAsyncError)
+  uint32_t stopCode;       // source of the copy that stops the kernels' waits (abort)
+};
 
 struct Engine {
   Config cfg;
@@ -18,25 +33,81 @@ struct Engine {
   int rank = 0;  // NCCL path only
   ProtocolPolicy policy;
   WorkspaceLayout layout;
-  AsyncErrorRecord* hostError = nullptr;     // host view (mapped, pinned)
-  AsyncErrorRecord* hostErrorDev = nullptr;  // device view of the same memory
+  HostShared* host = nullptr;                // host view (mapped, pinned)
+  AsyncErrorRecord* hostErrorDev = nullptr;  // device view of host->error
+  int cudaDev = -1;                          // the device of the error record
   bool pdl = true;
+  // The stream calls are bound to: the first admitted call's, or the one
+  // given to bindStream. The rounds of one context must stay ordered.
+  bool streamBound = false;
+  cudaStream_t stream = nullptr;
 
-  // Layout for the policy; allocates the error record.
+  // Layout for the policy; allocates the error record on the current device.
   ncclResult_t init(const Config& config, int ranks, int myRank, const ProtocolPolicy& p);
-  void release();
+  void release(FreeMode mode);
 
   // ncclSuccess, or the error a device-side wait recorded (message set).
   ncclResult_t asyncError() const;
 
-  // Enqueues rounds of at most cfg.maxBatch rows. buffers: one per rank
-  // that this launch serves (loopback: every virtual rank; NCCL: this one).
-  ncclResult_t enqueue(const CallBuffers* buffers, int batch, const Strides& strides,
-                       const Addressing& addr, cudaStream_t stream, int silentRank = -1) const;
+  // Everything ncclDcpA2aLseReduce checks before enqueuing, for the
+  // nBuffers ranks one launch serves (loopback: every virtual rank; NCCL:
+  // this one): a poisoned context, the bound stream, the strides, every
+  // rank's buffers. Binds the stream when all of it passes.
+  ncclResult_t admit(const CallBuffers* buffers, int nBuffers, int batch, const ncclDcpStrides_t* strides,
+                     cudaStream_t stream, Strides* resolved);
+  void bindStream(cudaStream_t s);
+
+  // Fused path (fused_path.cc): rounds of at most cfg.maxBatch rows.
+  ncclResult_t enqueueFused(const CallBuffers* buffers, int batch, const Strides& strides, const Addressing& addr,
+                            cudaStream_t stream, int silentRank = -1) const;
+
+  // Abort's device side: tells the kernels that read statusWord (the
+  // workspace's Control::status; NULL when the host has no address for it)
+  // to stop waiting, then waits at most drainMs for the bound stream to
+  // finish. True when nothing of this engine runs any more. The stop is one
+  // copy from pinned memory on a side stream: a copy engine moves it even
+  // while a cooperative kernel fills the GPU; every wait of a launch gives up
+  // at its next check of the word, and later launches do nothing.
+  bool stopAndDrain(uint32_t* statusWord, int drainMs) const;
 };
+
+// Waits until every stream in streams[0..n) is idle, at most `ms`
+// milliseconds. False if one is still busy (or cannot be queried).
+bool waitIdle(const cudaStream_t* streams, int n, int ms);
 
 // Workspace bytes of a config for any protocol the policy may pick later.
 size_t workspaceBound(const Config& cfg, int nRanks);
+
+// The one round-slicing of a call: f(row0, rows) for rounds of at most
+// maxBatch rows, in the same order on every rank. Each round is one launch
+// (fused) or one pack/all-to-all/combine (fallback), so a workspace slot is
+// reused only after every peer finished reading it (DESIGN §4).
+template <typename F>
+ncclResult_t forEachRound(int batch, int maxBatch, F&& f) {
+  for (int row0 = 0; row0 < batch; row0 += maxBatch) DCPCHECK(f(row0, std::min(maxBatch, batch - row0)));
+  return ncclSuccess;
+}
+
+// One rank's buffers advanced to row row0 of the call.
+inline CallBuffers buffersAtRow(const CallBuffers& b, const Strides& s, int eltSize, int row0) {
+  const int64_t e = eltSize;
+  return {(const char*)b.partialOut + row0 * s.inRow * e, b.partialLse + row0 * s.lseRow,
+          (char*)b.out + row0 * s.outRow * e, b.outLse ? b.outLse + row0 * s.outLseRow : nullptr};
+}
+
+// Fallback path (fallback_path.cc): ncclAlltoAll buffers of maxBatch rows.
+struct FallbackBuffers {
+  char* sendData = nullptr;
+  char* recvData = nullptr;
+  float* sendLse = nullptr;
+  float* recvLse = nullptr;
+};
+
+// On the current device.
+ncclResult_t allocFallbackBuffers(const Config& cfg, int nRanks, FallbackBuffers* b);
+void freeFallbackBuffers(FallbackBuffers* b, int dev, FreeMode mode);
+ncclResult_t enqueueFallback(const Engine& engine, const FallbackBuffers& fb, ncclComm_t comm, const CallBuffers& buf,
+                             int batch, const Strides& strides, cudaStream_t stream);
 
 }  // namespace nccl_dcp
 

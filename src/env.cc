@@ -6,11 +6,16 @@
 
 #include <mutex>
 
+#include "enums.h"
 #include "nccl_dcp.h"
 
 namespace nccl_dcp {
 
 namespace {
+
+const char* const kLogLevelNames[] = {"NONE", "VERSION", "WARN", "INFO", "TRACE"};
+const LogLevel kLogLevels[] = {LogLevel::None, LogLevel::Version, LogLevel::Warn, LogLevel::Info,
+                               LogLevel::Trace};
 
 bool parseInt(const char* s, long lo, long hi, int* out) {
   if (s == nullptr || *s == '\0') return false;
@@ -41,22 +46,20 @@ void warnBad(std::vector<std::string>* warnings, const char* name, const char* v
 
 }  // namespace
 
+const char* logLevelName(LogLevel level) {
+  const int i = (int)level;
+  return i >= 0 && i < 5 ? kLogLevelNames[i] : "";
+}
+
 Env parseEnv(EnvGetter get, std::vector<std::string>* warnings) {
   Env e;
   if (const char* s = get("NCCL_DCP_DEBUG")) {
-    static const char* const names[] = {"NONE", "VERSION", "WARN", "INFO", "TRACE"};
-    static const LogLevel values[] = {LogLevel::None, LogLevel::Version, LogLevel::Warn,
-                                      LogLevel::Info, LogLevel::Trace};
-    if (!parseName(s, names, values, 5, &e.debug))
+    if (!parseName(s, kLogLevelNames, kLogLevels, 5, &e.debug))
       warnBad(warnings, "NCCL_DCP_DEBUG", s, "NONE, VERSION, WARN, INFO or TRACE");
   }
   if (const char* s = get("NCCL_DCP_DEBUG_FILE")) e.debugFile = s;
   if (const char* s = get("NCCL_DCP_PROTO")) {
-    static const char* const names[] = {"AUTO", "LL", "LL128", "SIMPLE"};
-    static const int values[] = {ncclDcpProtoAuto, ncclDcpProtoLL, ncclDcpProtoLL128,
-                                 ncclDcpProtoSimple};
-    if (!parseName(s, names, values, 4, &e.protocol))
-      warnBad(warnings, "NCCL_DCP_PROTO", s, "AUTO, LL, LL128 or SIMPLE");
+    if (!parseProtocol(s, &e.protocol)) warnBad(warnings, "NCCL_DCP_PROTO", s, "AUTO, LL, LL128 or SIMPLE");
   }
   if (const char* s = get("NCCL_DCP_TIMEOUT_MS")) {
     if (!parseInt(s, 0, 24L * 3600 * 1000, &e.timeoutMs)) {
@@ -92,11 +95,14 @@ Env parseEnv(EnvGetter get, std::vector<std::string>* warnings) {
 
 namespace {
 const Env* envOverride = nullptr;
-}
+thread_local const Env* threadEnvOverride = nullptr;
+}  // namespace
 
 void setEnvForTesting(const Env* e) { envOverride = e; }
+void setThreadEnvForTesting(const Env* e) { threadEnvOverride = e; }
 
 const Env& env() {
+  if (threadEnvOverride) return *threadEnvOverride;
   if (envOverride) return *envOverride;
   static Env e;
   static std::once_flag once;

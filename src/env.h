@@ -1,5 +1,7 @@
 /*************************************************************************
  * Every NCCL_DCP_* variable, parsed in one place (listed in README.md).
+ * The bottom of the host layers: includes nothing of ours, so logging
+ * (log.h) sits on top of it and never the other way round.
  ************************************************************************/
 #ifndef NCCL_DCP_ENV_H_
 #define NCCL_DCP_ENV_H_
@@ -7,9 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "log.h"
-
 namespace nccl_dcp {
+
+// NCCL_DEBUG-style levels (NCCL_DCP_DEBUG); log.h prints at them.
+enum class LogLevel : int { None = 0, Version = 1, Warn = 2, Info = 3, Trace = 4 };
+const char* logLevelName(LogLevel level);
 
 constexpr int kEnvUnset = -1;
 
@@ -36,6 +40,10 @@ const Env& env();
 // Tests only: env() returns *e until called again with nullptr. Not
 // thread-safe against concurrent library calls.
 void setEnvForTesting(const Env* e);
+// Tests only: env() returns *e on the calling thread (over the process-wide
+// override) until called again with nullptr: one thread per rank, each
+// with its own environment, as separate processes would have.
+void setThreadEnvForTesting(const Env* e);
 
 // Names of every variable the library or its tests read, for the README test.
 const std::vector<const char*>& envVariableNames();

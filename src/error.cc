@@ -38,4 +38,6 @@ void clearLastError() { tlsLastError[0] = '\0'; }
 
 const char* lastError() { return tlsLastError; }
 
+void restoreLastError(const char* message) { snprintf(tlsLastError, sizeof(tlsLastError), "%s", message); }
+
 }  // namespace nccl_dcp

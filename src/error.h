@@ -14,6 +14,9 @@ namespace nccl_dcp {
 ncclResult_t fail(ncclResult_t code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 void clearLastError();
 const char* lastError();
+// Puts back a message saved from lastError() (no log): an unwind that
+// failed on its own must not replace the error it is unwinding from.
+void restoreLastError(const char* message);
 
 }  // namespace nccl_dcp
 
@@ -39,6 +42,14 @@ const char* lastError();
   do {                                     \
     ncclResult_t r_ = (cmd);               \
     if (r_ != ncclSuccess) return r_;      \
+  } while (0)
+
+// NCCL's one unwind per function: res takes the result, a failure jumps to
+// the function's one fail: label.
+#define DCPCHECKGOTO(cmd, res, label)      \
+  do {                                     \
+    (res) = (cmd);                         \
+    if ((res) != ncclSuccess) goto label;  \
   } while (0)
 
 #endif  // NCCL_DCP_ERROR_H_

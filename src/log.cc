@@ -12,7 +12,6 @@
 #include <mutex>
 #include <string>
 
-#include "env.h"
 
 namespace nccl_dcp {
 
@@ -49,16 +48,6 @@ void openLog() {
   }
 }
 
-const char* levelName(LogLevel level) {
-  switch (level) {
-    case LogLevel::Version: return "VERSION";
-    case LogLevel::Warn: return "WARN";
-    case LogLevel::Info: return "INFO";
-    case LogLevel::Trace: return "TRACE";
-    default: return "";
-  }
-}
-
 }  // namespace
 
 LogLevel logLevel() { return env().debug; }
@@ -83,7 +72,7 @@ void logMessage(LogLevel level, const char* file, int line, const char* fmt, ...
             (long)syscall(SYS_gettid), dev, base ? base + 1 : file, line, msg);
   else
     fprintf(logFile, "%s:%d:%ld [%d] NCCL-DCP %s %s\n", hostName, getpid(),
-            (long)syscall(SYS_gettid), dev, levelName(level), msg);
+            (long)syscall(SYS_gettid), dev, logLevelName(level), msg);
   fflush(logFile);
 }
 

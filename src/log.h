@@ -6,9 +6,9 @@
 #ifndef NCCL_DCP_LOG_H_
 #define NCCL_DCP_LOG_H_
 
-namespace nccl_dcp {
+#include "env.h"
 
-enum class LogLevel : int { None = 0, Version = 1, Warn = 2, Info = 3, Trace = 4 };
+namespace nccl_dcp {
 
 // Level in force (from the environment, read once).
 LogLevel logLevel();

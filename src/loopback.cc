@@ -1,8 +1,10 @@
+/*************************************************************************
+ * Loopback: the fused path with cp virtual ranks on one GPU (loopback.h).
+ ************************************************************************/
 #include "loopback.h"
 
-#include <vector>
-
 #include "error.h"
+#include "memory.h"
 
 namespace nccl_dcp {
 
@@ -15,7 +17,7 @@ ncclResult_t Loopback::create(const ncclDcpConfig_t* cfgIn, int nRanks, std::uni
                 nRanks, kMaxLoopbackRanks);
   LinkSummary links = {true, false, false, true};
   std::unique_ptr<Loopback> lb(new Loopback());
-  DCPCHECK(lb->engine_.init(cfg, nRanks, 0, chooseProtocols(cfg.protocol, links, env())));
+  DCPCHECK(lb->engine_.init(cfg, nRanks, 0, chooseProtocols(cfg.protocol, links, cfg.simpleMinRows)));
   const size_t bytes = (size_t)nRanks * lb->engine_.layout.totalBytes;
   CUDACHECK(cudaMalloc(&lb->workspace_, bytes));
   CUDACHECK(cudaMemset(lb->workspace_, 0, bytes));
@@ -25,22 +27,36 @@ ncclResult_t Loopback::create(const ncclDcpConfig_t* cfgIn, int nRanks, std::uni
 }
 
 Loopback::~Loopback() {
-  if (workspace_) cudaFree(workspace_);
-  engine_.release();
+  if (aborted_) return;  // freed by abort, or left to a kernel that never drained
+  freeMemory(MemoryKind::Device, engine_.cudaDev, workspace_, FreeMode::Now);
+  engine_.release(FreeMode::Now);
 }
 
 ncclResult_t Loopback::call(const CallBuffers* ranks, int batch, const ncclDcpStrides_t* stridesIn,
                             cudaStream_t stream) {
-  DCPCHECK(engine_.asyncError());
+  if (aborted_) return fail(ncclInvalidUsage, "the loopback was aborted");
   Strides strides;
-  DCPCHECK(resolveStrides(stridesIn, engine_.cfg, engine_.nRanks, &strides));
-  for (int r = 0; r < engine_.nRanks; r++) DCPCHECK(checkCall(engine_.cfg, engine_.nRanks, ranks[r], batch, strides));
+  DCPCHECK(engine_.admit(ranks, engine_.nRanks, batch, stridesIn, stream, &strides));
   if (batch == 0) return ncclSuccess;
   Addressing addr = {};
   addr.loopback = true;
   addr.base = workspace_;
   addr.rankBytes = engine_.layout.totalBytes;
-  return engine_.enqueue(ranks, batch, strides, addr, stream, silentRank_);
+  return engine_.enqueueFused(ranks, batch, strides, addr, stream, silentRank_);
+}
+
+ncclResult_t Loopback::abort(int drainMs) {
+  if (aborted_) return ncclSuccess;
+  aborted_ = true;
+  // Every virtual rank's waits share virtual rank 0's status word (device/peers.h).
+  const bool drained = engine_.stopAndDrain(&((Control*)workspace_)->status, drainMs);
+  if (!drained)
+    return fail(ncclSystemError, "loopback abort: the bound stream did not drain within %d ms; the workspace stays allocated",
+                drainMs);
+  freeMemory(MemoryKind::Device, engine_.cudaDev, workspace_, FreeMode::Now);
+  engine_.release(FreeMode::Now);
+  workspace_ = nullptr;
+  return ncclSuccess;
 }
 
 ncclResult_t Loopback::setRound(uint32_t round) {

@@ -20,9 +20,16 @@ class Loopback {
   ~Loopback();
 
   // One collective call: ranks[r] are virtual rank r's device buffers.
-  // Same checks as ncclDcpA2aLseReduce, for every rank.
+  // Same checks as ncclDcpA2aLseReduce (Engine::admit), for every rank; the
+  // first call binds the loopback to its stream, as it binds a context.
   ncclResult_t call(const CallBuffers* ranks, int batch, const ncclDcpStrides_t* strides,
                     cudaStream_t stream);
+
+  // ncclDcpContextAbort's device side on one GPU: every wait gives up at
+  // once, the kernels leave (at most `drainMs`), the workspace is freed.
+  // Returns ncclSystemError, leaving the workspace allocated, if the bound
+  // stream did not drain in time. Later calls are refused.
+  ncclResult_t abort(int drainMs);
 
   ncclResult_t asyncError() const { return engine_.asyncError(); }
 
@@ -40,6 +47,7 @@ class Loopback {
   Loopback() = default;
   Engine engine_;
   char* workspace_ = nullptr;  // nRanks * layout.totalBytes
+  bool aborted_ = false;
   int silentRank_ = -1;
 };
 

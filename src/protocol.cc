@@ -18,14 +18,12 @@ static ProtocolPolicy forced(ncclDcpProtocol_t requested, const LinkSummary& lin
   return p;
 }
 
-ProtocolPolicy chooseProtocols(ncclDcpProtocol_t requested, const LinkSummary& links, const Env& env) {
+ProtocolPolicy chooseProtocols(ncclDcpProtocol_t requested, const LinkSummary& links, int simpleMinRows) {
   if (requested != ncclDcpProtoAuto) return forced(requested, links);
   ProtocolPolicy p;
   const bool nvlink = ll128Proven(links);
   p.small = nvlink ? Proto::LL128 : Proto::LL;
-  p.simpleMinRows = env.simpleMinRows != kEnvUnset ? env.simpleMinRows
-                    : nvlink                       ? kLl128SimpleMinRows
-                                                   : kLlSimpleMinRows;
+  p.simpleMinRows = simpleMinRows >= 0 ? simpleMinRows : nvlink ? kLl128SimpleMinRows : kLlSimpleMinRows;
   p.simpleForLarge = p.simpleMinRows > 0;
   return p;
 }

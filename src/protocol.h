@@ -14,7 +14,6 @@
 #ifndef NCCL_DCP_PROTOCOL_H_
 #define NCCL_DCP_PROTOCOL_H_
 
-#include "env.h"
 #include "device/layout.h"
 #include "nccl_dcp.h"
 
@@ -34,7 +33,11 @@ struct ProtocolPolicy {
   int simpleMinRows;
 };
 
-ProtocolPolicy chooseProtocols(ncclDcpProtocol_t requested, const LinkSummary& links, const Env& env);
+// Every input is agreed by the ranks (the requested protocol and
+// simpleMinRows are fields of the resolved Config; the links are agreed from
+// every rank's view), so every rank picks the same policy. simpleMinRows:
+// NCCL_DCP_SIMPLE_MIN_ROWS, or negative for the measured default of the links.
+ProtocolPolicy chooseProtocols(ncclDcpProtocol_t requested, const LinkSummary& links, int simpleMinRows);
 
 Proto protocolForRound(const ProtocolPolicy& policy, int rows);
 

@@ -38,30 +38,13 @@ void referenceTyped(const Config& cfg, int nRanks, int batch, const Strides& s, 
 
 void referenceA2aLseReduce(const Config& cfg, int nRanks, int batch, const Strides& s,
                            const CallBuffers* ranks) {
-  switch (cfg.dtype) {
-    case ncclBfloat16: return referenceTyped<__nv_bfloat16>(cfg, nRanks, batch, s, ranks);
-    case ncclFloat16: return referenceTyped<__half>(cfg, nRanks, batch, s, ranks);
-    default: return referenceTyped<float>(cfg, nRanks, batch, s, ranks);
-  }
+  withHostElementType(cfg.dtype, [&](auto elt) { referenceTyped<decltype(elt)>(cfg, nRanks, batch, s, ranks); });
 }
-
-namespace {
-
-// One unit of rounding of dtype, relative.
-float dtypeEpsilon(ncclDataType_t dtype) {
-  switch (dtype) {
-    case ncclBfloat16: return 1.f / 128;
-    case ncclFloat16: return 1.f / 1024;
-    default: return 1e-5f;
-  }
-}
-
-}  // namespace
 
 size_t countMismatches(const Config& cfg, int nRanks, int batch, const Strides& s, const CallBuffers* got,
                        const CallBuffers* want, std::string* first) {
   size_t count = 0;
-  const float eps = dtypeEpsilon(cfg.dtype);
+  const float eps = dtypeRoundingUnit(cfg.dtype);
   auto note = [&](int r, const char* what, int b, int j, int d, float g, float w) {
     if (count++ == 0 && first) {
       std::ostringstream o;
@@ -93,19 +76,17 @@ size_t countMismatches(const Config& cfg, int nRanks, int batch, const Strides& 
 }
 
 float loadElement(ncclDataType_t dtype, const void* base, int64_t i) {
-  switch (dtype) {
-    case ncclBfloat16: return Element<__nv_bfloat16>::toFloat(((const __nv_bfloat16*)base)[i]);
-    case ncclFloat16: return Element<__half>::toFloat(((const __half*)base)[i]);
-    default: return ((const float*)base)[i];
-  }
+  return withHostElementType(dtype, [&](auto elt) {
+    using T = decltype(elt);
+    return Element<T>::toFloat(((const T*)base)[i]);
+  });
 }
 
 void storeElement(ncclDataType_t dtype, void* base, int64_t i, float v) {
-  switch (dtype) {
-    case ncclBfloat16: ((__nv_bfloat16*)base)[i] = Element<__nv_bfloat16>::fromFloat(v); break;
-    case ncclFloat16: ((__half*)base)[i] = Element<__half>::fromFloat(v); break;
-    default: ((float*)base)[i] = v; break;
-  }
+  withHostElementType(dtype, [&](auto elt) {
+    using T = decltype(elt);
+    ((T*)base)[i] = Element<T>::fromFloat(v);
+  });
 }
 
 }  // namespace nccl_dcp

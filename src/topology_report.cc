@@ -119,7 +119,7 @@ ncclDcpTopology_t reportForGpus(const Topology* topo, const char* noTopology, co
     views[q] = linkViewOf(other, 0);
   }
   describePeers(topo, noTopology, 0, &t);
-  const ProtocolPolicy p = chooseProtocols(ncclDcpProtoAuto, agreeOnLinks(views.data(), true, &t), env());
+  const ProtocolPolicy p = chooseProtocols(ncclDcpProtoAuto, agreeOnLinks(views.data(), true, &t), env().simpleMinRows);
   t.protocol = (int)p.small;
   t.simpleMinRows = p.simpleForLarge ? p.simpleMinRows : 0;
   return t;

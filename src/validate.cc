@@ -5,36 +5,9 @@
 #include <algorithm>
 
 #include "error.h"
+#include "protocol.h"
 
 namespace nccl_dcp {
-
-int dtypeSize(ncclDataType_t dtype) {
-  switch (dtype) {
-    case ncclBfloat16: return 2;
-    case ncclFloat16: return 2;
-    case ncclFloat32: return 4;
-    default: return 0;
-  }
-}
-
-const char* dtypeName(ncclDataType_t dtype) {
-  switch (dtype) {
-    case ncclBfloat16: return "bf16";
-    case ncclFloat16: return "fp16";
-    case ncclFloat32: return "fp32";
-    default: return "unsupported";
-  }
-}
-
-const char* protocolName(int protocol) {
-  switch (protocol) {
-    case ncclDcpProtoAuto: return "AUTO";
-    case ncclDcpProtoLL: return "LL";
-    case ncclDcpProtoLL128: return "LL128";
-    case ncclDcpProtoSimple: return "SIMPLE";
-    default: return "unknown";
-  }
-}
 
 // Defaults: the config's value if set, else the environment's, else ours.
 static int pick(int configValue, int envValue, int fallback) {
@@ -107,6 +80,11 @@ ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* o
   c.timeoutMs = pick(cfg->timeoutMs, env.timeoutMs, kDefaultTimeoutMs);
   if (c.timeoutMs < 0)
     return fail(ncclInvalidArgument, "config->timeoutMs %d is negative (0 waits forever)", c.timeoutMs);
+
+  // From the environment alone (parseEnv range-checked them).
+  c.simpleMinRows = env.simpleMinRows;  // unset (-1): the policy's measured default for the links
+  c.pdl = env.pdl != 0;  // unset (-1) means on
+  c.forceFallback = env.forceFallback;
 
   *out = c;
   return ncclSuccess;

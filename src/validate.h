@@ -9,47 +9,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "device/merge.h"
-#include "device/params.h"
+#include "enums.h"
 #include "env.h"
-#include "nccl_dcp.h"
+#include "types.h"
 
 namespace nccl_dcp {
 
-// A config with every default applied and every field checked.
-struct Config {
-  int headDim;
-  int localHeads;
-  ncclDataType_t dtype;
-  int eltSize;
-  LseBase lseBase;
-  int maxBatch;
-  ncclDcpProtocol_t protocol;
-  int timeoutMs;
-};
-
-constexpr int kDefaultMaxBatch = 256;
-constexpr int kDefaultTimeoutMs = 5000;
-
-// Bytes of one element of a supported dtype, 0 otherwise.
-int dtypeSize(ncclDataType_t dtype);
-const char* dtypeName(ncclDataType_t dtype);
-const char* protocolName(int protocol);
-
+// Applies the defaults (config field, else its NCCL_DCP_* variable, else
+// ours) and checks every field, naming the first bad one.
 ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* out);
 ncclResult_t checkRanks(int nRanks);
 
 // Strides: device/params.h (the kernels read them).
 Strides packedStrides(const Config& cfg, int nRanks);
 ncclResult_t resolveStrides(const ncclDcpStrides_t* in, const Config& cfg, int nRanks, Strides* out);
-
-// One rank's buffers for a call.
-struct CallBuffers {
-  const void* partialOut;
-  const float* partialLse;
-  void* out;
-  float* outLse;
-};
 
 // Pointers, alignment, output self-overlap and output/input overlap, for
 // batch rows (batch >= 0 checked too; null buffers are allowed at batch 0).

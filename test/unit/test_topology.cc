@@ -428,31 +428,31 @@ LinkSummary summary(bool oneLsaTeam, bool classified, bool allNvlink, bool oneGp
 
 TEST(Policy, AutoPicksLl128OnlyOnProvenNvlink) {
   const Env e;
-  const ProtocolPolicy nvlink = chooseProtocols(ncclDcpProtoAuto, summary(true, true, true), e);
+  const ProtocolPolicy nvlink = chooseProtocols(ncclDcpProtoAuto, summary(true, true, true), e.simpleMinRows);
   EXPECT_EQ(nvlink.small, Proto::LL128);
   EXPECT_EQ(nvlink.simpleMinRows, kLl128SimpleMinRows);
-  EXPECT_EQ(chooseProtocols(ncclDcpProtoAuto, summary(true, false, false, true), e).small, Proto::LL128);  // one GPU
-  const ProtocolPolicy pcie = chooseProtocols(ncclDcpProtoAuto, summary(true, true, false), e);
+  EXPECT_EQ(chooseProtocols(ncclDcpProtoAuto, summary(true, false, false, true), e.simpleMinRows).small, Proto::LL128);  // one GPU
+  const ProtocolPolicy pcie = chooseProtocols(ncclDcpProtoAuto, summary(true, true, false), e.simpleMinRows);
   EXPECT_EQ(pcie.small, Proto::LL);
   EXPECT_EQ(pcie.simpleForLarge, kLlSimpleMinRows > 0);
   EXPECT_EQ(protocolForRound(pcie, kLlSimpleMinRows - 1), Proto::LL);
   EXPECT_EQ(protocolForRound(pcie, kLlSimpleMinRows), kLlSimpleMinRows > 0 ? Proto::Simple : Proto::LL);
-  EXPECT_EQ(chooseProtocols(ncclDcpProtoAuto, summary(true, false, false), e).small, Proto::LL);  // unknown
+  EXPECT_EQ(chooseProtocols(ncclDcpProtoAuto, summary(true, false, false), e.simpleMinRows).small, Proto::LL);  // unknown
   // allNvlink without classified cannot happen from agreeOnLinks; stay safe anyway.
-  EXPECT_EQ(chooseProtocols(ncclDcpProtoAuto, summary(true, false, true), e).small, Proto::LL);
+  EXPECT_EQ(chooseProtocols(ncclDcpProtoAuto, summary(true, false, true), e.simpleMinRows).small, Proto::LL);
 }
 
 TEST(Policy, SimpleMinRowsFromTheEnvironmentOverridesBothCrossovers) {
   Env e;
   e.simpleMinRows = 96;
   for (bool nvlink : {true, false}) {
-    const ProtocolPolicy p = chooseProtocols(ncclDcpProtoAuto, summary(true, true, nvlink), e);
+    const ProtocolPolicy p = chooseProtocols(ncclDcpProtoAuto, summary(true, true, nvlink), e.simpleMinRows);
     EXPECT_TRUE(p.simpleForLarge);
     EXPECT_EQ(protocolForRound(p, 95), nvlink ? Proto::LL128 : Proto::LL);
     EXPECT_EQ(protocolForRound(p, 96), Proto::Simple);
   }
   e.simpleMinRows = 0;
-  EXPECT_FALSE(chooseProtocols(ncclDcpProtoAuto, summary(true, true, false), e).simpleForLarge);
+  EXPECT_FALSE(chooseProtocols(ncclDcpProtoAuto, summary(true, true, false), e.simpleMinRows).simpleForLarge);
 }
 
 // Logs written while f runs, at NCCL_DCP_DEBUG=WARN.
@@ -471,21 +471,21 @@ std::string warningsOf(F f) {
 TEST(Policy, ForcedProtocolIsUsedAndLl128WithoutNvlinkWarns) {
   const Env e;
   for (ncclDcpProtocol_t p : {ncclDcpProtoLL, ncclDcpProtoLL128, ncclDcpProtoSimple}) {
-    const ProtocolPolicy pol = chooseProtocols(p, summary(true, true, false), e);
+    const ProtocolPolicy pol = chooseProtocols(p, summary(true, true, false), e.simpleMinRows);
     EXPECT_EQ((int)pol.small, (int)p);
     EXPECT_FALSE(pol.simpleForLarge);
   }
-  const std::string pcie = warningsOf([] { chooseProtocols(ncclDcpProtoLL128, summary(true, true, false), Env()); });
+  const std::string pcie = warningsOf([] { chooseProtocols(ncclDcpProtoLL128, summary(true, true, false), kEnvUnset); });
   EXPECT_NE(pcie.find("WARN protocol LL128 forced"), std::string::npos) << pcie;
   EXPECT_NE(pcie.find("PCIe"), std::string::npos) << pcie;
   const std::string unknown =
-      warningsOf([] { chooseProtocols(ncclDcpProtoLL128, summary(true, false, false), Env()); });
+      warningsOf([] { chooseProtocols(ncclDcpProtoLL128, summary(true, false, false), kEnvUnset); });
   EXPECT_NE(unknown.find("some link is unknown"), std::string::npos) << unknown;
-  EXPECT_EQ(warningsOf([] { chooseProtocols(ncclDcpProtoLL128, summary(true, true, true), Env()); }), "");
-  EXPECT_EQ(warningsOf([] { chooseProtocols(ncclDcpProtoLL128, summary(true, false, false, true), Env()); }), "");
-  EXPECT_EQ(warningsOf([] { chooseProtocols(ncclDcpProtoLL, summary(true, false, false), Env()); }), "");
+  EXPECT_EQ(warningsOf([] { chooseProtocols(ncclDcpProtoLL128, summary(true, true, true), kEnvUnset); }), "");
+  EXPECT_EQ(warningsOf([] { chooseProtocols(ncclDcpProtoLL128, summary(true, false, false, true), kEnvUnset); }), "");
+  EXPECT_EQ(warningsOf([] { chooseProtocols(ncclDcpProtoLL, summary(true, false, false), kEnvUnset); }), "");
   // The fallback path runs no LL128: nothing to warn about.
-  EXPECT_EQ(warningsOf([] { chooseProtocols(ncclDcpProtoLL128, summary(false, false, false), Env()); }), "");
+  EXPECT_EQ(warningsOf([] { chooseProtocols(ncclDcpProtoLL128, summary(false, false, false), kEnvUnset); }), "");
 }
 
 // ---- Per box: what create would report and choose (every GPU a rank).

@@ -1,0 +1,98 @@
+/*************************************************************************
+ * What the ranks of a context agree on at create (DESIGN §10): each rank's
+ * record, all-gathered over the communicator after every step that can
+ * fail locally, and the pure checks every rank runs over the same gathered
+ * records -- so every rank reaches the same verdict and the same message,
+ * and no rank enters the next collective step after another one failed.
+ * Pure functions: unit-tested without a GPU.
+ ************************************************************************/
+#ifndef NCCL_DCP_AGREEMENT_H_
+#define NCCL_DCP_AGREEMENT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "protocol.h"
+#include "topology.h"
+#include "types.h"
+
+namespace nccl_dcp {
+
+// The steps of create (context.cc), in order. Errors name them.
+enum class CreateStep : int32_t {
+  Arguments = 0,        // local checks: config, versions, window, output pointer
+  Agree,                // the agreed inputs equal on every rank (pure)
+  DeviceCommunicators,  // ncclDevCommCreate (collective)
+  ChoosePath,           // fused or fallback, the protocol policy, the error record
+  Workspace,            // memory, window registration (collective), zeroing
+  Ready,                // every rank's workspace zero before any first call
+  Count
+};
+const char* createStepName(CreateStep step);
+
+// Every input that shapes the workspace, the protocol, the wire format or
+// the launches, whatever its source (config, environment, build): must be
+// equal on every rank.
+struct Agreement {
+  int32_t libVersion, ncclVersion;
+  int32_t headDim, localHeads, dtype, lseBase, maxBatch, protocol, timeoutMs;
+  int32_t simpleMinRows;  // the effective NCCL_DCP_SIMPLE_MIN_ROWS (0 unless AUTO reads it)
+  int32_t pdl, forceFallback, ll128Reread;
+  int32_t inWindow;  // the application's window (1) or our own (0)
+  uint64_t windowOffset;
+};
+
+// Built without -Dll128_reread=false: LL128 receivers re-read after the flags.
+#ifndef NCCL_DCP_LL128_REREAD
+#define NCCL_DCP_LL128_REREAD 1
+#endif
+
+Agreement agreementOf(const Config& cfg, int ncclVersion, bool inWindow, size_t windowOffset);
+
+// What differs by rank and every rank needs to know: its GPU, its host and
+// its view of its links (topology.h; known from the device-communicator step).
+struct RankView {
+  char busId[16];
+  LinkView links;  // links.hostHash from the first step on
+};
+
+// A rank's outcome of ncclDevCommCreate.
+struct DevCommOutcome {
+  int32_t capable;  // a device communicator whose LSA team is every rank
+  int32_t lsaSize, lsaRank;
+};
+
+// A rank's status: its first failure, the step, and the message.
+struct StepStatus {
+  int32_t code;  // ncclResult_t; ncclSuccess = no failure so far
+  int32_t step;  // CreateStep of the failure
+  char message[240];
+};
+
+// One rank's record, all-gathered after every step that can fail locally.
+struct RankRecord {
+  StepStatus status;
+  Agreement agreement;
+  RankView view;
+  DevCommOutcome devComm;
+};
+
+// Records a rank's failure at step (the first one sticks).
+void recordFailure(StepStatus* status, ncclResult_t code, CreateStep step, const char* message);
+
+// The failure of the lowest failing rank, as every rank's error:
+// "create step 'S' failed on rank R: <its message>". ncclSuccess if none.
+ncclResult_t firstFailure(const RankRecord* all, int nRanks);
+
+// Every agreed input equal on every rank, every rank on its own GPU (bus
+// ids compared between ranks of one host); the
+// error names the input (its variable) and the first rank that differs.
+ncclResult_t checkAgreement(const RankRecord* all, int nRanks);
+
+// The fused path needs every rank's device communicator to span all ranks.
+bool allCapable(const RankRecord* all, int nRanks);
+
+
+}  // namespace nccl_dcp
+
+#endif  // NCCL_DCP_AGREEMENT_H_

@@ -1,0 +1,46 @@
+/*************************************************************************
+ * One table per enum the host code names or parses: the element types
+ * (name, bytes, rounding unit, and the one host-side dispatch to the C++
+ * element type) and the wire protocols. Callable from perf and tests.
+ * Kernels dispatch on the dtype in device/kernels.cu (withElementType).
+ ************************************************************************/
+#ifndef NCCL_DCP_ENUMS_H_
+#define NCCL_DCP_ENUMS_H_
+
+#include <nccl.h>
+
+#include "device/merge.h"
+#include "nccl_dcp.h"
+
+namespace nccl_dcp {
+
+// "bf16", "fp16", "fp32"; "unsupported" for any other dtype.
+const char* dtypeName(ncclDataType_t dtype);
+// Bytes of one element, 0 for an unsupported dtype.
+int dtypeSize(ncclDataType_t dtype);
+// One unit of rounding of the dtype, relative (the comparison tolerance).
+float dtypeRoundingUnit(ncclDataType_t dtype);
+// A supported dtype from its name or an alias ("bfloat16", "half", "float"),
+// case-insensitive. False when the name is none of them.
+bool parseDtype(const char* name, ncclDataType_t* dtype);
+
+// "AUTO", "LL", "LL128", "SIMPLE" (ncclDcpProtocol_t or Proto values);
+// "unknown" otherwise.
+const char* protocolName(int protocol);
+// ncclDcpProtocol_t from its name, case-insensitive.
+bool parseProtocol(const char* name, int* protocol);
+
+// The host's one dispatch on the dtype: f(T{}) with the element type of a
+// supported dtype (the caller refused the others when the config was resolved).
+template <typename F>
+auto withHostElementType(ncclDataType_t dtype, F&& f) {
+  switch (dtype) {
+    case ncclBfloat16: return f(__nv_bfloat16{});
+    case ncclFloat16: return f(__half{});
+    default: return f(float{});
+  }
+}
+
+}  // namespace nccl_dcp
+
+#endif  // NCCL_DCP_ENUMS_H_

@@ -1,0 +1,47 @@
+/*************************************************************************
+ * The fallback path, for ranks that are not all in one LSA team (they span
+ * nodes) or under NCCL_DCP_FORCE_FALLBACK: per round, a pack kernel into
+ * ncclAlltoAll's send layout, NCCL's all-to-all of the partials and of
+ * their LSEs, and the combine kernel into the call's outputs.
+ ************************************************************************/
+#include "engine.h"
+
+namespace nccl_dcp {
+
+ncclResult_t allocFallbackBuffers(const Config& c, int nRanks, FallbackBuffers* b) {
+  const size_t units = (size_t)nRanks * c.maxBatch * c.localHeads;
+  CUDACHECK(cudaMalloc(&b->sendData, units * c.headDim * c.eltSize));
+  CUDACHECK(cudaMalloc(&b->recvData, units * c.headDim * c.eltSize));
+  CUDACHECK(cudaMalloc(&b->sendLse, units * sizeof(float)));
+  CUDACHECK(cudaMalloc(&b->recvLse, units * sizeof(float)));
+  return ncclSuccess;
+}
+
+void freeFallbackBuffers(FallbackBuffers* b, int dev, FreeMode mode) {
+  freeMemory(MemoryKind::Device, dev, b->recvLse, mode);
+  freeMemory(MemoryKind::Device, dev, b->sendLse, mode);
+  freeMemory(MemoryKind::Device, dev, b->recvData, mode);
+  freeMemory(MemoryKind::Device, dev, b->sendData, mode);
+  *b = FallbackBuffers();
+}
+
+ncclResult_t enqueueFallback(const Engine& engine, const FallbackBuffers& fb, ncclComm_t comm, const CallBuffers& buf,
+                             int batch, const Strides& s, cudaStream_t stream) {
+  const Config& c = engine.cfg;
+  const int nRanks = engine.nRanks;
+  return forEachRound(batch, c.maxBatch, [&](int row0, int rows) {
+    const CallBuffers b = buffersAtRow(buf, s, c.eltSize, row0);
+    DCPCHECK(launchPack(packLaunch(c, nRanks, rows, (const char*)b.partialOut, b.partialLse, fb.sendData, fb.sendLse, s),
+                        stream));
+    const size_t units = (size_t)rows * c.localHeads;
+    NCCLCHECK(ncclGroupStart());
+    const ncclResult_t data = ncclAlltoAll(fb.sendData, fb.recvData, units * c.headDim, c.dtype, comm, stream);
+    const ncclResult_t lse = ncclAlltoAll(fb.sendLse, fb.recvLse, units, ncclFloat32, comm, stream);
+    NCCLCHECK(ncclGroupEnd());
+    NCCLCHECK(data);
+    NCCLCHECK(lse);
+    return launchCombine(combineLaunch(c, nRanks, rows, fb.recvData, fb.recvLse, (char*)b.out, b.outLse, s), stream);
+  });
+}
+
+}  // namespace nccl_dcp

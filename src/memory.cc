@@ -1,0 +1,64 @@
+#include "memory.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "log.h"
+
+namespace nccl_dcp {
+
+namespace {
+
+struct Deferred {
+  MemoryKind kind;
+  int dev;
+  void* ptr;
+};
+
+std::mutex deferredMutex;
+std::vector<Deferred> deferred;
+
+// Best effort, as every release path is: a failure is logged, never returned
+// (the caller is already unwinding or tearing down).
+void freeNow(MemoryKind kind, int dev, void* ptr) {
+  int saved = -1;
+  if (cudaGetDevice(&saved) != cudaSuccess) saved = -1;
+  if (dev >= 0) cudaSetDevice(dev);
+  bool ok = true;
+  switch (kind) {
+    case MemoryKind::Device: ok = cudaFree(ptr) == cudaSuccess; break;
+    case MemoryKind::NcclMem: ok = ncclMemFree(ptr) == ncclSuccess; break;
+    case MemoryKind::PinnedHost: ok = cudaFreeHost(ptr) == cudaSuccess; break;
+  }
+  if (!ok) {
+    cudaGetLastError();
+    WARN("freeing %p (device %d) failed; it stays allocated", ptr, dev);
+  }
+  if (saved >= 0) cudaSetDevice(saved);
+}
+
+}  // namespace
+
+void freeMemory(MemoryKind kind, int dev, void* ptr, FreeMode mode) {
+  if (ptr == nullptr) return;
+  if (mode == FreeMode::Now) return freeNow(kind, dev, ptr);
+  std::lock_guard<std::mutex> lock(deferredMutex);
+  deferred.push_back({kind, dev, ptr});
+}
+
+void flushDeferredFrees(int dev) {
+  std::vector<Deferred> todo;
+  {
+    std::lock_guard<std::mutex> lock(deferredMutex);
+    auto mine = std::partition(deferred.begin(), deferred.end(), [dev](const Deferred& d) { return d.dev != dev; });
+    todo.assign(mine, deferred.end());
+    deferred.erase(mine, deferred.end());
+  }
+  for (const Deferred& d : todo) freeNow(d.kind, d.dev, d.ptr);
+}
+
+}  // namespace nccl_dcp

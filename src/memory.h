@@ -1,0 +1,33 @@
+/*************************************************************************
+ * Giving memory back, now or later. cudaFree and cudaFreeHost wait for all
+ * work on the device, and after a peer died that work may include NCCL
+ * kernels stuck on it until the application calls ncclCommAbort. Abort
+ * must not wait for them (DESIGN §10), so it defers its frees to the next
+ * call on that GPU that blocks anyway (create, destroy).
+ ************************************************************************/
+#ifndef NCCL_DCP_MEMORY_H_
+#define NCCL_DCP_MEMORY_H_
+
+namespace nccl_dcp {
+
+enum class MemoryKind {
+  Device,      // cudaMalloc
+  NcclMem,     // ncclMemAlloc
+  PinnedHost,  // cudaHostAlloc
+};
+
+enum class FreeMode {
+  Now,       // create's unwind, destroy, loopback
+  Deferred,  // abort: freed by the next flushDeferredFrees()
+};
+
+// Frees ptr (NULL is a no-op) of kind, allocated on device dev.
+void freeMemory(MemoryKind kind, int dev, void* ptr, FreeMode mode);
+
+// Frees what aborts deferred on device dev. Create and destroy call it for
+// their devices (never for another: its GPU may still hold stuck kernels).
+void flushDeferredFrees(int dev);
+
+}  // namespace nccl_dcp
+
+#endif  // NCCL_DCP_MEMORY_H_

@@ -1,0 +1,46 @@
+/*************************************************************************
+ * The failure injection of testing.h: compiled into the test build of the
+ * library only (test/meson.build), never into libnccl_dcp.so.
+ ************************************************************************/
+#include "testing.h"
+
+#ifndef NCCL_DCP_TESTING
+#error "testing.cc belongs to the test build of the library only (-DNCCL_DCP_TESTING=1)"
+#endif
+
+#include "error.h"
+
+namespace nccl_dcp {
+
+namespace {
+// Written by the test's main thread before the ranks' threads create;
+// only read while they do.
+bool faultArmed = false;
+CreateFault fault;
+int alteredRank = -1;
+void (*alteration)(Agreement*) = nullptr;
+}  // namespace
+
+void injectCreateFault(const CreateFault* f) {
+  faultArmed = f != nullptr;
+  if (f) fault = *f;
+}
+
+void alterAgreementForTesting(int rank, void (*alter)(Agreement*)) {
+  alteredRank = rank;
+  alteration = alter;
+}
+
+ncclResult_t injectedFailure(CreateStep step, int rank) {
+  if (!faultArmed || fault.step != step || (fault.rank != -1 && fault.rank != rank)) return ncclSuccess;
+  return fail(fault.code, "failure injected by the test at step '%s' on rank %d", createStepName(step), rank);
+}
+
+void alterAgreement(int rank, Agreement* a) {
+  if (alteration && (alteredRank == -1 || alteredRank == rank)) alteration(a);
+  // The Agree step cannot fail locally: its injected fault is a record that
+  // disagrees with everyone else's.
+  if (faultArmed && fault.step == CreateStep::Agree && (fault.rank == -1 || fault.rank == rank)) a->libVersion += 1;
+}
+
+}  // namespace nccl_dcp

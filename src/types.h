@@ -1,0 +1,49 @@
+/*************************************************************************
+ * The host's core types: a resolved config and one rank's buffers of a
+ * call. (Strides and the other kernel parameter structs live in
+ * device/params.h, where the kernels read them.)
+ ************************************************************************/
+#ifndef NCCL_DCP_TYPES_H_
+#define NCCL_DCP_TYPES_H_
+
+#include <nccl.h>
+
+#include "device/merge.h"
+#include "device/params.h"
+#include "nccl_dcp.h"
+
+namespace nccl_dcp {
+
+// A config with every default applied and every field checked: the public
+// config's fields, then the inputs that come from the environment alone.
+// Everything here shapes the workspace, the protocol or the launches, so
+// the ranks of a context agree on all of it at create (agreement.h).
+struct Config {
+  int headDim;
+  int localHeads;
+  ncclDataType_t dtype;
+  int eltSize;
+  LseBase lseBase;
+  int maxBatch;                // config, else NCCL_DCP_MAX_BATCH, else kDefaultMaxBatch
+  ncclDcpProtocol_t protocol;  // config, else NCCL_DCP_PROTO, else AUTO
+  int timeoutMs;               // config, else NCCL_DCP_TIMEOUT_MS, else kDefaultTimeoutMs
+  int simpleMinRows;           // NCCL_DCP_SIMPLE_MIN_ROWS: AUTO's SIMPLE crossover, 0 = never, -1 = the
+                               // measured default of the links (protocol.h)
+  bool pdl;                    // NCCL_DCP_PDL: programmatic dependent launch (default on)
+  bool forceFallback;          // NCCL_DCP_FORCE_FALLBACK: ncclAlltoAll + combine
+};
+
+constexpr int kDefaultMaxBatch = 256;
+constexpr int kDefaultTimeoutMs = 5000;
+
+// One rank's buffers for a call.
+struct CallBuffers {
+  const void* partialOut;
+  const float* partialLse;
+  void* out;
+  float* outLse;
+};
+
+}  // namespace nccl_dcp
+
+#endif  // NCCL_DCP_TYPES_H_

@@ -1,0 +1,257 @@
+/*************************************************************************
+ * Create's failures and abort on one GPU (cp 1), through the test build of
+ * the library (failure injection, src/testing.h): a failure injected at
+ * each step of create returns an error naming the step and the rank,
+ * releases everything it had created (device memory back within 2 MiB),
+ * and a following create on the same communicator works. Abort returns
+ * within a second, on a 1-rank context and on loopback ranks whose waits
+ * would otherwise last 20 s. The 2-GPU counterparts are in
+ * test/multi/test_create_agreement.cc.
+ ************************************************************************/
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "context.h"
+#include "device_problem.h"
+#include "loopback.h"
+#include "test_util.h"
+#include "testing.h"
+
+namespace nccl_dcp {
+namespace test {
+namespace {
+
+#define NCCL_TEST_ASSERT(cmd)                                                                                   \
+  do {                                                                                                          \
+    ncclResult_t r_ = (cmd);                                                                                    \
+    ASSERT_EQ(r_, ncclSuccess) << #cmd << ": " << ncclGetErrorString(r_) << " " << ncclGetLastError(nullptr); \
+  } while (0)
+
+constexpr long long kMemorySlack = 2ll << 20;
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+size_t freeDeviceMemory() {
+  cudaDeviceSynchronize();
+  size_t freeBytes = 0, total = 0;
+  cudaMemGetInfo(&freeBytes, &total);
+  return freeBytes;
+}
+
+// The steps a 1-rank create can fail at. Agree cannot fail with one rank:
+// there is no other record to disagree with.
+const CreateStep kLocalSteps[] = {CreateStep::Arguments, CreateStep::DeviceCommunicators, CreateStep::ChoosePath,
+                                  CreateStep::Workspace, CreateStep::Ready};
+
+class CreateUnwind : public testing::Test {
+ protected:
+  void SetUp() override {
+    DCP_REQUIRE_GPUS(1);
+    CUDA_ASSERT(cudaSetDevice(0));
+    int dev = 0;
+    NCCL_TEST_ASSERT(ncclCommInitAll(&comm_, 1, &dev));
+    CUDA_ASSERT(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  void TearDown() override {
+    injectCreateFault(nullptr);
+    setEnvForTesting(nullptr);
+    if (stream_) cudaStreamDestroy(stream_);
+    if (comm_) ncclCommDestroy(comm_);
+  }
+
+  // One call on fresh data, checked against the reference.
+  void callAndCheck(ncclDcpContext_t ctx, const ncclDcpConfig_t& c, int batch) {
+    Config cfg;
+    ASSERT_EQ(resolveConfig(&c, env(), &cfg), ncclSuccess) << ncclDcpGetLastError();
+    const uint64_t seed = freshSeed();
+    SCOPED_TRACE(testing::Message() << "batch " << batch << " seed " << seed);
+    DeviceProblem p(cfg, 1, batch, LseMix::Special, seed);
+    const CallBuffers b = p.buffers(0);
+    DCP_ASSERT(ncclDcpA2aLseReduce(ctx, b.partialOut, b.partialLse, b.out, b.outLse, batch, nullptr, stream_));
+    CUDA_ASSERT(cudaStreamSynchronize(stream_));
+    ncclResult_t async = ncclInternalError;
+    DCP_ASSERT(ncclDcpGetAsyncError(ctx, &async));
+    EXPECT_EQ(async, ncclSuccess);
+    const Mismatch m = p.check(0);
+    EXPECT_EQ(m.count, 0u) << m.first;
+  }
+
+  // Create, a call, destroy: the communicator is still good for us.
+  void createWorks(const ncclDcpConfig_t& c) {
+    ncclDcpContext_t ctx = nullptr;
+    DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &ctx));
+    callAndCheck(ctx, c, 2 * c.maxBatch + 3);
+    DCP_ASSERT(ncclDcpContextDestroy(ctx));
+  }
+
+  // A fault at each step: the step and rank named, nothing left behind, the
+  // next create fine. create(ctx*) is the create under test.
+  template <typename Create>
+  void everyStepUnwinds(const ncclDcpConfig_t& c, Create create) {
+    createWorks(c);  // NCCL's own first-use allocations happen here
+    if (HasFatalFailure()) return;
+    for (CreateStep step : kLocalSteps) {
+      SCOPED_TRACE(testing::Message() << "fault at step '" << createStepName(step) << "'");
+      const size_t before = freeDeviceMemory();
+      const CreateFault fault = {step, 0, ncclSystemError};
+      injectCreateFault(&fault);
+      ncclDcpContext_t ctx = nullptr;
+      EXPECT_EQ(create(&ctx), ncclSystemError);
+      injectCreateFault(nullptr);
+      const std::string msg = ncclDcpGetLastError();
+      EXPECT_EQ(ctx, nullptr);
+      EXPECT_NE(msg.find("step '" + std::string(createStepName(step)) + "' failed on rank 0"), std::string::npos)
+          << msg;
+      EXPECT_NE(msg.find("injected"), std::string::npos) << msg;
+      const long long lost = (long long)before - (long long)freeDeviceMemory();
+      EXPECT_LT(lost, kMemorySlack) << "device memory not given back: " << lost << " bytes";
+      createWorks(c);
+      if (HasFatalFailure()) return;
+    }
+  }
+
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+TEST_F(CreateUnwind, FusedPathEveryStep) {
+  const ncclDcpConfig_t c = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 32);
+  everyStepUnwinds(c, [&](ncclDcpContext_t* ctx) { return ncclDcpContextCreate(comm_, &c, ctx); });
+}
+
+TEST_F(CreateUnwind, FallbackPathEveryStep) {
+  Env e;
+  e.forceFallback = true;
+  setEnvForTesting(&e);
+  const ncclDcpConfig_t c = makeConfig(256, 8, ncclFloat16, ncclDcpLseBaseE, 16);
+  everyStepUnwinds(c, [&](ncclDcpContext_t* ctx) { return ncclDcpContextCreate(comm_, &c, ctx); });
+}
+
+// In the application's window: nothing of the window is ours to release,
+// and it stays registered and usable by the application.
+TEST_F(CreateUnwind, ApplicationWindowEveryStep) {
+  const ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8);
+  size_t need = 0;
+  DCP_ASSERT(ncclDcpWorkspaceSize(&c, 1, &need));
+  void* pool = nullptr;
+  NCCL_TEST_ASSERT(ncclMemAlloc(&pool, need));
+  ncclWindow_t win = nullptr;
+  NCCL_TEST_ASSERT(ncclCommWindowRegister(comm_, pool, need, &win, NCCL_WIN_DEFAULT));
+  everyStepUnwinds(c, [&](ncclDcpContext_t* ctx) { return ncclDcpContextCreateInWindow(comm_, win, 0, need, &c, ctx); });
+  ncclDcpContext_t ctx = nullptr;
+  DCP_ASSERT(ncclDcpContextCreateInWindow(comm_, win, 0, need, &c, &ctx));
+  callAndCheck(ctx, c, 19);
+  DCP_ASSERT(ncclDcpContextDestroy(ctx));
+  NCCL_TEST_ASSERT(ncclCommWindowDeregister(comm_, win));
+  NCCL_TEST_ASSERT(ncclMemFree(pool));
+}
+
+// Arguments only a communicator can report to the peers: refused in the
+// first step, naming the argument, and the communicator stays usable.
+TEST_F(CreateUnwind, BadArgumentsAreRefusedInTheFirstStep) {
+  const ncclDcpConfig_t good = makeConfig(64, 2, ncclBfloat16, ncclDcpLseBase2, 8);
+  EXPECT_EQ(ncclDcpContextCreate(comm_, &good, nullptr), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclDcpGetLastError()).find("(ctx / ctxs) is NULL"), std::string::npos)
+      << ncclDcpGetLastError();
+  ncclDcpContext_t ctx = nullptr;
+  EXPECT_EQ(ncclDcpContextCreateInWindow(comm_, nullptr, 0, 1 << 20, &good, &ctx), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclDcpGetLastError()).find("step 'arguments' failed on rank 0: win is NULL"),
+            std::string::npos)
+      << ncclDcpGetLastError();
+  ncclDcpConfig_t bad = good;
+  bad.headDim = NCCL_CONFIG_UNDEF_INT;
+  EXPECT_EQ(ncclDcpContextCreate(comm_, &bad, &ctx), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclDcpGetLastError()).find("config->headDim is not set"), std::string::npos)
+      << ncclDcpGetLastError();
+  EXPECT_EQ(ctx, nullptr);
+  createWorks(good);
+}
+
+// Abort of a healthy 1-rank context: quick, memory back once the next
+// create/destroy runs, and ncclCommAbort works after it.
+TEST_F(CreateUnwind, AbortIsQuickAndGivesEverythingBack) {
+  const ncclDcpConfig_t c = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 64);
+  createWorks(c);
+  const size_t before = freeDeviceMemory();
+  for (int i = 0; i < 5; i++) {
+    ncclDcpContext_t ctx = nullptr;
+    DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &ctx));
+    callAndCheck(ctx, c, 70);
+    const auto t0 = std::chrono::steady_clock::now();
+    DCP_ASSERT(ncclDcpContextAbort(ctx));
+    EXPECT_LT(secondsSince(t0), 1.0);
+  }
+  createWorks(c);  // frees what the aborts deferred
+  const long long lost = (long long)before - (long long)freeDeviceMemory();
+  EXPECT_LT(lost, kMemorySlack) << "device memory not given back after 5 aborts: " << lost << " bytes";
+
+  ncclDcpContext_t ctx = nullptr;
+  DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &ctx));
+  DCP_ASSERT(ncclDcpContextAbort(ctx));
+  NCCL_TEST_ASSERT(ncclCommAbort(comm_));
+  comm_ = nullptr;
+  int dev = 0;
+  NCCL_TEST_ASSERT(ncclCommInitAll(&comm_, 1, &dev));
+  createWorks(c);
+}
+
+// Loopback: virtual ranks whose waits would last 20 s (rank 2 is silent).
+// Abort stops them at once: it returns within a second and the GPU is idle.
+TEST_F(CreateUnwind, LoopbackAbortStopsWaitsAtOnce) {
+  ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8, ncclDcpProtoLL128);
+  c.timeoutMs = 20000;
+  Config cfg;
+  ASSERT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess);
+  std::unique_ptr<Loopback> lb;
+  DCP_ASSERT(Loopback::create(&c, 4, &lb));
+  DeviceProblem p(cfg, 4, 20, LseMix::Normal, freshSeed());
+  lb->setSilentRank(2);
+  DCP_ASSERT(lb->call(p.allBuffers().data(), 20, nullptr, stream_));
+  const auto t0 = std::chrono::steady_clock::now();
+  while (cudaStreamQuery(stream_) == cudaErrorNotReady && secondsSince(t0) < 0.2) {
+  }
+  EXPECT_EQ(cudaStreamQuery(stream_), cudaErrorNotReady) << "the silent rank's peers should still be waiting";
+  const auto t1 = std::chrono::steady_clock::now();
+  DCP_ASSERT(lb->abort(kAbortDrainMs));
+  EXPECT_LT(secondsSince(t1), 1.0);
+  EXPECT_EQ(cudaStreamQuery(stream_), cudaSuccess) << "abort returned with the kernels still running";
+  EXPECT_EQ(lb->call(p.allBuffers().data(), 20, nullptr, stream_), ncclInvalidUsage);
+  lb.reset();
+  CUDA_ASSERT(cudaGetLastError());
+  // The GPU is fine: a fresh loopback gets the right answer.
+  DCP_ASSERT(Loopback::create(&c, 4, &lb));
+  DeviceProblem q(cfg, 4, 20, LseMix::Special, freshSeed());
+  DCP_ASSERT(lb->call(q.allBuffers().data(), 20, nullptr, stream_));
+  CUDA_ASSERT(cudaStreamSynchronize(stream_));
+  DCP_ASSERT(lb->asyncError());
+  for (int r = 0; r < 4; r++) EXPECT_EQ(q.check(r).count, 0u) << q.check(r).first;
+}
+
+// A silent rank times out first (the poisoned loopback), then abort.
+TEST_F(CreateUnwind, LoopbackAbortAfterTimeout) {
+  ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8);
+  c.timeoutMs = 300;
+  Config cfg;
+  ASSERT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess);
+  std::unique_ptr<Loopback> lb;
+  DCP_ASSERT(Loopback::create(&c, 4, &lb));
+  DeviceProblem p(cfg, 4, 5, LseMix::Normal, freshSeed());
+  lb->setSilentRank(1);
+  DCP_ASSERT(lb->call(p.allBuffers().data(), 5, nullptr, stream_));
+  CUDA_ASSERT(cudaStreamSynchronize(stream_));
+  EXPECT_EQ(lb->asyncError(), ncclRemoteError);
+  const auto t0 = std::chrono::steady_clock::now();
+  DCP_ASSERT(lb->abort(kAbortDrainMs));
+  EXPECT_LT(secondsSince(t0), 1.0);
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace nccl_dcp

@@ -1,0 +1,431 @@
+/*************************************************************************
+ * Create's agreement on two NCCL ranks (one thread and one GPU per rank,
+ * as two processes would have, each thread with its own environment),
+ * through the test build of the library (failure injection, src/testing.h):
+ *  - a failure injected at each step on one rank fails every rank with the
+ *    same code and message, naming the step and the rank; no rank hangs
+ *    (a rank thread not back within a bound fails the run); every GPU gets
+ *    its memory back within 2 MiB; the next create works;
+ *  - each input that shapes the workspace, the protocol or the launches,
+ *    from each of its sources, is refused on every rank when one rank
+ *    differs, naming the input and the rank;
+ *  - abort after a silent peer timed out returns within a second on the
+ *    survivor, even with an NCCL collective stuck on the dead peer, and
+ *    ncclCommAbort works after it.
+ * Skips (fails under NCCL_DCP_REQUIRE_GPU >= 2) with fewer than 2 GPUs.
+ ************************************************************************/
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "context.h"
+#include "device_problem.h"
+#include "test_util.h"
+#include "testing.h"
+
+namespace nccl_dcp {
+namespace test {
+namespace {
+
+constexpr int kRanks = 2;
+constexpr long long kMemorySlack = 2ll << 20;
+constexpr double kHangSeconds = 120;  // far above any create; a rank still out is stuck
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+size_t freeDeviceMemory() {
+  cudaDeviceSynchronize();
+  size_t freeBytes = 0, total = 0;
+  cudaMemGetInfo(&freeBytes, &total);
+  return freeBytes;
+}
+
+// What every rank's create returned.
+struct Outcome {
+  std::vector<ncclResult_t> res = std::vector<ncclResult_t>(kRanks, ncclSuccess);
+  std::vector<std::string> msg = std::vector<std::string>(kRanks);
+  std::vector<ncclDcpContext_t> ctxs = std::vector<ncclDcpContext_t>(kRanks, nullptr);
+};
+
+class CreateRanks : public testing::Test {
+ protected:
+  void SetUp() override {
+    DCP_REQUIRE_GPUS(kRanks);
+    initComms();
+  }
+  void TearDown() override {
+    injectCreateFault(nullptr);
+    alterAgreementForTesting(-1, nullptr);
+    setEnvForTesting(nullptr);
+    for (int r = 0; r < (int)comms_.size(); r++)
+      if (comms_[r]) {
+        cudaSetDevice(r);
+        ncclCommDestroy(comms_[r]);
+      }
+    comms_.clear();
+  }
+
+  void initComms() {
+    ncclUniqueId id;
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    comms_.assign(kRanks, nullptr);
+    runPerRank([&](int r) {
+      cudaSetDevice(r);
+      const ncclResult_t res = ncclCommInitRank(&comms_[r], kRanks, id, r);
+      if (res != ncclSuccess) addFailure(r, std::string("ncclCommInitRank: ") + ncclGetErrorString(res));
+    });
+  }
+
+  // body(r) on one thread per rank. A thread not back within kHangSeconds
+  // is stuck (in a collective no peer will join): report and end the
+  // process, which cannot join it.
+  void runPerRank(const std::function<void(int)>& body) {
+    auto done = std::make_shared<std::atomic<int>>(0);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kRanks; r++)
+      threads.emplace_back([&body, done, r] {
+        body(r);
+        done->fetch_add(1);
+      });
+    const auto t0 = std::chrono::steady_clock::now();
+    while (done->load() < kRanks && secondsSince(t0) < kHangSeconds)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (done->load() < kRanks) {
+      fprintf(stderr, "HANG: %d of %d rank threads still running after %.0f s in %s\n", kRanks - done->load(), kRanks,
+              kHangSeconds, testing::UnitTest::GetInstance()->current_test_info()->name());
+      fflush(stderr);
+      std::_Exit(1);
+    }
+    for (std::thread& t : threads) t.join();
+    std::lock_guard<std::mutex> l(mutex_);
+    for (const std::string& f : failures_) ADD_FAILURE() << f;
+    failures_.clear();
+  }
+  void addFailure(int rank, const std::string& what) {
+    std::lock_guard<std::mutex> l(mutex_);
+    failures_.push_back("rank " + std::to_string(rank) + ": " + what);
+  }
+
+  // create(r, &ctx) on every rank, each thread under envs[r] when given.
+  Outcome createAll(const std::function<ncclResult_t(int, ncclDcpContext_t*)>& create,
+                    const std::vector<Env>* envs = nullptr) {
+    Outcome o;
+    runPerRank([&](int r) {
+      cudaSetDevice(r);
+      if (envs) setThreadEnvForTesting(&(*envs)[r]);
+      o.res[r] = create(r, &o.ctxs[r]);
+      o.msg[r] = ncclDcpGetLastError();
+      setThreadEnvForTesting(nullptr);
+    });
+    return o;
+  }
+
+  // Every rank failed with code and the same message, which names `what`
+  // and `rank`; no context came back.
+  void expectSameFailure(const Outcome& o, ncclResult_t code, const std::string& what, int rank) {
+    for (int r = 0; r < kRanks; r++) {
+      EXPECT_EQ(o.res[r], code) << "rank " << r << ": " << o.msg[r];
+      EXPECT_EQ(o.ctxs[r], nullptr) << "rank " << r;
+      EXPECT_EQ(o.msg[r], o.msg[0]) << "rank " << r << " and rank 0 report different errors";
+      EXPECT_NE(o.msg[r].find(what), std::string::npos) << o.msg[r];
+      EXPECT_NE(o.msg[r].find("rank " + std::to_string(rank)), std::string::npos) << o.msg[r];
+    }
+  }
+
+  std::vector<size_t> freeMemoryPerRank() {
+    std::vector<size_t> f(kRanks);
+    runPerRank([&](int r) {
+      cudaSetDevice(r);
+      f[r] = freeDeviceMemory();
+    });
+    return f;
+  }
+
+  void expectMemoryBack(const std::vector<size_t>& before) {
+    const std::vector<size_t> after = freeMemoryPerRank();
+    for (int r = 0; r < kRanks; r++) {
+      const long long lost = (long long)before[r] - (long long)after[r];
+      EXPECT_LT(lost, kMemorySlack) << "GPU " << r << " lost " << lost << " bytes";
+    }
+  }
+
+  // Create on every rank, one call checked against the reference, destroy.
+  void createWorks(const ncclDcpConfig_t& c) {
+    Outcome o = createAll([&](int r, ncclDcpContext_t* ctx) { return ncclDcpContextCreate(comms_[r], &c, ctx); });
+    for (int r = 0; r < kRanks; r++) ASSERT_EQ(o.res[r], ncclSuccess) << "rank " << r << ": " << o.msg[r];
+    Config cfg;
+    ASSERT_EQ(resolveConfig(&c, env(), &cfg), ncclSuccess);
+    const int batch = 2 * cfg.maxBatch + 1;
+    std::vector<int> devices = {0, 1};
+    DeviceProblem p(cfg, kRanks, batch, LseMix::Special, freshSeed(), devices);
+    runPerRank([&](int r) {
+      cudaSetDevice(r);
+      const CallBuffers b = p.buffers(r);
+      if (ncclDcpA2aLseReduce(o.ctxs[r], b.partialOut, b.partialLse, b.out, b.outLse, batch, nullptr, nullptr) !=
+          ncclSuccess)
+        return addFailure(r, std::string("call: ") + ncclDcpGetLastError());
+      cudaDeviceSynchronize();
+      ncclResult_t async = ncclSuccess;
+      ncclDcpGetAsyncError(o.ctxs[r], &async);
+      if (async != ncclSuccess) return addFailure(r, "async error");
+      const Mismatch m = p.check(r);
+      if (m.count) addFailure(r, std::to_string(m.count) + " mismatches, first " + m.first);
+    });
+    runPerRank([&](int r) {
+      cudaSetDevice(r);
+      if (ncclDcpContextDestroy(o.ctxs[r]) != ncclSuccess) addFailure(r, std::string("destroy: ") + ncclDcpGetLastError());
+    });
+  }
+
+  std::vector<ncclComm_t> comms_;
+  std::mutex mutex_;
+  std::vector<std::string> failures_;
+};
+
+const CreateStep kEverySteps[] = {CreateStep::Arguments,  CreateStep::Agree,     CreateStep::DeviceCommunicators,
+                                  CreateStep::ChoosePath, CreateStep::Workspace, CreateStep::Ready};
+
+TEST_F(CreateRanks, InjectedFailureAtEveryStepFailsEveryRankAlike) {
+  const ncclDcpConfig_t c = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 16);
+  Env paths[2];  // fused, then forced fallback
+  paths[1].forceFallback = true;
+  for (bool fallback : {false, true}) {
+    setEnvForTesting(&paths[fallback]);
+    createWorks(c);  // NCCL's own first-use allocations
+    if (HasFailure()) return;
+    for (CreateStep step : kEverySteps) {
+      for (int faulty = 0; faulty < kRanks; faulty++) {
+        SCOPED_TRACE(testing::Message() << (fallback ? "fallback" : "fused") << " path, fault at step '"
+                                        << createStepName(step) << "' on rank " << faulty);
+        const std::vector<size_t> before = freeMemoryPerRank();
+        const CreateFault fault = {step, faulty, ncclSystemError};
+        injectCreateFault(&fault);
+        const auto t0 = std::chrono::steady_clock::now();
+        Outcome o = createAll([&](int r, ncclDcpContext_t* ctx) { return ncclDcpContextCreate(comms_[r], &c, ctx); });
+        injectCreateFault(nullptr);
+        EXPECT_LT(secondsSince(t0), 30.0);
+        // Agree cannot fail locally: the fault is a record that disagrees.
+        const ncclResult_t code = step == CreateStep::Agree ? ncclInvalidUsage : ncclSystemError;
+        expectSameFailure(o, code, "step '" + std::string(createStepName(step)) + "' failed on rank " + std::to_string(faulty),
+                          faulty);
+        expectMemoryBack(before);
+        createWorks(c);
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
+// One thread drives both GPUs (ncclDcpContextCreateGroup): the grouped
+// gathers fail both contexts alike and release both.
+TEST_F(CreateRanks, GroupCreateUnwindsEveryCommunicator) {
+  std::vector<ncclComm_t> comms(kRanks);
+  std::vector<int> devs = {0, 1};
+  ASSERT_EQ(ncclCommInitAll(comms.data(), kRanks, devs.data()), ncclSuccess);
+  const ncclDcpConfig_t c = makeConfig(256, 8, ncclBfloat16, ncclDcpLseBaseE, 8);
+  std::vector<ncclDcpContext_t> ctxs(kRanks, nullptr);
+  DCP_ASSERT(ncclDcpContextCreateGroup(kRanks, comms.data(), &c, ctxs.data()));
+  DCP_ASSERT(ncclDcpContextDestroyGroup(kRanks, ctxs.data()));
+  const std::vector<size_t> before = freeMemoryPerRank();
+  for (CreateStep step : {CreateStep::Workspace, CreateStep::Ready}) {
+    const CreateFault fault = {step, 1, ncclSystemError};
+    injectCreateFault(&fault);
+    EXPECT_EQ(ncclDcpContextCreateGroup(kRanks, comms.data(), &c, ctxs.data()), ncclSystemError);
+    injectCreateFault(nullptr);
+    const std::string msg = ncclDcpGetLastError();
+    EXPECT_NE(msg.find("step '" + std::string(createStepName(step)) + "' failed on rank 1"), std::string::npos) << msg;
+    for (ncclDcpContext_t ctx : ctxs) EXPECT_EQ(ctx, nullptr);
+  }
+  expectMemoryBack(before);
+  DCP_ASSERT(ncclDcpContextCreateGroup(kRanks, comms.data(), &c, ctxs.data()));
+  DCP_ASSERT(ncclDcpContextDestroyGroup(kRanks, ctxs.data()));
+  for (int r = 0; r < kRanks; r++) ncclCommDestroy(comms[r]);
+}
+
+TEST_F(CreateRanks, NullWindowOnOneRankFailsEveryRank) {
+  const ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8);
+  size_t need = 0;
+  DCP_ASSERT(ncclDcpWorkspaceSize(&c, kRanks, &need));
+  std::vector<void*> pool(kRanks, nullptr);
+  std::vector<ncclWindow_t> win(kRanks, nullptr);
+  runPerRank([&](int r) {
+    cudaSetDevice(r);
+    if (ncclMemAlloc(&pool[r], need) != ncclSuccess) return addFailure(r, "ncclMemAlloc");
+    if (ncclCommWindowRegister(comms_[r], pool[r], need, &win[r], NCCL_WIN_DEFAULT) != ncclSuccess)
+      addFailure(r, "ncclCommWindowRegister");
+  });
+  if (HasFailure()) return;
+  Outcome o = createAll([&](int r, ncclDcpContext_t* ctx) {
+    return ncclDcpContextCreateInWindow(comms_[r], r == 1 ? nullptr : win[r], 0, need, &c, ctx);
+  });
+  expectSameFailure(o, ncclInvalidArgument, "step 'arguments' failed on rank 1: win is NULL", 1);
+  runPerRank([&](int r) {
+    cudaSetDevice(r);
+    ncclCommWindowDeregister(comms_[r], win[r]);
+    ncclMemFree(pool[r]);
+  });
+  createWorks(c);
+}
+
+// ---------------------------------------------------------------------------
+// Every input that shapes the workspace, the protocol or the launches, from
+// each of its sources: rank 1 differs, every rank refuses, naming it.
+
+struct InputCase {
+  const char* named;
+  std::function<void(ncclDcpConfig_t*)> config;  // rank 1's config
+  std::function<void(Env*)> environment;         // rank 1's environment
+  void (*alter)(Agreement*);                     // rank 1's record (build options)
+};
+
+ncclDcpConfig_t withUnset(ncclDcpConfig_t c, int ncclDcpConfig_t::*field) {
+  c.*field = NCCL_CONFIG_UNDEF_INT;
+  return c;
+}
+
+TEST_F(CreateRanks, EveryInputMismatchIsRefusedOnEveryRank) {
+  const ncclDcpConfig_t base = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 16, ncclDcpProtoAuto);
+  const std::vector<InputCase> cases = {
+      {"config->headDim", [](ncclDcpConfig_t* c) { c->headDim = 256; }, nullptr, nullptr},
+      {"config->localHeads", [](ncclDcpConfig_t* c) { c->localHeads = 8; }, nullptr, nullptr},
+      {"config->dtype", [](ncclDcpConfig_t* c) { c->dtype = ncclFloat16; }, nullptr, nullptr},
+      {"config->lseBase", [](ncclDcpConfig_t* c) { c->lseBase = ncclDcpLseBaseE; }, nullptr, nullptr},
+      {"config->maxBatch", [](ncclDcpConfig_t* c) { c->maxBatch = 32; }, nullptr, nullptr},
+      {"config->protocol", [](ncclDcpConfig_t* c) { c->protocol = ncclDcpProtoLL; }, nullptr, nullptr},
+      {"config->timeoutMs", [](ncclDcpConfig_t* c) { c->timeoutMs = 1000; }, nullptr, nullptr},
+      {"NCCL_DCP_MAX_BATCH", [](ncclDcpConfig_t* c) { *c = withUnset(*c, &ncclDcpConfig_t::maxBatch); },
+       [](Env* e) { e->maxBatch = 32; }, nullptr},
+      {"NCCL_DCP_PROTO", [](ncclDcpConfig_t* c) { *c = withUnset(*c, &ncclDcpConfig_t::protocol); },
+       [](Env* e) { e->protocol = ncclDcpProtoLL; }, nullptr},
+      {"NCCL_DCP_TIMEOUT_MS", [](ncclDcpConfig_t* c) { *c = withUnset(*c, &ncclDcpConfig_t::timeoutMs); },
+       [](Env* e) { e->timeoutMs = 1000; }, nullptr},
+      {"NCCL_DCP_SIMPLE_MIN_ROWS", nullptr, [](Env* e) { e->simpleMinRows = 8; }, nullptr},
+      {"NCCL_DCP_PDL", nullptr, [](Env* e) { e->pdl = 0; }, nullptr},
+      {"NCCL_DCP_FORCE_FALLBACK", nullptr, [](Env* e) { e->forceFallback = true; }, nullptr},
+      {"ll128_reread", nullptr, nullptr, [](Agreement* a) { a->ll128Reread = !a->ll128Reread; }},
+  };
+  for (const InputCase& in : cases) {
+    SCOPED_TRACE(in.named);
+    // The config-unset cases leave the field unset on both ranks, so only
+    // the environment of rank 1 differs.
+    ncclDcpConfig_t cfg0 = base, cfg1 = base;
+    if (in.config) in.config(&cfg1);
+    if (in.environment && in.config) in.config(&cfg0);
+    std::vector<Env> envs(kRanks);
+    if (in.environment) in.environment(&envs[1]);
+    alterAgreementForTesting(1, in.alter);
+    Outcome o = createAll(
+        [&](int r, ncclDcpContext_t* ctx) { return ncclDcpContextCreate(comms_[r], r == 1 ? &cfg1 : &cfg0, ctx); },
+        &envs);
+    alterAgreementForTesting(-1, nullptr);
+    expectSameFailure(o, ncclInvalidUsage, in.named, 1);
+    for (const std::string& m : o.msg) EXPECT_NE(m.find("step 'agree'"), std::string::npos) << m;
+  }
+  createWorks(base);
+}
+
+// Own workspace on one rank, the application's window on the other; and two
+// different offsets into the application's window.
+TEST_F(CreateRanks, WindowMismatchIsRefusedOnEveryRank) {
+  const ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8);
+  size_t need = 0;
+  DCP_ASSERT(ncclDcpWorkspaceSize(&c, kRanks, &need));
+  const size_t bytes = need + NCCL_WIN_REQUIRED_ALIGNMENT;
+  std::vector<void*> pool(kRanks, nullptr);
+  std::vector<ncclWindow_t> win(kRanks, nullptr);
+  runPerRank([&](int r) {
+    cudaSetDevice(r);
+    if (ncclMemAlloc(&pool[r], bytes) != ncclSuccess) return addFailure(r, "ncclMemAlloc");
+    if (ncclCommWindowRegister(comms_[r], pool[r], bytes, &win[r], NCCL_WIN_DEFAULT) != ncclSuccess)
+      addFailure(r, "ncclCommWindowRegister");
+  });
+  if (HasFailure()) return;
+  Outcome o = createAll([&](int r, ncclDcpContext_t* ctx) {
+    return r == 0 ? ncclDcpContextCreateInWindow(comms_[r], win[r], 0, need, &c, ctx)
+                  : ncclDcpContextCreate(comms_[r], &c, ctx);
+  });
+  expectSameFailure(o, ncclInvalidUsage, "window (own vs. application's)", 1);
+  o = createAll([&](int r, ncclDcpContext_t* ctx) {
+    return ncclDcpContextCreateInWindow(comms_[r], win[r], r * NCCL_WIN_REQUIRED_ALIGNMENT, need, &c, ctx);
+  });
+  expectSameFailure(o, ncclInvalidUsage, "window offset", 1);
+  runPerRank([&](int r) {
+    cudaSetDevice(r);
+    ncclCommWindowDeregister(comms_[r], win[r]);
+    ncclMemFree(pool[r]);
+  });
+  createWorks(c);
+}
+
+// ---------------------------------------------------------------------------
+// Abort: rank 1 goes silent; rank 0's call times out; rank 0 aborts within a
+// second -- also with an NCCL all-gather stuck on the silent rank on another
+// stream -- and ncclCommAbort works after it; the process lives on.
+
+TEST_F(CreateRanks, AbortAfterSilentPeer) {
+  for (bool stuckCollective : {false, true}) {
+    SCOPED_TRACE(stuckCollective ? "with an NCCL collective stuck on the silent rank" : "alone");
+    ncclDcpConfig_t c = makeConfig(256, 8, ncclBfloat16, ncclDcpLseBase2, 8);
+    c.timeoutMs = 500;
+    Outcome o = createAll([&](int r, ncclDcpContext_t* ctx) { return ncclDcpContextCreate(comms_[r], &c, ctx); });
+    for (int r = 0; r < kRanks; r++) ASSERT_EQ(o.res[r], ncclSuccess) << o.msg[r];
+    Config cfg;
+    ASSERT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess);
+    DeviceProblem p(cfg, kRanks, 20, LseMix::Normal, freshSeed(), {0, 1});
+    DeviceBuffer gathered;
+    cudaStream_t side = nullptr;
+    runPerRank([&](int r) {
+      cudaSetDevice(r);
+      if (r == 1) return;  // silent
+      const CallBuffers b = p.buffers(0);
+      if (ncclDcpA2aLseReduce(o.ctxs[0], b.partialOut, b.partialLse, b.out, b.outLse, 20, nullptr, nullptr) !=
+          ncclSuccess)
+        return addFailure(r, std::string("call: ") + ncclDcpGetLastError());
+      cudaStreamSynchronize(nullptr);
+      ncclResult_t async = ncclSuccess;
+      ncclDcpGetAsyncError(o.ctxs[0], &async);
+      if (async != ncclRemoteError) return addFailure(r, "no timeout reported");
+      if (stuckCollective) {
+        gathered = DeviceBuffer(4096 * kRanks);
+        cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
+        ncclAllGather(gathered.ptr, gathered.ptr, 4096, ncclUint8, comms_[0], side);
+        if (cudaStreamQuery(side) != cudaErrorNotReady) addFailure(r, "the all-gather was expected to be stuck");
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      if (ncclDcpContextAbort(o.ctxs[0]) != ncclSuccess) addFailure(r, std::string("abort: ") + ncclDcpGetLastError());
+      const double s = secondsSince(t0);
+      if (s > 1.0) addFailure(r, "abort took " + std::to_string(s) + " s");
+    });
+    // Both ranks abort their communicators (the silent one too: its peer is gone).
+    runPerRank([&](int r) {
+      cudaSetDevice(r);
+      if (r == 1 && ncclDcpContextAbort(o.ctxs[1]) != ncclSuccess) addFailure(r, "abort of the silent rank's context");
+      if (ncclCommAbort(comms_[r]) != ncclSuccess) addFailure(r, "ncclCommAbort");
+      comms_[r] = nullptr;
+      if (r == 0 && side) {
+        if (cudaStreamSynchronize(side) != cudaSuccess) addFailure(r, "the stuck all-gather did not end with ncclCommAbort");
+        cudaStreamDestroy(side);
+      }
+    });
+    gathered = DeviceBuffer();
+    initComms();
+    createWorks(c);
+    if (HasFailure()) return;
+  }
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace nccl_dcp

@@ -1,0 +1,208 @@
+// The checks every rank runs over the gathered create records (agreement.h),
+// without a GPU: a failure on any rank and a disagreement on any input are
+// reported identically by every rank, naming the step or input and the rank.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "agreement.h"
+#include "error.h"
+#include "test_util.h"
+#include "validate.h"
+
+namespace nccl_dcp {
+namespace {
+
+Config baseConfig() {
+  const ncclDcpConfig_t c = test::makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 64, ncclDcpProtoAuto);
+  Config cfg;
+  EXPECT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess) << lastError();
+  return cfg;
+}
+
+// nRanks healthy records of one config, each rank on its own GPU.
+std::vector<RankRecord> records(int nRanks, const Config& cfg = baseConfig()) {
+  std::vector<RankRecord> all(nRanks);
+  for (int r = 0; r < nRanks; r++) {
+    RankRecord& rec = all[r];
+    memset(&rec, 0, sizeof(rec));
+    rec.agreement = agreementOf(cfg, 22809, false, 0);
+    snprintf(rec.view.busId, sizeof(rec.view.busId), "0000:%02x:00.0", (0x10 + r) & 0xff);
+    rec.devComm = {1, nRanks, r};
+  }
+  return all;
+}
+
+TEST(Agreement, HealthyRecordsAgree) {
+  for (int n : {1, 2, 8, 64}) {
+    std::vector<RankRecord> all = records(n);
+    EXPECT_EQ(firstFailure(all.data(), n), ncclSuccess);
+    EXPECT_EQ(checkAgreement(all.data(), n), ncclSuccess) << lastError();
+    EXPECT_TRUE(allCapable(all.data(), n));
+  }
+}
+
+TEST(Agreement, EveryStepHasAName) {
+  for (int s = 0; s < (int)CreateStep::Count; s++)
+    EXPECT_STRNE(createStepName((CreateStep)s), "unknown") << s;
+  EXPECT_STREQ(createStepName(CreateStep::Count), "unknown");
+}
+
+// The lowest failing rank wins, with its code, step and message, the same
+// text whichever rank reads the records.
+TEST(Agreement, FirstFailureNamesRankStepAndMessage) {
+  std::vector<RankRecord> all = records(4);
+  recordFailure(&all[2].status, ncclSystemError, CreateStep::Workspace, "ncclMemAlloc of 1 bytes failed");
+  recordFailure(&all[3].status, ncclInvalidArgument, CreateStep::Arguments, "config->headDim is not set");
+  EXPECT_EQ(firstFailure(all.data(), 4), ncclSystemError);
+  const std::string msg = lastError();
+  EXPECT_NE(msg.find("step 'workspace'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rank 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("ncclMemAlloc of 1 bytes failed"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("headDim"), std::string::npos) << msg;
+}
+
+TEST(Agreement, FirstRecordedFailureSticks) {
+  StepStatus s;
+  memset(&s, 0, sizeof(s));
+  recordFailure(&s, ncclSuccess, CreateStep::Arguments, "nothing");
+  EXPECT_EQ(s.code, ncclSuccess);
+  recordFailure(&s, ncclUnhandledCudaError, CreateStep::ChoosePath, "first");
+  recordFailure(&s, ncclSystemError, CreateStep::Ready, "second");
+  EXPECT_EQ(s.code, ncclUnhandledCudaError);
+  EXPECT_EQ(s.step, (int32_t)CreateStep::ChoosePath);
+  EXPECT_STREQ(s.message, "first");
+}
+
+TEST(Agreement, LongMessagesAreCutNotOverrun) {
+  std::vector<RankRecord> all = records(2);
+  const std::string longText(1000, 'x');
+  recordFailure(&all[1].status, ncclSystemError, CreateStep::Ready, longText.c_str());
+  EXPECT_EQ(all[1].status.message[sizeof(all[1].status.message) - 1], '\0');
+  EXPECT_EQ(firstFailure(all.data(), 2), ncclSystemError);
+}
+
+// One case per agreed input: rank `rank` changes it; every rank must get
+// ncclInvalidUsage naming the input (as the user sets it) and that rank.
+struct InputCase {
+  const char* named;            // what the message must name
+  void (*change)(Agreement*);
+};
+
+const InputCase kInputs[] = {
+    {"nccl-dcp version", [](Agreement* a) { a->libVersion++; }},
+    {"NCCL version", [](Agreement* a) { a->ncclVersion++; }},
+    {"config->headDim", [](Agreement* a) { a->headDim = 256; }},
+    {"config->localHeads", [](Agreement* a) { a->localHeads = 8; }},
+    {"config->dtype", [](Agreement* a) { a->dtype = ncclFloat16; }},
+    {"config->lseBase", [](Agreement* a) { a->lseBase = 1; }},
+    {"NCCL_DCP_MAX_BATCH", [](Agreement* a) { a->maxBatch = 32; }},
+    {"NCCL_DCP_PROTO", [](Agreement* a) { a->protocol = ncclDcpProtoLL; }},
+    {"NCCL_DCP_TIMEOUT_MS", [](Agreement* a) { a->timeoutMs = 1; }},
+    {"NCCL_DCP_SIMPLE_MIN_ROWS", [](Agreement* a) { a->simpleMinRows = 32; }},
+    {"NCCL_DCP_PDL", [](Agreement* a) { a->pdl = !a->pdl; }},
+    {"NCCL_DCP_FORCE_FALLBACK", [](Agreement* a) { a->forceFallback = !a->forceFallback; }},
+    {"ll128_reread", [](Agreement* a) { a->ll128Reread = !a->ll128Reread; }},
+    {"window (own vs. application's)", [](Agreement* a) { a->inWindow = 1; }},
+    {"window offset", [](Agreement* a) { a->windowOffset = 4096; }},
+};
+
+TEST(Agreement, EveryInputMismatchNamesInputAndFirstDifferingRank) {
+  for (const InputCase& in : kInputs) {
+    for (int rank : {1, 3}) {
+      std::vector<RankRecord> all = records(4);
+      in.change(&all[rank].agreement);
+      if (rank == 1) in.change(&all[3].agreement);  // only the first differing rank is named
+      EXPECT_EQ(checkAgreement(all.data(), 4), ncclInvalidUsage) << in.named;
+      const std::string msg = lastError();
+      EXPECT_NE(msg.find(in.named), std::string::npos) << msg;
+      EXPECT_NE(msg.find("rank " + std::to_string(rank)), std::string::npos) << msg;
+      EXPECT_NE(msg.find("step 'agree'"), std::string::npos) << msg;
+      EXPECT_EQ(msg.find("rank " + std::to_string(rank == 1 ? 3 : 2)), std::string::npos) << msg;
+    }
+  }
+}
+
+// Each agreed input, from each of its sources, lands in the record.
+TEST(Agreement, RecordCarriesEverySource) {
+  const ncclDcpConfig_t c = test::makeConfig(128, 4, ncclFloat16, ncclDcpLseBaseE, NCCL_CONFIG_UNDEF_INT,
+                                             NCCL_CONFIG_UNDEF_INT);
+  Env e;
+  e.maxBatch = 48;
+  e.protocol = ncclDcpProtoAuto;
+  e.timeoutMs = 700;
+  e.simpleMinRows = 24;
+  e.pdl = 0;
+  e.forceFallback = true;
+  Config cfg;
+  ASSERT_EQ(resolveConfig(&c, e, &cfg), ncclSuccess) << lastError();
+  const Agreement a = agreementOf(cfg, 22809, true, 8192);
+  EXPECT_EQ(a.maxBatch, 48);
+  EXPECT_EQ(a.protocol, ncclDcpProtoAuto);
+  EXPECT_EQ(a.timeoutMs, 700);
+  EXPECT_EQ(a.simpleMinRows, 24);
+  EXPECT_EQ(a.pdl, 0);
+  EXPECT_EQ(a.forceFallback, 1);
+  EXPECT_EQ(a.ll128Reread, NCCL_DCP_LL128_REREAD);
+  EXPECT_EQ(a.inWindow, 1);
+  EXPECT_EQ(a.windowOffset, 8192u);
+  EXPECT_EQ(a.ncclVersion, 22809);
+  EXPECT_EQ(a.libVersion, NCCL_DCP_VERSION_CODE);
+}
+
+// NCCL_DCP_SIMPLE_MIN_ROWS only shapes AUTO: with an explicit protocol
+// ranks that set it differently still agree.
+TEST(Agreement, SimpleMinRowsOnlyMattersUnderAuto) {
+  Env e;
+  e.simpleMinRows = 24;
+  const ncclDcpConfig_t c = test::makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 16, ncclDcpProtoLL128);
+  Config cfg;
+  ASSERT_EQ(resolveConfig(&c, e, &cfg), ncclSuccess);
+  EXPECT_EQ(agreementOf(cfg, 0, false, 0).simpleMinRows, 0);
+  Config dflt;
+  ASSERT_EQ(resolveConfig(&c, Env(), &dflt), ncclSuccess);
+  EXPECT_LT(dflt.simpleMinRows, 0);  // unset: the policy's default for the links
+  EXPECT_TRUE(dflt.pdl);  // NCCL_DCP_PDL unset: on
+}
+
+TEST(Agreement, TwoRanksOnOneGpuAreRefused) {
+  std::vector<RankRecord> all = records(3);
+  memcpy(all[2].view.busId, all[0].view.busId, sizeof(all[0].view.busId));
+  EXPECT_EQ(checkAgreement(all.data(), 3), ncclInvalidUsage);
+  const std::string msg = lastError();
+  EXPECT_NE(msg.find("ranks 0 and 2 use the same GPU"), std::string::npos) << msg;
+}
+
+// Bus ids repeat from host to host: ranks of several hosts may share one.
+TEST(Agreement, SameBusIdOnAnotherHostIsAnotherGpu) {
+  std::vector<RankRecord> all = records(4);
+  all[2].view.links.hostHash = all[3].view.links.hostHash = 7;
+  memcpy(all[2].view.busId, all[0].view.busId, sizeof(all[0].view.busId));
+  EXPECT_EQ(checkAgreement(all.data(), 4), ncclSuccess) << lastError();
+  memcpy(all[3].view.busId, all[2].view.busId, sizeof(all[0].view.busId));
+  EXPECT_EQ(checkAgreement(all.data(), 4), ncclInvalidUsage) << "two ranks of host 7 on one GPU";
+}
+
+TEST(Agreement, OneIncapableRankMeansFallback) {
+  std::vector<RankRecord> all = records(4);
+  all[3].devComm.capable = 0;
+  EXPECT_FALSE(allCapable(all.data(), 4));
+}
+
+// The failure injection exists only in the test build of the library
+// (src/testing.h); this binary links the shipped libnccl_dcp.so.
+TEST(TestHook, AbsentFromTheShippedLibrary) {
+  ASSERT_NE(dlsym(RTLD_DEFAULT, "ncclDcpContextAbort"), nullptr) << "the library is not loaded";
+  EXPECT_EQ(dlsym(RTLD_DEFAULT, "_ZN8nccl_dcp17injectCreateFaultEPKNS_11CreateFaultE"), nullptr);
+  EXPECT_EQ(dlsym(RTLD_DEFAULT, "_ZN8nccl_dcp15injectedFailureENS_10CreateStepEi"), nullptr);
+}
+
+TEST(PublicApi, AbortOfNullContextIsANoOp) {
+  EXPECT_EQ(ncclDcpContextAbort(nullptr), ncclSuccess);
+  EXPECT_STREQ(ncclDcpGetLastError(), "");
+}
+
+}  // namespace
+}  // namespace nccl_dcp
