@@ -68,6 +68,8 @@ std::string usage(const char* program) {
     << "  -B <0|1|2>     baseline in the same run: 0 none, 1 ncclAlltoAll + combine, 2 the all-to-all\n"
     << "                 alone, to compare with nccl-tests' alltoall_perf (default 1)\n"
     << "  -F <0|1>       floors in the same run: peer-write kernel, copy engine, flag round trip (default 1)\n"
+    << "  -T <0|1>       the fused kernel's in-kernel timeline per size, one eager call, per rank\n"
+    << "                 (a build with meson -Dtimeline=true; default 0)\n"
     << "  -J <file>      write the results as JSON\n"
     << "  -h             this help\n"
     << "Exit codes: 0 ok, 2 bad arguments, 3 no GPU, 4 wrong results, 5 a call failed.\n";
@@ -109,6 +111,7 @@ const std::vector<IntFlag>& intFlags() {
       {'m', 0, NCCL_DCP_MAX_BATCH_CAPACITY, [](Args* a, int64_t v) { a->maxBatch = (int)v; }},
       {'B', 0, 2, [](Args* a, int64_t v) { a->baseline = (int)v; }},
       {'F', 0, 1, [](Args* a, int64_t v) { a->floors = (int)v; }},
+      {'T', 0, 1, [](Args* a, int64_t v) { a->timeline = (int)v; }},
   };
   return flags;
 }
@@ -178,7 +181,7 @@ ParseResult parseArgs(int argc, char** argv, Args* a, std::string* error) {
       *error = "unknown argument '" + flag + "'";
       return ParseResult::Error;
     }
-    if (std::string("befigtnwcGadDHPLVmBFJ").find(flag[1]) == std::string::npos) {
+    if (std::string("befigtnwcGadDHPLVmBFTJ").find(flag[1]) == std::string::npos) {
       *error = "unknown flag " + flag;
       return ParseResult::Error;
     }

@@ -50,6 +50,7 @@ struct Args {
   int maxBatch = 0;                     // -m workspace rows (0: = -e)
   int baseline = kBaselineFull;         // -B 0|1|2
   int floors = 1;                       // -F 0 skips the floors
+  int timeline = 0;                     // -T 1: the in-kernel timeline per size (-Dtimeline=true builds)
   std::string json;                     // -J file
 };
 

@@ -6,6 +6,7 @@
 
 #include "checks.h"
 #include "floors.h"
+#include "launch.h"
 
 namespace nccl_dcp {
 namespace perf {
@@ -136,15 +137,54 @@ Floors measureFloors(const Args& a, Team& team, int thread, Mode& m, const std::
   return f;
 }
 
-// Every rank's header line, printed by the leader in rank order.
-void printRankLines(Team& team, int thread, const Mode& m) {
+// Lines of every thread, printed by the leader in rank order.
+void printLines(Team& team, int thread, const std::vector<std::string>& mine) {
   constexpr size_t kLine = 256;
-  const std::vector<std::string> mine = m.rankLines();
   std::vector<char> block(mine.size() * kLine, 0), all(block.size() * team.threads() * team.group().processes);
   for (size_t i = 0; i < mine.size(); i++) strncpy(&block[i * kLine], mine[i].c_str(), kLine - 1);
   team.allGather(thread, block.data(), block.size(), all.data());
   if (team.leader(thread))
-    for (size_t off = 0; off < all.size(); off += kLine) printf("%s\n", &all[off]);
+    for (size_t off = 0; off < all.size(); off += kLine)
+      if (all[off]) printf("%s\n", &all[off]);
+}
+
+// -T: one eager fused call of `rows` rows with the in-kernel timeline; per
+// rank, microseconds from the first block's entry (the round read) to the
+// first send, the last block's sends issued, the last peer flag seen and
+// the merge done.
+std::vector<std::string> timelineLines(Mode& m, int64_t rows) {
+  for (const Slot& s : m.slots()) {
+    CUDA_OR_DIE(cudaSetDevice(s.dev));
+    NCCL_OR_DIE(timelineReset(s.stream));
+  }
+  m.enqueue(Call::Fused, rows);
+  m.syncSlots();
+  std::vector<std::string> lines;
+  std::vector<uint64_t> t((size_t)kTimelineBlocks * kTimelineSlots);
+  for (const Slot& s : m.slots()) {
+    CUDA_OR_DIE(cudaSetDevice(s.dev));
+    NCCL_OR_DIE(timelineRead(t.data()));
+    for (int rank = 0; rank < NCCL_DCP_MAX_RANKS; rank++) {
+      uint64_t first[kTimelineStages], last[kTimelineStages];
+      for (int k = 0; k < kTimelineStages; k++) first[k] = UINT64_MAX, last[k] = 0;
+      for (int b = 0; b < kTimelineBlocks; b++) {
+        const uint64_t* block = &t[(size_t)b * kTimelineSlots];
+        if (block[kTimelineStages] != (uint64_t)rank + 1) continue;
+        for (int k = 0; k < kTimelineStages; k++)
+          if (block[k]) first[k] = std::min(first[k], block[k]), last[k] = std::max(last[k], block[k]);
+      }
+      if (first[kStageEntry] == UINT64_MAX) continue;
+      auto us = [&](uint64_t at) { return at && at != UINT64_MAX ? (at - first[kStageEntry]) / 1e3 : -1.0; };
+      char line[256];
+      snprintf(line, sizeof(line),
+               "#  timeline rows %lld rank %d (us from entry): first send %.2f, sends issued %.2f, last flag %.2f, "
+               "merge done %.2f",
+               (long long)rows, rank, us(first[kStageFirstSend]), us(last[kStageSendsDone]), us(last[kStageLastFlag]),
+               us(last[kStageDone]));
+      lines.push_back(line);
+    }
+  }
+  return lines;
 }
 
 void writeJson(const Args& a, const Mode& m, const Floors& f, const std::vector<Row>& rows) {
@@ -163,7 +203,7 @@ int runSweep(const Args& a, Team& team, int thread, Mode& m) {
   const bool leader = team.leader(thread);
   const std::vector<int64_t> sizes = batchSweep(a);
   if (leader) printf("%s\n", m.title().c_str());
-  printRankLines(team, thread, m);
+  printLines(team, thread, m.rankLines());
 
   std::vector<Samples> samples(sizes.size());
   const Floors floors = measureFloors(a, team, thread, m, sizes, &samples);
@@ -184,6 +224,10 @@ int runSweep(const Args& a, Team& team, int thread, Mode& m) {
     if (a.check > 0 && b > 0) {
       s.fusedWrong = checkEveryRank(a, team, thread, m, Call::Fused, b);
       if (a.baseline != kBaselineOff) s.baseWrong = checkEveryRank(a, team, thread, m, Call::Baseline, b);
+    }
+    if (a.timeline) {
+      team.barrier(thread);
+      printLines(team, thread, timelineLines(m, b));
     }
     rows[k] = makeRow(a, b, m.bytesOf(b), m.nRanks(), s, m.idealUs(b));
     anyWrong = anyWrong || rows[k].fusedWrong > 0 || rows[k].baseWrong > 0;

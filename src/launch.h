@@ -96,10 +96,11 @@ inline PackParams packLaunch(const Config& c, int nRanks, int rows, const char* 
 // Opt-in in-kernel timeline (meson -Dtimeline=true; without it both calls
 // fail with ncclInvalidUsage): for the fused launches on the current device
 // since the last reset, per block (grid index), %globaltimer at each
-// TimelineStage (device/params.h); 0 where a block never got there.
+// TimelineStage (device/params.h), then the block's rank + 1; 0 where a
+// block never got there.
 constexpr int kTimelineBlocks = 2048;
 ncclResult_t timelineReset(cudaStream_t stream);
-ncclResult_t timelineRead(uint64_t* stamps /* [kTimelineBlocks][kTimelineStages], host */);
+ncclResult_t timelineRead(uint64_t* stamps /* [kTimelineBlocks][kTimelineSlots], host */);
 
 // Zeroes [offset, offset + bytes) of this rank's part of a window (the host
 // cannot address an application's window: the kernel asks NCCL for it).

@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   char* ws = p.peers.workspace(rank);
   Control* ctrl = (Control*)ws;
   const RoundInfo round = beginRound(ctrl, p.blocksPerRank);
-  stamp(p.timeline, kStageEntry);
+  stamp(p.timeline, kStageEntry, rank);
   const int slot = round.round & 1;
   const uint32_t flag = flagForRound(round.round);
   Waiter waiter = makeWaiter(p, rank, round.round);

@@ -54,7 +54,7 @@ ncclResult_t timelineBuffer(uint64_t** buffer) {
   if (dev >= kMaxDevices) return ncclSuccess;
   std::lock_guard<std::mutex> guard(lock);
   if (buffers[dev] == nullptr) {
-    const size_t bytes = sizeof(uint64_t) * kTimelineBlocks * kTimelineStages;
+    const size_t bytes = sizeof(uint64_t) * kTimelineBlocks * kTimelineSlots;
     CUDACHECK(cudaMalloc(&buffers[dev], bytes));
     CUDACHECK(cudaMemset(buffers[dev], 0, bytes));
   }
@@ -198,7 +198,7 @@ ncclResult_t timelineReset(cudaStream_t stream) {
   uint64_t* buffer;
   DCPCHECK(timelineBuffer(&buffer));
   if (buffer == nullptr) return fail(ncclInvalidUsage, "built without the timeline (meson -Dtimeline=true)");
-  CUDACHECK(cudaMemsetAsync(buffer, 0, sizeof(uint64_t) * kTimelineBlocks * kTimelineStages, stream));
+  CUDACHECK(cudaMemsetAsync(buffer, 0, sizeof(uint64_t) * kTimelineBlocks * kTimelineSlots, stream));
   return ncclSuccess;
 }
 
@@ -206,7 +206,7 @@ ncclResult_t timelineRead(uint64_t* stamps) {
   uint64_t* buffer;
   DCPCHECK(timelineBuffer(&buffer));
   if (buffer == nullptr) return fail(ncclInvalidUsage, "built without the timeline (meson -Dtimeline=true)");
-  CUDACHECK(cudaMemcpy(stamps, buffer, sizeof(uint64_t) * kTimelineBlocks * kTimelineStages, cudaMemcpyDeviceToHost));
+  CUDACHECK(cudaMemcpy(stamps, buffer, sizeof(uint64_t) * kTimelineBlocks * kTimelineSlots, cudaMemcpyDeviceToHost));
   return ncclSuccess;
 }
 

@@ -45,15 +45,16 @@ struct RankIo {
 };
 
 // Opt-in timeline (meson -Dtimeline=true): per block, %globaltimer at each
-// stage of the fused kernel, for the last call launched.
+// stage of the fused kernel, then the block's rank + 1 (kTimelineSlots per block).
 enum TimelineStage : int {
-  kStageEntry = 0,   // after the grid dependency wait
+  kStageEntry = 0,   // the round read (after the grid dependency wait)
   kStageFirstSend,   // first payload store issued
   kStageSendsDone,   // every send of the block issued
   kStageLastFlag,    // last peer flag / line seen
   kStageDone,        // merge written
   kTimelineStages
 };
+constexpr int kTimelineSlots = kTimelineStages + 1;
 
 // The fused kernel, for one round. Peers: how it reaches the workspaces
 // (device/peers.h).
@@ -65,7 +66,7 @@ struct FusedParams {
   int nRanks, rows, blocksPerRank, silentRank;
   uint64_t timeoutNs;
   AsyncErrorRecord* hostError;
-  uint64_t* timeline;  // [grid][kTimelineStages] or NULL
+  uint64_t* timeline;  // [grid][kTimelineSlots] or NULL
   RankIo io[kMaxLoopbackRanks];  // loopback: one per virtual rank; NCCL: io[0]
   Peers peers;
 };
