@@ -1,20 +1,71 @@
 #!/usr/bin/env bash
-# On the GPU machine, in ONE command: configure, build, run the GPU suite
-# (NCCL_DCP_REQUIRE_GPU=<GPUs here>: a missing GPU fails), the compute-sanitizer
-# subset and the perf comparison; print a short summary. Logs go under
-# $OUT when it is set (else build-gpu/logs).
+# On the GPU machine, in ONE command: configure, build, run every test suite
+# (NCCL_DCP_REQUIRE_GPU=<GPUs here>: a missing GPU fails), the
+# compute-sanitizer subset and the perf comparison; print a short summary.
+# Logs go under $OUT when it is set (else build-gpu/logs).
 #
-#   scripts/gpu-check.sh [stage...]   stages: build tests sanitize perf (default: all)
+#   scripts/gpu-check.sh [--plant-failure] [stage...]
+#     stages: build tests sanitize perf (default: all four); also nopdl noreread
+#     --plant-failure: the tests stage adds one failing case to every test
+#       binary (test_main.cc's --dcp_plant_failure), to show that a failing
+#       case makes the whole run exit non-zero.
+#
+# Exit status: 0 only when every stage run passed; 1 otherwise (a failed
+# stage, a failed or missing test case, no test run at all). The summary,
+# one line per stage result, is printed last whatever happened.
+#
+# Adding a stage: a self-contained `if has <name>; then ... fi` block that
+# ends each result with `record <status> <what>` (status 0 = passed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
 BUILD=${BUILD:-build-gpu}
 LOGS=${OUT:-$BUILD/logs}
 mkdir -p "$LOGS"
-stages=${*:-build tests sanitize perf}  # also: nopdl noreread
+
+plant=0
+stage_args=()
+for a in "$@"; do
+  case $a in
+    --plant-failure) plant=1 ;;
+    -*) echo "unknown option $a (see the header of $0)"; exit 2 ;;
+    *) stage_args+=("$a") ;;
+  esac
+done
+stages=${stage_args[*]:-build tests sanitize perf}
+asked=" "  # every stage name a block asked about: the ones this script knows
+has() {
+  asked+="$1 "
+  [[ " $stages " == *" $1 "* ]]
+}
+
+# ---- results: one summary line per result; any failure fails the run.
 summary=()
-note() { summary+=("$*"); echo "== $*"; }
-has() { [[ " $stages " == *" $1 "* ]]; }
+failures=0
+record() {  # record <status> <what...>
+  local status=$1
+  shift
+  if [ "$status" -eq 0 ]; then
+    summary+=("ok    $*")
+  else
+    summary+=("FAIL  $* (status $status)")
+    failures=$((failures + 1))
+  fi
+  echo "== ${summary[-1]}"
+}
+finish() {
+  local status=$?
+  [ "$status" -eq 0 ] || [ "$failures" -gt 0 ] || record "$status" "gpu-check.sh stopped early"
+  echo
+  echo "==== summary"
+  printf '%s\n' "${summary[@]}"
+  if [ "$failures" -gt 0 ]; then
+    echo "==== $failures failed: exit 1"
+    exit 1
+  fi
+  echo "==== every stage passed"
+  exit 0
+}
+trap finish EXIT
 
 # Every GPU this machine has must be usable: tests needing up to that many
 # fail instead of skipping (multi-rank tests needing more still skip).
@@ -30,63 +81,74 @@ export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared hosts
 } > "$LOGS/env.txt" 2>&1
 cat "$LOGS/env.txt"
 
+PERF=$BUILD/perf/dcp_a2a_lse_reduce_perf
+PERF_ARGS=(-V 8 -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 10 -c 1)
+
 if has build; then
   start=$SECONDS
+  status=0
   if [ ! -f "$BUILD/build.ninja" ]; then
-    meson setup "$BUILD" --buildtype=release > "$LOGS/configure.log" 2>&1 || { cat "$LOGS/configure.log"; note "configure FAILED"; printf '%s\n' "${summary[@]}"; exit 1; }
+    meson setup "$BUILD" --buildtype=release > "$LOGS/configure.log" 2>&1 || { status=$?; cat "$LOGS/configure.log"; }
   fi
   grep -E "^Message: NCCL" "$LOGS/configure.log" 2>/dev/null
-  if ninja -C "$BUILD" > "$LOGS/build.log" 2>&1; then
-    note "build ok ($((SECONDS - start)) s)"
-  else
-    tail -40 "$LOGS/build.log"; note "build FAILED"; printf '%s\n' "${summary[@]}"; exit 1
+  if [ "$status" -eq 0 ]; then
+    ninja -C "$BUILD" > "$LOGS/build.log" 2>&1 || { status=$?; tail -40 "$LOGS/build.log"; }
   fi
+  record "$status" "build ($((SECONDS - start)) s)"
+  [ "$status" -eq 0 ] || exit 1  # nothing else can run
 fi
 
 if has tests; then
   start=$SECONDS
-  meson test -C "$BUILD" --suite unit --suite gpu --suite multi --num-processes 1 --print-errorlogs \
-    --timeout-multiplier 1 > "$LOGS/tests.log" 2>&1
-  rc=$?
+  # meson reads each gtest binary's XML from the build directory: one left by
+  # an earlier run would stand in for a binary that crashed before writing.
+  find "$BUILD" -maxdepth 1 -name '*.xml' -delete
+  rm -f "$BUILD"/meson-logs/testlog.*
+  test_args=()
+  [ "$plant" -eq 0 ] || test_args=(--test-args=--dcp_plant_failure)
+  meson test -C "$BUILD" --num-processes 1 --print-errorlogs --timeout-multiplier 1 "${test_args[@]}" \
+    > "$LOGS/tests.log" 2>&1
+  meson_status=$?
   cp "$BUILD/meson-logs/testlog.junit.xml" "$LOGS/testlog.junit.xml" 2>/dev/null
-  line=$(python3 scripts/count_tests.py "$BUILD/meson-logs/testlog.junit.xml" --meson-exit-code $rc 2>/dev/null | tail -1)
-  note "tests (unit+gpu+multi, NCCL_DCP_REQUIRE_GPU=$NCCL_DCP_REQUIRE_GPU): ${line:-no count} (meson rc $rc, $((SECONDS - start)) s)"
-  grep -E "^\s*[0-9]+/[0-9]+ .*(FAIL|TIMEOUT|ERROR)" "$LOGS/tests.log" | head -20
+  python3 scripts/count_tests.py "$BUILD/meson-logs/testlog.junit.xml" --meson-exit-code "$meson_status" \
+    --expect test/expected_cases.txt > "$LOGS/count.txt" 2>&1
+  status=$?
+  [ "$status" -ne 0 ] || [ "$meson_status" -eq 0 ] || status=$meson_status
+  grep -E "^(FAILED|note:)" "$LOGS/count.txt" | head -30
+  record "$status" "tests (NCCL_DCP_REQUIRE_GPU=$NCCL_DCP_REQUIRE_GPU$([ "$plant" -eq 0 ] || echo ", planted failure")):" \
+    "$(tail -1 "$LOGS/count.txt") (meson status $meson_status, $((SECONDS - start)) s)"
 fi
 
 if has sanitize; then
   start=$SECONDS
   # Sanitizer runs are slow: give the device-side waits room.
-  export NCCL_DCP_TIMEOUT_MS=120000
   filter='Transports/LoopbackMatrix.SpecialLseValues/*bf16_base2:Transports/LoopbackProto.BitwiseDeterministic/*:Transports/LoopbackProto.StridedEqualsPackedBitwise/*:Transports/LoopbackProto.RoundCounterWraps/LL128'
   for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --error-exitcode 99 "$BUILD/test/gpu_loopback" --gtest_filter="$filter" \
-      > "$LOGS/sanitize-$tool.log" 2>&1
-    rc=$?
+    NCCL_DCP_TIMEOUT_MS=120000 compute-sanitizer --tool $tool --error-exitcode 99 "$BUILD/test/gpu_loopback" \
+      --gtest_filter="$filter" > "$LOGS/sanitize-$tool.log" 2>&1
+    status=$?
     errs=$(grep -E "(ERROR|RACECHECK) SUMMARY" "$LOGS/sanitize-$tool.log" | tail -1)
     passed=$(grep -E "^\[  PASSED  \]" "$LOGS/sanitize-$tool.log" | tail -1)
-    note "compute-sanitizer $tool: rc $rc; ${errs:-no summary}; ${passed:-gtest did not pass}"
+    record "$status" "compute-sanitizer $tool: ${errs:-no summary}; ${passed:-gtest did not pass}"
   done
-  unset NCCL_DCP_TIMEOUT_MS
-  note "sanitize took $((SECONDS - start)) s"
+  echo "== sanitize took $((SECONDS - start)) s"
 fi
 
-if has perf && [ -x "$BUILD/perf/dcp_a2a_lse_reduce_perf" ]; then
+if has perf; then
   start=$SECONDS
   for P in ${PERF_PROTOS:-LL128 LL SIMPLE AUTO}; do
-    "$BUILD/perf/dcp_a2a_lse_reduce_perf" -V 8 -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 10 -c 1 -P $P \
-      -J "$LOGS/perf-$P.json" > "$LOGS/perf-$P.txt" 2>&1
-    note "perf $P: rc $? (table in perf-$P.txt)"
+    "$PERF" "${PERF_ARGS[@]}" -P "$P" -J "$LOGS/perf-$P.json" > "$LOGS/perf-$P.txt" 2>&1
+    record $? "perf $P (table in perf-$P.txt)"
     tail -14 "$LOGS/perf-$P.txt"
   done
-  note "perf took $((SECONDS - start)) s"
+  echo "== perf took $((SECONDS - start)) s"
 fi
 
 # LL128 without programmatic dependent launch, to weigh PDL (same build).
-if has nopdl && [ -x "$BUILD/perf/dcp_a2a_lse_reduce_perf" ]; then
-  NCCL_DCP_PDL=0 "$BUILD/perf/dcp_a2a_lse_reduce_perf" -V 8 -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 10 -c 1 -P LL128 \
-    -J "$LOGS/perf-LL128-nopdl.json" > "$LOGS/perf-LL128-nopdl.txt" 2>&1
-  note "perf LL128 with NCCL_DCP_PDL=0: rc $?"
+if has nopdl; then
+  NCCL_DCP_PDL=0 "$PERF" "${PERF_ARGS[@]}" -P LL128 -J "$LOGS/perf-LL128-nopdl.json" \
+    > "$LOGS/perf-LL128-nopdl.txt" 2>&1
+  record $? "perf LL128 with NCCL_DCP_PDL=0"
   tail -11 "$LOGS/perf-LL128-nopdl.txt"
 fi
 
@@ -94,12 +156,14 @@ fi
 if has noreread; then
   meson setup build-noreread --buildtype=release -Dll128_reread=false > "$LOGS/configure-noreread.log" 2>&1 &&
     ninja -C build-noreread perf/dcp_a2a_lse_reduce_perf > "$LOGS/build-noreread.log" 2>&1 &&
-    build-noreread/perf/dcp_a2a_lse_reduce_perf -V 8 -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 10 -c 1 -P LL128 \
+    build-noreread/perf/dcp_a2a_lse_reduce_perf "${PERF_ARGS[@]}" -P LL128 \
       -J "$LOGS/perf-LL128-noreread.json" > "$LOGS/perf-LL128-noreread.txt" 2>&1
-  note "perf LL128 without re-read: rc $?"
+  record $? "perf LL128 without re-read"
   tail -11 "$LOGS/perf-LL128-noreread.txt"
 fi
 
-echo
-echo "==== summary"
-printf '%s\n' "${summary[@]}"
+# A stage named on the command line that no block knows ran nothing.
+for s in $stages; do
+  [[ "$asked" == *" $s "* ]] || record 1 "unknown stage '$s' (known:$asked)"
+done
+[ "${#summary[@]}" -gt 0 ] || record 1 "no stage ran"

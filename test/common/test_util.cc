@@ -1,8 +1,11 @@
 #include "test_util.h"
 
+#include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <sstream>
 
 #include "reference.h"
@@ -10,20 +13,44 @@
 namespace nccl_dcp {
 namespace test {
 
-int requiredGpus() {
-  const char* s = getenv("NCCL_DCP_REQUIRE_GPU");
-  return s ? atoi(s) : 0;
+bool parseRequiredGpus(const char* value, int* count, std::string* why) {
+  *count = 0;
+  if (value == nullptr || *value == '\0') return true;
+  char* end = nullptr;
+  errno = 0;
+  const long n = strtol(value, &end, 10);
+  if (errno != 0 || *end != '\0' || !isdigit((unsigned char)value[0]) || n > NCCL_DCP_MAX_RANKS) {
+    *why = std::string("NCCL_DCP_REQUIRE_GPU=") + value + " is not a GPU count in [0, " +
+           std::to_string(NCCL_DCP_MAX_RANKS) + "] (unset it, or set it to the GPUs this machine has)";
+    return false;
+  }
+  *count = (int)n;
+  return true;
 }
 
-int gpuCount(std::string* reason) {
-  int n = 0;  // left unwritten when there is no driver
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    if (reason) *reason = std::string(" (cudaGetDeviceCount: ") + cudaGetErrorString(e) + ")";
-    cudaGetLastError();
-    return 0;
+GpuGate gateGpus(int needed, const char* requireEnv, cudaError_t countError, int count) {
+  int required = 0;
+  std::string why;
+  if (!parseRequiredGpus(requireEnv, &required, &why)) return {GpuGate::Fail, why};
+  std::string found;
+  if (countError == cudaErrorNoDevice || countError == cudaErrorInsufficientDriver) {
+    count = 0;  // no GPU, or no driver: nothing to run on
+    found = std::string(" (cudaGetDeviceCount: ") + cudaGetErrorString(countError) + ")";
+  } else if (countError != cudaSuccess) {
+    return {GpuGate::Fail, std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(countError) + ": " +
+                               cudaGetErrorString(countError) + " (a broken driver or device, not a missing one)"};
   }
-  return n;
+  if (count >= needed) return {GpuGate::Run, ""};
+  const std::string need = "needs " + std::to_string(needed) + " GPU(s), found " + std::to_string(count) + found;
+  if (required >= needed) return {GpuGate::Fail, "NCCL_DCP_REQUIRE_GPU=" + std::to_string(required) + ": " + need};
+  return {GpuGate::Skip, need};
+}
+
+GpuGate gateGpus(int needed) {
+  int n = 0;  // left unwritten when there is no driver
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  cudaGetLastError();
+  return gateGpus(needed, getenv("NCCL_DCP_REQUIRE_GPU"), e, n);
 }
 
 ncclDcpConfig_t makeConfig(int headDim, int localHeads, ncclDataType_t dtype, int lseBase, int maxBatch,
@@ -119,9 +146,46 @@ Mismatch compareOutputs(const Config& cfg, int nRanks, int batch, const Strides&
   return m;
 }
 
+namespace {
+
+// The seed sequence of the running test (gtest runs one test at a time).
+struct SeedSequence {
+  std::mutex mutex;
+  std::string test;   // suite.name of the test it belongs to
+  uint32_t base = 0;
+  uint64_t draws = 0;
+} gSeeds;
+
+std::string runningTest() {
+  const testing::TestInfo* t = testing::UnitTest::GetInstance()->current_test_info();
+  return t ? std::string(t->test_suite_name()) + "." + t->name() : std::string();
+}
+
+uint64_t splitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
 uint64_t freshSeed() {
-  std::random_device rd;
-  return ((uint64_t)rd() << 32) ^ rd();
+  std::lock_guard<std::mutex> lock(gSeeds.mutex);
+  const std::string test = runningTest();
+  if (gSeeds.base == 0 || test != gSeeds.test) {
+    // gtest accepts seeds in [1, 99999]: a base drawn here can be passed back.
+    const int32_t flag = GTEST_FLAG_GET(random_seed);
+    gSeeds.test = test;
+    gSeeds.base = flag > 0 ? (uint32_t)flag : std::random_device{}() % 99999u + 1u;
+    gSeeds.draws = 0;
+  }
+  return splitMix64(((uint64_t)gSeeds.base << 32) + gSeeds.draws++);
+}
+
+uint32_t testBaseSeed() {
+  std::lock_guard<std::mutex> lock(gSeeds.mutex);
+  return gSeeds.base != 0 && runningTest() == gSeeds.test ? gSeeds.base : 0;
 }
 
 DeviceBuffer::DeviceBuffer(size_t n) : bytes(n) {

@@ -2,7 +2,7 @@
 // independent fp64 oracle written here from the formula of DESIGN §1. The
 // oracle shares no code with merge.h or reference.cc: it decodes bf16 / fp16
 // bits itself and computes in double. Every test draws fresh random data;
-// the seed is printed on failure and replayed with --gtest_random_seed=N.
+// a failing test prints its seed, replayed with --gtest_random_seed=N.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -44,20 +44,6 @@ using test::LseMix;
 using test::RankTensors;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// ---------------------------------------------------------------------------
-// Seeds.
-
-// A fresh seed per test, or the one given with --gtest_random_seed.
-uint32_t freshSeed() {
-  const int32_t flag = GTEST_FLAG_GET(random_seed);
-  if (flag > 0) return (uint32_t)flag;
-  return (std::random_device{}() & 0x7fffffffu) | 1u;
-}
-
-std::string seedNote(uint32_t seed) {
-  return "random seed " + std::to_string(seed) + " (replay with --gtest_random_seed=" + std::to_string(seed) + ")";
-}
 
 // ---------------------------------------------------------------------------
 // The oracle: element decoding and the merge in fp64.
@@ -243,8 +229,7 @@ class ReferenceSweep : public ::testing::TestWithParam<SweepParam> {};
 
 TEST_P(ReferenceSweep, MatchesFp64Oracle) {
   const auto [dtype, lseBase, mix] = GetParam();
-  const uint32_t seed = freshSeed();
-  SCOPED_TRACE(seedNote(seed));
+  const uint64_t seed = test::freshSeed();
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> batchDist(1, 4);
   const std::vector<int> dims = dtype == ncclFloat32 ? std::vector<int>{4, 64, 516} : std::vector<int>{8, 128, 520};
@@ -289,7 +274,7 @@ class ReferenceExact : public ::testing::TestWithParam<ncclDataType_t> {
     const int D = GetParam() == ncclFloat32 ? 4 : 8;
     cfg = makeResolvedConfig(D, kHeads, GetParam(), ncclDcpLseBase2);
     s = packedStrides(cfg, kRanks);
-    seed = freshSeed();
+    seed = test::freshSeed();
     std::mt19937_64 rng(seed);
     ranks = test::makeInputs(cfg, kRanks, kBatch, s, LseMix::Normal, rng);
   }
@@ -312,12 +297,11 @@ class ReferenceExact : public ::testing::TestWithParam<ncclDataType_t> {
 
   Config cfg{};
   Strides s{};
-  uint32_t seed = 0;
+  uint64_t seed = 0;
   std::vector<RankTensors> ranks;
 };
 
 TEST_P(ReferenceExact, NanPayloadsBehindEmptySourcesDoNotLeak) {
-  SCOPED_TRACE(seedNote(seed));
   const float nan = std::nanf("");
   for (int b = 0; b < kBatch; b++) {
     for (int dst = 0; dst < kRanks; dst++) {
@@ -347,7 +331,6 @@ TEST_P(ReferenceExact, NanPayloadsBehindEmptySourcesDoNotLeak) {
 }
 
 TEST_P(ReferenceExact, AllEmptyRowsGiveZeroAndMinusInf) {
-  SCOPED_TRACE(seedNote(seed));
   const float empties[3] = {-INFINITY, std::nanf(""), INFINITY};
   for (int b = 0; b < kBatch; b++)
     for (int dst = 0; dst < kRanks; dst++)
@@ -371,7 +354,6 @@ TEST_P(ReferenceExact, AllEmptyRowsGiveZeroAndMinusInf) {
 }
 
 TEST_P(ReferenceExact, DominantSourceGivesItsPayload) {
-  SCOPED_TRACE(seedNote(seed));
   for (int b = 0; b < kBatch; b++)
     for (int dst = 0; dst < kRanks; dst++)
       for (int j = 0; j < kHeads; j++)
@@ -389,7 +371,6 @@ TEST_P(ReferenceExact, DominantSourceGivesItsPayload) {
 }
 
 TEST_P(ReferenceExact, OneRankReturnsItsOwnPartial) {
-  SCOPED_TRACE(seedNote(seed));
   const Strides one = packedStrides(cfg, 1);
   std::mt19937_64 rng(seed);
   std::vector<RankTensors> single = test::makeInputs(cfg, 1, kBatch, one, LseMix::Normal, rng);
@@ -433,8 +414,7 @@ std::vector<RankTensors> relayout(const Config& cfg, int cp, int batch, const st
 class ReferenceLayout : public ::testing::TestWithParam<ncclDataType_t> {};
 
 TEST_P(ReferenceLayout, StridedAndPackedAreBitwiseEqual) {
-  const uint32_t seed = freshSeed();
-  SCOPED_TRACE(seedNote(seed));
+  const uint64_t seed = test::freshSeed();
   std::mt19937_64 rng(seed);
   for (int lseBase : {(int)ncclDcpLseBase2, (int)ncclDcpLseBaseE}) {
     for (int cp : {2, 3}) {
@@ -489,8 +469,7 @@ TEST_P(ReferenceLayout, StridedAndPackedAreBitwiseEqual) {
 }
 
 TEST_P(ReferenceLayout, RunsAreBitwiseDeterministic) {
-  const uint32_t seed = freshSeed();
-  SCOPED_TRACE(seedNote(seed));
+  const uint64_t seed = test::freshSeed();
   std::mt19937_64 rng(seed);
   const int cp = 8, Hl = 3, batch = 5, D = GetParam() == ncclFloat32 ? 64 : 128;
   const Config cfg = makeResolvedConfig(D, Hl, GetParam(), ncclDcpLseBaseE);
@@ -507,8 +486,7 @@ TEST_P(ReferenceLayout, RunsAreBitwiseDeterministic) {
 }
 
 TEST_P(ReferenceLayout, NullOutLseLeavesOutUnchanged) {
-  const uint32_t seed = freshSeed();
-  SCOPED_TRACE(seedNote(seed));
+  const uint64_t seed = test::freshSeed();
   std::mt19937_64 rng(seed);
   const int cp = 3, Hl = 2, batch = 3, D = GetParam() == ncclFloat32 ? 8 : 16;
   const Config cfg = makeResolvedConfig(D, Hl, GetParam(), ncclDcpLseBase2);
@@ -528,8 +506,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, ReferenceLayout, ::testing::Values(ncclBfloat
 // mergeWeights on its own.
 
 TEST(MergeWeights, WeightsSumToOneAndLseMatchesOracle) {
-  const uint32_t seed = freshSeed();
-  SCOPED_TRACE(seedNote(seed));
+  const uint64_t seed = test::freshSeed();
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> value(-20.f, 20.f);
   for (int trial = 0; trial < 200; trial++) {
@@ -555,8 +532,7 @@ TEST(MergeWeights, WeightsSumToOneAndLseMatchesOracle) {
 TEST(MergeWeights, BaseEOfScaledLsesEqualsBase2) {
   // lse_e = lse_2 * ln 2 describes the same distribution: same weights,
   // and the merged LSE scales the same way.
-  const uint32_t seed = freshSeed();
-  SCOPED_TRACE(seedNote(seed));
+  const uint64_t seed = test::freshSeed();
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> value(-16.f, 16.f);
   const double ln2 = std::log(2.0);
