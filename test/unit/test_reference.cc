@@ -44,6 +44,7 @@ using test::LseMix;
 using test::RankTensors;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kFloatEpsilon = std::numeric_limits<float>::epsilon();
 
 // ---------------------------------------------------------------------------
 // The oracle: element decoding and the merge in fp64.
@@ -173,7 +174,10 @@ double outputEpsilon(ncclDataType_t dtype) {
         if (!got[r].outLse.empty()) {
           const double g = got[r].outLse[b * s.outLseRow + j * s.outLseHead];
           const double ref = want[r].lse[b * Hl + j];
-          const bool ok = ref == -kInf ? g == -kInf : std::isfinite(g) && std::fabs(g - ref) <= 1e-4 * (1 + std::fabs(ref));
+          // fp32 rounds m + log(W) relative to |ref| and sums W over cp
+          // terms (about one unit each, absolute in the log): a few units.
+          const double tol = kFloatEpsilon * (2 * (1 + std::fabs(ref)) + cp);
+          const bool ok = ref == -kInf ? g == -kInf : std::isfinite(g) && std::fabs(g - ref) <= tol;
           if (!ok) {
             std::ostringstream o;
             o << "rank " << r << " outLse[" << b << "][" << j << "] = " << g << ", oracle " << ref;
@@ -227,15 +231,16 @@ using SweepParam = std::tuple<ncclDataType_t, int /*lseBase*/, LseMix>;
 
 class ReferenceSweep : public ::testing::TestWithParam<SweepParam> {};
 
-TEST_P(ReferenceSweep, MatchesFp64Oracle) {
-  const auto [dtype, lseBase, mix] = GetParam();
-  const uint64_t seed = test::freshSeed();
-  std::mt19937_64 rng(seed);
+// Checks the reference against the oracle on fresh data for every shape
+// of cps x heads x dims, alternating packed and strided layouts.
+void sweep(const SweepParam& param, std::initializer_list<int> cps, std::initializer_list<int> heads,
+           const std::vector<int>& dims) {
+  const auto [dtype, lseBase, mix] = param;
+  std::mt19937_64 rng(test::freshSeed());
   std::uniform_int_distribution<int> batchDist(1, 4);
-  const std::vector<int> dims = dtype == ncclFloat32 ? std::vector<int>{4, 64, 516} : std::vector<int>{8, 128, 520};
   int shape = 0;
-  for (int cp : {1, 2, 3, 4, 8}) {
-    for (int Hl : {1, 3, 16}) {
+  for (int cp : cps) {
+    for (int Hl : heads) {
       for (int D : dims) {
         const Config cfg = makeResolvedConfig(D, Hl, dtype, lseBase);
         // Alternate packed and strided layouts: the oracle reads both.
@@ -251,6 +256,18 @@ TEST_P(ReferenceSweep, MatchesFp64Oracle) {
       }
     }
   }
+}
+
+TEST_P(ReferenceSweep, MatchesFp64Oracle) {
+  const bool fp32 = std::get<0>(GetParam()) == ncclFloat32;
+  sweep(GetParam(), {1, 2, 3, 4, 8}, {1, 3, 16}, fp32 ? std::vector<int>{4, 64, 516} : std::vector<int>{8, 128, 520});
+}
+
+// Groups beyond what loopback runs on one GPU (16 virtual ranks), up to
+// NCCL_DCP_MAX_RANKS, odd sizes included.
+TEST_P(ReferenceSweep, LargeGroupsMatchFp64Oracle) {
+  const bool fp32 = std::get<0>(GetParam()) == ncclFloat32;
+  sweep(GetParam(), {17, 31, 48, NCCL_DCP_MAX_RANKS}, {1, 3}, fp32 ? std::vector<int>{4, 36} : std::vector<int>{8, 72});
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -500,6 +517,126 @@ TEST_P(ReferenceLayout, NullOutLseLeavesOutUnchanged) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, ReferenceLayout, ::testing::Values(ncclBfloat16, ncclFloat16, ncclFloat32),
+                         [](const ::testing::TestParamInfo<ncclDataType_t>& info) { return dtypeParamName(info.param); });
+
+// ---------------------------------------------------------------------------
+// countMismatches: the comparison behind every GPU test and the perf
+// binary's #wrong must see every kind of wrong output.
+
+class CountMismatches : public ::testing::TestWithParam<ncclDataType_t> {
+ protected:
+  static constexpr int kRanks = 3, kHeads = 2, kBatch = 2;
+
+  void SetUp() override {
+    const int D = GetParam() == ncclFloat32 ? 4 : 8;
+    cfg = makeResolvedConfig(D, kHeads, GetParam(), ncclDcpLseBase2);
+    s = packedStrides(cfg, kRanks);
+    std::mt19937_64 rng(test::freshSeed());
+    want = test::makeInputs(cfg, kRanks, kBatch, s, LseMix::Normal, rng);
+    runReference(cfg, kRanks, kBatch, s, want);
+    got = want;
+  }
+
+  size_t count(std::string* first = nullptr) {
+    std::vector<CallBuffers> g, w;
+    for (int r = 0; r < kRanks; r++) {
+      g.push_back(got[r].buffers());
+      w.push_back(want[r].buffers());
+    }
+    return countMismatches(cfg, kRanks, kBatch, s, g.data(), w.data(), first);
+  }
+
+  int64_t outIndex(int b, int j, int d) const { return b * s.outRow + j * s.outHead + d; }
+  float& outLse(std::vector<RankTensors>& t, int r, int b, int j) { return t[r].outLse[b * s.outLseRow + j * s.outLseHead]; }
+  float wantOut(int r, int b, int j, int d) const { return loadElement(cfg.dtype, want[r].out.data(), outIndex(b, j, d)); }
+  void setOut(int r, int b, int j, int d, float v) { storeElement(cfg.dtype, got[r].out.data(), outIndex(b, j, d), v); }
+
+  Config cfg{};
+  Strides s{};
+  std::vector<RankTensors> want, got;
+};
+
+TEST_P(CountMismatches, EqualOutputsMatch) {
+  std::string first = "untouched";
+  EXPECT_EQ(count(&first), 0u);
+  EXPECT_EQ(first, "untouched");
+}
+
+TEST_P(CountMismatches, OneWrongElementIsCountedAndNamed) {
+  // 1.5 in a [-1, 1] output is wrong in every dtype, far beyond rounding.
+  setOut(2, 1, 1, 3, wantOut(2, 1, 1, 3) + 1.5f);
+  std::string first;
+  EXPECT_EQ(count(&first), 1u);
+  EXPECT_NE(first.find("rank 2 out[1][1][3]"), std::string::npos) << first;
+}
+
+TEST_P(CountMismatches, ToleranceIsOneUnitOfRounding) {
+  // At 1.0 one unit of rounding is exactly representable in every dtype:
+  // one unit away is accepted, three are not (fp32 allows 1e-5 + 1e-5).
+  const float unit = cfg.dtype == ncclBfloat16 ? 1.f / 128 : cfg.dtype == ncclFloat16 ? 1.f / 1024 : 1e-5f;
+  for (int d = 0; d < cfg.headDim; d++) {
+    storeElement(cfg.dtype, want[0].out.data(), outIndex(0, 0, d), 1.f);
+    setOut(0, 0, 0, d, 1.f);
+  }
+  setOut(0, 0, 0, 0, 1.f + unit);
+  setOut(0, 0, 0, 1, 1.f - unit);
+  EXPECT_EQ(count(), 0u) << "one unit of rounding";
+  setOut(0, 0, 0, 2, 1.f + 3 * unit);
+  EXPECT_EQ(count(), 1u) << "three units of rounding";
+}
+
+TEST_P(CountMismatches, NanAndInfinityAreWrong) {
+  setOut(0, 0, 0, 0, std::nanf(""));
+  setOut(1, 1, 0, 1, INFINITY);
+  setOut(1, 1, 1, 2, -INFINITY);
+  EXPECT_EQ(count(), 3u);
+}
+
+TEST_P(CountMismatches, PoisonedOutputsAreAllWrong) {
+  // What a call that never wrote its output leaves behind: 0xff bytes.
+  memset(got[1].out.data(), 0xff, got[1].out.size());
+  memset(got[1].outLse.data(), 0xff, got[1].outLse.size() * sizeof(float));
+  const size_t elements = (size_t)kBatch * kHeads * cfg.headDim, lses = (size_t)kBatch * kHeads;
+  EXPECT_EQ(count(), elements + lses);
+  // Zeroed outputs are wrong too (the inputs are never all zero).
+  got = want;
+  memset(got[0].out.data(), 0, got[0].out.size());
+  EXPECT_EQ(count(), elements);
+}
+
+TEST_P(CountMismatches, WrongOutLseIsCounted) {
+  outLse(got, 0, 0, 0) += 0.01f;
+  outLse(got, 1, 1, 1) = std::nanf("");
+  outLse(got, 2, 0, 1) = INFINITY;
+  std::string first;
+  EXPECT_EQ(count(&first), 3u);
+  EXPECT_NE(first.find("rank 0 outLse[0][0]"), std::string::npos) << first;
+}
+
+TEST_P(CountMismatches, EmptyRowsNeedMinusInfinityExactly) {
+  outLse(want, 1, 0, 0) = -INFINITY;
+  outLse(got, 1, 0, 0) = -INFINITY;
+  EXPECT_EQ(count(), 0u);
+  for (float g : {-1e30f, 0.f, INFINITY, std::nanf("")}) {
+    outLse(got, 1, 0, 0) = g;
+    EXPECT_EQ(count(), 1u) << "outLse " << g << " for an empty row";
+  }
+}
+
+TEST_P(CountMismatches, OutLseIgnoredWhenNotWanted) {
+  for (RankTensors& t : want) t.outLse.clear();  // buffers() gives NULL
+  for (RankTensors& t : got) std::fill(t.outLse.begin(), t.outLse.end(), std::nanf(""));
+  EXPECT_EQ(count(), 0u);
+}
+
+TEST_P(CountMismatches, EveryRankIsCompared) {
+  for (int r = 0; r < kRanks; r++) setOut(r, kBatch - 1, kHeads - 1, cfg.headDim - 1, 2.f);
+  std::string first;
+  EXPECT_EQ(count(&first), (size_t)kRanks);
+  EXPECT_NE(first.find("rank 0 "), std::string::npos) << first;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, CountMismatches, ::testing::Values(ncclBfloat16, ncclFloat16, ncclFloat32),
                          [](const ::testing::TestParamInfo<ncclDataType_t>& info) { return dtypeParamName(info.param); });
 
 // ---------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 // plain host buffers stand in for device memory.
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "error.h"
@@ -167,6 +168,37 @@ TEST(PublicApi, DestroyGroupRejectsNullArray) {
 TEST(PublicApi, DestroyOfNullContextIsANoOp) {
   EXPECT_ACCEPTED(ncclDcpContextDestroy(nullptr));
   EXPECT_STREQ(ncclDcpGetLastError(), "");
+}
+
+TEST(PublicApi, DestroyGroupSkipsNullEntries) {
+  ncclDcpContext_t ctxs[3] = {nullptr, nullptr, nullptr};
+  EXPECT_ACCEPTED(ncclDcpContextDestroyGroup(3, ctxs));
+  EXPECT_ACCEPTED(ncclDcpContextDestroyGroup(0, nullptr));
+}
+
+// Each thread reads the message of its own last failed call: another
+// thread's failure neither shows nor clears it.
+TEST(PublicApi, LastErrorIsPerThread) {
+  ASSERT_EQ(ncclDcpGetVersion(nullptr), ncclInvalidArgument);
+  const std::string mine = ncclDcpGetLastError();
+  ASSERT_NE(mine.find("version"), std::string::npos) << mine;
+  std::string otherBefore, otherAfter;
+  std::thread other([&] {
+    otherBefore = ncclDcpGetLastError();
+    size_t bytes = 0;
+    ncclDcpWorkspaceSize(nullptr, 2, &bytes);
+    otherAfter = ncclDcpGetLastError();
+  });
+  other.join();
+  EXPECT_EQ(otherBefore, "") << "a new thread starts with no error";
+  EXPECT_NE(otherAfter.find("config"), std::string::npos) << otherAfter;
+  EXPECT_EQ(ncclDcpGetLastError(), mine) << "another thread's failure replaced this thread's message";
+  // A success on another thread does not clear this thread's message either.
+  std::thread([] {
+    int v = 0;
+    ncclDcpGetVersion(&v);
+  }).join();
+  EXPECT_EQ(ncclDcpGetLastError(), mine);
 }
 
 TEST(PublicApi, GetTopologyRejectsNullContext) {
