@@ -69,6 +69,65 @@ CallBuffers RankTensors::buffers() {
   return {partialOut.data(), partialLse.data(), out.data(), outLse.empty() ? nullptr : outLse.data()};
 }
 
+Strides paddedStrides(const Config& cfg, int nRanks) {
+  const int64_t D = cfg.headDim, Hl = cfg.localHeads, cp = nRanks;
+  Strides s;
+  s.inPeer = D;
+  s.inHead = cp * D;
+  s.inRow = Hl * cp * D + 8;
+  s.lsePeer = 1;
+  s.lseHead = cp;
+  s.lseRow = Hl * cp + 3;
+  s.outHead = D + 8;
+  s.outRow = Hl * (D + 8) + 16;
+  s.outLseHead = 2;
+  s.outLseRow = 2 * Hl + 3;
+  return s;
+}
+
+ncclDcpStrides_t apiStrides(const Strides& s) {
+  ncclDcpStrides_t a = NCCL_DCP_STRIDES_INITIALIZER;
+  a.inRow = s.inRow;
+  a.inPeer = s.inPeer;
+  a.inHead = s.inHead;
+  a.lseRow = s.lseRow;
+  a.lsePeer = s.lsePeer;
+  a.lseHead = s.lseHead;
+  a.outRow = s.outRow;
+  a.outHead = s.outHead;
+  a.outLseRow = s.outLseRow;
+  a.outLseHead = s.outLseHead;
+  return a;
+}
+
+size_t touchedPadding(const Config& cfg, int batch, const Strides& s, const RankTensors& got, std::string* first) {
+  const int e = cfg.eltSize;
+  std::vector<bool> written(got.out.size() / e, false), lseWritten(got.outLse.size(), false);
+  for (int b = 0; b < batch; b++)
+    for (int j = 0; j < cfg.localHeads; j++) {
+      for (int d = 0; d < cfg.headDim; d++) written[b * s.outRow + j * s.outHead + d] = true;
+      if (!got.outLse.empty()) lseWritten[b * s.outLseRow + j * s.outLseHead] = true;
+    }
+  size_t touched = 0;
+  auto note = [&](const char* what, size_t i) {
+    if (touched++ == 0 && first) *first = std::string(what) + " element " + std::to_string(i) + " outside the view";
+  };
+  for (size_t i = 0; i < written.size(); i++)
+    for (int k = 0; k < e && !written[i]; k++)
+      if (got.out[i * e + k] != 0xff) {
+        note("out", i);
+        break;
+      }
+  const uint8_t* lse = (const uint8_t*)got.outLse.data();
+  for (size_t i = 0; i < lseWritten.size(); i++)
+    for (int k = 0; k < 4 && !lseWritten[i]; k++)
+      if (lse[i * 4 + k] != 0xff) {
+        note("outLse", i);
+        break;
+      }
+  return touched;
+}
+
 size_t viewElements(const Strides& s, int batch, int nRanks, int localHeads, int headDim, bool input) {
   if (batch == 0) return 0;
   int64_t last = headDim;
@@ -99,7 +158,8 @@ std::vector<RankTensors> makeInputs(const Config& cfg, int nRanks, int batch, co
     for (size_t i = 0; i < inElems; i++) storeElement(cfg.dtype, t.partialOut.data(), i, value(rng));
     for (float& l : t.partialLse) l = lseDist(rng);
     t.out.assign(outElems * cfg.eltSize, 0xff);
-    t.outLse.assign(lseViewElements(s, batch, nRanks, cfg.localHeads, false), nan);
+    t.outLse.resize(lseViewElements(s, batch, nRanks, cfg.localHeads, false));
+    memset(t.outLse.data(), 0xff, t.outLse.size() * sizeof(float));
   }
   if (mix == LseMix::Normal) return ranks;
   // Overwrite some (row, head) columns across sources with special values.

@@ -81,6 +81,20 @@ struct RankTensors {
   CallBuffers buffers();  // host pointers
 };
 
+// A strided layout of every tensor, as attention kernels and serving
+// engines hand them over: the transposed input [B][Hl][cp][D] with padded
+// rows, a transposed LSE, padded output heads and rows, a spaced outLse.
+// Valid for every dtype (paddings are 16-byte multiples).
+Strides paddedStrides(const Config& cfg, int nRanks);
+// The same strides as the public struct.
+ncclDcpStrides_t apiStrides(const Strides& s);
+
+// Bytes of got's out and outLse outside the elements a call of `batch`
+// rows writes (the padding of strided views, rows past the batch) that are
+// no longer 0xff: a call must leave them poisoned. Describes the first.
+size_t touchedPadding(const Config& cfg, int batch, const Strides& s, const RankTensors& got,
+                      std::string* first = nullptr);
+
 // Elements a strided view needs: 1 + sum (count - 1) * stride + inner - 1.
 size_t viewElements(const Strides& s, int batch, int nRanks, int localHeads, int headDim, bool input);
 size_t lseViewElements(const Strides& s, int batch, int nRanks, int localHeads, bool input);

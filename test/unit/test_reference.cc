@@ -204,24 +204,6 @@ Config makeResolvedConfig(int headDim, int localHeads, ncclDataType_t dtype, int
   return c;
 }
 
-// The transposed input view [B][Hl][cp][D] with a transposed LSE, and a
-// padded output: heads 8 elements apart beyond D, rows 16 elements beyond.
-Strides stridedLayout(const Config& cfg, int cp) {
-  const int64_t D = cfg.headDim, Hl = cfg.localHeads;
-  Strides s;
-  s.inPeer = D;
-  s.inHead = cp * D;
-  s.inRow = Hl * cp * D;
-  s.lsePeer = 1;
-  s.lseHead = cp;
-  s.lseRow = Hl * cp;
-  s.outHead = D + 8;
-  s.outRow = Hl * (D + 8) + 16;
-  s.outLseHead = 2;
-  s.outLseRow = 2 * Hl + 3;
-  return s;
-}
-
 std::string dtypeParamName(ncclDataType_t dtype) { return dtypeName(dtype); }
 
 // ---------------------------------------------------------------------------
@@ -245,7 +227,7 @@ void sweep(const SweepParam& param, std::initializer_list<int> cps, std::initial
         const Config cfg = makeResolvedConfig(D, Hl, dtype, lseBase);
         // Alternate packed and strided layouts: the oracle reads both.
         const bool strided = shape++ % 2 == 1;
-        const Strides s = strided ? stridedLayout(cfg, cp) : packedStrides(cfg, cp);
+        const Strides s = strided ? test::paddedStrides(cfg, cp) : packedStrides(cfg, cp);
         const int batch = batchDist(rng);
         SCOPED_TRACE(::testing::Message() << "cp " << cp << " Hl " << Hl << " D " << D << " batch " << batch
                                           << (strided ? " strided" : " packed"));
@@ -438,13 +420,9 @@ TEST_P(ReferenceLayout, StridedAndPackedAreBitwiseEqual) {
       const int Hl = 3, batch = 4, D = GetParam() == ncclFloat32 ? 12 : 24;
       SCOPED_TRACE(::testing::Message() << "lseBase " << lseBase << " cp " << cp);
       const Config cfg = makeResolvedConfig(D, Hl, GetParam(), lseBase);
-      const Strides packed = packedStrides(cfg, cp), strided = stridedLayout(cfg, cp);
+      const Strides packed = packedStrides(cfg, cp), strided = test::paddedStrides(cfg, cp);
       // The strided layout is one the entry point accepts.
-      ncclDcpStrides_t given = NCCL_DCP_STRIDES_INITIALIZER;
-      given.inRow = strided.inRow, given.inPeer = strided.inPeer, given.inHead = strided.inHead;
-      given.lseRow = strided.lseRow, given.lsePeer = strided.lsePeer, given.lseHead = strided.lseHead;
-      given.outRow = strided.outRow, given.outHead = strided.outHead;
-      given.outLseRow = strided.outLseRow, given.outLseHead = strided.outLseHead;
+      const ncclDcpStrides_t given = test::apiStrides(strided);
       Strides resolved{};
       ASSERT_EQ(resolveStrides(&given, cfg, cp, &resolved), ncclSuccess) << ncclDcpGetLastError();
       std::vector<RankTensors> a = test::makeInputs(cfg, cp, batch, packed, LseMix::Special, rng);
@@ -455,31 +433,20 @@ TEST_P(ReferenceLayout, StridedAndPackedAreBitwiseEqual) {
 
       const int e = cfg.eltSize;
       for (int r = 0; r < cp; r++) {
-        std::vector<bool> written(b[r].out.size() / e, false), lseWritten(b[r].outLse.size(), false);
         for (int row = 0; row < batch; row++) {
           for (int j = 0; j < Hl; j++) {
             const int64_t pi = row * packed.outRow + j * packed.outHead, si = row * strided.outRow + j * strided.outHead;
             EXPECT_EQ(memcmp(a[r].out.data() + pi * e, b[r].out.data() + si * e, (size_t)D * e), 0)
                 << "rank " << r << " out[" << row << "][" << j << "]";
-            for (int d = 0; d < D; d++) written[si + d] = true;
             const int64_t pl = row * packed.outLseRow + j * packed.outLseHead;
             const int64_t sl = row * strided.outLseRow + j * strided.outLseHead;
             EXPECT_EQ(memcmp(&a[r].outLse[pl], &b[r].outLse[sl], sizeof(float)), 0)
                 << "rank " << r << " outLse[" << row << "][" << j << "]";
-            lseWritten[sl] = true;
           }
         }
         // The padding of the strided outputs is left alone.
-        for (size_t i = 0; i < written.size(); i++) {
-          if (written[i]) continue;
-          for (int k = 0; k < e; k++) ASSERT_EQ(b[r].out[i * e + k], 0xff) << "rank " << r << " out element " << i;
-        }
-        for (size_t i = 0; i < lseWritten.size(); i++) {
-          if (lseWritten[i]) continue;
-          uint32_t bits;
-          memcpy(&bits, &b[r].outLse[i], 4);
-          ASSERT_EQ(bits, 0xffffffffu) << "rank " << r << " outLse element " << i;
-        }
+        std::string first;
+        EXPECT_EQ(test::touchedPadding(cfg, batch, strided, b[r], &first), 0u) << "rank " << r << ": " << first;
       }
     }
   }
