@@ -5,11 +5,13 @@
 // needed: checkCall never dereferences the buffers, so fake addresses and
 // plain host buffers stand in for device memory.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "error.h"
+#include "loopback.h"
 #include "test_util.h"
 #include "validate.h"
 
@@ -502,6 +504,20 @@ TEST(Ranks, OutOfRangeRejected) {
 
 TEST(Ranks, FullRangeAccepted) {
   for (int n : {1, 2, 3, 8, NCCL_DCP_MAX_RANKS}) EXPECT_ACCEPTED(checkRanks(n));
+}
+
+// Groups of 17 to 64 ranks run on NCCL ranks only: loopback holds at most
+// kMaxLoopbackRanks virtual ranks (one launch) and says so before touching
+// the GPU. Their math and layout are tested on the CPU (test_reference.cc,
+// test_layout.cc).
+TEST(Ranks, LoopbackRefusesMoreVirtualRanksThanItHolds) {
+  const ncclDcpConfig_t cfg = validConfig();
+  for (int n : {kMaxLoopbackRanks + 1, NCCL_DCP_MAX_RANKS}) {
+    SCOPED_TRACE("nRanks " + std::to_string(n));
+    std::unique_ptr<Loopback> lb;
+    EXPECT_REJECTED(Loopback::create(&cfg, n, &lb), ncclInvalidArgument, std::to_string(kMaxLoopbackRanks));
+    EXPECT_EQ(lb, nullptr);
+  }
 }
 
 // ---------------------------------------------------------------------------
