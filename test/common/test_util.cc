@@ -69,6 +69,12 @@ CallBuffers RankTensors::buffers() {
   return {partialOut.data(), partialLse.data(), out.data(), outLse.empty() ? nullptr : outLse.data()};
 }
 
+Env forcedFallbackEnv() {
+  Env e;
+  e.forceFallback = true;
+  return e;
+}
+
 Strides paddedStrides(const Config& cfg, int nRanks) {
   const int64_t D = cfg.headDim, Hl = cfg.localHeads, cp = nRanks;
   Strides s;

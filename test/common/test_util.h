@@ -120,6 +120,19 @@ struct Mismatch {
 Mismatch compareOutputs(const Config& cfg, int nRanks, int batch, const Strides& strides,
                         const std::vector<RankTensors>& got, const std::vector<RankTensors>& want);
 
+// The library's environment (env()) replaced for one scope; not for
+// concurrent library calls that start or end inside it.
+struct ScopedEnv {
+  explicit ScopedEnv(const Env& e) : env(e) { setEnvForTesting(&env); }
+  ~ScopedEnv() { setEnvForTesting(nullptr); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  Env env;
+};
+
+// An environment with NCCL_DCP_FORCE_FALLBACK=1.
+Env forcedFallbackEnv();
+
 // Seeds of random test data. Each test draws from one base seed: the
 // --gtest_random_seed given, else a fresh one per test; freshSeed() returns
 // the next seed of the running test's sequence, so one flag replays every

@@ -47,19 +47,6 @@ struct CallOptions {
   bool capture = false;     // captured once, replayed 10 times
 };
 
-// Sets the library's environment for one scope.
-struct ScopedEnv {
-  explicit ScopedEnv(const Env& e) : env(e) { setEnvForTesting(&env); }
-  ~ScopedEnv() { setEnvForTesting(nullptr); }
-  Env env;
-};
-
-Env forcedFallback() {
-  Env e;
-  e.forceFallback = true;
-  return e;
-}
-
 // A one-rank communicator on device 0.
 class OneRankContext : public testing::Test {
  protected:
@@ -269,7 +256,7 @@ TEST_F(OneRankContext, InsideTheApplicationsWindow) {
 }
 
 TEST_F(OneRankContext, ForcedFallback) {
-  ScopedEnv env(forcedFallback());
+  ScopedEnv env(forcedFallbackEnv());
   for (ncclDataType_t dtype : {ncclBfloat16, ncclFloat32}) {
     SCOPED_TRACE(dtypeName(dtype));
     const ncclDcpConfig_t c = makeConfig(128, 4, dtype, ncclDcpLseBaseE, 8);
@@ -292,7 +279,7 @@ TEST_F(OneRankContext, ForcedFallback) {
 // The application's window under the forced fallback: the context is
 // created (on the fallback path, which needs no window) and works.
 TEST_F(OneRankContext, InsideTheApplicationsWindowUnderForcedFallback) {
-  ScopedEnv env(forcedFallback());
+  ScopedEnv env(forcedFallbackEnv());
   const ncclDcpConfig_t c = makeConfig(256, 2, ncclBfloat16, ncclDcpLseBase2, 8);
   size_t need = 0;
   DCP_ASSERT(ncclDcpWorkspaceSize(&c, 1, &need));
@@ -316,7 +303,7 @@ TEST_F(OneRankContext, InsideTheApplicationsWindowUnderForcedFallback) {
 TEST_F(OneRankContext, DestroyWaitsForCallsInFlight) {
   for (bool fallback : {false, true}) {
     SCOPED_TRACE(fallback ? "fallback" : "fused");
-    std::unique_ptr<ScopedEnv> env(fallback ? new ScopedEnv(forcedFallback()) : nullptr);
+    std::unique_ptr<ScopedEnv> env(fallback ? new ScopedEnv(forcedFallbackEnv()) : nullptr);
     const ncclDcpConfig_t c = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 16);
     Config cfg;
     ASSERT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess);
@@ -387,7 +374,7 @@ TEST_F(OneRankContext, CyclesLeakNothing) {
   const ncclDcpConfig_t c = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 256);
   for (bool fallback : {false, true}) {
     SCOPED_TRACE(fallback ? "fallback" : "fused");
-    std::unique_ptr<ScopedEnv> env(fallback ? new ScopedEnv(forcedFallback()) : nullptr);
+    std::unique_ptr<ScopedEnv> env(fallback ? new ScopedEnv(forcedFallbackEnv()) : nullptr);
     auto cycle = [&](bool withCall) {
       ncclDcpContext_t ctx = nullptr;
       DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &ctx));

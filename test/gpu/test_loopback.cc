@@ -524,13 +524,6 @@ TEST_P(LoopbackProto, HeadDimsAbove512AndHeadCountsAbove64) {
   runAndCheck(makeConfig(8, NCCL_DCP_MAX_LOCAL_HEADS, ncclBfloat16, ncclDcpLseBaseE, 4, P), 2, 5);
 }
 
-// Sets the library's environment for one scope.
-struct ScopedEnv {
-  explicit ScopedEnv(const Env& e) : env(e) { setEnvForTesting(&env); }
-  ~ScopedEnv() { setEnvForTesting(nullptr); }
-  Env env;
-};
-
 // AUTO with NCCL_DCP_SIMPLE_MIN_ROWS: the workspace carries a SIMPLE region
 // beside the LL128 one and each round picks its protocol by its rows (a
 // call of 19 rows at capacity 8 runs SIMPLE, SIMPLE, LL128). Calls mixing
