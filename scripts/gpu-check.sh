@@ -5,7 +5,9 @@
 # Logs go under $OUT when it is set (else build-gpu/logs).
 #
 #   scripts/gpu-check.sh [--plant-failure] [stage...]
-#     stages: build tests sanitize perf (default: all four); also nopdl noreread
+#     stages: build tests sanitize perf (default: all four); also nopdl
+#       noreread, and plants (each planted break of test/plants/plants.py
+#       must make its tests fail)
 #     --plant-failure: the tests stage adds one failing case to every test
 #       binary (test_main.cc's --dcp_plant_failure), to show that a failing
 #       case makes the whole run exit non-zero.
@@ -52,8 +54,10 @@ record() {  # record <status> <what...>
   fi
   echo "== ${summary[-1]}"
 }
+planted=""  # the plant applied right now (plants stage), reverted on any exit
 finish() {
   local status=$?
+  [ -z "$planted" ] || python3 test/plants/plants.py revert "$planted"
   [ "$status" -eq 0 ] || [ "$failures" -gt 0 ] || record "$status" "gpu-check.sh stopped early"
   echo
   echo "==== summary"
@@ -160,6 +164,43 @@ if has noreread; then
       -J "$LOGS/perf-LL128-noreread.json" > "$LOGS/perf-LL128-noreread.txt" 2>&1
   record $? "perf LL128 without re-read"
   tail -11 "$LOGS/perf-LL128-noreread.txt"
+fi
+
+# Planted breaks (test/plants/plants.py): each breaks the library in one
+# place; the tests listed with it must fail against it. One at a time:
+# apply, rebuild the binaries concerned, run, revert; the real library is
+# rebuilt at the end. Only plants whose tests fit this machine's GPUs run.
+if has plants; then
+  start=$SECONDS
+  while read -r -a plant; do  # name, then pairs of test binary and gtest filter
+    name=${plant[0]}
+    log=$LOGS/plant-$name.log
+    planted=$name
+    if ! python3 test/plants/plants.py apply "$name" > "$log" 2>&1; then
+      record 1 "plant $name: $(tail -1 "$log")"
+      planted=""
+      continue
+    fi
+    for ((i = 1; i + 1 < ${#plant[@]}; i += 2)); do
+      binary=${plant[i]} filter=${plant[i + 1]}
+      if ! ninja -C "$BUILD" "test/$binary" >> "$log" 2>&1; then
+        record 1 "plant $name: test/$binary does not build with the plant"
+        continue
+      fi
+      timeout 600 "$BUILD/test/$binary" --gtest_filter="$filter" > "$log.$binary" 2>&1
+      status=$?
+      failed=$(grep -c '^\[  FAILED  \] .*(' "$log.$binary")
+      if [ "$status" -ne 0 ]; then
+        record 0 "plant $name: $binary $filter failed as it must (status $status, $failed failed)"
+      else
+        record 1 "plant $name: $binary $filter PASSED against the planted break"
+      fi
+    done
+    python3 test/plants/plants.py revert "$name" >> "$log" 2>&1
+    planted=""
+  done < <(python3 test/plants/plants.py list --gpus "$NCCL_DCP_REQUIRE_GPU")
+  ninja -C "$BUILD" > "$LOGS/plants-rebuild.log" 2>&1
+  record $? "rebuild without plants ($((SECONDS - start)) s for the plants stage)"
 fi
 
 # A stage named on the command line that no block knows ran nothing.

@@ -15,8 +15,11 @@ import tempfile
 import unittest
 import xml.etree.ElementTree as et
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+sys.path.insert(0, HERE)
 import count_tests  # noqa: E402
+import tap  # noqa: E402
 
 PROJECT = "nccl-dcp"
 
@@ -246,47 +249,5 @@ class Expectations(unittest.TestCase):
         self.assertIn("--expect needs", "\n".join(lines))
 
 
-class TapResult(unittest.TestResult):
-    """Prints one TAP line per case as it ends."""
-
-    def __init__(self):
-        super().__init__()
-        self.number = 0
-
-    def line(self, ok, test, directive=""):
-        self.number += 1
-        print(f"{'ok' if ok else 'not ok'} {self.number} - {test.id().split('.', 1)[1]}{directive}")
-
-    def diagnose(self, test, err):
-        for text in self._exc_info_to_string(err, test).splitlines():
-            print(f"# {text}")
-
-    def addSuccess(self, test):
-        super().addSuccess(test)
-        self.line(True, test)
-
-    def addFailure(self, test, err):
-        super().addFailure(test, err)
-        self.line(False, test)
-        self.diagnose(test, err)
-
-    def addError(self, test, err):
-        super().addError(test, err)
-        self.line(False, test)
-        self.diagnose(test, err)
-
-    def addSkip(self, test, why):
-        super().addSkip(test, why)
-        self.line(True, test, f" # SKIP {why}")
-
-
-def main():
-    suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])
-    print(f"1..{suite.countTestCases()}")
-    result = TapResult()
-    suite.run(result)
-    return 0 if result.wasSuccessful() else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(tap.run_module(__name__))
