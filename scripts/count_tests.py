@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Counts GoogleTest cases in meson's testlog.junit.xml.
+"""Counts test cases in meson's testlog.junit.xml; fails on any failure,
+on a run where no case ran, and on a binary that reported fewer cases than
+it is expected to.
 
 meson's own closing lines count test binaries, not test cases; CI needs a
-plain count of cases (DESIGN §8). With `protocol: 'gtest'` meson merges each
-binary's GoogleTest XML into testlog.junit.xml, one <testcase> per case:
+plain count of cases (DESIGN §8). With `protocol: 'gtest'` (and 'tap') meson
+merges each binary's cases into testlog.junit.xml, one <testcase> per case:
 
   - a <failure> or <error> child: failed
   - a <skipped> child, or status="notrun" (DISABLED_ tests): skipped
@@ -18,6 +20,17 @@ So the per-binary results in testlog.json, next to the XML, are read too:
 a binary meson failed with no failed case counts one failure (its bare
 entry, if any, moves from passed to failed). --meson-exit-code is the last
 guard: non-zero with no failure counted counts one.
+
+meson reads a gtest binary's XML from a fixed path in the build directory:
+the caller must delete those files before `meson test` (scripts/gpu-check.sh
+does), or a binary that crashed before writing its XML is credited with the
+previous run's cases.
+
+A run in which no case passed or failed (everything filtered out or
+skipped) counts one failure. --expect FILE names, per binary, the fewest
+cases it must report (any outcome: a skip is visible, a case that vanished
+is not); a binary below its minimum, or listed but not run, counts one
+failure each.
 
 Prints the failed cases, the skipped count, and last the line
 `N passed, N failed`. Exits 1 when anything failed.
@@ -66,7 +79,8 @@ def read_cases(junit_path):
 
 
 def read_binary_results(json_path):
-    """{test name: meson result} from testlog.json (one JSON object a line)."""
+    """{meson test name: meson result} from testlog.json (one JSON object a
+    line). meson names a test '<project>:<suite> / <binary>'."""
     results = {}
     with open(json_path, encoding="utf-8") as f:
         for line in f:
@@ -82,12 +96,19 @@ def read_binary_results(json_path):
     return results
 
 
-def belongs_to(case, binary):
-    """Whether a junit case came from the meson test named `binary`.
+def short_name(test_name):
+    """The binary's own name in a meson test name ('nccl-dcp:unit / unit_env' -> 'unit_env')."""
+    return test_name.rsplit(" / ", 1)[-1]
 
-    GoogleTest suites are renamed '<project>.<binary>.<suite>'; a binary
-    without XML is a case named '<binary>' in a suite named '<project>'."""
-    return f".{binary}." in case.suite or (case.name == binary and "." not in case.suite)
+
+def belongs_to(case, test_name):
+    """Whether a junit case came from the meson test named `test_name`.
+
+    meson renames a GoogleTest suite '<project>.<test name>.<suite>', files
+    the cases of a TAP test under '<project>.<test name>', and records a
+    binary without cases as a case named '<test name>'."""
+    return (f".{test_name}." in case.suite or case.suite.endswith(f".{test_name}")
+            or case.name == test_name)
 
 
 def reconcile(cases, binary_results):
@@ -110,10 +131,56 @@ def reconcile(cases, binary_results):
     return extra
 
 
+def testlog_json_of(junit_path):
+    """meson writes <log>.junit.xml and <log>.json side by side (testlog, or
+    testlog-<setup or wrapper>)."""
+    if junit_path.endswith(".junit.xml"):
+        return junit_path[: -len(".junit.xml")] + ".json"
+    return os.path.join(os.path.dirname(junit_path), "testlog.json")
+
+
+def read_expectations(path):
+    """{binary: fewest cases} from lines 'binary minimum', '#' comments."""
+    expected = {}
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            words = line.split("#", 1)[0].split()
+            if not words:
+                continue
+            if len(words) != 2 or not words[1].isdigit():
+                raise ValueError(f"{path}:{number}: expected 'binary minimum-case-count', got {line.strip()!r}")
+            if words[0] in expected:
+                raise ValueError(f"{path}:{number}: {words[0]} listed twice")
+            expected[words[0]] = int(words[1])
+    return expected
+
+
+def check_expectations(cases, binary_results, expected):
+    """Messages for every listed binary that reported fewer cases than its
+    minimum or did not run, and notes for binaries run but not listed."""
+    problems, notes = [], []
+    by_short = {short_name(name): name for name in binary_results}
+    for binary, minimum in sorted(expected.items()):
+        if binary not in by_short:
+            problems.append(f"{binary}: did not run (expected at least {minimum} cases)")
+            continue
+        # A bare entry (the binary wrote no XML) is not one of its cases.
+        reported = sum(1 for c in cases if belongs_to(c, by_short[binary]) and c.name != by_short[binary])
+        if reported < minimum:
+            problems.append(f"{binary}: {reported} cases reported, at least {minimum} expected")
+    for binary in sorted(by_short):
+        if binary not in expected:
+            notes.append(f"{binary}: no minimum case count listed")
+    return problems, notes
+
+
 def summary(text):
     """GoogleTest messages start with the file:line on a line of its own:
-    keep it and the first line of the message proper."""
+    keep it and the first line of the message proper (after a bare
+    'Failed', which FAIL() writes)."""
     lines = [l.strip() for l in (text or "").strip().splitlines() if l.strip()]
+    if len(lines) > 2 and lines[1] == "Failed":
+        del lines[1]
     return ": ".join(lines[:2])
 
 
@@ -123,39 +190,7 @@ def reason(text):
     return lines[-1] if lines else "no reason given"
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("junit", help="meson-logs/testlog.junit.xml")
-    parser.add_argument("--meson-exit-code", type=int, default=0,
-                        help="exit code of `meson test`; non-zero counts at least one failure")
-    parser.add_argument("--testlog-json", default=None,
-                        help="meson's testlog.json (default: next to the junit file)")
-    args = parser.parse_args()
-
-    try:
-        cases = read_cases(args.junit)
-    except (OSError, et.ParseError) as e:
-        print(f"cannot read {args.junit}: {e}")
-        print("0 passed, 1 failed")
-        return 1
-
-    json_path = args.testlog_json or os.path.join(os.path.dirname(args.junit), "testlog.json")
-    if os.path.exists(json_path):
-        for note in reconcile(cases, read_binary_results(json_path)):
-            print(f"binary failed without a failed test case: {note}")
-    elif args.testlog_json:
-        print(f"warning: {json_path} not found: per-binary results not checked")
-
-    failed = [c for c in cases if c.outcome == "failed"]
-    skipped = [c for c in cases if c.outcome == "skipped"]
-    passed = sum(1 for c in cases if c.outcome == "passed")
-    n_failed = len(failed)
-    if args.meson_exit_code != 0 and n_failed == 0:
-        print(f"meson test exited with {args.meson_exit_code} but no test case failed: counting one failure")
-        n_failed = 1
-
-    for c in failed:
-        print(f"FAILED {c.label()}: {summary(c.message)}")
+def print_skips(skipped):
     reasons = {}
     for c in skipped:
         reasons[reason(c.message)] = reasons.get(reason(c.message), 0) + 1
@@ -170,6 +205,62 @@ def main():
         else:
             why = ""
         print(f"{len(skipped)} skipped{why}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("junit", help="meson-logs/testlog.junit.xml")
+    parser.add_argument("--meson-exit-code", type=int, default=0,
+                        help="exit code of `meson test`; non-zero counts at least one failure")
+    parser.add_argument("--testlog-json", default=None,
+                        help="meson's testlog.json (default: the .json beside the .junit.xml)")
+    parser.add_argument("--expect", default=None, metavar="FILE",
+                        help="lines 'binary minimum': the fewest cases each binary must report")
+    args = parser.parse_args(argv)
+
+    try:
+        cases = read_cases(args.junit)
+        expected = read_expectations(args.expect) if args.expect else None
+    except (OSError, et.ParseError, ValueError) as e:
+        print(f"cannot read the results: {e}")
+        print("0 passed, 1 failed")
+        return 1
+
+    json_path = args.testlog_json or testlog_json_of(args.junit)
+    binary_results = None
+    if os.path.exists(json_path):
+        binary_results = read_binary_results(json_path)
+        for note in reconcile(cases, binary_results):
+            print(f"binary failed without a failed test case: {note}")
+    elif args.testlog_json or expected is not None:
+        print(f"{json_path} not found: per-binary results not checked")
+
+    problems = []
+    if expected is not None:
+        if binary_results is None:
+            problems.append(f"--expect needs {json_path} (which binaries ran)")
+        else:
+            found, notes = check_expectations(cases, binary_results, expected)
+            problems += found
+            for n in notes:
+                print(f"note: {n}")
+
+    failed = [c for c in cases if c.outcome == "failed"]
+    skipped = [c for c in cases if c.outcome == "skipped"]
+    passed = sum(1 for c in cases if c.outcome == "passed")
+    n_failed = len(failed) + len(problems)
+    if passed + len(failed) == 0:
+        problems.append("no test case ran (every case was filtered out or skipped)")
+        n_failed += 1
+    if args.meson_exit_code != 0 and n_failed == 0:
+        print(f"meson test exited with {args.meson_exit_code} but no test case failed: counting one failure")
+        n_failed = 1
+
+    for c in failed:
+        print(f"FAILED {c.label()}: {summary(c.message)}")
+    for p in problems:
+        print(f"FAILED {p}")
+    print_skips(skipped)
     print(f"{passed} passed, {n_failed} failed")
     return 1 if n_failed else 0
 

@@ -1,20 +1,82 @@
 #!/usr/bin/env bash
-# On the GPU machine, in ONE command: configure, build, run the GPU suite
-# (NCCL_DCP_REQUIRE_GPU=<GPUs here>: a missing GPU fails), the compute-sanitizer
-# subset and the perf comparison; print a short summary. Logs go under
-# $OUT when it is set (else build-gpu/logs).
+# On the GPU machine, in ONE command: configure, build, run every test suite
+# (NCCL_DCP_REQUIRE_GPU=<GPUs here>: a missing GPU fails), the
+# compute-sanitizer subset and the perf comparison; print a short summary.
+# Logs go under $OUT when it is set (else build-gpu/logs).
 #
-#   scripts/gpu-check.sh [stage...]   stages: build tests topology sanitize perf python (default: all)
+#   scripts/gpu-check.sh [--plant-failure] [stage...]
+#     default stages: build tests topology sanitize perf python
+#     also: nopdl noreread (LL128 variants), timeline (-Dtimeline=true
+#       build, perf -T), stress (PDL / LL128 re-read stress), soak,
+#       sanitize-context, baseline (our all-to-all vs nccl-tests'
+#       alltoall_perf), plugin (the profiler plugin in alltoall_perf),
+#       nccl-latest (NCCL 2.30.7 from source, the suites against it),
+#       plants (each planted break of test/plants/plants.py must make its
+#       tests fail). baseline, plugin and nccl-latest need the sources
+#       carried in .deps/ (scripts/build-nccl-tests.sh, scripts/build-nccl.sh).
+#     --plant-failure: the tests stage adds one failing case to every test
+#       binary (test_main.cc's --dcp_plant_failure), to show that a failing
+#       case makes the whole run exit non-zero.
+#
+# Exit status: 0 only when every stage run passed; 1 otherwise (a failed
+# stage, a failed or missing test case, no test run at all). The summary,
+# one line per stage result, is printed last whatever happened.
+#
+# Adding a stage: a self-contained `if has <name>; then ... fi` block that
+# ends each result with `record <status> <what>` (status 0 = passed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=${BUILD:-build-gpu}
 LOGS=${OUT:-$BUILD/logs}
 mkdir -p "$LOGS"
-stages=${*:-build tests topology sanitize perf python}  # also: nopdl noreread plugin baseline
+
+plant=0
+stage_args=()
+for a in "$@"; do
+  case $a in
+    --plant-failure) plant=1 ;;
+    -*) echo "unknown option $a (see the header of $0)"; exit 2 ;;
+    *) stage_args+=("$a") ;;
+  esac
+done
+stages=${stage_args[*]:-build tests topology sanitize perf python}
+asked=" "  # every stage name a block asked about: the ones this script knows
+has() {
+  asked+="$1 "
+  [[ " $stages " == *" $1 "* ]]
+}
+
+# ---- results: one summary line per result; any failure fails the run.
 summary=()
-note() { summary+=("$*"); echo "== $*"; }
-has() { [[ " $stages " == *" $1 "* ]]; }
+failures=0
+record() {  # record <status> <what...>
+  local status=$1
+  shift
+  if [ "$status" -eq 0 ]; then
+    summary+=("ok    $*")
+  else
+    summary+=("FAIL  $* (status $status)")
+    failures=$((failures + 1))
+  fi
+  echo "== ${summary[-1]}"
+}
+planted=""  # the plant applied right now (plants stage), reverted on any exit
+finish() {
+  local status=$?
+  [ -z "$planted" ] || python3 test/plants/plants.py revert "$planted"
+  [ "$status" -eq 0 ] || [ "$failures" -gt 0 ] || record "$status" "gpu-check.sh stopped early"
+  echo
+  echo "==== summary"
+  printf '%s\n' "${summary[@]}"
+  if [ "$failures" -gt 0 ]; then
+    echo "==== $failures failed: exit 1"
+    exit 1
+  fi
+  echo "==== every stage passed"
+  exit 0
+}
+trap finish EXIT
 
 # Every GPU this machine has must be usable: tests needing up to that many
 # fail instead of skipping (multi-rank tests needing more still skip).
@@ -30,33 +92,47 @@ export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared hosts
 } > "$LOGS/env.txt" 2>&1
 cat "$LOGS/env.txt"
 
+PERF=$BUILD/perf/dcp_a2a_lse_reduce_perf
+PERF_ARGS=(-V 8 -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 10 -c 1)
+
 if has build; then
   start=$SECONDS
+  status=0
   if [ ! -f "$BUILD/build.ninja" ]; then
-    meson setup "$BUILD" --buildtype=release > "$LOGS/configure.log" 2>&1 || { cat "$LOGS/configure.log"; note "configure FAILED"; printf '%s\n' "${summary[@]}"; exit 1; }
+    meson setup "$BUILD" --buildtype=release > "$LOGS/configure.log" 2>&1 || { status=$?; cat "$LOGS/configure.log"; }
   fi
   grep -E "^Message: NCCL" "$LOGS/configure.log" 2>/dev/null
-  if ninja -C "$BUILD" > "$LOGS/build.log" 2>&1; then
-    note "build ok ($((SECONDS - start)) s)"
-  else
-    tail -40 "$LOGS/build.log"; note "build FAILED"; printf '%s\n' "${summary[@]}"; exit 1
+  if [ "$status" -eq 0 ]; then
+    ninja -C "$BUILD" > "$LOGS/build.log" 2>&1 || { status=$?; tail -40 "$LOGS/build.log"; }
   fi
+  record "$status" "build ($((SECONDS - start)) s)"
+  [ "$status" -eq 0 ] || exit 1  # nothing else can run
 fi
 
 if has tests; then
   start=$SECONDS
-  meson test -C "$BUILD" --suite unit --suite gpu --suite multi --num-processes 1 --print-errorlogs \
-    --timeout-multiplier 1 > "$LOGS/tests.log" 2>&1
-  rc=$?
+  # meson reads each gtest binary's XML from the build directory: one left by
+  # an earlier run would stand in for a binary that crashed before writing.
+  find "$BUILD" -maxdepth 1 -name '*.xml' -delete
+  rm -f "$BUILD"/meson-logs/testlog.*
+  test_args=()
+  [ "$plant" -eq 0 ] || test_args=(--test-args=--dcp_plant_failure)
+  meson test -C "$BUILD" --num-processes 1 --print-errorlogs --timeout-multiplier 1 "${test_args[@]}" \
+    > "$LOGS/tests.log" 2>&1
+  meson_status=$?
   cp "$BUILD/meson-logs/testlog.junit.xml" "$LOGS/testlog.junit.xml" 2>/dev/null
-  line=$(python3 scripts/count_tests.py "$BUILD/meson-logs/testlog.junit.xml" --meson-exit-code $rc 2>/dev/null | tail -1)
-  note "tests (unit+gpu+multi, NCCL_DCP_REQUIRE_GPU=$NCCL_DCP_REQUIRE_GPU): ${line:-no count} (meson rc $rc, $((SECONDS - start)) s)"
-  grep -E "^\s*[0-9]+/[0-9]+ .*(FAIL|TIMEOUT|ERROR)" "$LOGS/tests.log" | head -20
+  python3 scripts/count_tests.py "$BUILD/meson-logs/testlog.junit.xml" --meson-exit-code "$meson_status" \
+    --expect test/expected_cases.txt > "$LOGS/count.txt" 2>&1
+  status=$?
+  [ "$status" -ne 0 ] || [ "$meson_status" -eq 0 ] || status=$meson_status
+  grep -E "^(FAILED|note:)" "$LOGS/count.txt" | head -30
+  record "$status" "tests (NCCL_DCP_REQUIRE_GPU=$NCCL_DCP_REQUIRE_GPU$([ "$plant" -eq 0 ] || echo ", planted failure")):" \
+    "$(tail -1 "$LOGS/count.txt") (meson status $meson_status, $((SECONDS - start)) s)"
 fi
 
+# The topology report (DESIGN §5) beside what the driver says: the model's
+# dump of every GPU, thread pinning, and the report logged at create.
 if has topology; then
-  # The topology report (DESIGN §5) beside what the driver says: the model's
-  # dump of every GPU, thread pinning, and the report logged at create.
   {
     echo "## nvidia-smi topo -m"; nvidia-smi topo -m
     echo "## nvidia-smi nvlink -s"; nvidia-smi nvlink -s
@@ -69,62 +145,41 @@ if has topology; then
       NCCL_DCP_DEBUG=INFO "$BUILD/test/gpu_context" --gtest_filter='OneRankContext.TopologyReport'
     fi | grep -E "NCCL-DCP INFO (nccl-dcp topology|  )" | head -n 12
   } > "$LOGS/topology.txt" 2>&1
-  note "topology: full output in topology.txt"
+  record $? "topology (full output in topology.txt)"
   grep -E "^# |this machine|pinned|NCCL-DCP INFO" "$LOGS/topology.txt" | head -40
 fi
 
 if has sanitize; then
   start=$SECONDS
-  # Sanitizer runs are slow: give the device-side waits room.
-  export NCCL_DCP_TIMEOUT_MS=120000
-  filter='Transports/LoopbackMatrix.SpecialLseValues/*bf16_base2:Transports/LoopbackProto.BitwiseDeterministic/*:Transports/LoopbackProto.StridedEqualsPackedBitwise/*:Transports/LoopbackProto.RoundCounterWraps/LL128'
+  # Sanitizer runs are slow: give the device-side waits room. The strided
+  # test covers every dtype and base: LL128 only here.
+  filter='Transports/LoopbackMatrix.SpecialLseValues/*bf16_base2:Transports/LoopbackProto.BitwiseDeterministic/*:Transports/LoopbackProto.StridedEqualsPackedBitwise/LL128:Transports/LoopbackProto.RoundCounterWraps/LL128'
   for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --error-exitcode 99 "$BUILD/test/gpu_loopback" --gtest_filter="$filter" \
-      > "$LOGS/sanitize-$tool.log" 2>&1
-    rc=$?
+    NCCL_DCP_TIMEOUT_MS=120000 compute-sanitizer --tool $tool --error-exitcode 99 "$BUILD/test/gpu_loopback" \
+      --gtest_filter="$filter" > "$LOGS/sanitize-$tool.log" 2>&1
+    status=$?
     errs=$(grep -E "(ERROR|RACECHECK) SUMMARY" "$LOGS/sanitize-$tool.log" | tail -1)
     passed=$(grep -E "^\[  PASSED  \]" "$LOGS/sanitize-$tool.log" | tail -1)
-    note "compute-sanitizer $tool: rc $rc; ${errs:-no summary}; ${passed:-gtest did not pass}"
+    record "$status" "compute-sanitizer $tool: ${errs:-no summary}; ${passed:-gtest did not pass}"
   done
-  unset NCCL_DCP_TIMEOUT_MS
-  note "sanitize took $((SECONDS - start)) s"
+  echo "== sanitize took $((SECONDS - start)) s"
 fi
 
-if has perf && [ -x "$BUILD/perf/dcp_a2a_lse_reduce_perf" ]; then
+if has perf; then
   start=$SECONDS
   for P in ${PERF_PROTOS:-LL128 LL SIMPLE AUTO}; do
-    "$BUILD/perf/dcp_a2a_lse_reduce_perf" -V 8 -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 10 -c 1 -P $P \
-      -J "$LOGS/perf-$P.json" > "$LOGS/perf-$P.txt" 2>&1
-    note "perf $P: rc $? (table in perf-$P.txt)"
+    "$PERF" "${PERF_ARGS[@]}" -P "$P" -J "$LOGS/perf-$P.json" > "$LOGS/perf-$P.txt" 2>&1
+    record $? "perf $P (table in perf-$P.txt)"
     tail -14 "$LOGS/perf-$P.txt"
   done
-  note "perf took $((SECONDS - start)) s"
-fi
-
-# NCCL's own alltoall_perf (nccl-tests from .deps/nccl-tests) beside our
-# baseline's all-to-all alone (-B 2), same bytes per rank, -G 10, every GPU
-# here: the baseline is honest when it is within 10% at every size (issue 9).
-if has baseline && [ -x "$BUILD/perf/dcp_a2a_lse_reduce_perf" ]; then
-  g=$NCCL_DCP_REQUIRE_GPU
-  row=$((g * 16 * 512 * 2))  # bytes per row per rank: cp x Hl x D x bf16
-  if nt=$(scripts/build-nccl-tests.sh .deps/nccl-tests "$BUILD/nccl-tests" 2> "$LOGS/build-nccl-tests.log" | tail -1); then
-    "$nt/alltoall_perf" -g "$g" -G 10 -d bfloat16 -b $row -e $((row * 1024)) -f 2 > "$LOGS/alltoall_perf.txt" 2>&1
-    "$BUILD/perf/dcp_a2a_lse_reduce_perf" -g "$g" -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 10 -B 2 -F 0 \
-      -J "$LOGS/perf-a2a-alone.json" > "$LOGS/perf-a2a-alone.txt" 2>&1
-    python3 scripts/compare_alltoall.py "$LOGS/alltoall_perf.txt" "$LOGS/perf-a2a-alone.json" > "$LOGS/baseline.txt" 2>&1
-    rc=$?
-    note "baseline all-to-all vs alltoall_perf (-g $g): rc $rc ($(tail -1 "$LOGS/baseline.txt"))"
-    cat "$LOGS/baseline.txt"
-  else
-    note "baseline: nccl-tests did not build (build-nccl-tests.log)"
-  fi
+  echo "== perf took $((SECONDS - start)) s"
 fi
 
 # LL128 without programmatic dependent launch, to weigh PDL (same build).
-if has nopdl && [ -x "$BUILD/perf/dcp_a2a_lse_reduce_perf" ]; then
-  NCCL_DCP_PDL=0 "$BUILD/perf/dcp_a2a_lse_reduce_perf" -V 8 -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 10 -c 1 -P LL128 \
-    -J "$LOGS/perf-LL128-nopdl.json" > "$LOGS/perf-LL128-nopdl.txt" 2>&1
-  note "perf LL128 with NCCL_DCP_PDL=0: rc $?"
+if has nopdl; then
+  NCCL_DCP_PDL=0 "$PERF" "${PERF_ARGS[@]}" -P LL128 -J "$LOGS/perf-LL128-nopdl.json" \
+    > "$LOGS/perf-LL128-nopdl.txt" 2>&1
+  record $? "perf LL128 with NCCL_DCP_PDL=0"
   tail -11 "$LOGS/perf-LL128-nopdl.txt"
 fi
 
@@ -132,10 +187,123 @@ fi
 if has noreread; then
   meson setup build-noreread --buildtype=release -Dll128_reread=false > "$LOGS/configure-noreread.log" 2>&1 &&
     ninja -C build-noreread perf/dcp_a2a_lse_reduce_perf > "$LOGS/build-noreread.log" 2>&1 &&
-    build-noreread/perf/dcp_a2a_lse_reduce_perf -V 8 -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 10 -c 1 -P LL128 \
+    build-noreread/perf/dcp_a2a_lse_reduce_perf "${PERF_ARGS[@]}" -P LL128 \
       -J "$LOGS/perf-LL128-noreread.json" > "$LOGS/perf-LL128-noreread.txt" 2>&1
-  note "perf LL128 without re-read: rc $?"
+  record $? "perf LL128 without re-read"
   tail -11 "$LOGS/perf-LL128-noreread.txt"
+fi
+
+# The in-kernel timeline (DESIGN §7): a -Dtimeline=true build of the perf
+# binary, -T 1 on loopback LL128 and SIMPLE and on the real ranks.
+if has timeline; then
+  meson setup build-timeline --buildtype=release -Dtimeline=true -Dtests=false > "$LOGS/configure-timeline.log" 2>&1 &&
+    ninja -C build-timeline perf/dcp_a2a_lse_reduce_perf > "$LOGS/build-timeline.log" 2>&1
+  status=$?
+  if [ "$status" -eq 0 ]; then
+    for P in LL128 SIMPLE; do
+      build-timeline/perf/dcp_a2a_lse_reduce_perf -V 8 -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 32 -G 10 -c 0 -B 0 -F 0 \
+        -T 1 -P $P > "$LOGS/timeline-loopback-$P.txt" 2>&1 || status=$?
+    done
+    build-timeline/perf/dcp_a2a_lse_reduce_perf -g "$NCCL_DCP_REQUIRE_GPU" -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 32 \
+      -G 10 -c 0 -B 0 -F 0 -T 1 > "$LOGS/timeline-ranks.txt" 2>&1 || status=$?
+  fi
+  record "$status" "timeline (timeline-*.txt)"
+  grep -h "timeline rows" "$LOGS"/timeline-*.txt
+fi
+
+# PDL ordering and the LL128 re-read (DESIGN §4) under a producer that
+# triggers its dependents early and then rewrites the inputs: >= 10^6 calls
+# per rank, 0 mismatched words, with and without the re-read; loopback at
+# cp 8, and the real ranks when there are several GPUs.
+if has stress; then
+  start=$SECONDS
+  meson setup build-noreread --buildtype=release -Dll128_reread=false > "$LOGS/configure-noreread.log" 2>&1
+  for build in "$BUILD" build-noreread; do
+    ninja -C "$build" test/dcp_stress > "$LOGS/build-stress.log" 2>&1 || { record 1 "stress: $build does not build"; continue; }
+    runs=("-V 8")
+    [ "$NCCL_DCP_REQUIRE_GPU" -lt 2 ] || runs+=("-r $NCCL_DCP_REQUIRE_GPU")
+    for run in "${runs[@]}"; do
+      timeout 300 "$build/test/dcp_stress" $run -P LL128 -b 4 -n ${STRESS_CALLS:-1000000} > "$LOGS/stress.log" 2>&1
+      record $? "stress ($build) $(tail -1 "$LOGS/stress.log")"
+    done
+  done
+  echo "== stress took $((SECONDS - start)) s"
+fi
+
+# Soak (issue 11): >= 10^6 calls per rank with random batches (many above
+# maxBatch), graph replays between eager calls, every 1000th call checked
+# against the CPU reference; 0 mismatches and no asynchronous error.
+# Loopback at cp 8 (AUTO with SIMPLE for rounds of >= 12 rows, so LL128 and
+# SIMPLE alternate in one context; then LL), then NCCL ranks on every GPU.
+if has soak; then
+  start=$SECONDS
+  if ninja -C "$BUILD" test/dcp_soak > "$LOGS/build-soak.log" 2>&1; then
+    for run in "loopback:-V 8" "loopback-LL:-V 8 -P LL" "ranks:"; do
+      name=${run%%:*}
+      NCCL_DCP_SIMPLE_MIN_ROWS=12 timeout 300 "$BUILD/test/dcp_soak" ${run#*:} -n 1000000 > "$LOGS/soak-$name.log" 2>&1
+      record $? "soak $name: $(grep -E '^soak: (loopback|NCCL ranks) ' "$LOGS/soak-$name.log" | tail -1 | cut -c7-)"
+      grep -E "^soak: (worker|call|setup)" "$LOGS/soak-$name.log" | head -5
+    done
+  else
+    record 1 "soak: test/dcp_soak does not build"
+  fi
+  echo "== soak took $((SECONDS - start)) s"
+fi
+
+# compute-sanitizer on the loopback subset, the 1-rank NCCL context (create,
+# calls, graph, fallback, in-window create, stream binding) and create's unwind.
+if has sanitize-context; then
+  start=$SECONDS
+  loopback_filter='Transports/LoopbackMatrix.SpecialLseValues/*bf16_base2:Transports/LoopbackProto.BitwiseDeterministic/*:Transports/LoopbackProto.StridedEqualsPackedBitwise/LL128:Transports/LoopbackProto.RoundCounterWraps/LL128'
+  context_filter='OneRankContext.TopologyReport:OneRankContext.GraphCaptureReplays:OneRankContext.InsideTheApplicationsWindow:OneRankContext.ForcedFallback:OneRankContext.StreamIsBoundByTheFirstCall'
+  unwind_filter='CreateUnwind.FusedPathEveryStep:CreateUnwind.BadArgumentsAreRefusedInTheFirstStep'
+  for tool in memcheck racecheck synccheck; do
+    for target in "gpu_loopback:$loopback_filter" "gpu_context:$context_filter" "gpu_create_unwind:$unwind_filter"; do
+      bin=${target%%:*}
+      log=$LOGS/sanitize-context-$tool-$bin.log
+      NCCL_DCP_TIMEOUT_MS=120000 compute-sanitizer --tool $tool --error-exitcode 99 "$BUILD/test/$bin" \
+        --gtest_filter="${target#*:}" > "$log" 2>&1
+      status=$?
+      errs=$(grep -E "(ERROR|RACECHECK|SYNCCHECK) SUMMARY" "$log" | tail -1)
+      passed=$(grep -E "^\[  PASSED  \]" "$log" | tail -1)
+      record "$status" "compute-sanitizer $tool $bin: ${errs:-no summary}; ${passed:-gtest did not pass}"
+    done
+  done
+  echo "== sanitize-context took $((SECONDS - start)) s"
+fi
+
+# The PyTorch binding (python/): the torchrun tests on every GPU, then the
+# decode example.
+if has python; then
+  start=$SECONDS
+  torchrun=(env NCCL_DCP_LIB="$ROOT/$BUILD/libnccl_dcp.so" PYTHONPATH="$ROOT/python"
+    "${TORCH_PYTHON:-/opt/torch/.venv/bin/python}" -m torch.distributed.run --standalone
+    --nproc-per-node "$NCCL_DCP_REQUIRE_GPU")
+  "${torchrun[@]}" python/tests/gpu_torchrun.py --junit "$LOGS/python-gpu.junit.xml" > "$LOGS/python-gpu.log" 2>&1
+  status=$?
+  line=$(grep -E "^[0-9]+ passed, [0-9]+ failed$" "$LOGS/python-gpu.log" | tail -1)
+  record "$status" "python tests (torchrun, $NCCL_DCP_REQUIRE_GPU rank(s)): ${line:-no count} ($((SECONDS - start)) s)"
+  grep -E "^ *FAIL" "$LOGS/python-gpu.log" | head -20
+  "${torchrun[@]}" examples/torch_dcp_decode.py > "$LOGS/python-example.log" 2>&1
+  record $? "python example torch_dcp_decode.py (table in python-example.log)"
+  tail -8 "$LOGS/python-example.log"
+fi
+
+# Our baseline's all-to-all alone (-B 2) against NCCL's own alltoall_perf
+# (nccl-tests, built from .deps/nccl-tests) over the same bytes: within 10%.
+if has baseline; then
+  g=$NCCL_DCP_REQUIRE_GPU
+  row=$((g * 16 * 512 * 2))  # bytes per row per rank: cp x Hl x D x bf16
+  if nt=$(scripts/build-nccl-tests.sh .deps/nccl-tests "$BUILD/nccl-tests" 2> "$LOGS/build-nccl-tests.log" | tail -1); then
+    "$nt/alltoall_perf" -g "$g" -G 10 -d bfloat16 -b $row -e $((row * 1024)) -f 2 > "$LOGS/alltoall_perf.txt" 2>&1
+    "$PERF" -g "$g" -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 10 -B 2 -F 0 \
+      -J "$LOGS/perf-a2a-alone.json" > "$LOGS/perf-a2a-alone.txt" 2>&1
+    python3 scripts/compare_alltoall.py "$LOGS/alltoall_perf.txt" "$LOGS/perf-a2a-alone.json" > "$LOGS/baseline.txt" 2>&1
+    record $? "baseline all-to-all vs alltoall_perf (-g $g): $(tail -1 "$LOGS/baseline.txt")"
+    cat "$LOGS/baseline.txt"
+  else
+    record 1 "baseline: nccl-tests did not build (build-nccl-tests.log)"
+  fi
 fi
 
 # The profiler plugin in NCCL's own alltoall_perf, unmodified (issue 15):
@@ -164,7 +332,8 @@ if has plugin; then
     rc=$?
     python3 scripts/check_plugin_report.py counts "$LOGS"/plugin-report-*.json "$LOGS/plugin-alltoall.log" \
       > "$LOGS/plugin-check.txt" 2>&1
-    note "plugin: alltoall_perf -g $g rc $rc; report check rc $? ($(tail -1 "$LOGS/plugin-check.txt"))"
+    check=$?
+    record $((rc | check)) "plugin: alltoall_perf -g $g status $rc; report check: $(tail -1 "$LOGS/plugin-check.txt")"
     cat "$LOGS/plugin-check.txt"
     grep -h "NCCL-DCP profiler: " "$LOGS"/plugin-nccl-*.log | grep -v "report written" | head -40
     for run in base plugin nokernel; do
@@ -178,79 +347,59 @@ if has plugin; then
     done
     python3 scripts/check_plugin_report.py overhead "$LOGS"/plugin-overhead-{base,plugin,nokernel}.log \
       > "$LOGS/plugin-overhead.md" 2>&1
-    note "plugin overhead (alltoall_perf -g $g, out-of-place us): rc $? (table in plugin-overhead.md)"
+    record $? "plugin overhead (alltoall_perf -g $g, out-of-place us; table in plugin-overhead.md)"
     cat "$LOGS/plugin-overhead.md"
     env "${profile[@]}" "${report[@]}" NCCL_DCP_PROFILE_FILE="$LOGS/plugin-dcp-%p.json" \
       "$BUILD/perf/dcp_a2a_lse_reduce_perf" -g "$g" -b 1 -e 16 -f 4 > "$LOGS/plugin-dcp.txt" 2>&1
     rc=$?
     python3 scripts/check_plugin_report.py dcp "$LOGS"/plugin-dcp-*.json > "$LOGS/plugin-dcp-check.txt" 2>&1
-    note "plugin: nccl-dcp calls in the report: perf rc $rc, check rc $? ($(tail -1 "$LOGS/plugin-dcp-check.txt"))"
+    check=$?
+    record $((rc | check)) "plugin: nccl-dcp calls in the report: perf status $rc; $(tail -1 "$LOGS/plugin-dcp-check.txt")"
   else
-    note "plugin: skipped (no .deps/nccl-tests build: see plugin-nccl-tests-build.log, or no $plugin_so)"
+    record 1 "plugin: no .deps/nccl-tests build (plugin-nccl-tests-build.log) or no $plugin_so"
   fi
-  note "plugin took $((SECONDS - start)) s"
-# The PyTorch binding (python/) on torch's own communicator, one rank per
-# GPU: the tests against PyTorch's all_to_all_single + merge, then the MLA
-# decode example (checked against full attention, timed). Fails the script.
-if has python; then
-  start=$SECONDS
-  torchrun=(env NCCL_DCP_LIB="$(cd "$BUILD" && pwd)/libnccl_dcp.so" PYTHONPATH="$ROOT/python"
-    "${TORCH_PYTHON:-/opt/torch/.venv/bin/python}" -m torch.distributed.run --standalone
-    --nproc-per-node "$NCCL_DCP_REQUIRE_GPU")
-  "${torchrun[@]}" python/tests/gpu_torchrun.py --junit "$LOGS/python-gpu.junit.xml" > "$LOGS/python-gpu.log" 2>&1
-  rc=$?
-  line=$(grep -E "^[0-9]+ passed, [0-9]+ failed$" "$LOGS/python-gpu.log" | tail -1)
-  note "python tests (torchrun, $NCCL_DCP_REQUIRE_GPU rank(s)): ${line:-no count} (rc $rc, $((SECONDS - start)) s)"
-  grep -E "^ *FAIL" "$LOGS/python-gpu.log" | head -20
-  "${torchrun[@]}" examples/torch_dcp_decode.py > "$LOGS/python-example.log" 2>&1
-  erc=$?
-  note "python example torch_dcp_decode.py: rc $erc (table in python-example.log)"
-  tail -8 "$LOGS/python-example.log"
-  if [ "$rc" -ne 0 ] || [ "$erc" -ne 0 ]; then
-    tail -30 "$LOGS/python-gpu.log"; note "python FAILED"; printf '%s\n' "${summary[@]}"; exit 1
-  fi
-# Soak (issue 11): >= 10^6 calls per rank with random batches (many above
-# maxBatch), graph replays between eager calls, every 1000th call checked
-# against the CPU reference; 0 mismatches and no asynchronous error.
-# Loopback at cp 8 (AUTO with SIMPLE for rounds of >= 12 rows, so LL128 and
-# SIMPLE alternate in one context; then LL), then NCCL ranks on every GPU.
-if has soak; then
-  start=$SECONDS
-  ninja -C "$BUILD" test/dcp_soak > "$LOGS/build-soak.log" 2>&1 || { tail -20 "$LOGS/build-soak.log"; note "soak: build FAILED"; }
-  for run in "loopback:-V 8" "loopback-LL:-V 8 -P LL" "ranks:"; do
-    name=${run%%:*}
-    NCCL_DCP_SIMPLE_MIN_ROWS=12 timeout 300 "$BUILD/test/dcp_soak" ${run#*:} -n 1000000 > "$LOGS/soak-$name.log" 2>&1
-    rc=$?
-    note "soak $name: rc $rc; $(grep -E '^soak: (loopback|NCCL ranks) ' "$LOGS/soak-$name.log" | tail -1 | cut -c7-)"
-    grep -E "^soak: (worker|call|setup)" "$LOGS/soak-$name.log" | head -5
-  done
-  note "soak took $((SECONDS - start)) s"
+  echo "== plugin took $((SECONDS - start)) s"
 fi
 
-# compute-sanitizer memcheck, racecheck and synccheck (issue 11) on the
-# loopback subset and on the 1-rank NCCL context: create, calls (eager,
-# graph, fallback), destroy, create in the application's window, and
-# create's unwind from every step.
-if has sanitize-context; then
+# Planted breaks (test/plants/plants.py): each breaks the library in one
+# place; the tests listed with it must fail against it. One at a time:
+# apply, rebuild the binaries concerned, run, revert; the real library is
+# rebuilt at the end. Only plants whose tests fit this machine's GPUs run.
+if has plants; then
   start=$SECONDS
-  loopback_filter='Transports/LoopbackMatrix.SpecialLseValues/*bf16_base2:Transports/LoopbackProto.BitwiseDeterministic/*:Transports/LoopbackProto.StridedEqualsPackedBitwise/*:Transports/LoopbackProto.RoundCounterWraps/LL128'
-  context_filter='OneRankContext.TopologyReport:OneRankContext.GraphCaptureReplays:OneRankContext.InsideTheApplicationsWindow:OneRankContext.ForcedFallback:OneRankContext.StreamIsBoundByTheFirstCall'
-  unwind_filter='CreateUnwind.FusedPathEveryStep:CreateUnwind.BadArgumentsAreRefusedInTheFirstStep'
-  for tool in memcheck racecheck synccheck; do
-    for target in "gpu_loopback:$loopback_filter" "gpu_context:$context_filter" "gpu_create_unwind:$unwind_filter"; do
-      bin=${target%%:*}
-      # Sanitizer runs are slow: give the device-side waits room.
-      NCCL_DCP_TIMEOUT_MS=120000 compute-sanitizer --tool $tool --error-exitcode 99 "$BUILD/test/$bin" \
-        --gtest_filter="${target#*:}" > "$LOGS/sanitize-context-$tool-$bin.log" 2>&1
-      rc=$?
-      errs=$(grep -E "(ERROR|RACECHECK|SYNCCHECK) SUMMARY" "$LOGS/sanitize-context-$tool-$bin.log" | tail -1)
-      passed=$(grep -E "^\[  PASSED  \]" "$LOGS/sanitize-context-$tool-$bin.log" | tail -1)
-      note "compute-sanitizer $tool $bin: rc $rc; ${errs:-no summary}; ${passed:-gtest did not pass}"
+  while read -r -a plant; do  # name, then pairs of test binary and gtest filter
+    name=${plant[0]}
+    log=$LOGS/plant-$name.log
+    planted=$name
+    if ! python3 test/plants/plants.py apply "$name" > "$log" 2>&1; then
+      record 1 "plant $name: $(tail -1 "$log")"
+      planted=""
+      continue
+    fi
+    for ((i = 1; i + 1 < ${#plant[@]}; i += 2)); do
+      binary=${plant[i]} filter=${plant[i + 1]}
+      if ! ninja -C "$BUILD" "test/$binary" >> "$log" 2>&1; then
+        record 1 "plant $name: test/$binary does not build with the plant"
+        continue
+      fi
+      timeout 600 "$BUILD/test/$binary" --gtest_filter="$filter" > "$log.$binary" 2>&1
+      status=$?
+      failed=$(grep -c '^\[  FAILED  \] .*(' "$log.$binary")
+      if [ "$status" -ne 0 ]; then
+        record 0 "plant $name: $binary $filter failed as it must (status $status, $failed failed)"
+      else
+        record 1 "plant $name: $binary $filter PASSED against the planted break"
+      fi
     done
-  done
-  note "sanitize-context took $((SECONDS - start)) s"
+    python3 test/plants/plants.py revert "$name" >> "$log" 2>&1
+    planted=""
+  done < <(python3 test/plants/plants.py list --gpus "$NCCL_DCP_REQUIRE_GPU")
+  ninja -C "$BUILD" > "$LOGS/plants-rebuild.log" 2>&1
+  record $? "rebuild without plants ($((SECONDS - start)) s for the plants stage)"
 fi
 
-echo
-echo "==== summary"
-printf '%s\n' "${summary[@]}"
+# A stage named on the command line that no block knows ran nothing.
+for s in $stages; do
+  [[ "$asked" == *" $s "* ]] || record 1 "unknown stage '$s' (known:$asked)"
+done
+[ "${#summary[@]}" -gt 0 ] || record 1 "no stage ran"

@@ -1,8 +1,11 @@
 #include "test_util.h"
 
+#include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <sstream>
 
 #include "reference.h"
@@ -10,20 +13,44 @@
 namespace nccl_dcp {
 namespace test {
 
-int requiredGpus() {
-  const char* s = getenv("NCCL_DCP_REQUIRE_GPU");
-  return s ? atoi(s) : 0;
+bool parseRequiredGpus(const char* value, int* count, std::string* why) {
+  *count = 0;
+  if (value == nullptr || *value == '\0') return true;
+  char* end = nullptr;
+  errno = 0;
+  const long n = strtol(value, &end, 10);
+  if (errno != 0 || *end != '\0' || !isdigit((unsigned char)value[0]) || n > NCCL_DCP_MAX_RANKS) {
+    *why = std::string("NCCL_DCP_REQUIRE_GPU=") + value + " is not a GPU count in [0, " +
+           std::to_string(NCCL_DCP_MAX_RANKS) + "] (unset it, or set it to the GPUs this machine has)";
+    return false;
+  }
+  *count = (int)n;
+  return true;
 }
 
-int gpuCount(std::string* reason) {
-  int n = 0;  // left unwritten when there is no driver
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    if (reason) *reason = std::string(" (cudaGetDeviceCount: ") + cudaGetErrorString(e) + ")";
-    cudaGetLastError();
-    return 0;
+GpuGate gateGpus(int needed, const char* requireEnv, cudaError_t countError, int count) {
+  int required = 0;
+  std::string why;
+  if (!parseRequiredGpus(requireEnv, &required, &why)) return {GpuGate::Fail, why};
+  std::string found;
+  if (countError == cudaErrorNoDevice || countError == cudaErrorInsufficientDriver) {
+    count = 0;  // no GPU, or no driver: nothing to run on
+    found = std::string(" (cudaGetDeviceCount: ") + cudaGetErrorString(countError) + ")";
+  } else if (countError != cudaSuccess) {
+    return {GpuGate::Fail, std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(countError) + ": " +
+                               cudaGetErrorString(countError) + " (a broken driver or device, not a missing one)"};
   }
-  return n;
+  if (count >= needed) return {GpuGate::Run, ""};
+  const std::string need = "needs " + std::to_string(needed) + " GPU(s), found " + std::to_string(count) + found;
+  if (required >= needed) return {GpuGate::Fail, "NCCL_DCP_REQUIRE_GPU=" + std::to_string(required) + ": " + need};
+  return {GpuGate::Skip, need};
+}
+
+GpuGate gateGpus(int needed) {
+  int n = 0;  // left unwritten when there is no driver
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  cudaGetLastError();
+  return gateGpus(needed, getenv("NCCL_DCP_REQUIRE_GPU"), e, n);
 }
 
 ncclDcpConfig_t makeConfig(int headDim, int localHeads, ncclDataType_t dtype, int lseBase, int maxBatch,
@@ -40,6 +67,71 @@ ncclDcpConfig_t makeConfig(int headDim, int localHeads, ncclDataType_t dtype, in
 
 CallBuffers RankTensors::buffers() {
   return {partialOut.data(), partialLse.data(), out.data(), outLse.empty() ? nullptr : outLse.data()};
+}
+
+Env forcedFallbackEnv() {
+  Env e;
+  e.forceFallback = true;
+  return e;
+}
+
+Strides paddedStrides(const Config& cfg, int nRanks) {
+  const int64_t D = cfg.headDim, Hl = cfg.localHeads, cp = nRanks;
+  Strides s;
+  s.inPeer = D;
+  s.inHead = cp * D;
+  s.inRow = Hl * cp * D + 8;
+  s.lsePeer = 1;
+  s.lseHead = cp;
+  s.lseRow = Hl * cp + 3;
+  s.outHead = D + 8;
+  s.outRow = Hl * (D + 8) + 16;
+  s.outLseHead = 2;
+  s.outLseRow = 2 * Hl + 3;
+  return s;
+}
+
+ncclDcpStrides_t apiStrides(const Strides& s) {
+  ncclDcpStrides_t a = NCCL_DCP_STRIDES_INITIALIZER;
+  a.inRow = s.inRow;
+  a.inPeer = s.inPeer;
+  a.inHead = s.inHead;
+  a.lseRow = s.lseRow;
+  a.lsePeer = s.lsePeer;
+  a.lseHead = s.lseHead;
+  a.outRow = s.outRow;
+  a.outHead = s.outHead;
+  a.outLseRow = s.outLseRow;
+  a.outLseHead = s.outLseHead;
+  return a;
+}
+
+size_t touchedPadding(const Config& cfg, int batch, const Strides& s, const RankTensors& got, std::string* first) {
+  const int e = cfg.eltSize;
+  std::vector<bool> written(got.out.size() / e, false), lseWritten(got.outLse.size(), false);
+  for (int b = 0; b < batch; b++)
+    for (int j = 0; j < cfg.localHeads; j++) {
+      for (int d = 0; d < cfg.headDim; d++) written[b * s.outRow + j * s.outHead + d] = true;
+      if (!got.outLse.empty()) lseWritten[b * s.outLseRow + j * s.outLseHead] = true;
+    }
+  size_t touched = 0;
+  auto note = [&](const char* what, size_t i) {
+    if (touched++ == 0 && first) *first = std::string(what) + " element " + std::to_string(i) + " outside the view";
+  };
+  for (size_t i = 0; i < written.size(); i++)
+    for (int k = 0; k < e && !written[i]; k++)
+      if (got.out[i * e + k] != 0xff) {
+        note("out", i);
+        break;
+      }
+  const uint8_t* lse = (const uint8_t*)got.outLse.data();
+  for (size_t i = 0; i < lseWritten.size(); i++)
+    for (int k = 0; k < 4 && !lseWritten[i]; k++)
+      if (lse[i * 4 + k] != 0xff) {
+        note("outLse", i);
+        break;
+      }
+  return touched;
 }
 
 size_t viewElements(const Strides& s, int batch, int nRanks, int localHeads, int headDim, bool input) {
@@ -72,7 +164,8 @@ std::vector<RankTensors> makeInputs(const Config& cfg, int nRanks, int batch, co
     for (size_t i = 0; i < inElems; i++) storeElement(cfg.dtype, t.partialOut.data(), i, value(rng));
     for (float& l : t.partialLse) l = lseDist(rng);
     t.out.assign(outElems * cfg.eltSize, 0xff);
-    t.outLse.assign(lseViewElements(s, batch, nRanks, cfg.localHeads, false), nan);
+    t.outLse.resize(lseViewElements(s, batch, nRanks, cfg.localHeads, false));
+    memset(t.outLse.data(), 0xff, t.outLse.size() * sizeof(float));
   }
   if (mix == LseMix::Normal) return ranks;
   // Overwrite some (row, head) columns across sources with special values.
@@ -119,9 +212,46 @@ Mismatch compareOutputs(const Config& cfg, int nRanks, int batch, const Strides&
   return m;
 }
 
+namespace {
+
+// The seed sequence of the running test (gtest runs one test at a time).
+struct SeedSequence {
+  std::mutex mutex;
+  std::string test;   // suite.name of the test it belongs to
+  uint32_t base = 0;
+  uint64_t draws = 0;
+} gSeeds;
+
+std::string runningTest() {
+  const testing::TestInfo* t = testing::UnitTest::GetInstance()->current_test_info();
+  return t ? std::string(t->test_suite_name()) + "." + t->name() : std::string();
+}
+
+uint64_t splitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
 uint64_t freshSeed() {
-  std::random_device rd;
-  return ((uint64_t)rd() << 32) ^ rd();
+  std::lock_guard<std::mutex> lock(gSeeds.mutex);
+  const std::string test = runningTest();
+  if (gSeeds.base == 0 || test != gSeeds.test) {
+    // gtest accepts seeds in [1, 99999]: a base drawn here can be passed back.
+    const int32_t flag = GTEST_FLAG_GET(random_seed);
+    gSeeds.test = test;
+    gSeeds.base = flag > 0 ? (uint32_t)flag : std::random_device{}() % 99999u + 1u;
+    gSeeds.draws = 0;
+  }
+  return splitMix64(((uint64_t)gSeeds.base << 32) + gSeeds.draws++);
+}
+
+uint32_t testBaseSeed() {
+  std::lock_guard<std::mutex> lock(gSeeds.mutex);
+  return gSeeds.base != 0 && runningTest() == gSeeds.test ? gSeeds.base : 0;
 }
 
 DeviceBuffer::DeviceBuffer(size_t n) : bytes(n) {

@@ -1,7 +1,7 @@
 /*************************************************************************
  * Shared test helpers: GPU presence (skip, or fail under
- * NCCL_DCP_REQUIRE_GPU=1), checked CUDA/NCCL calls, fresh random inputs,
- * poisoned outputs, comparison against the CPU reference.
+ * NCCL_DCP_REQUIRE_GPU=N), checked CUDA/NCCL calls, seeds, fresh random
+ * inputs, poisoned outputs, comparison against the CPU reference.
  ************************************************************************/
 #ifndef NCCL_DCP_TEST_UTIL_H_
 #define NCCL_DCP_TEST_UTIL_H_
@@ -20,27 +20,38 @@
 namespace nccl_dcp {
 namespace test {
 
-// NCCL_DCP_REQUIRE_GPU=N: the machine has N GPUs, so a test needing at
-// most N that finds fewer fails instead of skipping (0 / unset: skip).
-int requiredGpus();
-// Usable CUDA devices; 0 (with the reason) when there is no driver or GPU.
-int gpuCount(std::string* reason = nullptr);
+// Whether a test that needs some GPUs runs, skips or fails.
+struct GpuGate {
+  enum Verdict { Run, Skip, Fail } verdict;
+  std::string message;  // why it skips or fails
+};
+
+// The decision of DCP_REQUIRE_GPUS, from its inputs (unit-tested):
+//  - requireEnv: NCCL_DCP_REQUIRE_GPU's value (NULL or "" = 0); anything but
+//    a GPU count in [0, NCCL_DCP_MAX_RANKS] fails the test;
+//  - countError / count: what cudaGetDeviceCount returned. No driver or no
+//    GPU (cudaErrorInsufficientDriver, cudaErrorNoDevice) is 0 GPUs; any
+//    other error fails the test (a broken driver must not read as a skip).
+// Fewer GPUs than needed skip, or fail when NCCL_DCP_REQUIRE_GPU >= needed.
+GpuGate gateGpus(int needed, const char* requireEnv, cudaError_t countError, int count);
+
+// gateGpus on this process's environment and devices.
+GpuGate gateGpus(int needed);
+
+// NCCL_DCP_REQUIRE_GPU parsed strictly: false (with why) when it is not a
+// GPU count in [0, NCCL_DCP_MAX_RANKS]. NULL or "" is 0.
+bool parseRequiredGpus(const char* value, int* count, std::string* why);
 
 }  // namespace test
 }  // namespace nccl_dcp
 
-// Skips the test unless at least n GPUs are usable; fails instead when
-// NCCL_DCP_REQUIRE_GPU promises n or more.
-#define DCP_REQUIRE_GPUS(n)                                                               \
-  do {                                                                                    \
-    std::string why_;                                                                     \
-    const int have_ = ::nccl_dcp::test::gpuCount(&why_);                                  \
-    if (have_ < (n)) {                                                                    \
-      if (::nccl_dcp::test::requiredGpus() >= (n))                                        \
-        GTEST_FAIL() << "NCCL_DCP_REQUIRE_GPU=" << ::nccl_dcp::test::requiredGpus()       \
-                     << ": needs " << (n) << " GPU(s), found " << have_ << why_;          \
-      GTEST_SKIP() << "needs " << (n) << " GPU(s), found " << have_ << why_;              \
-    }                                                                                     \
+// Runs the rest of the test only with at least n usable GPUs: skips
+// otherwise, or fails (see gateGpus).
+#define DCP_REQUIRE_GPUS(n)                                                            \
+  do {                                                                                 \
+    const ::nccl_dcp::test::GpuGate gate_ = ::nccl_dcp::test::gateGpus(n);             \
+    if (gate_.verdict == ::nccl_dcp::test::GpuGate::Fail) GTEST_FAIL() << gate_.message; \
+    if (gate_.verdict == ::nccl_dcp::test::GpuGate::Skip) GTEST_SKIP() << gate_.message; \
   } while (0)
 
 #define CUDA_ASSERT(cmd)                                                                   \
@@ -70,6 +81,20 @@ struct RankTensors {
   CallBuffers buffers();  // host pointers
 };
 
+// A strided layout of every tensor, as attention kernels and serving
+// engines hand them over: the transposed input [B][Hl][cp][D] with padded
+// rows, a transposed LSE, padded output heads and rows, a spaced outLse.
+// Valid for every dtype (paddings are 16-byte multiples).
+Strides paddedStrides(const Config& cfg, int nRanks);
+// The same strides as the public struct.
+ncclDcpStrides_t apiStrides(const Strides& s);
+
+// Bytes of got's out and outLse outside the elements a call of `batch`
+// rows writes (the padding of strided views, rows past the batch) that are
+// no longer 0xff: a call must leave them poisoned. Describes the first.
+size_t touchedPadding(const Config& cfg, int batch, const Strides& s, const RankTensors& got,
+                      std::string* first = nullptr);
+
 // Elements a strided view needs: 1 + sum (count - 1) * stride + inner - 1.
 size_t viewElements(const Strides& s, int batch, int nRanks, int localHeads, int headDim, bool input);
 size_t lseViewElements(const Strides& s, int batch, int nRanks, int localHeads, bool input);
@@ -95,8 +120,26 @@ struct Mismatch {
 Mismatch compareOutputs(const Config& cfg, int nRanks, int batch, const Strides& strides,
                         const std::vector<RankTensors>& got, const std::vector<RankTensors>& want);
 
-// A seed from std::random_device: every run draws fresh data (print it on failure).
+// The library's environment (env()) replaced for one scope; not for
+// concurrent library calls that start or end inside it.
+struct ScopedEnv {
+  explicit ScopedEnv(const Env& e) : env(e) { setEnvForTesting(&env); }
+  ~ScopedEnv() { setEnvForTesting(nullptr); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  Env env;
+};
+
+// An environment with NCCL_DCP_FORCE_FALLBACK=1.
+Env forcedFallbackEnv();
+
+// Seeds of random test data. Each test draws from one base seed: the
+// --gtest_random_seed given, else a fresh one per test; freshSeed() returns
+// the next seed of the running test's sequence, so one flag replays every
+// draw of a test. A failing test prints its base seed (test_main.cc).
 uint64_t freshSeed();
+// The running test's base seed, 0 when it drew none.
+uint32_t testBaseSeed();
 
 // A device allocation freed on scope exit.
 struct DeviceBuffer {

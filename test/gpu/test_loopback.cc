@@ -240,69 +240,59 @@ TEST_P(LoopbackProto, BatchZeroIsNoOp) {
 }
 
 // Strided views (the transposed [B][Hl][cp][D] input, padded outputs) give
-// bitwise the packed results for the same logical data.
+// bitwise the packed results for the same logical data, in every dtype and
+// base, over a chunked batch; the padding of the strided outputs stays
+// poisoned.
 TEST_P(LoopbackProto, StridedEqualsPackedBitwise) {
-  const int cp = 4, B = 11, Hl = 4, D = 128;
-  const ncclDcpConfig_t c = makeConfig(D, Hl, ncclBfloat16, ncclDcpLseBaseE, kCap, GetParam());
-  const Config cfg = resolved(c);
-  const Strides packed = packedStrides(cfg, cp);
-  Strides strided;
-  strided.inPeer = D;
-  strided.inHead = cp * D;
-  strided.inRow = Hl * cp * D + 8;
-  strided.lsePeer = 1;
-  strided.lseHead = cp;
-  strided.lseRow = Hl * cp + 3;
-  strided.outHead = D + 24;
-  strided.outRow = Hl * (D + 24) + 8;
-  strided.outLseHead = 2;
-  strided.outLseRow = 2 * Hl + 1;
-  ncclDcpStrides_t api = NCCL_DCP_STRIDES_INITIALIZER;
-  api.inRow = strided.inRow;
-  api.inPeer = strided.inPeer;
-  api.inHead = strided.inHead;
-  api.lseRow = strided.lseRow;
-  api.lsePeer = strided.lsePeer;
-  api.lseHead = strided.lseHead;
-  api.outRow = strided.outRow;
-  api.outHead = strided.outHead;
-  api.outLseRow = strided.outLseRow;
-  api.outLseHead = strided.outLseHead;
-
-  const uint64_t seed = freshSeed();
-  SCOPED_TRACE(testing::Message() << "seed " << seed);
-  Problem a(cfg, cp, B, packed, LseMix::Special, seed);
-  // The strided problem carries the same logical values.
-  Problem b(cfg, cp, B, strided, LseMix::Normal, seed + 1);
-  std::vector<RankTensors> same = b.host();
-  for (int r = 0; r < cp; r++)
-    for (int row = 0; row < B; row++)
-      for (int p = 0; p < cp; p++)
-        for (int j = 0; j < Hl; j++) {
-          same[r].partialLse[row * strided.lseRow + p * strided.lsePeer + j * strided.lseHead] =
-              a.host()[r].partialLse[row * packed.lseRow + p * packed.lsePeer + j * packed.lseHead];
-          memcpy(&same[r].partialOut[(row * strided.inRow + p * strided.inPeer + j * strided.inHead) * 2],
-                 &a.host()[r].partialOut[(row * packed.inRow + p * packed.inPeer + j * packed.inHead) * 2], D * 2);
-        }
-  b.replaceInputs(std::move(same));
-  auto lb = makeLoopback(c, cp);
-  ASSERT_TRUE(lb);
-  DCP_ASSERT(lb->call(a.buffers().data(), B, nullptr, nullptr));
-  DCP_ASSERT(lb->call(b.buffers().data(), B, &api, nullptr));
-  CUDA_ASSERT(cudaDeviceSynchronize());
-  Mismatch m = a.check();
-  EXPECT_EQ(m.count, 0u) << m.first;
-  const auto ga = a.download(), gb = b.download();
-  size_t differ = 0;
-  for (int r = 0; r < cp; r++)
-    for (int row = 0; row < B; row++)
-      for (int j = 0; j < Hl; j++) {
-        differ += memcmp(&ga[r].out[(row * packed.outRow + j * packed.outHead) * 2],
-                         &gb[r].out[(row * strided.outRow + j * strided.outHead) * 2], D * 2) != 0;
-        differ += memcmp(&ga[r].outLse[row * packed.outLseRow + j * packed.outLseHead],
-                         &gb[r].outLse[row * strided.outLseRow + j * strided.outLseHead], 4) != 0;
+  const int cp = 4, B = kCap + 3, Hl = 4, D = 128;
+  for (ncclDataType_t dtype : {ncclBfloat16, ncclFloat16, ncclFloat32}) {
+    for (int base : {ncclDcpLseBase2, ncclDcpLseBaseE}) {
+      SCOPED_TRACE(testing::Message() << dtypeName(dtype) << " base " << (base == ncclDcpLseBase2 ? "2" : "e"));
+      const ncclDcpConfig_t c = makeConfig(D, Hl, dtype, base, kCap, GetParam());
+      const Config cfg = resolved(c);
+      const int e = cfg.eltSize;
+      const Strides packed = packedStrides(cfg, cp), strided = paddedStrides(cfg, cp);
+      const ncclDcpStrides_t api = apiStrides(strided);
+      Problem a(cfg, cp, B, packed, LseMix::Special, freshSeed());
+      // The strided problem carries the same logical values.
+      Problem b(cfg, cp, B, strided, LseMix::Normal, freshSeed());
+      std::vector<RankTensors> same = b.host();
+      for (int r = 0; r < cp; r++)
+        for (int row = 0; row < B; row++)
+          for (int p = 0; p < cp; p++)
+            for (int j = 0; j < Hl; j++) {
+              same[r].partialLse[row * strided.lseRow + p * strided.lsePeer + j * strided.lseHead] =
+                  a.host()[r].partialLse[row * packed.lseRow + p * packed.lsePeer + j * packed.lseHead];
+              memcpy(&same[r].partialOut[(row * strided.inRow + p * strided.inPeer + j * strided.inHead) * e],
+                     &a.host()[r].partialOut[(row * packed.inRow + p * packed.inPeer + j * packed.inHead) * e],
+                     (size_t)D * e);
+            }
+      b.replaceInputs(std::move(same));
+      auto lb = makeLoopback(c, cp);
+      ASSERT_TRUE(lb);
+      DCP_ASSERT(lb->call(a.buffers().data(), B, nullptr, nullptr));
+      DCP_ASSERT(lb->call(b.buffers().data(), B, &api, nullptr));
+      CUDA_ASSERT(cudaDeviceSynchronize());
+      Mismatch m = a.check();
+      EXPECT_EQ(m.count, 0u) << m.first;
+      m = b.check();
+      EXPECT_EQ(m.count, 0u) << m.first;
+      const auto ga = a.download(), gb = b.download();
+      size_t differ = 0;
+      for (int r = 0; r < cp; r++) {
+        for (int row = 0; row < B; row++)
+          for (int j = 0; j < Hl; j++) {
+            differ += memcmp(&ga[r].out[(row * packed.outRow + j * packed.outHead) * e],
+                             &gb[r].out[(row * strided.outRow + j * strided.outHead) * e], (size_t)D * e) != 0;
+            differ += memcmp(&ga[r].outLse[row * packed.outLseRow + j * packed.outLseHead],
+                             &gb[r].outLse[row * strided.outLseRow + j * strided.outLseHead], 4) != 0;
+          }
+        std::string first;
+        EXPECT_EQ(touchedPadding(cfg, B, strided, gb[r], &first), 0u) << "rank " << r << ": " << first;
       }
-  EXPECT_EQ(differ, 0u);
+      EXPECT_EQ(differ, 0u);
+    }
+  }
 }
 
 // Same inputs, same bits, run after run (and across chunkings).
@@ -324,38 +314,59 @@ TEST_P(LoopbackProto, BitwiseDeterministic) {
   }
 }
 
-// Many consecutive calls with random batches (chunked ones too): slots,
-// flags and the round counter stay consistent. Each output is compared
-// bitwise with the validated full-batch output (rows are independent).
+// What differs between a call's outputs and the validated full-batch
+// outputs `golden` (packed): rows below the call's batch must be bitwise
+// equal (rows are independent), rows past it still poisoned. "" if nothing.
+std::string rowsDiffer(const Config& cfg, int batch, const std::vector<RankTensors>& golden,
+                       const std::vector<RankTensors>& got) {
+  const size_t rowBytes = (size_t)cfg.localHeads * cfg.headDim * cfg.eltSize;
+  const Strides packed = packedStrides(cfg, (int)got.size());
+  for (size_t r = 0; r < got.size(); r++) {
+    if (memcmp(got[r].out.data(), golden[r].out.data(), batch * rowBytes) != 0)
+      return "rank " + std::to_string(r) + ": out differs below the batch";
+    if (memcmp(got[r].outLse.data(), golden[r].outLse.data(), (size_t)batch * cfg.localHeads * sizeof(float)) != 0)
+      return "rank " + std::to_string(r) + ": outLse differs below the batch";
+    std::string first;
+    if (touchedPadding(cfg, batch, packed, got[r], &first) != 0) return "rank " + std::to_string(r) + ": " + first;
+  }
+  return "";
+}
+
+// Many consecutive calls with random batches (chunked ones too), 8 of them
+// at a time with no host sync between them: slots, flags and the round
+// counter stay consistent. Every call is checked whole (rowsDiffer), out
+// and outLse.
 TEST_P(LoopbackProto, TenThousandRandomBatches) {
-  const int cp = 4, maxRows = 20, calls = 10000;
+  const int cp = 4, maxRows = 20, calls = 10000, inFlight = 8;
   const ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, kCap, GetParam());
   const Config cfg = resolved(c);
   auto lb = makeLoopback(c, cp);
   ASSERT_TRUE(lb);
   const uint64_t seed = freshSeed();
-  SCOPED_TRACE(testing::Message() << "seed " << seed);
-  Problem p(cfg, cp, maxRows, packedStrides(cfg, cp), LseMix::Special, seed);
-  DCP_ASSERT(lb->call(p.buffers().data(), maxRows, nullptr, nullptr));
+  // inFlight output sets over the same inputs.
+  std::vector<std::unique_ptr<Problem>> sets;
+  for (int k = 0; k < inFlight; k++)
+    sets.emplace_back(new Problem(cfg, cp, maxRows, packedStrides(cfg, cp), LseMix::Special, seed));
+  DCP_ASSERT(lb->call(sets[0]->buffers().data(), maxRows, nullptr, nullptr));
   CUDA_ASSERT(cudaDeviceSynchronize());
-  ASSERT_EQ(p.check().count, 0u) << p.check().first;
-  const auto golden = p.outputBytes();
-  const size_t rowBytes = (size_t)cfg.localHeads * cfg.headDim * cfg.eltSize;
+  ASSERT_EQ(sets[0]->check().count, 0u) << sets[0]->check().first;
+  const std::vector<RankTensors> golden = sets[0]->download();
   std::mt19937 rng(seed);
   uint64_t rounds = (maxRows + kCap - 1) / kCap;
-  for (int i = 0; i < calls; i++) {
-    const int batch = rng() % (maxRows + 1);
-    p.poison(nullptr);
-    DCP_ASSERT(lb->call(p.buffers().data(), batch, nullptr, nullptr));
-    rounds += (batch + kCap - 1) / kCap;
-    if (i % 97 == 0 || i == calls - 1) {
-      CUDA_ASSERT(cudaDeviceSynchronize());
-      const auto got = p.outputBytes();
-      for (int r = 0; r < cp; r++)
-        ASSERT_EQ(memcmp(got[r].data(), golden[r].data(), batch * rowBytes), 0) << "call " << i << " batch " << batch;
+  for (int i = 0; i < calls; i += inFlight) {
+    int batch[inFlight];
+    for (int k = 0; k < inFlight; k++) {
+      batch[k] = rng() % (maxRows + 1);
+      sets[k]->poison(nullptr);
+      DCP_ASSERT(lb->call(sets[k]->buffers().data(), batch[k], nullptr, nullptr));
+      rounds += (batch[k] + kCap - 1) / kCap;
+    }
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    for (int k = 0; k < inFlight; k++) {
+      const std::string d = rowsDiffer(cfg, batch[k], golden, sets[k]->download());
+      ASSERT_EQ(d, "") << "call " << i + k << " batch " << batch[k];
     }
   }
-  CUDA_ASSERT(cudaDeviceSynchronize());
   DCP_ASSERT(lb->asyncError());
   uint32_t round = 0;
   DCP_ASSERT(lb->getRound(cp - 1, &round));
@@ -457,23 +468,93 @@ TEST_P(LoopbackProto, SilentRankTimesOut) {
   CUDA_ASSERT(cudaGetLastError());
 }
 
-// Programmatic dependent launch off gives the same bits as on.
+// Programmatic dependent launch off gives the same bits as on, over calls
+// of several rounds each enqueued back to back (with PDL a round's launch
+// overlaps the tail of the one before it), every one matching the reference.
 TEST_P(LoopbackProto, PdlOnOffBitwiseEqual) {
-  const ncclDcpConfig_t c = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 64, GetParam());
+  const int cp = 8;
+  const ncclDcpConfig_t c = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, kCap, GetParam());
   const Config cfg = resolved(c);
-  auto lb = makeLoopback(c, 8);
+  auto lb = makeLoopback(c, cp);
   ASSERT_TRUE(lb);
-  Problem p(cfg, 8, 33, packedStrides(cfg, 8), LseMix::Normal, freshSeed());
-  lb->engine().pdl = true;
-  DCP_ASSERT(lb->call(p.buffers().data(), 33, nullptr, nullptr));
-  CUDA_ASSERT(cudaDeviceSynchronize());
-  EXPECT_EQ(p.check().count, 0u);
-  const auto on = p.outputBytes();
-  p.poison(nullptr);
-  lb->engine().pdl = false;
-  DCP_ASSERT(lb->call(p.buffers().data(), 33, nullptr, nullptr));
-  CUDA_ASSERT(cudaDeviceSynchronize());
-  EXPECT_EQ(p.outputBytes(), on);
+  const int batches[] = {4 * kCap + 1, kCap, 2 * kCap + 3};  // 5, 1 and 3 rounds
+  std::vector<std::unique_ptr<Problem>> problems;
+  for (int batch : batches)
+    problems.emplace_back(new Problem(cfg, cp, batch, packedStrides(cfg, cp), LseMix::Special, freshSeed()));
+  auto runAll = [&](bool pdl) {
+    lb->engine().pdl = pdl;
+    for (auto& p : problems) p->poison(nullptr);
+    for (size_t i = 0; i < problems.size(); i++)
+      EXPECT_EQ(lb->call(problems[i]->buffers().data(), batches[i], nullptr, nullptr), ncclSuccess)
+          << ncclDcpGetLastError();
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<std::vector<std::vector<uint8_t>>> bytes;
+    for (size_t i = 0; i < problems.size(); i++) {
+      const Mismatch m = problems[i]->check();
+      EXPECT_EQ(m.count, 0u) << "PDL " << (pdl ? "on" : "off") << ", call " << i << ": " << m.first;
+      bytes.push_back(problems[i]->outputBytes());
+    }
+    return bytes;
+  };
+  const auto on = runAll(true);
+  const auto off = runAll(false);
+  EXPECT_EQ(on, off);
+  DCP_ASSERT(lb->asyncError());
+}
+
+// timeoutMs = 0 waits as long as it takes, never "gives up at once": calls
+// whose receivers wait for their peers' data complete, correct, with no
+// error recorded.
+TEST_P(LoopbackProto, TimeoutZeroWaitsForever) {
+  ncclDcpConfig_t c = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 64, GetParam());
+  c.timeoutMs = 0;
+  ASSERT_EQ(resolved(c).timeoutMs, 0);
+  runAndCheck(c, 8, 64);
+  runAndCheck(c, 16, 3, LseMix::Special);
+}
+
+// Heads longer than 512 elements and more than 64 local heads, up to
+// NCCL_DCP_MAX_HEAD_DIM and NCCL_DCP_MAX_LOCAL_HEADS.
+TEST_P(LoopbackProto, HeadDimsAbove512AndHeadCountsAbove64) {
+  const int P = GetParam();
+  runAndCheck(makeConfig(1024, 4, ncclBfloat16, ncclDcpLseBase2, kCap, P), 4, kCap + 3);
+  runAndCheck(makeConfig(NCCL_DCP_MAX_HEAD_DIM, 1, ncclBfloat16, ncclDcpLseBaseE, kCap, P), 3, 5);
+  runAndCheck(makeConfig(1028, 2, ncclFloat32, ncclDcpLseBase2, kCap, P), 2, 3, LseMix::Special);
+  runAndCheck(makeConfig(64, 128, ncclFloat16, ncclDcpLseBase2, kCap, P), 4, kCap + 1);
+  runAndCheck(makeConfig(8, NCCL_DCP_MAX_LOCAL_HEADS, ncclBfloat16, ncclDcpLseBaseE, 4, P), 2, 5);
+}
+
+// AUTO with NCCL_DCP_SIMPLE_MIN_ROWS: the workspace carries a SIMPLE region
+// beside the LL128 one and each round picks its protocol by its rows (a
+// call of 19 rows at capacity 8 runs SIMPLE, SIMPLE, LL128). Calls mixing
+// both, in every order, match the reference.
+TEST_F(LoopbackGpu, AutoSwitchesLargeRoundsToSimple) {
+  Env e;
+  e.simpleMinRows = 5;
+  ScopedEnv scoped(e);
+  const int cp = 4;
+  const ncclDcpConfig_t c = makeConfig(256, 4, ncclBfloat16, ncclDcpLseBase2, kCap, ncclDcpProtoAuto);
+  const Config cfg = resolved(c);
+  auto lb = makeLoopback(c, cp);
+  ASSERT_TRUE(lb);
+  ASSERT_TRUE(lb->engine().policy.simpleForLarge);
+  EXPECT_EQ(lb->engine().policy.simpleMinRows, 5);
+  EXPECT_EQ(lb->engine().policy.small, Proto::LL128);
+  EXPECT_TRUE(lb->engine().layout.hasLarge);
+  uint32_t rounds = 0;
+  for (int batch : {19, 3, 8, 4, 5, 13, 1, 40, 2, 12}) {
+    SCOPED_TRACE(testing::Message() << "batch " << batch);
+    Problem p(cfg, cp, batch, packedStrides(cfg, cp), LseMix::Special, freshSeed());
+    DCP_ASSERT(lb->call(p.buffers().data(), batch, nullptr, nullptr));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    const Mismatch m = p.check();
+    EXPECT_EQ(m.count, 0u) << m.first;
+    rounds += (batch + kCap - 1) / kCap;
+  }
+  DCP_ASSERT(lb->asyncError());
+  uint32_t round = 0;
+  DCP_ASSERT(lb->getRound(0, &round));
+  EXPECT_EQ(round, rounds);
 }
 
 TEST_F(LoopbackGpu, BadArgumentsLaunchNothing) {

@@ -1,18 +1,25 @@
 /*************************************************************************
  * The collective on real NCCL ranks, one GPU per rank: one thread per rank
  * (ncclCommInitRank), and one thread driving every GPU (ncclCommInitAll +
- * ncclDcpContextCreateGroup). Each test runs at cp = 2, 4, 8 when that many
- * GPUs are present, and skips (fails under NCCL_DCP_REQUIRE_GPU=1) otherwise.
+ * ncclDcpContextCreateGroup). Each test runs at cp = 2, 3, 4, 6 and 8
+ * (non-powers of two included) when that many GPUs are present; with fewer
+ * it skips, or fails when NCCL_DCP_REQUIRE_GPU promises at least that many.
+ *
+ * This is where the transports, LSA pointers to other GPUs, remote waits
+ * and the agreement between ranks run through NCCL; on one GPU they run
+ * only through loopback (test_loopback.cc).
  ************************************************************************/
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "context.h"
@@ -23,10 +30,62 @@ namespace nccl_dcp {
 namespace test {
 namespace {
 
-// Inputs of every rank on the host, each rank's buffers on its GPU.
+// How a call is made.
+struct CallOptions {
+  bool strided = false;    // paddedStrides instead of strides NULL (packed)
+  bool withOutLse = true;  // false: outLse NULL
+};
+
+// One collective call over fresh inputs: every rank's host data, the
+// reference of the whole collective, and what each rank got back.
+struct Collective {
+  Config cfg;
+  int batch = 0;
+  CallOptions options;
+  Strides strides;
+  ncclDcpStrides_t api;
+  std::vector<RankTensors> host, want, got;
+  std::vector<ncclResult_t> called, async;  // per rank: the call's result, the context's async error
+
+  const ncclDcpStrides_t* apiStrides() const { return options.strided ? &api : nullptr; }
+};
+
+// One rank's buffers for a Collective, on its GPU.
 struct RankBuffers {
   DeviceBuffer in, lse, out, outLse;
+
+  explicit RankBuffers(const RankTensors& t)
+      : in(t.partialOut.size()), lse(t.partialLse.size() * 4), out(t.out.size()), outLse(t.outLse.size() * 4) {}
+
+  // Inputs uploaded, outputs poisoned (0xff).
+  cudaError_t upload(const RankTensors& t, cudaStream_t stream) {
+    cudaError_t e = cudaMemcpyAsync(in.ptr, t.partialOut.data(), in.bytes, cudaMemcpyHostToDevice, stream);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(lse.ptr, t.partialLse.data(), lse.bytes, cudaMemcpyHostToDevice, stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    return e == cudaSuccess ? poison(stream) : e;
+  }
+  cudaError_t poison(cudaStream_t stream) {
+    cudaError_t e = cudaMemsetAsync(out.ptr, 0xff, out.bytes, stream);
+    if (e == cudaSuccess && outLse.bytes) e = cudaMemsetAsync(outLse.ptr, 0xff, outLse.bytes, stream);
+    return e;
+  }
+  cudaError_t download(RankTensors* t, cudaStream_t stream) {
+    cudaError_t e = cudaMemcpyAsync(t->out.data(), out.ptr, out.bytes, cudaMemcpyDeviceToHost, stream);
+    if (e == cudaSuccess && outLse.bytes)
+      e = cudaMemcpyAsync(t->outLse.data(), outLse.ptr, outLse.bytes, cudaMemcpyDeviceToHost, stream);
+    return e == cudaSuccess ? cudaStreamSynchronize(stream) : e;
+  }
+  ncclResult_t call(ncclDcpContext_t ctx, const Collective& x, cudaStream_t stream) {
+    return ncclDcpA2aLseReduce(ctx, in.ptr, lse.as<float>(), out.ptr, outLse.bytes ? outLse.as<float>() : nullptr,
+                               x.batch, x.apiStrides(), stream);
+  }
 };
+
+#define CUDA_OR_FAIL(r, cmd)                                                            \
+  do {                                                                                  \
+    cudaError_t e_ = (cmd);                                                             \
+    if (e_ != cudaSuccess) return addFailure(r, std::string(#cmd) + ": " + cudaGetErrorString(e_)); \
+  } while (0)
 
 class Ranks : public testing::TestWithParam<int> {
  protected:
@@ -64,52 +123,80 @@ class Ranks : public testing::TestWithParam<int> {
     failures_.push_back("rank " + std::to_string(rank) + ": " + what);
   }
 
-  // One call per rank on fresh data, every rank's output compared with the
-  // reference of the whole collective.
-  void callAndCheck(const std::vector<ncclDcpContext_t>& ctxs, const ncclDcpConfig_t& c, int batch) {
-    Config cfg;
-    ASSERT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess) << ncclDcpGetLastError();
-    const Strides s = packedStrides(cfg, nRanks_);
-    const uint64_t seed = freshSeed();
-    SCOPED_TRACE(testing::Message() << "cp " << nRanks_ << " batch " << batch << " seed " << seed);
-    std::mt19937_64 rng(seed);
-    std::vector<RankTensors> host = makeInputs(cfg, nRanks_, batch, s, LseMix::Special, rng);
-    std::vector<RankTensors> want = host, got = host;
+  // Fresh inputs for every rank and the reference of the whole collective.
+  Collective prepare(const ncclDcpConfig_t& c, int batch, const CallOptions& o = {}) {
+    Collective x;
+    EXPECT_EQ(resolveConfig(&c, Env(), &x.cfg), ncclSuccess) << ncclDcpGetLastError();
+    x.batch = batch;
+    x.options = o;
+    x.strides = o.strided ? paddedStrides(x.cfg, nRanks_) : packedStrides(x.cfg, nRanks_);
+    x.api = test::apiStrides(x.strides);
+    std::mt19937_64 rng(freshSeed());
+    x.host = makeInputs(x.cfg, nRanks_, batch, x.strides, LseMix::Special, rng);
+    if (!o.withOutLse)
+      for (RankTensors& t : x.host) t.outLse.clear();
+    x.want = x.got = x.host;
     std::vector<CallBuffers> ref;
-    for (RankTensors& t : want) ref.push_back(t.buffers());
-    referenceA2aLseReduce(cfg, nRanks_, batch, s, ref.data());
+    for (RankTensors& t : x.want) ref.push_back(t.buffers());
+    referenceA2aLseReduce(x.cfg, nRanks_, batch, x.strides, ref.data());
+    x.called.assign(nRanks_, ncclInternalError);
+    x.async.assign(nRanks_, ncclInternalError);
+    return x;
+  }
+
+  // Runs x on every rank, each in its own thread on its legacy stream;
+  // rank r waits delayMs(r) before its call. Records results, checks none.
+  void run(Collective& x, const std::vector<ncclDcpContext_t>& ctxs,
+           const std::function<int(int)>& delayMs = nullptr) {
     runPerRank([&](int r) {
-      cudaSetDevice(r);
-      RankBuffers b{DeviceBuffer(host[r].partialOut.size()), DeviceBuffer(host[r].partialLse.size() * 4),
-                    DeviceBuffer(host[r].out.size()), DeviceBuffer(host[r].outLse.size() * 4)};
-      cudaMemcpy(b.in.ptr, host[r].partialOut.data(), b.in.bytes, cudaMemcpyHostToDevice);
-      cudaMemcpy(b.lse.ptr, host[r].partialLse.data(), b.lse.bytes, cudaMemcpyHostToDevice);
-      cudaMemset(b.out.ptr, 0xff, b.out.bytes);
-      cudaMemset(b.outLse.ptr, 0xff, b.outLse.bytes);
-      ncclResult_t res = ncclDcpA2aLseReduce(ctxs[r], b.in.ptr, b.lse.as<float>(), b.out.ptr, b.outLse.as<float>(),
-                                             batch, nullptr, nullptr);
-      if (res != ncclSuccess) return addFailure(r, std::string("call: ") + ncclDcpGetLastError());
-      if (cudaDeviceSynchronize() != cudaSuccess) return addFailure(r, "cudaDeviceSynchronize failed");
-      ncclResult_t async;
-      ncclDcpGetAsyncError(ctxs[r], &async);
-      if (async != ncclSuccess) return addFailure(r, std::string("async error: ") + ncclDcpGetLastError());
-      cudaMemcpy(got[r].out.data(), b.out.ptr, b.out.bytes, cudaMemcpyDeviceToHost);
-      cudaMemcpy(got[r].outLse.data(), b.outLse.ptr, b.outLse.bytes, cudaMemcpyDeviceToHost);
+      CUDA_OR_FAIL(r, cudaSetDevice(r));
+      RankBuffers b(x.host[r]);
+      CUDA_OR_FAIL(r, b.upload(x.host[r], nullptr));
+      if (delayMs) std::this_thread::sleep_for(std::chrono::milliseconds(delayMs(r)));
+      x.called[r] = b.call(ctxs[r], x, nullptr);
+      if (x.called[r] != ncclSuccess) return addFailure(r, std::string("call: ") + ncclDcpGetLastError());
+      CUDA_OR_FAIL(r, cudaDeviceSynchronize());
+      ncclDcpGetAsyncError(ctxs[r], &x.async[r]);
+      CUDA_OR_FAIL(r, b.download(&x.got[r], nullptr));
     });
-    Mismatch m = compareOutputs(cfg, nRanks_, batch, s, got, want);
+  }
+
+  // Every rank's call and context succeeded, every output matches the
+  // reference, everything outside the views is still poisoned.
+  void expectCorrect(const Collective& x) {
+    for (int r = 0; r < nRanks_; r++) {
+      EXPECT_EQ(x.called[r], ncclSuccess) << "rank " << r;
+      EXPECT_EQ(x.async[r], ncclSuccess) << "rank " << r;
+      std::string first;
+      EXPECT_EQ(touchedPadding(x.cfg, x.batch, x.strides, x.got[r], &first), 0u) << "rank " << r << ": " << first;
+    }
+    const Mismatch m = compareOutputs(x.cfg, nRanks_, x.batch, x.strides, x.got, x.want);
     EXPECT_EQ(m.count, 0u) << m.first;
   }
 
-  std::vector<ncclDcpContext_t> createAll(const std::function<ncclDcpConfig_t(int)>& cfgOf,
-                                          std::vector<ncclResult_t>* results = nullptr,
-                                          std::vector<std::string>* messages = nullptr) {
+  void callAndCheck(const std::vector<ncclDcpContext_t>& ctxs, const ncclDcpConfig_t& c, int batch,
+                    const CallOptions& o = {}) {
+    SCOPED_TRACE(testing::Message() << "cp " << nRanks_ << " batch " << batch << (o.strided ? " strided" : "")
+                                    << (o.withOutLse ? "" : " outLse NULL"));
+    Collective x = prepare(c, batch, o);
+    run(x, ctxs);
+    expectCorrect(x);
+  }
+
+  // Creates a context on every rank, each with its own config and, when
+  // given, its own way to create (default ncclDcpContextCreate). Without
+  // `results` a failed create is a test failure.
+  std::vector<ncclDcpContext_t> createAll(
+      const std::function<ncclDcpConfig_t(int)>& cfgOf, std::vector<ncclResult_t>* results = nullptr,
+      std::vector<std::string>* messages = nullptr,
+      const std::function<ncclResult_t(int, const ncclDcpConfig_t*, ncclDcpContext_t*)>& create = nullptr) {
     std::vector<ncclDcpContext_t> ctxs(nRanks_, nullptr);
     std::vector<ncclResult_t> res(nRanks_);
     std::vector<std::string> msg(nRanks_);
     runPerRank([&](int r) {
       cudaSetDevice(r);
       const ncclDcpConfig_t c = cfgOf(r);
-      res[r] = ncclDcpContextCreate(comms_[r], &c, &ctxs[r]);
+      res[r] = create ? create(r, &c, &ctxs[r]) : ncclDcpContextCreate(comms_[r], &c, &ctxs[r]);
       msg[r] = ncclDcpGetLastError();
       if (!results && res[r] != ncclSuccess) addFailure(r, "create: " + msg[r]);
     });
@@ -125,6 +212,52 @@ class Ranks : public testing::TestWithParam<int> {
     });
   }
 
+  // Every rank refused to create, with ncclInvalidUsage and one message
+  // naming `field` and the last rank (the one that differs).
+  void expectRefusedAlike(const std::vector<ncclDcpContext_t>& ctxs, const std::vector<ncclResult_t>& res,
+                          const std::vector<std::string>& msg, const std::string& field) {
+    for (int r = 0; r < nRanks_; r++) {
+      EXPECT_EQ(res[r], ncclInvalidUsage) << "rank " << r;
+      EXPECT_EQ(ctxs[r], nullptr) << "rank " << r;
+      EXPECT_NE(msg[r].find(field), std::string::npos) << msg[r];
+      EXPECT_NE(msg[r].find("rank " + std::to_string(nRanks_ - 1)), std::string::npos) << msg[r];
+      EXPECT_EQ(msg[r], msg[0]);
+    }
+  }
+
+  // Every rank's window over `bytes` of ncclMemAlloc memory filled with
+  // 0x5a: allocated on every rank first, then registered (a collective
+  // step every rank must reach).
+  void registerWindows(size_t bytes, std::vector<void*>* pools, std::vector<ncclWindow_t>* wins) {
+    pools->assign(nRanks_, nullptr);
+    wins->assign(nRanks_, nullptr);
+    runPerRank([&](int r) {
+      CUDA_OR_FAIL(r, cudaSetDevice(r));
+      if (ncclMemAlloc(&(*pools)[r], bytes) != ncclSuccess) return addFailure(r, "ncclMemAlloc");
+      CUDA_OR_FAIL(r, cudaMemset((*pools)[r], 0x5a, bytes));
+    });
+    if (HasFailure()) return;
+    runPerRank([&](int r) {
+      cudaSetDevice(r);
+      if (ncclCommWindowRegister(comms_[r], (*pools)[r], bytes, &(*wins)[r], NCCL_WIN_DEFAULT) != ncclSuccess)
+        addFailure(r, std::string("ncclCommWindowRegister: ") + ncclGetLastError(comms_[r]));
+    });
+  }
+
+  void releaseWindows(std::vector<void*>& pools, std::vector<ncclWindow_t>& wins) {
+    runPerRank([&](int r) {
+      cudaSetDevice(r);
+      if (wins[r] && ncclCommWindowDeregister(comms_[r], wins[r]) != ncclSuccess) addFailure(r, "deregister");
+      if (pools[r]) ncclMemFree(pools[r]);
+    });
+  }
+
+  ncclDcpPath_t pathOf(ncclDcpContext_t ctx) {
+    ncclDcpTopology_t t = NCCL_DCP_TOPOLOGY_INITIALIZER;
+    EXPECT_EQ(ncclDcpGetTopology(ctx, &t), ncclSuccess) << ncclDcpGetLastError();
+    return (ncclDcpPath_t)t.path;
+  }
+
   int nRanks_ = 0;
   ncclUniqueId id_;
   std::vector<ncclComm_t> comms_;
@@ -132,7 +265,7 @@ class Ranks : public testing::TestWithParam<int> {
   std::vector<std::string> failures_;
 };
 
-INSTANTIATE_TEST_SUITE_P(Cp, Ranks, testing::Values(2, 4, 8),
+INSTANTIATE_TEST_SUITE_P(Cp, Ranks, testing::Values(2, 3, 4, 6, 8),
                          [](const testing::TestParamInfo<int>& i) { return "cp" + std::to_string(i.param); });
 
 TEST_P(Ranks, EveryProtocolMatchesReference) {
@@ -142,9 +275,7 @@ TEST_P(Ranks, EveryProtocolMatchesReference) {
       const ncclDcpConfig_t c = makeConfig(512, 16, dtype, dtype == ncclFloat16 ? ncclDcpLseBaseE : ncclDcpLseBase2, 8, proto);
       auto ctxs = createAll([&](int) { return c; });
       if (HasFailure()) return;
-      ncclDcpTopology_t t = NCCL_DCP_TOPOLOGY_INITIALIZER;
-      ASSERT_EQ(ncclDcpGetTopology(ctxs[0], &t), ncclSuccess);
-      EXPECT_EQ(t.path, ncclDcpPathFused) << "ranks of one node should share an LSA team";
+      EXPECT_EQ(pathOf(ctxs[0]), ncclDcpPathFused) << "ranks of one node should share an LSA team";
       for (int batch : {1, 3, 8, 9, 40}) callAndCheck(ctxs, c, batch);
       destroyAll(ctxs);
     }
@@ -160,33 +291,145 @@ TEST_P(Ranks, ShapesThatFillNoWholeLine) {
   }
 }
 
+// Heads longer than 512 elements and more than 64 local heads.
+TEST_P(Ranks, HeadDimsAbove512AndHeadCountsAbove64) {
+  for (auto [D, Hl] : {std::pair{1024, 2}, std::pair{NCCL_DCP_MAX_HEAD_DIM, 1}, std::pair{64, 128}}) {
+    SCOPED_TRACE(testing::Message() << "D " << D << " Hl " << Hl);
+    const ncclDcpConfig_t c = makeConfig(D, Hl, ncclBfloat16, ncclDcpLseBaseE, 4);
+    auto ctxs = createAll([&](int) { return c; });
+    if (HasFailure()) return;
+    callAndCheck(ctxs, c, 9);
+    destroyAll(ctxs);
+  }
+}
+
+// Strided views and a NULL outLse through the public entry point, chunked
+// batches included, on the fused and the fallback path.
+TEST_P(Ranks, StridedViewsAndNullOutLse) {
+  for (bool fallback : {false, true}) {
+    SCOPED_TRACE(fallback ? "fallback" : "fused");
+    std::unique_ptr<ScopedEnv> env(fallback ? new ScopedEnv(forcedFallbackEnv()) : nullptr);
+    const ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8);
+    auto ctxs = createAll([&](int) { return c; });
+    if (HasFailure()) return;
+    EXPECT_EQ(pathOf(ctxs[0]), fallback ? ncclDcpPathFallback : ncclDcpPathFused);
+    for (int batch : {1, 8, 21}) {
+      callAndCheck(ctxs, c, batch, {/*strided=*/true, /*withOutLse=*/true});
+      callAndCheck(ctxs, c, batch, {/*strided=*/false, /*withOutLse=*/false});
+      callAndCheck(ctxs, c, batch, {/*strided=*/true, /*withOutLse=*/false});
+    }
+    destroyAll(ctxs);
+  }
+}
+
 TEST_P(Ranks, ForcedFallback) {
-  Env e;
-  e.forceFallback = true;
-  setEnvForTesting(&e);
+  ScopedEnv env(forcedFallbackEnv());
   const ncclDcpConfig_t c = makeConfig(256, 8, ncclBfloat16, ncclDcpLseBaseE, 8);
   auto ctxs = createAll([&](int) { return c; });
   if (HasFailure()) return;
-  ncclDcpTopology_t t = NCCL_DCP_TOPOLOGY_INITIALIZER;
-  ASSERT_EQ(ncclDcpGetTopology(ctxs[0], &t), ncclSuccess);
-  EXPECT_EQ(t.path, ncclDcpPathFallback);
+  EXPECT_EQ(pathOf(ctxs[0]), ncclDcpPathFallback);
   for (int batch : {1, 8, 21}) callAndCheck(ctxs, c, batch);
   destroyAll(ctxs);
 }
 
-// Every rank returns the same error, naming the field and the rank.
-TEST_P(Ranks, ConfigMismatchFailsEveryRankAlike) {
-  std::vector<ncclResult_t> res;
-  std::vector<std::string> msg;
-  auto ctxs = createAll(
-      [&](int r) { return makeConfig(r == nRanks_ - 1 ? 256 : 512, 16, ncclBfloat16, ncclDcpLseBase2); }, &res, &msg);
-  for (int r = 0; r < nRanks_; r++) {
-    EXPECT_EQ(res[r], ncclInvalidUsage) << "rank " << r;
-    EXPECT_EQ(ctxs[r], nullptr);
-    EXPECT_NE(msg[r].find("config->headDim"), std::string::npos) << msg[r];
-    EXPECT_NE(msg[r].find("rank " + std::to_string(nRanks_ - 1)), std::string::npos) << msg[r];
-    EXPECT_EQ(msg[r], msg[0]);
+// AUTO with NCCL_DCP_SIMPLE_MIN_ROWS: rounds of at least 5 rows run SIMPLE,
+// shorter ones LL128, in one call and across calls.
+TEST_P(Ranks, AutoSwitchesLargeRoundsToSimple) {
+  Env e;
+  e.simpleMinRows = 5;
+  ScopedEnv env(e);
+  const ncclDcpConfig_t c = makeConfig(256, 4, ncclBfloat16, ncclDcpLseBase2, 8, ncclDcpProtoAuto);
+  auto ctxs = createAll([&](int) { return c; });
+  if (HasFailure()) return;
+  for (int batch : {19, 3, 8, 4, 13, 1, 40}) callAndCheck(ctxs, c, batch);
+  destroyAll(ctxs);
+}
+
+// The workspace carved from the application's windows, on the fused path
+// and under the forced fallback.
+TEST_P(Ranks, InsideTheApplicationsWindows) {
+  for (bool fallback : {false, true}) {
+    SCOPED_TRACE(fallback ? "fallback" : "fused");
+    std::unique_ptr<ScopedEnv> env(fallback ? new ScopedEnv(forcedFallbackEnv()) : nullptr);
+    const ncclDcpConfig_t c = makeConfig(256, 4, ncclFloat16, ncclDcpLseBase2, 8);
+    size_t need = 0;
+    DCP_ASSERT(ncclDcpWorkspaceSize(&c, nRanks_, &need));
+    const size_t offset = NCCL_WIN_REQUIRED_ALIGNMENT;
+    std::vector<void*> pools;
+    std::vector<ncclWindow_t> wins;
+    registerWindows(offset + need, &pools, &wins);
+    if (!HasFailure()) {
+      auto ctxs = createAll([&](int) { return c; }, nullptr, nullptr,
+                            [&](int r, const ncclDcpConfig_t* cfg, ncclDcpContext_t* ctx) {
+                              return ncclDcpContextCreateInWindow(comms_[r], wins[r], offset, need, cfg, ctx);
+                            });
+      if (!HasFailure()) {
+        EXPECT_EQ(pathOf(ctxs[0]), fallback ? ncclDcpPathFallback : ncclDcpPathFused);
+        for (int batch : {3, 8, 19}) callAndCheck(ctxs, c, batch);
+        callAndCheck(ctxs, c, 11, {/*strided=*/true, /*withOutLse=*/false});
+        destroyAll(ctxs);
+      }
+    }
+    releaseWindows(pools, wins);
   }
+}
+
+// Every rank returns the same error, naming the field and the rank, for
+// any field of the config that differs on one rank.
+TEST_P(Ranks, ConfigMismatchFailsEveryRankAlike) {
+  const ncclDcpConfig_t base = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 64, ncclDcpProtoAuto);
+  const std::pair<const char*, std::function<void(ncclDcpConfig_t&)>> changes[] = {
+      {"config->headDim", [](ncclDcpConfig_t& c) { c.headDim = 256; }},
+      {"config->localHeads", [](ncclDcpConfig_t& c) { c.localHeads = 8; }},
+      {"config->dtype", [](ncclDcpConfig_t& c) { c.dtype = ncclFloat16; }},
+      {"config->lseBase", [](ncclDcpConfig_t& c) { c.lseBase = ncclDcpLseBaseE; }},
+      {"config->maxBatch", [](ncclDcpConfig_t& c) { c.maxBatch = 32; }},
+      {"config->protocol", [](ncclDcpConfig_t& c) { c.protocol = ncclDcpProtoLL; }},
+      {"config->timeoutMs", [](ncclDcpConfig_t& c) { c.timeoutMs = 1234; }},
+  };
+  for (const auto& [field, change] : changes) {
+    SCOPED_TRACE(field);
+    std::vector<ncclResult_t> res;
+    std::vector<std::string> msg;
+    auto ctxs = createAll(
+        [&](int r) {
+          ncclDcpConfig_t c = base;
+          if (r == nRanks_ - 1) change(c);
+          return c;
+        },
+        &res, &msg);
+    expectRefusedAlike(ctxs, res, msg, field);
+  }
+}
+
+// The application's window on some ranks and not on others, or at another
+// offset: every rank refuses alike before anything is allocated.
+TEST_P(Ranks, WindowMismatchFailsEveryRankAlike) {
+  const ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8);
+  size_t need = 0;
+  DCP_ASSERT(ncclDcpWorkspaceSize(&c, nRanks_, &need));
+  const size_t align = NCCL_WIN_REQUIRED_ALIGNMENT;
+  std::vector<void*> pools;
+  std::vector<ncclWindow_t> wins;
+  registerWindows(2 * align + need, &pools, &wins);
+  const int last = nRanks_ - 1;
+  if (!HasFailure()) {
+    std::vector<ncclResult_t> res;
+    std::vector<std::string> msg;
+    // The last rank allocates its own workspace, the others use their windows.
+    auto ctxs = createAll([&](int) { return c; }, &res, &msg,
+                          [&](int r, const ncclDcpConfig_t* cfg, ncclDcpContext_t* ctx) {
+                            return r == last ? ncclDcpContextCreate(comms_[r], cfg, ctx)
+                                             : ncclDcpContextCreateInWindow(comms_[r], wins[r], align, need, cfg, ctx);
+                          });
+    expectRefusedAlike(ctxs, res, msg, "window (own vs. application's)");
+    // Every rank in its window, the last one at another offset.
+    ctxs = createAll([&](int) { return c; }, &res, &msg, [&](int r, const ncclDcpConfig_t* cfg, ncclDcpContext_t* ctx) {
+      return ncclDcpContextCreateInWindow(comms_[r], wins[r], r == last ? 2 * align : align, need, cfg, ctx);
+    });
+    expectRefusedAlike(ctxs, res, msg, "window offset");
+  }
+  releaseWindows(pools, wins);
 }
 
 // A rank that never calls: every other rank reports a timeout within the
@@ -214,39 +457,101 @@ TEST_P(Ranks, SilentRankTimesOut) {
   destroyAll(ctxs);
 }
 
+// timeoutMs = 0 waits as long as a peer takes: the last rank calls 1.5 s
+// after the others and every rank completes, correct, with no error. The
+// same delay with timeoutMs = 200 is a timeout on the ranks that waited:
+// the delay is long enough to tell the two apart.
+TEST_P(Ranks, TimeoutZeroWaitsForALateRank) {
+  const auto lateLast = [&](int r) { return r == nRanks_ - 1 ? 1500 : 0; };
+  for (int timeoutMs : {0, 200}) {
+    SCOPED_TRACE(testing::Message() << "timeoutMs " << timeoutMs);
+    ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8);
+    c.timeoutMs = timeoutMs;
+    auto ctxs = createAll([&](int) { return c; });
+    if (HasFailure()) return;
+    Collective x = prepare(c, 11);
+    run(x, ctxs, lateLast);
+    if (timeoutMs == 0) {
+      expectCorrect(x);
+    } else {
+      EXPECT_EQ(x.async[0], ncclRemoteError) << "rank 0 waited 1.5 s for the last rank without timing out";
+    }
+    destroyAll(ctxs);
+  }
+}
+
+// Calls captured in a CUDA graph on every rank and replayed, between eager
+// calls: every capture step and launch succeeds, and every replay of every
+// captured call (chunked ones too) matches the reference.
 TEST_P(Ranks, GraphReplaysOnRealRanks) {
-  const ncclDcpConfig_t c = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 16);
+  const ncclDcpConfig_t c = makeConfig(256, 8, ncclBfloat16, ncclDcpLseBase2, 8);
   auto ctxs = createAll([&](int) { return c; });
   if (HasFailure()) return;
-  // Eager, then captured and replayed, then eager again: rounds stay in step.
-  callAndCheck(ctxs, c, 5);
+  callAndCheck(ctxs, c, 5);  // eager first
+  const int batches[] = {5, 8, 13, 1};
+  const int nCalls = 4, replays = 10;
+  std::vector<Collective> calls;
+  for (int batch : batches) calls.push_back(prepare(c, batch));
+  // got[rep][i]: every rank's outputs of captured call i after replay rep.
+  std::vector<std::vector<std::vector<RankTensors>>> got(replays);
+  for (auto& rep : got)
+    for (const Collective& x : calls) {
+      rep.push_back(x.host);
+      for (RankTensors& t : rep.back()) {  // outputs only
+        t.partialOut.clear();
+        t.partialLse.clear();
+      }
+    }
   runPerRank([&](int r) {
-    cudaSetDevice(r);
-    cudaStream_t s;
-    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    CUDA_OR_FAIL(r, cudaSetDevice(r));
+    cudaStream_t s = nullptr;
+    CUDA_OR_FAIL(r, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    std::unique_ptr<std::remove_pointer_t<cudaStream_t>, cudaError_t (*)(cudaStream_t)> stream(s, cudaStreamDestroy);
     if (ncclDcpContextBindStream(ctxs[r], s) != ncclSuccess) return addFailure(r, "bind");
-    DeviceBuffer in(512 * 16 * 2 * 16 * nRanks_), lse(16 * 16 * 4 * nRanks_), out(512 * 16 * 2 * 16);
-    cudaMemset(in.ptr, 0x3c, in.bytes);
-    cudaMemset(lse.ptr, 0, lse.bytes);
-    cudaGraph_t g;
-    cudaGraphExec_t e;
-    cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
-    for (int i = 0; i < 4; i++)
-      ncclDcpA2aLseReduce(ctxs[r], in.ptr, lse.as<float>(), out.ptr, nullptr, 16, nullptr, s);
-    cudaStreamEndCapture(s, &g);
-    cudaGraphInstantiate(&e, g, 0);
-    for (int i = 0; i < 20; i++) cudaGraphLaunch(e, s);
-    if (cudaStreamSynchronize(s) != cudaSuccess) addFailure(r, "replays failed");
-    cudaGraphExecDestroy(e);
-    cudaGraphDestroy(g);
-    ncclDcpContextBindStream(ctxs[r], nullptr);
-    cudaStreamDestroy(s);
+    std::vector<std::unique_ptr<RankBuffers>> bufs;
+    for (const Collective& x : calls) {
+      bufs.emplace_back(new RankBuffers(x.host[r]));
+      CUDA_OR_FAIL(r, bufs.back()->upload(x.host[r], s));
+    }
+    CUDA_OR_FAIL(r, cudaStreamSynchronize(s));
+    cudaGraph_t graph = nullptr;
+    CUDA_OR_FAIL(r, cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    ncclResult_t captured = ncclSuccess;
+    for (int i = 0; i < nCalls && captured == ncclSuccess; i++) captured = bufs[i]->call(ctxs[r], calls[i], s);
+    const std::string why = ncclDcpGetLastError();
+    CUDA_OR_FAIL(r, cudaStreamEndCapture(s, &graph));
+    std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, cudaError_t (*)(cudaGraph_t)> graphOwner(graph,
+                                                                                             cudaGraphDestroy);
+    if (captured != ncclSuccess) return addFailure(r, "captured call: " + why);
+    cudaGraphExec_t e = nullptr;
+    CUDA_OR_FAIL(r, cudaGraphInstantiate(&e, graph, 0));
+    std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, cudaError_t (*)(cudaGraphExec_t)> exec(
+        e, cudaGraphExecDestroy);
+    for (int rep = 0; rep < replays; rep++) {
+      for (auto& b : bufs) CUDA_OR_FAIL(r, b->poison(s));
+      CUDA_OR_FAIL(r, cudaGraphLaunch(e, s));
+      CUDA_OR_FAIL(r, cudaStreamSynchronize(s));
+      for (int i = 0; i < nCalls; i++) CUDA_OR_FAIL(r, bufs[i]->download(&got[rep][i][r], s));
+    }
+    ncclResult_t async = ncclInternalError;
+    ncclDcpGetAsyncError(ctxs[r], &async);
+    if (async != ncclSuccess) addFailure(r, std::string("async error: ") + ncclDcpGetLastError());
+    if (ncclDcpContextBindStream(ctxs[r], nullptr) != ncclSuccess) addFailure(r, "rebind");
   });
-  callAndCheck(ctxs, c, 7);
+  for (int rep = 0; rep < replays && !HasFailure(); rep++)
+    for (int i = 0; i < nCalls; i++) {
+      const Collective& x = calls[i];
+      const Mismatch m = compareOutputs(x.cfg, nRanks_, x.batch, x.strides, got[rep][i], x.want);
+      ASSERT_EQ(m.count, 0u) << "replay " << rep << ", captured call " << i << " (batch " << x.batch << "): " << m.first;
+      for (int r = 0; r < nRanks_; r++)
+        ASSERT_EQ(touchedPadding(x.cfg, x.batch, x.strides, got[rep][i][r]), 0u) << "replay " << rep << " rank " << r;
+    }
+  if (!HasFailure()) callAndCheck(ctxs, c, 7);  // eager after the replays: rounds still in step
   destroyAll(ctxs);
 }
 
-// One thread drives every GPU: the group variants of create and destroy.
+// One thread drives every GPU: the group variants of create and destroy,
+// DestroyGroup skipping the NULL entries among the contexts.
 TEST_P(Ranks, OneThreadDrivesEveryGpu) {
   std::vector<ncclComm_t> comms(nRanks_);
   std::vector<int> devs(nRanks_);
@@ -256,7 +561,10 @@ TEST_P(Ranks, OneThreadDrivesEveryGpu) {
   std::vector<ncclDcpContext_t> ctxs(nRanks_);
   DCP_ASSERT(ncclDcpContextCreateGroup(nRanks_, comms.data(), &c, ctxs.data()));
   callAndCheck(ctxs, c, 13);
-  DCP_ASSERT(ncclDcpContextDestroyGroup(nRanks_, ctxs.data()));
+  std::vector<ncclDcpContext_t> withGaps(2 * nRanks_ + 1, nullptr);
+  for (int r = 0; r < nRanks_; r++) withGaps[2 * r + 1] = ctxs[r];
+  DCP_ASSERT(ncclDcpContextDestroyGroup((int)withGaps.size(), withGaps.data()));
+  for (ncclDcpContext_t ctx : withGaps) EXPECT_EQ(ctx, nullptr);
   for (int r = 0; r < nRanks_; r++) ncclCommDestroy(comms[r]);
 }
 

@@ -35,6 +35,55 @@ std::vector<std::pair<int, int>> validHeadDims() {
   return dims;
 }
 
+// Bytes of one unit (a source's D elements for one row and head, with the
+// LSE), from the wire formats written out here rather than from layout.h:
+//   LL128:  groups of 4 lines x 15 payload words carry the LSE word + 59
+//           data words; the last group as many 128-byte lines as it needs
+//   LL:     groups of 32 lines of 16 bytes, each line one payload word
+//   SIMPLE: the head's bytes alone (its LSE and flag live in arrays of
+//           their own: expectedSlotBytes)
+size_t expectedUnitBytes(Proto p, int D, int elt) {
+  const size_t bytes = (size_t)D * elt, words = bytes / 8;
+  switch (p) {
+    case Proto::LL128: {
+      const size_t groups = ceilDiv(words, 59), last = words - (groups - 1) * 59;
+      return 512 * (groups - 1) + 128 * ceilDiv(1 + last, 15);
+    }
+    case Proto::LL: {
+      const size_t groups = ceilDiv(words, 31), last = words - (groups - 1) * 31;
+      return 512 * (groups - 1) + 16 * (1 + last);
+    }
+    default: return bytes;
+  }
+}
+
+size_t roundUp4K(size_t x) { return ceilDiv(x, 4096) * 4096; }
+
+// Units one SIMPLE flag covers: as many heads as fit in 8 KiB, 1 to 16.
+size_t expectedChunkUnits(int D, int elt) {
+  const size_t fit = 8192 / ((size_t)D * elt);
+  return fit < 1 ? 1 : fit > 16 ? 16 : fit;
+}
+
+// One slot: every remote source's capacity rows of Hl units, page-rounded;
+// SIMPLE adds every source's LSEs (from a 16-byte boundary) and a u64 flag
+// per chunk.
+size_t expectedSlotBytes(Proto p, int cp, int Hl, int D, int elt, int capacity) {
+  const size_t units = (size_t)(cp - 1) * capacity * Hl;
+  size_t bytes = units * expectedUnitBytes(p, D, elt);
+  if (p == Proto::Simple)
+    bytes += ceilDiv(units * 4, 16) * 16 + (size_t)(cp - 1) * ceilDiv((size_t)capacity * Hl, expectedChunkUnits(D, elt)) * 8;
+  return roundUp4K(bytes);
+}
+
+// A rank's workspace: the 4 KiB control block, two slots of the small
+// protocol, and two SIMPLE slots when AUTO may switch to SIMPLE.
+size_t expectedWorkspaceBytes(Proto small, bool withSimple, int cp, int Hl, int D, int elt, int capacity) {
+  size_t total = 4096 + 2 * expectedSlotBytes(small, cp, Hl, D, elt, capacity);
+  if (withSimple) total += 2 * expectedSlotBytes(Proto::Simple, cp, Hl, D, elt, capacity);
+  return roundUp4K(total);
+}
+
 // ---------------------------------------------------------------------------
 // Unit geometry.
 
@@ -53,6 +102,7 @@ TEST(UnitGeometry, LL128GroupsAreFourLinesWithTheLseFirst) {
     ASSERT_EQ((size_t)r.groups, groups);
     ASSERT_EQ(r.groupBytes, 512u);
     ASSERT_EQ(r.unitBytes, 512 * (groups - 1) + 128 * lastLines);
+    ASSERT_EQ(r.unitBytes, expectedUnitBytes(Proto::LL128, D, elt));
     ASSERT_EQ((size_t)r.wordsInGroup(r.groups - 1), lastWords);
   }
 }
@@ -86,7 +136,7 @@ TEST(UnitGeometry, SimpleUnitsAreTheHeadInChunksOfAtMostEightKiB) {
       const int capacity = 5;
       const Region r = makeRegion(Proto::Simple, 3, Hl, D, elt, capacity, kControlBytes);
       const size_t headBytes = (size_t)D * elt;
-      size_t chunkUnits = 16;
+      size_t chunkUnits = 16;  // counted down here, computed by division in layout.h
       while (chunkUnits > 1 && chunkUnits * headBytes > 8192) chunkUnits--;
       SCOPED_TRACE(::testing::Message() << "D " << D << " elt " << elt << " Hl " << Hl);
       ASSERT_EQ(r.groups, 1);
@@ -144,19 +194,14 @@ TEST(UnitGeometry, UnitsAreWholeSixteenByteLines) {
 
 TEST(SlotBytes, PageAlignedAndJustLargeEnough) {
   for (Proto p : kProtos)
-    for (int cp : {1, 2, 3, 8, 64})
+    for (int cp : {1, 2, 3, 8, 17, 64})
       for (int capacity : {1, 7, 256, 4096})
         for (int Hl : {1, 3, 128})
           for (auto [D, elt] : {std::pair{8, 2}, std::pair{128, 4}, std::pair{520, 2}, std::pair{4096, 2}}) {
             const Region r = makeRegion(p, cp, Hl, D, elt, capacity, kControlBytes);
-            size_t need = (size_t)(cp - 1) * capacity * Hl * r.unitBytes;
-            if (p == Proto::Simple)  // the LSEs (16-byte aligned) and a flag per chunk
-              need += ceilDiv((size_t)(cp - 1) * capacity * Hl * 4, 16) * 16 + (size_t)(cp - 1) * r.chunks * 8;
             SCOPED_TRACE(::testing::Message() << name(p) << " cp " << cp << " capacity " << capacity << " Hl "
                                               << Hl << " D " << D << " elt " << elt);
-            ASSERT_EQ(r.slotBytes % kRegionAlign, 0u);
-            ASSERT_GE(r.slotBytes, need);
-            ASSERT_LT(r.slotBytes, need + kRegionAlign);
+            ASSERT_EQ(r.slotBytes, expectedSlotBytes(p, cp, Hl, D, elt, capacity));
             ASSERT_EQ(r.bytes(), 2 * r.slotBytes);
           }
 }
@@ -188,7 +233,7 @@ std::vector<std::pair<size_t, size_t>> unitsOf(const Region& r, int dst) {
 
 TEST(UnitOffset, EveryUnitOwnsItsBytesInsideTheRegion) {
   for (Proto p : kProtos)
-    for (int cp : {1, 2, 3, 5})
+    for (int cp : {1, 2, 3, 5, 17, 64})
       for (int capacity : {1, 3})
         for (int Hl : {1, 2, 3})
           for (int D : {8, 64}) {
@@ -261,12 +306,21 @@ TEST(WorkspaceLayout, RegionsFollowTheControlBlockWithoutOverlap) {
         }
 }
 
-TEST(WorkspaceLayout, SimpleRegionAddsItsOwnBytes) {
-  const WorkspaceLayout without = makeWorkspaceLayout(Proto::LL128, false, 4, 8, 512, 2, 64);
-  const WorkspaceLayout with = makeWorkspaceLayout(Proto::LL128, true, 4, 8, 512, 2, 64);
-  EXPECT_EQ(without.totalBytes, kControlBytes + without.small.bytes());
-  EXPECT_EQ(with.totalBytes, kControlBytes + with.small.bytes() + with.large.bytes());
-  EXPECT_EQ(with.large.unitBytes, 1024u);  // the head as the input holds it
+TEST(WorkspaceLayout, TotalIsControlPlusRegions) {
+  for (Proto small : kProtos)
+    for (bool withSimple : {false, true})
+      for (int cp : {2, 5, 17, 64})
+        for (auto [D, elt] : {std::pair{8, 2}, std::pair{512, 2}, std::pair{100, 4}}) {
+          const WorkspaceLayout w = makeWorkspaceLayout(small, withSimple, cp, 8, D, elt, 64);
+          SCOPED_TRACE(::testing::Message() << name(small) << (withSimple ? " + SIMPLE" : "") << " cp " << cp
+                                            << " D " << D << " elt " << elt);
+          EXPECT_EQ(w.totalBytes, expectedWorkspaceBytes(small, withSimple, cp, 8, D, elt, 64));
+          if (withSimple) {
+            EXPECT_EQ(w.large.offset, 4096 + 2 * expectedSlotBytes(small, cp, 8, D, elt, 64));
+          }
+        }
+  // D 512 bf16 under SIMPLE: the head as the input holds it.
+  EXPECT_EQ(makeWorkspaceLayout(Proto::LL128, true, 4, 8, 512, 2, 64).large.unitBytes, 1024u);
 }
 
 TEST(WorkspaceLayout, OneRankNeedsOnlyTheControlBlock) {
@@ -332,23 +386,21 @@ size_t workspaceSize(int protocol, int nRanks, int headDim = 128, int localHeads
 
 TEST(WorkspaceSize, ExplicitProtocolIsItsLayout) {
   for (Proto p : kProtos)
-    for (int cp : {2, 3, 8}) {
-      const WorkspaceLayout w = makeWorkspaceLayout(p, false, cp, 4, 128, 2, 64);
-      EXPECT_EQ(workspaceSize((int)p, cp), w.totalBytes) << name(p) << " cp " << cp;
-    }
+    for (int cp : {2, 3, 8, 17, 64})
+      EXPECT_EQ(workspaceSize((int)p, cp), expectedWorkspaceBytes(p, false, cp, 4, 128, 2, 64))
+          << name(p) << " cp " << cp;
 }
 
 TEST(WorkspaceSize, AutoCoversEveryOutcome) {
-  for (int cp : {2, 3, 8, 64})
+  for (int cp : {2, 3, 8, 17, 64})
     for (auto [D, elt] : {std::pair{8, 2}, std::pair{128, 2}, std::pair{512, 2}, std::pair{4, 4}, std::pair{1024, 4}}) {
       const ncclDataType_t dtype = elt == 2 ? ncclBfloat16 : ncclFloat32;
       SCOPED_TRACE(::testing::Message() << "cp " << cp << " D " << D << " " << dtypeName(dtype));
       const size_t autoBytes = workspaceSize(ncclDcpProtoAuto, cp, D, 4, dtype);
       for (Proto p : kProtos) EXPECT_GE(autoBytes, workspaceSize((int)p, cp, D, 4, dtype)) << name(p);
       // AUTO settles on LL or LL128 later and may add SIMPLE for large rounds.
-      const size_t viaLL = makeWorkspaceLayout(Proto::LL, true, cp, 4, D, elt, 64).totalBytes;
-      const size_t viaLL128 = makeWorkspaceLayout(Proto::LL128, true, cp, 4, D, elt, 64).totalBytes;
-      EXPECT_EQ(autoBytes, std::max(viaLL, viaLL128));
+      EXPECT_EQ(autoBytes, std::max(expectedWorkspaceBytes(Proto::LL, true, cp, 4, D, elt, 64),
+                                    expectedWorkspaceBytes(Proto::LL128, true, cp, 4, D, elt, 64)));
     }
 }
 

@@ -2,7 +2,7 @@
 // independent fp64 oracle written here from the formula of DESIGN §1. The
 // oracle shares no code with merge.h or reference.cc: it decodes bf16 / fp16
 // bits itself and computes in double. Every test draws fresh random data;
-// the seed is printed on failure and replayed with --gtest_random_seed=N.
+// a failing test prints its seed, replayed with --gtest_random_seed=N.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -44,20 +44,7 @@ using test::LseMix;
 using test::RankTensors;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// ---------------------------------------------------------------------------
-// Seeds.
-
-// A fresh seed per test, or the one given with --gtest_random_seed.
-uint32_t freshSeed() {
-  const int32_t flag = GTEST_FLAG_GET(random_seed);
-  if (flag > 0) return (uint32_t)flag;
-  return (std::random_device{}() & 0x7fffffffu) | 1u;
-}
-
-std::string seedNote(uint32_t seed) {
-  return "random seed " + std::to_string(seed) + " (replay with --gtest_random_seed=" + std::to_string(seed) + ")";
-}
+constexpr double kFloatEpsilon = std::numeric_limits<float>::epsilon();
 
 // ---------------------------------------------------------------------------
 // The oracle: element decoding and the merge in fp64.
@@ -187,7 +174,10 @@ double outputEpsilon(ncclDataType_t dtype) {
         if (!got[r].outLse.empty()) {
           const double g = got[r].outLse[b * s.outLseRow + j * s.outLseHead];
           const double ref = want[r].lse[b * Hl + j];
-          const bool ok = ref == -kInf ? g == -kInf : std::isfinite(g) && std::fabs(g - ref) <= 1e-4 * (1 + std::fabs(ref));
+          // fp32 rounds m + log(W) relative to |ref| and sums W over cp
+          // terms (about one unit each, absolute in the log): a few units.
+          const double tol = kFloatEpsilon * (2 * (1 + std::fabs(ref)) + cp);
+          const bool ok = ref == -kInf ? g == -kInf : std::isfinite(g) && std::fabs(g - ref) <= tol;
           if (!ok) {
             std::ostringstream o;
             o << "rank " << r << " outLse[" << b << "][" << j << "] = " << g << ", oracle " << ref;
@@ -214,24 +204,6 @@ Config makeResolvedConfig(int headDim, int localHeads, ncclDataType_t dtype, int
   return c;
 }
 
-// The transposed input view [B][Hl][cp][D] with a transposed LSE, and a
-// padded output: heads 8 elements apart beyond D, rows 16 elements beyond.
-Strides stridedLayout(const Config& cfg, int cp) {
-  const int64_t D = cfg.headDim, Hl = cfg.localHeads;
-  Strides s;
-  s.inPeer = D;
-  s.inHead = cp * D;
-  s.inRow = Hl * cp * D;
-  s.lsePeer = 1;
-  s.lseHead = cp;
-  s.lseRow = Hl * cp;
-  s.outHead = D + 8;
-  s.outRow = Hl * (D + 8) + 16;
-  s.outLseHead = 2;
-  s.outLseRow = 2 * Hl + 3;
-  return s;
-}
-
 std::string dtypeParamName(ncclDataType_t dtype) { return dtypeName(dtype); }
 
 // ---------------------------------------------------------------------------
@@ -241,21 +213,21 @@ using SweepParam = std::tuple<ncclDataType_t, int /*lseBase*/, LseMix>;
 
 class ReferenceSweep : public ::testing::TestWithParam<SweepParam> {};
 
-TEST_P(ReferenceSweep, MatchesFp64Oracle) {
-  const auto [dtype, lseBase, mix] = GetParam();
-  const uint32_t seed = freshSeed();
-  SCOPED_TRACE(seedNote(seed));
-  std::mt19937_64 rng(seed);
+// Checks the reference against the oracle on fresh data for every shape
+// of cps x heads x dims, alternating packed and strided layouts.
+void sweep(const SweepParam& param, std::initializer_list<int> cps, std::initializer_list<int> heads,
+           const std::vector<int>& dims) {
+  const auto [dtype, lseBase, mix] = param;
+  std::mt19937_64 rng(test::freshSeed());
   std::uniform_int_distribution<int> batchDist(1, 4);
-  const std::vector<int> dims = dtype == ncclFloat32 ? std::vector<int>{4, 64, 516} : std::vector<int>{8, 128, 520};
   int shape = 0;
-  for (int cp : {1, 2, 3, 4, 8}) {
-    for (int Hl : {1, 3, 16}) {
+  for (int cp : cps) {
+    for (int Hl : heads) {
       for (int D : dims) {
         const Config cfg = makeResolvedConfig(D, Hl, dtype, lseBase);
         // Alternate packed and strided layouts: the oracle reads both.
         const bool strided = shape++ % 2 == 1;
-        const Strides s = strided ? stridedLayout(cfg, cp) : packedStrides(cfg, cp);
+        const Strides s = strided ? test::paddedStrides(cfg, cp) : packedStrides(cfg, cp);
         const int batch = batchDist(rng);
         SCOPED_TRACE(::testing::Message() << "cp " << cp << " Hl " << Hl << " D " << D << " batch " << batch
                                           << (strided ? " strided" : " packed"));
@@ -266,6 +238,18 @@ TEST_P(ReferenceSweep, MatchesFp64Oracle) {
       }
     }
   }
+}
+
+TEST_P(ReferenceSweep, MatchesFp64Oracle) {
+  const bool fp32 = std::get<0>(GetParam()) == ncclFloat32;
+  sweep(GetParam(), {1, 2, 3, 4, 8}, {1, 3, 16}, fp32 ? std::vector<int>{4, 64, 516} : std::vector<int>{8, 128, 520});
+}
+
+// Groups beyond what loopback runs on one GPU (16 virtual ranks), up to
+// NCCL_DCP_MAX_RANKS, odd sizes included.
+TEST_P(ReferenceSweep, LargeGroupsMatchFp64Oracle) {
+  const bool fp32 = std::get<0>(GetParam()) == ncclFloat32;
+  sweep(GetParam(), {17, 31, 48, NCCL_DCP_MAX_RANKS}, {1, 3}, fp32 ? std::vector<int>{4, 36} : std::vector<int>{8, 72});
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -289,7 +273,7 @@ class ReferenceExact : public ::testing::TestWithParam<ncclDataType_t> {
     const int D = GetParam() == ncclFloat32 ? 4 : 8;
     cfg = makeResolvedConfig(D, kHeads, GetParam(), ncclDcpLseBase2);
     s = packedStrides(cfg, kRanks);
-    seed = freshSeed();
+    seed = test::freshSeed();
     std::mt19937_64 rng(seed);
     ranks = test::makeInputs(cfg, kRanks, kBatch, s, LseMix::Normal, rng);
   }
@@ -312,12 +296,11 @@ class ReferenceExact : public ::testing::TestWithParam<ncclDataType_t> {
 
   Config cfg{};
   Strides s{};
-  uint32_t seed = 0;
+  uint64_t seed = 0;
   std::vector<RankTensors> ranks;
 };
 
 TEST_P(ReferenceExact, NanPayloadsBehindEmptySourcesDoNotLeak) {
-  SCOPED_TRACE(seedNote(seed));
   const float nan = std::nanf("");
   for (int b = 0; b < kBatch; b++) {
     for (int dst = 0; dst < kRanks; dst++) {
@@ -347,7 +330,6 @@ TEST_P(ReferenceExact, NanPayloadsBehindEmptySourcesDoNotLeak) {
 }
 
 TEST_P(ReferenceExact, AllEmptyRowsGiveZeroAndMinusInf) {
-  SCOPED_TRACE(seedNote(seed));
   const float empties[3] = {-INFINITY, std::nanf(""), INFINITY};
   for (int b = 0; b < kBatch; b++)
     for (int dst = 0; dst < kRanks; dst++)
@@ -371,7 +353,6 @@ TEST_P(ReferenceExact, AllEmptyRowsGiveZeroAndMinusInf) {
 }
 
 TEST_P(ReferenceExact, DominantSourceGivesItsPayload) {
-  SCOPED_TRACE(seedNote(seed));
   for (int b = 0; b < kBatch; b++)
     for (int dst = 0; dst < kRanks; dst++)
       for (int j = 0; j < kHeads; j++)
@@ -389,7 +370,6 @@ TEST_P(ReferenceExact, DominantSourceGivesItsPayload) {
 }
 
 TEST_P(ReferenceExact, OneRankReturnsItsOwnPartial) {
-  SCOPED_TRACE(seedNote(seed));
   const Strides one = packedStrides(cfg, 1);
   std::mt19937_64 rng(seed);
   std::vector<RankTensors> single = test::makeInputs(cfg, 1, kBatch, one, LseMix::Normal, rng);
@@ -433,21 +413,16 @@ std::vector<RankTensors> relayout(const Config& cfg, int cp, int batch, const st
 class ReferenceLayout : public ::testing::TestWithParam<ncclDataType_t> {};
 
 TEST_P(ReferenceLayout, StridedAndPackedAreBitwiseEqual) {
-  const uint32_t seed = freshSeed();
-  SCOPED_TRACE(seedNote(seed));
+  const uint64_t seed = test::freshSeed();
   std::mt19937_64 rng(seed);
   for (int lseBase : {(int)ncclDcpLseBase2, (int)ncclDcpLseBaseE}) {
     for (int cp : {2, 3}) {
       const int Hl = 3, batch = 4, D = GetParam() == ncclFloat32 ? 12 : 24;
       SCOPED_TRACE(::testing::Message() << "lseBase " << lseBase << " cp " << cp);
       const Config cfg = makeResolvedConfig(D, Hl, GetParam(), lseBase);
-      const Strides packed = packedStrides(cfg, cp), strided = stridedLayout(cfg, cp);
+      const Strides packed = packedStrides(cfg, cp), strided = test::paddedStrides(cfg, cp);
       // The strided layout is one the entry point accepts.
-      ncclDcpStrides_t given = NCCL_DCP_STRIDES_INITIALIZER;
-      given.inRow = strided.inRow, given.inPeer = strided.inPeer, given.inHead = strided.inHead;
-      given.lseRow = strided.lseRow, given.lsePeer = strided.lsePeer, given.lseHead = strided.lseHead;
-      given.outRow = strided.outRow, given.outHead = strided.outHead;
-      given.outLseRow = strided.outLseRow, given.outLseHead = strided.outLseHead;
+      const ncclDcpStrides_t given = test::apiStrides(strided);
       Strides resolved{};
       ASSERT_EQ(resolveStrides(&given, cfg, cp, &resolved), ncclSuccess) << ncclDcpGetLastError();
       std::vector<RankTensors> a = test::makeInputs(cfg, cp, batch, packed, LseMix::Special, rng);
@@ -458,39 +433,27 @@ TEST_P(ReferenceLayout, StridedAndPackedAreBitwiseEqual) {
 
       const int e = cfg.eltSize;
       for (int r = 0; r < cp; r++) {
-        std::vector<bool> written(b[r].out.size() / e, false), lseWritten(b[r].outLse.size(), false);
         for (int row = 0; row < batch; row++) {
           for (int j = 0; j < Hl; j++) {
             const int64_t pi = row * packed.outRow + j * packed.outHead, si = row * strided.outRow + j * strided.outHead;
             EXPECT_EQ(memcmp(a[r].out.data() + pi * e, b[r].out.data() + si * e, (size_t)D * e), 0)
                 << "rank " << r << " out[" << row << "][" << j << "]";
-            for (int d = 0; d < D; d++) written[si + d] = true;
             const int64_t pl = row * packed.outLseRow + j * packed.outLseHead;
             const int64_t sl = row * strided.outLseRow + j * strided.outLseHead;
             EXPECT_EQ(memcmp(&a[r].outLse[pl], &b[r].outLse[sl], sizeof(float)), 0)
                 << "rank " << r << " outLse[" << row << "][" << j << "]";
-            lseWritten[sl] = true;
           }
         }
         // The padding of the strided outputs is left alone.
-        for (size_t i = 0; i < written.size(); i++) {
-          if (written[i]) continue;
-          for (int k = 0; k < e; k++) ASSERT_EQ(b[r].out[i * e + k], 0xff) << "rank " << r << " out element " << i;
-        }
-        for (size_t i = 0; i < lseWritten.size(); i++) {
-          if (lseWritten[i]) continue;
-          uint32_t bits;
-          memcpy(&bits, &b[r].outLse[i], 4);
-          ASSERT_EQ(bits, 0xffffffffu) << "rank " << r << " outLse element " << i;
-        }
+        std::string first;
+        EXPECT_EQ(test::touchedPadding(cfg, batch, strided, b[r], &first), 0u) << "rank " << r << ": " << first;
       }
     }
   }
 }
 
 TEST_P(ReferenceLayout, RunsAreBitwiseDeterministic) {
-  const uint32_t seed = freshSeed();
-  SCOPED_TRACE(seedNote(seed));
+  const uint64_t seed = test::freshSeed();
   std::mt19937_64 rng(seed);
   const int cp = 8, Hl = 3, batch = 5, D = GetParam() == ncclFloat32 ? 64 : 128;
   const Config cfg = makeResolvedConfig(D, Hl, GetParam(), ncclDcpLseBaseE);
@@ -507,8 +470,7 @@ TEST_P(ReferenceLayout, RunsAreBitwiseDeterministic) {
 }
 
 TEST_P(ReferenceLayout, NullOutLseLeavesOutUnchanged) {
-  const uint32_t seed = freshSeed();
-  SCOPED_TRACE(seedNote(seed));
+  const uint64_t seed = test::freshSeed();
   std::mt19937_64 rng(seed);
   const int cp = 3, Hl = 2, batch = 3, D = GetParam() == ncclFloat32 ? 8 : 16;
   const Config cfg = makeResolvedConfig(D, Hl, GetParam(), ncclDcpLseBase2);
@@ -525,11 +487,130 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, ReferenceLayout, ::testing::Values(ncclBfloat
                          [](const ::testing::TestParamInfo<ncclDataType_t>& info) { return dtypeParamName(info.param); });
 
 // ---------------------------------------------------------------------------
+// countMismatches: the comparison behind every GPU test and the perf
+// binary's #wrong must see every kind of wrong output.
+
+class CountMismatches : public ::testing::TestWithParam<ncclDataType_t> {
+ protected:
+  static constexpr int kRanks = 3, kHeads = 2, kBatch = 2;
+
+  void SetUp() override {
+    const int D = GetParam() == ncclFloat32 ? 4 : 8;
+    cfg = makeResolvedConfig(D, kHeads, GetParam(), ncclDcpLseBase2);
+    s = packedStrides(cfg, kRanks);
+    std::mt19937_64 rng(test::freshSeed());
+    want = test::makeInputs(cfg, kRanks, kBatch, s, LseMix::Normal, rng);
+    runReference(cfg, kRanks, kBatch, s, want);
+    got = want;
+  }
+
+  size_t count(std::string* first = nullptr) {
+    std::vector<CallBuffers> g, w;
+    for (int r = 0; r < kRanks; r++) {
+      g.push_back(got[r].buffers());
+      w.push_back(want[r].buffers());
+    }
+    return countMismatches(cfg, kRanks, kBatch, s, g.data(), w.data(), first);
+  }
+
+  int64_t outIndex(int b, int j, int d) const { return b * s.outRow + j * s.outHead + d; }
+  float& outLse(std::vector<RankTensors>& t, int r, int b, int j) { return t[r].outLse[b * s.outLseRow + j * s.outLseHead]; }
+  float wantOut(int r, int b, int j, int d) const { return loadElement(cfg.dtype, want[r].out.data(), outIndex(b, j, d)); }
+  void setOut(int r, int b, int j, int d, float v) { storeElement(cfg.dtype, got[r].out.data(), outIndex(b, j, d), v); }
+
+  Config cfg{};
+  Strides s{};
+  std::vector<RankTensors> want, got;
+};
+
+TEST_P(CountMismatches, EqualOutputsMatch) {
+  std::string first = "untouched";
+  EXPECT_EQ(count(&first), 0u);
+  EXPECT_EQ(first, "untouched");
+}
+
+TEST_P(CountMismatches, OneWrongElementIsCountedAndNamed) {
+  // 1.5 in a [-1, 1] output is wrong in every dtype, far beyond rounding.
+  setOut(2, 1, 1, 3, wantOut(2, 1, 1, 3) + 1.5f);
+  std::string first;
+  EXPECT_EQ(count(&first), 1u);
+  EXPECT_NE(first.find("rank 2 out[1][1][3]"), std::string::npos) << first;
+}
+
+TEST_P(CountMismatches, ToleranceIsOneUnitOfRounding) {
+  // At 1.0 one unit of rounding is exactly representable in every dtype:
+  // one unit away is accepted, three are not (fp32 allows 1e-5 + 1e-5).
+  const float unit = cfg.dtype == ncclBfloat16 ? 1.f / 128 : cfg.dtype == ncclFloat16 ? 1.f / 1024 : 1e-5f;
+  for (int d = 0; d < cfg.headDim; d++) {
+    storeElement(cfg.dtype, want[0].out.data(), outIndex(0, 0, d), 1.f);
+    setOut(0, 0, 0, d, 1.f);
+  }
+  setOut(0, 0, 0, 0, 1.f + unit);
+  setOut(0, 0, 0, 1, 1.f - unit);
+  EXPECT_EQ(count(), 0u) << "one unit of rounding";
+  setOut(0, 0, 0, 2, 1.f + 3 * unit);
+  EXPECT_EQ(count(), 1u) << "three units of rounding";
+}
+
+TEST_P(CountMismatches, NanAndInfinityAreWrong) {
+  setOut(0, 0, 0, 0, std::nanf(""));
+  setOut(1, 1, 0, 1, INFINITY);
+  setOut(1, 1, 1, 2, -INFINITY);
+  EXPECT_EQ(count(), 3u);
+}
+
+TEST_P(CountMismatches, PoisonedOutputsAreAllWrong) {
+  // What a call that never wrote its output leaves behind: 0xff bytes.
+  memset(got[1].out.data(), 0xff, got[1].out.size());
+  memset(got[1].outLse.data(), 0xff, got[1].outLse.size() * sizeof(float));
+  const size_t elements = (size_t)kBatch * kHeads * cfg.headDim, lses = (size_t)kBatch * kHeads;
+  EXPECT_EQ(count(), elements + lses);
+  // Zeroed outputs are wrong too (the inputs are never all zero).
+  got = want;
+  memset(got[0].out.data(), 0, got[0].out.size());
+  EXPECT_EQ(count(), elements);
+}
+
+TEST_P(CountMismatches, WrongOutLseIsCounted) {
+  outLse(got, 0, 0, 0) += 0.01f;
+  outLse(got, 1, 1, 1) = std::nanf("");
+  outLse(got, 2, 0, 1) = INFINITY;
+  std::string first;
+  EXPECT_EQ(count(&first), 3u);
+  EXPECT_NE(first.find("rank 0 outLse[0][0]"), std::string::npos) << first;
+}
+
+TEST_P(CountMismatches, EmptyRowsNeedMinusInfinityExactly) {
+  outLse(want, 1, 0, 0) = -INFINITY;
+  outLse(got, 1, 0, 0) = -INFINITY;
+  EXPECT_EQ(count(), 0u);
+  for (float g : {-1e30f, 0.f, INFINITY, std::nanf("")}) {
+    outLse(got, 1, 0, 0) = g;
+    EXPECT_EQ(count(), 1u) << "outLse " << g << " for an empty row";
+  }
+}
+
+TEST_P(CountMismatches, OutLseIgnoredWhenNotWanted) {
+  for (RankTensors& t : want) t.outLse.clear();  // buffers() gives NULL
+  for (RankTensors& t : got) std::fill(t.outLse.begin(), t.outLse.end(), std::nanf(""));
+  EXPECT_EQ(count(), 0u);
+}
+
+TEST_P(CountMismatches, EveryRankIsCompared) {
+  for (int r = 0; r < kRanks; r++) setOut(r, kBatch - 1, kHeads - 1, cfg.headDim - 1, 2.f);
+  std::string first;
+  EXPECT_EQ(count(&first), (size_t)kRanks);
+  EXPECT_NE(first.find("rank 0 "), std::string::npos) << first;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, CountMismatches, ::testing::Values(ncclBfloat16, ncclFloat16, ncclFloat32),
+                         [](const ::testing::TestParamInfo<ncclDataType_t>& info) { return dtypeParamName(info.param); });
+
+// ---------------------------------------------------------------------------
 // mergeWeights on its own.
 
 TEST(MergeWeights, WeightsSumToOneAndLseMatchesOracle) {
-  const uint32_t seed = freshSeed();
-  SCOPED_TRACE(seedNote(seed));
+  const uint64_t seed = test::freshSeed();
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> value(-20.f, 20.f);
   for (int trial = 0; trial < 200; trial++) {
@@ -555,8 +636,7 @@ TEST(MergeWeights, WeightsSumToOneAndLseMatchesOracle) {
 TEST(MergeWeights, BaseEOfScaledLsesEqualsBase2) {
   // lse_e = lse_2 * ln 2 describes the same distribution: same weights,
   // and the merged LSE scales the same way.
-  const uint32_t seed = freshSeed();
-  SCOPED_TRACE(seedNote(seed));
+  const uint64_t seed = test::freshSeed();
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> value(-16.f, 16.f);
   const double ln2 = std::log(2.0);

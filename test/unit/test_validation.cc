@@ -5,10 +5,13 @@
 // needed: checkCall never dereferences the buffers, so fake addresses and
 // plain host buffers stand in for device memory.
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "error.h"
+#include "loopback.h"
 #include "test_util.h"
 #include "validate.h"
 
@@ -161,6 +164,37 @@ TEST(PublicApi, DestroyGroupRejectsNullArray) {
 TEST(PublicApi, DestroyOfNullContextIsANoOp) {
   EXPECT_ACCEPTED(ncclDcpContextDestroy(nullptr));
   EXPECT_STREQ(ncclDcpGetLastError(), "");
+}
+
+TEST(PublicApi, DestroyGroupSkipsNullEntries) {
+  ncclDcpContext_t ctxs[3] = {nullptr, nullptr, nullptr};
+  EXPECT_ACCEPTED(ncclDcpContextDestroyGroup(3, ctxs));
+  EXPECT_ACCEPTED(ncclDcpContextDestroyGroup(0, nullptr));
+}
+
+// Each thread reads the message of its own last failed call: another
+// thread's failure neither shows nor clears it.
+TEST(PublicApi, LastErrorIsPerThread) {
+  ASSERT_EQ(ncclDcpGetVersion(nullptr), ncclInvalidArgument);
+  const std::string mine = ncclDcpGetLastError();
+  ASSERT_NE(mine.find("version"), std::string::npos) << mine;
+  std::string otherBefore, otherAfter;
+  std::thread other([&] {
+    otherBefore = ncclDcpGetLastError();
+    size_t bytes = 0;
+    ncclDcpWorkspaceSize(nullptr, 2, &bytes);
+    otherAfter = ncclDcpGetLastError();
+  });
+  other.join();
+  EXPECT_EQ(otherBefore, "") << "a new thread starts with no error";
+  EXPECT_NE(otherAfter.find("config"), std::string::npos) << otherAfter;
+  EXPECT_EQ(ncclDcpGetLastError(), mine) << "another thread's failure replaced this thread's message";
+  // A success on another thread does not clear this thread's message either.
+  std::thread([] {
+    int v = 0;
+    ncclDcpGetVersion(&v);
+  }).join();
+  EXPECT_EQ(ncclDcpGetLastError(), mine);
 }
 
 TEST(PublicApi, GetTopologyRejectsNullContext) {
@@ -464,6 +498,20 @@ TEST(Ranks, OutOfRangeRejected) {
 
 TEST(Ranks, FullRangeAccepted) {
   for (int n : {1, 2, 3, 8, NCCL_DCP_MAX_RANKS}) EXPECT_ACCEPTED(checkRanks(n));
+}
+
+// Groups of 17 to 64 ranks run on NCCL ranks only: loopback holds at most
+// kMaxLoopbackRanks virtual ranks (one launch) and says so before touching
+// the GPU. Their math and layout are tested on the CPU (test_reference.cc,
+// test_layout.cc).
+TEST(Ranks, LoopbackRefusesMoreVirtualRanksThanItHolds) {
+  const ncclDcpConfig_t cfg = validConfig();
+  for (int n : {kMaxLoopbackRanks + 1, NCCL_DCP_MAX_RANKS}) {
+    SCOPED_TRACE("nRanks " + std::to_string(n));
+    std::unique_ptr<Loopback> lb;
+    EXPECT_REJECTED(Loopback::create(&cfg, n, &lb), ncclInvalidArgument, std::to_string(kMaxLoopbackRanks));
+    EXPECT_EQ(lb, nullptr);
+  }
 }
 
 // ---------------------------------------------------------------------------

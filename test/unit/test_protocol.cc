@@ -1,0 +1,76 @@
+// The protocol policy (src/protocol.h): which protocol a requested one and
+// the proven links give, when AUTO adds SIMPLE for large rounds
+// (NCCL_DCP_SIMPLE_MIN_ROWS), and which protocol each round then runs.
+#include "env.h"
+#include "protocol.h"
+#include "test_util.h"
+
+namespace nccl_dcp {
+namespace {
+
+constexpr LinkSummary kOneGpu = {true, false, false, true};
+constexpr LinkSummary kLsaTeamUnclassified = {true, false, false, false};
+constexpr LinkSummary kAllNvlink = {true, true, true, false};
+constexpr LinkSummary kPcieInTeam = {true, true, false, false};
+constexpr LinkSummary kAcrossNodes = {false, false, false, false};
+constexpr LinkSummary kEveryLinkSummary[] = {kOneGpu, kLsaTeamUnclassified, kAllNvlink, kPcieInTeam, kAcrossNodes};
+
+Env withSimpleMinRows(int rows) {
+  Env e;
+  e.simpleMinRows = rows;
+  return e;
+}
+
+TEST(ChooseProtocols, ExplicitProtocolIsKeptWhateverTheLinks) {
+  const std::pair<ncclDcpProtocol_t, Proto> explicitOnes[] = {
+      {ncclDcpProtoLL, Proto::LL}, {ncclDcpProtoLL128, Proto::LL128}, {ncclDcpProtoSimple, Proto::Simple}};
+  for (auto [requested, proto] : explicitOnes)
+    for (const LinkSummary& links : kEveryLinkSummary)
+      for (int minRows : {kEnvUnset, 0, 1, 64}) {
+        const ProtocolPolicy p = chooseProtocols(requested, links, withSimpleMinRows(minRows));
+        EXPECT_EQ(p.small, proto) << protocolName(requested);
+        EXPECT_FALSE(p.simpleForLarge) << protocolName(requested) << " with NCCL_DCP_SIMPLE_MIN_ROWS " << minRows;
+        for (int rows : {1, 64, 1 << 20}) EXPECT_EQ(protocolForRound(p, rows), proto) << rows << " rows";
+      }
+}
+
+TEST(ChooseProtocols, AutoTrustsLl128OnlyWhereItIsSafe) {
+  const Env e;
+  EXPECT_EQ(chooseProtocols(ncclDcpProtoAuto, kOneGpu, e).small, Proto::LL128) << "one GPU (loopback)";
+  EXPECT_EQ(chooseProtocols(ncclDcpProtoAuto, kAllNvlink, e).small, Proto::LL128) << "every peer NVLink";
+  EXPECT_EQ(chooseProtocols(ncclDcpProtoAuto, kLsaTeamUnclassified, e).small, Proto::LL128)
+      << "one LSA team, links not classified";
+  EXPECT_EQ(chooseProtocols(ncclDcpProtoAuto, kPcieInTeam, e).small, Proto::LL) << "a peer not on NVLink";
+  EXPECT_EQ(chooseProtocols(ncclDcpProtoAuto, kAcrossNodes, e).small, Proto::LL) << "no LSA team";
+}
+
+TEST(ChooseProtocols, AutoNeverSwitchesToSimpleByDefault) {
+  for (int minRows : {kEnvUnset, 0}) {
+    const ProtocolPolicy p = chooseProtocols(ncclDcpProtoAuto, kAllNvlink, withSimpleMinRows(minRows));
+    EXPECT_FALSE(p.simpleForLarge) << "NCCL_DCP_SIMPLE_MIN_ROWS " << minRows;
+    EXPECT_EQ(protocolForRound(p, 1 << 20), Proto::LL128);
+  }
+  EXPECT_EQ(kDefaultSimpleMinRows, 0) << "docs/perf.md measured no crossover: update this test with the measured one";
+}
+
+TEST(ChooseProtocols, AutoSwitchesRoundsOfSimpleMinRowsOrMoreToSimple) {
+  for (const LinkSummary& links : kEveryLinkSummary) {
+    const ProtocolPolicy p = chooseProtocols(ncclDcpProtoAuto, links, withSimpleMinRows(32));
+    const Proto small = chooseProtocols(ncclDcpProtoAuto, links, Env()).small;
+    EXPECT_TRUE(p.simpleForLarge);
+    EXPECT_EQ(p.simpleMinRows, 32);
+    EXPECT_EQ(p.small, small);
+    EXPECT_EQ(protocolForRound(p, 1), small);
+    EXPECT_EQ(protocolForRound(p, 31), small);
+    EXPECT_EQ(protocolForRound(p, 32), Proto::Simple);
+    EXPECT_EQ(protocolForRound(p, 1 << 20), Proto::Simple);
+  }
+}
+
+TEST(ChooseProtocols, OneRowThresholdMakesEveryRoundSimple) {
+  const ProtocolPolicy p = chooseProtocols(ncclDcpProtoAuto, kOneGpu, withSimpleMinRows(1));
+  for (int rows : {1, 2, 256}) EXPECT_EQ(protocolForRound(p, rows), Proto::Simple) << rows << " rows";
+}
+
+}  // namespace
+}  // namespace nccl_dcp
