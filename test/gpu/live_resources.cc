@@ -16,6 +16,7 @@ namespace {
 
 std::atomic<long> gDevice{0}, gPinned{0}, gStreams{0}, gEvents{0}, gNcclMemory{0}, gWindows{0}, gDevComms{0},
     gCalls{0};
+std::atomic<long> gNoResource{0};  // calls seen that hold nothing (cudaGetDevice)
 
 // The definition the wrapper hides: the next one in search order.
 template <typename Fn>
@@ -68,11 +69,15 @@ using nccl_dcp::test::gDevComms;
 using nccl_dcp::test::gDevice;
 using nccl_dcp::test::gEvents;
 using nccl_dcp::test::gNcclMemory;
+using nccl_dcp::test::gNoResource;
 using nccl_dcp::test::gPinned;
 using nccl_dcp::test::gStreams;
 using nccl_dcp::test::gWindows;
 using nccl_dcp::test::next;
 
+// Seen, holding nothing: the first call a context or loopback makes, which
+// proves the wrappers interpose even where no driver lets it go further.
+COUNTED(cudaError_t, cudaGetDevice, cudaSuccess, gNoResource, 0, (int* d), (d))
 COUNTED(cudaError_t, cudaMalloc, cudaSuccess, gDevice, 1, (void** p, size_t n), (p, n))
 COUNTED(cudaError_t, cudaFree, cudaSuccess, gDevice, p ? -1 : 0, (void* p), (p))
 COUNTED(cudaError_t, cudaHostAlloc, cudaSuccess, gPinned, 1, (void** p, size_t n, unsigned int flags), (p, n, flags))

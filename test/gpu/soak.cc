@@ -287,10 +287,10 @@ int soakMain(int argc, char** argv) {
   Plan plan;
   if (!parse(argc, argv, &plan.opt)) return usage(argv[0]);
   if (plan.opt.seed == 0) plan.opt.seed = freshSeed();
-  std::string why;
-  const int gpus = gpuCount(&why);
-  if (gpus < 1) {
-    printf("soak: no GPU%s: nothing to run\n", why.c_str());
+  int gpus = 0;  // left unwritten without a driver
+  const cudaError_t e = cudaGetDeviceCount(&gpus);
+  if (e != cudaSuccess || gpus < 1) {
+    printf("soak: no GPU (%s): nothing to run\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     return 3;
   }
   plan.config = makeConfig(plan.opt.headDim, plan.opt.localHeads, plan.opt.dtype, ncclDcpLseBase2, plan.opt.maxBatch,

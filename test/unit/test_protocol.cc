@@ -15,11 +15,9 @@ constexpr LinkSummary kPcieInTeam = {true, true, false, false};
 constexpr LinkSummary kAcrossNodes = {false, false, false, false};
 constexpr LinkSummary kEveryLinkSummary[] = {kOneGpu, kLsaTeamUnclassified, kAllNvlink, kPcieInTeam, kAcrossNodes};
 
-Env withSimpleMinRows(int rows) {
-  Env e;
-  e.simpleMinRows = rows;
-  return e;
-}
+// NCCL_DCP_SIMPLE_MIN_ROWS as the resolved config carries it (kEnvUnset:
+// the measured default of the links).
+int withSimpleMinRows(int rows) { return rows; }
 
 TEST(ChooseProtocols, ExplicitProtocolIsKeptWhateverTheLinks) {
   const std::pair<ncclDcpProtocol_t, Proto> explicitOnes[] = {
@@ -35,28 +33,32 @@ TEST(ChooseProtocols, ExplicitProtocolIsKeptWhateverTheLinks) {
 }
 
 TEST(ChooseProtocols, AutoTrustsLl128OnlyWhereItIsSafe) {
-  const Env e;
+  const int e = kEnvUnset;
   EXPECT_EQ(chooseProtocols(ncclDcpProtoAuto, kOneGpu, e).small, Proto::LL128) << "one GPU (loopback)";
   EXPECT_EQ(chooseProtocols(ncclDcpProtoAuto, kAllNvlink, e).small, Proto::LL128) << "every peer NVLink";
-  EXPECT_EQ(chooseProtocols(ncclDcpProtoAuto, kLsaTeamUnclassified, e).small, Proto::LL128)
-      << "one LSA team, links not classified";
+  EXPECT_EQ(chooseProtocols(ncclDcpProtoAuto, kLsaTeamUnclassified, e).small, Proto::LL)
+      << "one LSA team, links not classified: NVLink not proven";
   EXPECT_EQ(chooseProtocols(ncclDcpProtoAuto, kPcieInTeam, e).small, Proto::LL) << "a peer not on NVLink";
   EXPECT_EQ(chooseProtocols(ncclDcpProtoAuto, kAcrossNodes, e).small, Proto::LL) << "no LSA team";
 }
 
-TEST(ChooseProtocols, AutoNeverSwitchesToSimpleByDefault) {
-  for (int minRows : {kEnvUnset, 0}) {
-    const ProtocolPolicy p = chooseProtocols(ncclDcpProtoAuto, kAllNvlink, withSimpleMinRows(minRows));
-    EXPECT_FALSE(p.simpleForLarge) << "NCCL_DCP_SIMPLE_MIN_ROWS " << minRows;
-    EXPECT_EQ(protocolForRound(p, 1 << 20), Proto::LL128);
+TEST(ChooseProtocols, AutoSwitchesAtTheMeasuredCrossoverByDefault) {
+  for (const LinkSummary& links : {kOneGpu, kAllNvlink}) {
+    const ProtocolPolicy p = chooseProtocols(ncclDcpProtoAuto, links, kEnvUnset);
+    EXPECT_TRUE(p.simpleForLarge);
+    EXPECT_EQ(p.simpleMinRows, 32) << "docs/perf.md v6: SIMPLE is faster from 32 rows (loopback)";
+    EXPECT_EQ(protocolForRound(p, 31), Proto::LL128);
+    EXPECT_EQ(protocolForRound(p, 32), Proto::Simple);
   }
-  EXPECT_EQ(kDefaultSimpleMinRows, 0) << "docs/perf.md measured no crossover: update this test with the measured one";
+  const ProtocolPolicy never = chooseProtocols(ncclDcpProtoAuto, kAllNvlink, withSimpleMinRows(0));
+  EXPECT_FALSE(never.simpleForLarge) << "NCCL_DCP_SIMPLE_MIN_ROWS=0";
+  EXPECT_EQ(protocolForRound(never, 1 << 20), Proto::LL128);
 }
 
 TEST(ChooseProtocols, AutoSwitchesRoundsOfSimpleMinRowsOrMoreToSimple) {
   for (const LinkSummary& links : kEveryLinkSummary) {
     const ProtocolPolicy p = chooseProtocols(ncclDcpProtoAuto, links, withSimpleMinRows(32));
-    const Proto small = chooseProtocols(ncclDcpProtoAuto, links, Env()).small;
+    const Proto small = chooseProtocols(ncclDcpProtoAuto, links, kEnvUnset).small;
     EXPECT_TRUE(p.simpleForLarge);
     EXPECT_EQ(p.simpleMinRows, 32);
     EXPECT_EQ(p.small, small);
