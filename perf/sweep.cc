@@ -36,14 +36,21 @@ std::vector<cudaGraphExec_t> capture(const Args& a, Mode& m, Call c, int64_t row
     CUDA_OR_DIE(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
   }
   for (int i = 0; i < a.graphCalls; i++) m.enqueue(c, rows);
-  std::vector<cudaGraphExec_t> execs;
+  // Every capture ends before any graph is instantiated: instantiating is
+  // not permitted while a capture of this thread is open (-g 2).
+  std::vector<cudaGraph_t> graphs;
   for (const Slot& s : m.slots()) {
     CUDA_OR_DIE(cudaSetDevice(s.dev));
     cudaGraph_t g;
     CUDA_OR_DIE(cudaStreamEndCapture(s.stream, &g));
+    graphs.push_back(g);
+  }
+  std::vector<cudaGraphExec_t> execs;
+  for (size_t i = 0; i < graphs.size(); i++) {
+    CUDA_OR_DIE(cudaSetDevice(m.slots()[i].dev));
     cudaGraphExec_t e;
-    CUDA_OR_DIE(cudaGraphInstantiate(&e, g, 0));
-    CUDA_OR_DIE(cudaGraphDestroy(g));
+    CUDA_OR_DIE(cudaGraphInstantiate(&e, graphs[i], 0));
+    CUDA_OR_DIE(cudaGraphDestroy(graphs[i]));
     execs.push_back(e);
   }
   return execs;

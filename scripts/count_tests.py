@@ -97,8 +97,9 @@ def read_binary_results(json_path):
 
 
 def short_name(test_name):
-    """The binary's own name in a meson test name ('nccl-dcp:unit / unit_env' -> 'unit_env')."""
-    return test_name.rsplit(" / ", 1)[-1]
+    """The binary's own name in a meson test name: 'nccl-dcp:unit / unit_env'
+    (meson 1.0) or 'unit - nccl-dcp:unit_env' (meson 1.12) -> 'unit_env'."""
+    return test_name.rsplit(" / ", 1)[-1].rsplit(":", 1)[-1]
 
 
 def belongs_to(case, test_name):
