@@ -129,8 +129,8 @@ class RankMode : public Mode {
   void enqueue(Call c, int64_t rows) override {
     switch (c) {
       case Call::Fused: return enqueueFused(rows);
-      case Call::Baseline: enqueueAllToAll(rows); return enqueueCombine(rows);
-      case Call::BaselineAllToAll: return enqueueAllToAll(rows);
+      case Call::Baseline: enqueueAllToAll(rows, true); return enqueueCombine(rows);
+      case Call::BaselineAllToAll: return enqueueAllToAll(rows, false);
       default:
         for (Rank& r : ranks_) {
           CUDA_OR_DIE(cudaSetDevice(r.dev));
@@ -232,12 +232,15 @@ class RankMode : public Mode {
     NCCL_OR_DIE(ncclGroupEnd());
   }
 
-  void enqueueAllToAll(int64_t rows) {
+  // The baseline's all-to-all of the partials and, withLse, of their LSEs
+  // (one group). -B 2 times the partials' alone: the bytes and the call
+  // nccl-tests' alltoall_perf times, so the two can be compared.
+  void enqueueAllToAll(int64_t rows, bool withLse) {
     const size_t units = (size_t)rows * cfg_.localHeads;
     NCCL_OR_DIE(ncclGroupStart());
     for (Rank& r : ranks_) {
       NCCL_OR_DIE(ncclAlltoAll(r.inPeerMajor, r.recv, units * cfg_.headDim, cfg_.dtype, r.comm, r.stream));
-      NCCL_OR_DIE(ncclAlltoAll(r.lsePeerMajor, r.recvLse, units, ncclFloat32, r.comm, r.stream));
+      if (withLse) NCCL_OR_DIE(ncclAlltoAll(r.lsePeerMajor, r.recvLse, units, ncclFloat32, r.comm, r.stream));
     }
     NCCL_OR_DIE(ncclGroupEnd());
   }

@@ -269,7 +269,10 @@ if has sanitize-context; then
     for target in "gpu_loopback:$loopback_filter" "gpu_context:$context_filter" "gpu_create_unwind:$unwind_filter"; do
       bin=${target%%:*}
       log=$LOGS/sanitize-context-$tool-$bin.log
-      NCCL_DCP_TIMEOUT_MS=120000 compute-sanitizer --tool $tool --error-exitcode 99 "$BUILD/test/$bin" \
+      # NCCL's own initialisation probes (kernel images of other archs,
+      # cuMemCreate flags) fail by design: API errors are not reported;
+      # every memory access, race and sync error still is.
+      NCCL_DCP_TIMEOUT_MS=120000 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 99 "$BUILD/test/$bin" \
         --gtest_filter="${target#*:}" > "$log" 2>&1
       status=$?
       errs=$(grep -E "(ERROR|RACECHECK|SYNCCHECK) SUMMARY" "$log" | tail -1)

@@ -12,6 +12,7 @@ from ctypes import POINTER, c_char, c_char_p, c_float, c_int, c_int64, c_size_t,
 # nccl_dcp.h: version and limits.
 NCCL_DCP_VERSION_CODE = 100  # NCCL_DCP_VERSION(0, 1, 0)
 NCCL_DCP_MAX_RANKS = 64
+NCCL_DCP_CPUSET_CHARS = 128
 
 # nccl.h
 NCCL_CONFIG_UNDEF_INT = -(2**31)  # INT_MIN
@@ -92,6 +93,11 @@ class Topology(_Versioned):
         ("link", c_int * NCCL_DCP_MAX_RANKS),
         ("nvlinkGBps", c_float * NCCL_DCP_MAX_RANKS),
         ("busId", (c_char * 16) * NCCL_DCP_MAX_RANKS),
+        ("source", c_int), ("sourceDetail", c_char * 128),
+        ("pcie", c_int * NCCL_DCP_MAX_RANKS),
+        ("numaNode", c_int * NCCL_DCP_MAX_RANKS),
+        ("cpuset", (c_char * NCCL_DCP_CPUSET_CHARS) * NCCL_DCP_MAX_RANKS),
+        ("simpleMinRows", c_int),
     ]
 
 

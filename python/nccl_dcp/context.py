@@ -200,6 +200,10 @@ class Context:
             "links": [_abi.LINKS[x] if 0 <= x < len(_abi.LINKS) else x for x in topo.link[:n]],
             "nvlink_gbps": list(topo.nvlinkGBps[:n]),
             "bus_ids": [topo.busId[i].value.decode() for i in range(n)],
+            "numa_nodes": list(topo.numaNode[:n]),
+            "cpusets": [topo.cpuset[i].value.decode() for i in range(n)],
+            "source_detail": topo.sourceDetail.decode(errors="replace"),
+            "simple_min_rows": topo.simpleMinRows,
         }
 
     # ---- lifetime

@@ -50,7 +50,7 @@ def test_struct_sizes():
     # size_t + 2 x unsigned + the fields, as the C compiler lays them out on x86-64.
     assert ctypes.sizeof(_abi.Config) == 48
     assert ctypes.sizeof(_abi.Strides) == 16 + 10 * 8
-    assert ctypes.sizeof(_abi.Topology) == 16 + 6 * 4 + 64 * 4 + 64 * 4 + 64 * 16
+    assert ctypes.sizeof(_abi.Topology) == 16 + 6 * 4 + 64 * 4 + 64 * 4 + 64 * 16 + 4 + 128 + 64 * 4 + 64 * 4 + 64 * 128 + 4
 
 
 def test_magics_and_limits(header):
