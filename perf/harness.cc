@@ -65,7 +65,7 @@ std::string usage(const char* program) {
     << "  -L <2|e>       LSE base (default 2)\n"
     << "  -V <n>         loopback: n virtual ranks on one GPU, one thread, one process (default 0: real ranks)\n"
     << "  -m <rows>      workspace capacity in rows (default: -e)\n"
-    << "  -B <0|1|2>     baseline in the same run: 0 none, 1 ncclAlltoAll + combine, 2 the all-to-all\n"
+    << "  -B <0|1|2>     baseline in the same run: 0 none, 1 ncclAlltoAll + combine, 2 the partials' all-to-all\n"
     << "                 alone, to compare with nccl-tests' alltoall_perf (default 1)\n"
     << "  -F <0|1>       floors in the same run: peer-write kernel, copy engine, flag round trip (default 1)\n"
     << "  -T <0|1>       the fused kernel's in-kernel timeline per size, one eager call, per rank\n"

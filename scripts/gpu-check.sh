@@ -6,7 +6,7 @@
 #
 #   scripts/gpu-check.sh [--plant-failure] [stage...]
 #     default stages: build tests topology sanitize perf python
-#     also: nopdl noreread (LL128 variants), timeline (-Dtimeline=true
+#     also: nopdl reread (LL128 variants), timeline (-Dtimeline=true
 #       build, perf -T), stress (PDL / LL128 re-read stress), soak,
 #       sanitize-context, baseline (our all-to-all vs nccl-tests'
 #       alltoall_perf), plugin (the profiler plugin in alltoall_perf),
@@ -191,14 +191,14 @@ if has nopdl; then
   tail -11 "$LOGS/perf-LL128-nopdl.txt"
 fi
 
-# LL128 without the Hopper re-read (DESIGN §4): same sweep, its own build.
-if has noreread; then
-  meson setup build-noreread --buildtype=release -Dll128_reread=false > "$LOGS/configure-noreread.log" 2>&1 &&
-    ninja -C build-noreread perf/dcp_a2a_lse_reduce_perf > "$LOGS/build-noreread.log" 2>&1 &&
-    build-noreread/perf/dcp_a2a_lse_reduce_perf "${PERF_ARGS[@]}" -P LL128 \
-      -J "$LOGS/perf-LL128-noreread.json" > "$LOGS/perf-LL128-noreread.txt" 2>&1
-  record $? "perf LL128 without re-read"
-  tail -11 "$LOGS/perf-LL128-noreread.txt"
+# LL128 with the Hopper re-read (DESIGN §4; off by default): same sweep, its own build.
+if has reread; then
+  meson setup build-reread --buildtype=release -Dll128_reread=true > "$LOGS/configure-reread.log" 2>&1 &&
+    ninja -C build-reread perf/dcp_a2a_lse_reduce_perf > "$LOGS/build-reread.log" 2>&1 &&
+    build-reread/perf/dcp_a2a_lse_reduce_perf "${PERF_ARGS[@]}" -P LL128 \
+      -J "$LOGS/perf-LL128-reread.json" > "$LOGS/perf-LL128-reread.txt" 2>&1
+  record $? "perf LL128 with the re-read"
+  tail -11 "$LOGS/perf-LL128-reread.txt"
 fi
 
 # The in-kernel timeline (DESIGN §7): a -Dtimeline=true build of the perf
@@ -221,12 +221,12 @@ fi
 
 # PDL ordering and the LL128 re-read (DESIGN §4) under a producer that
 # triggers its dependents early and then rewrites the inputs: >= 10^6 calls
-# per rank, 0 mismatched words, with and without the re-read; loopback at
-# cp 8, and the real ranks when there are several GPUs.
+# per rank, 0 mismatched words, without (the default) and with the re-read;
+# loopback at cp 8, and the real ranks when there are several GPUs.
 if has stress; then
   start=$SECONDS
-  meson setup build-noreread --buildtype=release -Dll128_reread=false > "$LOGS/configure-noreread.log" 2>&1
-  for build in "$BUILD" build-noreread; do
+  meson setup build-reread --buildtype=release -Dll128_reread=true > "$LOGS/configure-reread.log" 2>&1
+  for build in "$BUILD" build-reread; do
     ninja -C "$build" test/dcp_stress > "$LOGS/build-stress.log" 2>&1 || { record 1 "stress: $build does not build"; continue; }
     runs=("-V 8")
     [ "$NCCL_DCP_REQUIRE_GPU" -lt 2 ] || runs+=("-r $NCCL_DCP_REQUIRE_GPU")

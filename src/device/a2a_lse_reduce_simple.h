@@ -5,13 +5,16 @@
  *            (chunk, destination) copies the chunk's units from partialOut
  *            into the destination's workspace, then signals the chunk's
  *            flag. Senders never wait.
- *   receive: the other warps, at the same time; one warp per chunk of this
- *            rank's units acquires the chunk's flag from every remote
- *            source, computes each unit's weights (a lane per unit, the
- *            merge math of merge.h, in place over its LSEs), then merges
- *            the chunk's 16-byte vectors in source order s = 0..cp-1, its
- *            own share read straight from partialOut, kSourceBatch loads in
- *            flight per lane.
+ *   receive: the other warps, at the same time, together on one chunk of
+ *            this rank's units at a time: the first acquires the chunk's
+ *            flag from every remote source (a lane each); then each warp
+ *            takes units of the chunk: a lane per source loads the unit's
+ *            LSEs, one lane turns them into weights (the merge math of
+ *            merge.h), and the warp merges the unit's 16-byte vectors in
+ *            source order s = 0..cp-1, its own share read straight from
+ *            partialOut, kSimpleSourceBatch loads in flight per lane; once
+ *            every warp is done the first one resets the chunk's flags (it
+ *            is their only reader).
  *   round:   fused_common.h.
  *
  * Chunks are sent and merged in index order, so NVLink writes and the local
@@ -33,10 +36,11 @@ constexpr int kSimpleSendWarps = 8;
 constexpr int kSimpleRecvWarps = kSimpleThreads / 32 - kSimpleSendWarps;
 constexpr int kSimpleSourceBatch = 8;  // sources' loads a merging lane keeps in flight
 
-// Dynamic shared memory: each receiving warp's [chunkUnits][cp] LSEs, which
-// become the weights.
-inline size_t simpleScratchBytes(const Region& r) {
-  return (size_t)kSimpleRecvWarps * r.chunkUnits * r.nRanks * sizeof(float);
+// The receiving warps of a block wait on each other with this named barrier
+// (0 is __syncthreads); sending warps never take part.
+constexpr int kSimpleRecvBarrier = 1;
+__device__ __forceinline__ void receiversSync() {
+  asm volatile("bar.sync %0, %1;" ::"r"(kSimpleRecvBarrier), "r"(kSimpleRecvWarps * 32) : "memory");
 }
 
 template <typename T, class Peers>
@@ -100,63 +104,65 @@ __device__ __forceinline__ uint4 mergeVector(const FusedParams<Peers>& p, const 
   return make_uint4((uint32_t)lo, (uint32_t)(lo >> 32), (uint32_t)hi, (uint32_t)(hi >> 32));
 }
 
-// Merges chunk c of this rank's units. `weight`: this warp's scratch.
-// False if a wait gave up.
+// Merges unit u of this rank (row u / Hl, head u % Hl) with one warp.
+// `weight`: the warp's NCCL_DCP_MAX_RANKS floats of scratch.
 template <typename T, class Peers>
-__device__ bool receiveChunk(const FusedParams<Peers>& p, const RankIo& io, char* ws, int rank, int slot,
-                             uint32_t flag, int c, float* weight, Waiter& waiter, int lane) {
+__device__ void mergeUnit(const FusedParams<Peers>& p, const RankIo& io, const char* ws, int rank, int slot, int u,
+                          float* weight, int lane) {
   const Region& r = p.region;
   const Strides& s = p.strides;
-  const int n = p.nRanks;
-  const simple::Chunk chunk = simple::chunkOf(r, c, p.rows);
-  if (!waitChunk(r, ws, n, rank, slot, flag, c, lane, waiter)) return false;
-  stamp(p.timeline, kStageLastFlag);
-
-  // A lane per unit: its LSEs, then its weights in place; its addresses.
-  const char* own = nullptr;
-  char* out = nullptr;
-  if (lane < chunk.count) {
-    const int u = chunk.first + lane, row = u / r.localHeads, head = u % r.localHeads;
-    float* w = weight + lane * n;
-    for (int src = 0; src < n; src++)
-      w[src] = src == rank ? io.partialLse[lseOffset(s, row, rank, head)]
-                           : __uint_as_float(loadVolatile4(ws + r.lseOffsetOf(slot, src, rank, u)));
-    const float merged = mergeWeights(w, n, p.lseBase, w);
+  const int n = p.nRanks, row = u / r.localHeads, head = u % r.localHeads;
+  for (int src = lane; src < n; src += 32)  // a lane per source's LSE: one round trip
+    weight[src] = src == rank ? io.partialLse[lseOffset(s, row, rank, head)]
+                              : __uint_as_float(loadVolatile4(ws + r.lseOffsetOf(slot, src, rank, u)));
+  __syncwarp();
+  if (lane == 0) {
+    const float merged = mergeWeights(weight, n, p.lseBase, weight);
     if (io.outLse) io.outLse[row * s.outLseRow + head * s.outLseHead] = merged;
-    own = io.partialOut + inOffset(s, row, rank, head) * (int64_t)sizeof(T);
-    out = io.out + (row * s.outRow + head * s.outHead) * (int64_t)sizeof(T);
   }
   __syncwarp();
-
-  // Every vector of the chunk: lane-strided over (unit, column).
-  const int vectors = (int)(r.unitBytes / simple::kLaneBytes), total = chunk.count * vectors;
+  const char* own = io.partialOut + inOffset(s, row, rank, head) * (int64_t)sizeof(T);
+  char* out = io.out + (row * s.outRow + head * s.outHead) * (int64_t)sizeof(T);
+  const char* remote = ws + r.offset + (size_t)slot * r.slotBytes + (size_t)u * r.unitBytes;  // first source's
   const size_t sourceBytes = (size_t)r.capacity * r.localHeads * r.unitBytes;
-  const char* slotData = ws + r.offset + (size_t)slot * r.slotBytes;  // first source's unit 0
-  int unit = 0, col = lane;
-  simple::advance(unit, col, 0, vectors);
-  for (int v0 = 0; v0 < total; v0 += 32) {
-    const int holder = min(unit, 31);
-    const char* ownUnit = (const char*)__shfl_sync(kFullMask, (unsigned long long)own, holder);
-    char* outUnit = (char*)__shfl_sync(kFullMask, (unsigned long long)out, holder);
-    if (v0 + lane < total) {
-      const char* remoteUnit = slotData + (size_t)(chunk.first + unit) * r.unitBytes;
-      store16(outUnit + (size_t)col * simple::kLaneBytes,
-              mergeVector<T>(p, ownUnit, remoteUnit, sourceBytes, rank, col, weight + unit * n));
-    }
-    simple::advance(unit, col, 32, vectors);
-  }
-  __syncwarp();
+  const int vectors = (int)(r.unitBytes / simple::kLaneBytes);
+  for (int col = lane; col < vectors; col += 32)
+    store16(out + (size_t)col * simple::kLaneBytes, mergeVector<T>(p, own, remote, sourceBytes, rank, col, weight));
+  __syncwarp();  // weight[] is the warp's next unit's
+}
 
-  // The flags go back to zero: this warp is their only reader.
-  for (int src = lane; src < n; src += 32)
-    if (src != rank) storeVolatile8(ws + r.flagOffsetOf(slot, src, rank, c), 0);
+// Chunk c of this rank's units, merged by every receiving warp of the
+// block together. `weight`: this warp's scratch; `failed`: the block's
+// shared verdict of the flag wait. False if the wait gave up.
+template <typename T, class Peers>
+__device__ bool receiveChunk(const FusedParams<Peers>& p, const RankIo& io, char* ws, int rank, int slot,
+                             uint32_t flag, int c, int receiver, float* weight, int* failed, Waiter& waiter,
+                             int lane) {
+  const Region& r = p.region;
+  if (receiver == 0) {  // the one warp whose verdict every receiving warp follows
+    const bool ok = !waiter.failed && waitChunk(r, ws, p.nRanks, rank, slot, flag, c, lane, waiter);
+    if (lane == 0) *failed = !ok;
+    stamp(p.timeline, kStageLastFlag);
+  }
+  receiversSync();
+  if (*failed) return false;
+  const simple::Chunk chunk = simple::chunkOf(r, c, p.rows);
+  for (int i = receiver; i < chunk.count; i += kSimpleRecvWarps)
+    mergeUnit<T>(p, io, ws, rank, slot, chunk.first + i, weight, lane);
+  receiversSync();
+  // The flags go back to zero: the first receiving warp is their only reader.
+  if (receiver == 0)
+    for (int src = lane; src < p.nRanks; src += 32)
+      if (src != rank) storeVolatile8(ws + r.flagOffsetOf(slot, src, rank, c), 0);
   return true;
 }
 
 template <typename T, class Peers>
 __global__ void __launch_bounds__(kSimpleThreads, 1)
     simpleA2aLseReduceKernel(const __grid_constant__ FusedParams<Peers> p) {
-  extern __shared__ float scratch[];
+  // Per receiving warp: the weights of the unit it merges; the flag wait's verdict.
+  __shared__ float weights[kSimpleRecvWarps][NCCL_DCP_MAX_RANKS];
+  __shared__ int waitFailed;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   int localBlock;
   const int rank = p.peers.rankOfBlock(p.blocksPerRank, &localBlock);
@@ -188,10 +194,11 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
   } else {
     allowDependentGrid();
     const int receiver = warp - kSimpleSendWarps;
-    float* weight = scratch + receiver * p.region.chunkUnits * p.nRanks;
-    for (int c = localBlock * kSimpleRecvWarps + receiver; !waiter.failed && c < chunks;
-         c += p.blocksPerRank * kSimpleRecvWarps)
-      if (!receiveChunk<T>(p, io, ws, rank, slot, flag, c, weight, waiter, lane)) break;
+    // One chunk per block at a time, every receiving warp on it: the same
+    // chunks and the first warp's verdicts on every warp, so the barriers match.
+    for (int c = localBlock; c < chunks; c += p.blocksPerRank)
+      if (!receiveChunk<T>(p, io, ws, rank, slot, flag, c, receiver, weights[receiver], &waitFailed, waiter, lane))
+        break;
     stamp(p.timeline, kStageDone);
   }
   endRound(ctrl, round);

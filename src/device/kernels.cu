@@ -121,19 +121,16 @@ ncclResult_t launchFusedLines(const FusedLaunch& l, const Peers& peers, cudaStre
                            (warps + kFusedWarps - 1) / kFusedWarps, l, peers, stream);
 }
 
-// SIMPLE: a sending warp per (chunk, destination), a receiving warp per chunk.
+// SIMPLE: a sending warp per (chunk, destination), a block's receiving
+// warps per chunk.
 template <typename T, class Peers>
 ncclResult_t launchFusedSimple(const FusedLaunch& l, const Peers& peers, cudaStream_t stream) {
   static std::atomic<int> cache[kMaxDevices];
   const Region& r = l.region;
   const long chunks = ((long)l.rows * r.localHeads + r.chunkUnits - 1) / r.chunkUnits;
-  const long blocks = std::max((chunks * (l.nRanks - 1) + kSimpleSendWarps - 1) / kSimpleSendWarps,
-                               (chunks + kSimpleRecvWarps - 1) / kSimpleRecvWarps);
-  Region widest = r;
-  widest.chunkUnits = simple::kMaxChunkUnits;
-  widest.nRanks = NCCL_DCP_MAX_RANKS;
-  return launchCooperative(simpleA2aLseReduceKernel<T, Peers>, cache, kSimpleThreads, simpleScratchBytes(r),
-                           simpleScratchBytes(widest), blocks, l, peers, stream);
+  const long blocks = std::max((chunks * (l.nRanks - 1) + kSimpleSendWarps - 1) / kSimpleSendWarps, chunks);
+  return launchCooperative(simpleA2aLseReduceKernel<T, Peers>, cache, kSimpleThreads, 0, 0, blocks, l, peers,
+                           stream);
 }
 
 template <typename T, class Peers>
