@@ -27,9 +27,9 @@ def merge(parts, lses, lse_base):
     base2 = lse_base_code(lse_base) == _abi.LSE_BASE_2
     exp = torch.exp2 if base2 else torch.exp
     log = torch.log2 if base2 else torch.log
-    neg_inf = torch.tensor(float("-inf"), device=lses.device)
     l = lses.float()
-    l = torch.where(torch.isnan(l) | (l == float("inf")), neg_inf, l)
+    # No host tensor: the reference also runs inside CUDA graph capture.
+    l = torch.where(torch.isnan(l) | (l == float("inf")), torch.full_like(l, float("-inf")), l)
     m = l.amax(dim=0)
     m = torch.where(m == float("-inf"), torch.zeros_like(m), m)
     w = exp(l - m)
@@ -41,7 +41,7 @@ def merge(parts, lses, lse_base):
     for s in range(parts.shape[0]):
         ws = weight[s].unsqueeze(-1)
         out = torch.where(ws != 0, out + ws * parts[s].float(), out)
-    lse = torch.where(total > 0, m + log(total), neg_inf)
+    lse = torch.where(total > 0, m + log(total), torch.full_like(m, float("-inf")))
     return out, lse
 
 

@@ -5,16 +5,17 @@
  *            (chunk, destination) copies the chunk's units from partialOut
  *            into the destination's workspace, then signals the chunk's
  *            flag. Senders never wait.
- *   receive: the other warps, at the same time, together on one chunk of
- *            this rank's units at a time: the first acquires the chunk's
- *            flag from every remote source (a lane each); then each warp
- *            takes units of the chunk: a lane per source loads the unit's
- *            LSEs, one lane turns them into weights (the merge math of
- *            merge.h), and the warp merges the unit's 16-byte vectors in
- *            source order s = 0..cp-1, its own share read straight from
- *            partialOut, kSimpleSourceBatch loads in flight per lane; once
- *            every warp is done the first one resets the chunk's flags (it
- *            is their only reader).
+ *   receive: the other warps, at the same time. With few chunks per block
+ *            they merge one chunk together (a chunk's latency is the
+ *            call's), with many a warp takes a chunk (more in flight). The
+ *            first warp of a chunk acquires its flag from every remote
+ *            source (a lane each); each warp then takes units of the chunk:
+ *            a lane per source loads the unit's LSEs, one lane turns them
+ *            into weights (the merge math of merge.h), and the warp merges
+ *            the unit's 16-byte vectors in source order s = 0..cp-1, its
+ *            own share read straight from partialOut, kSimpleSourceBatch
+ *            loads in flight per lane; once every warp is done the first
+ *            resets the chunk's flags (it is their only reader).
  *   round:   fused_common.h.
  *
  * Chunks are sent and merged in index order, so NVLink writes and the local
@@ -35,6 +36,9 @@ constexpr int kSimpleThreads = 512;
 constexpr int kSimpleSendWarps = 8;
 constexpr int kSimpleRecvWarps = kSimpleThreads / 32 - kSimpleSendWarps;
 constexpr int kSimpleSourceBatch = 8;  // sources' loads a merging lane keeps in flight
+// Up to this many chunks per block, a block's receiving warps merge each
+// chunk together; beyond it, a warp per chunk (docs/perf.md, v7).
+constexpr int kSimpleTogetherChunksPerBlock = 4;
 
 // The receiving warps of a block wait on each other with this named barrier
 // (0 is __syncthreads); sending warps never take part.
@@ -131,26 +135,27 @@ __device__ void mergeUnit(const FusedParams<Peers>& p, const RankIo& io, const c
   __syncwarp();  // weight[] is the warp's next unit's
 }
 
-// Chunk c of this rank's units, merged by every receiving warp of the
-// block together. `weight`: this warp's scratch; `failed`: the block's
-// shared verdict of the flag wait. False if the wait gave up.
+// Chunk c of this rank's units, merged by `warps` receiving warps of the
+// block together (`receiver` is this one's index among them; the first
+// waits on the flags and resets them, their only reader). `weight`: this
+// warp's scratch; `failed`: the group's shared verdict of the flag wait
+// (with one warp, its own). False if the wait gave up.
 template <typename T, class Peers>
 __device__ bool receiveChunk(const FusedParams<Peers>& p, const RankIo& io, char* ws, int rank, int slot,
-                             uint32_t flag, int c, int receiver, float* weight, int* failed, Waiter& waiter,
-                             int lane) {
+                             uint32_t flag, int c, int receiver, int warps, float* weight, int* failed,
+                             Waiter& waiter, int lane) {
   const Region& r = p.region;
-  if (receiver == 0) {  // the one warp whose verdict every receiving warp follows
+  if (receiver == 0) {  // the one warp whose verdict the group follows
     const bool ok = !waiter.failed && waitChunk(r, ws, p.nRanks, rank, slot, flag, c, lane, waiter);
     if (lane == 0) *failed = !ok;
     stamp(p.timeline, kStageLastFlag);
   }
-  receiversSync();
+  if (warps > 1) receiversSync();
+  __syncwarp();
   if (*failed) return false;
   const simple::Chunk chunk = simple::chunkOf(r, c, p.rows);
-  for (int i = receiver; i < chunk.count; i += kSimpleRecvWarps)
-    mergeUnit<T>(p, io, ws, rank, slot, chunk.first + i, weight, lane);
-  receiversSync();
-  // The flags go back to zero: the first receiving warp is their only reader.
+  for (int i = receiver; i < chunk.count; i += warps) mergeUnit<T>(p, io, ws, rank, slot, chunk.first + i, weight, lane);
+  if (warps > 1) receiversSync();
   if (receiver == 0)
     for (int src = lane; src < p.nRanks; src += 32)
       if (src != rank) storeVolatile8(ws + r.flagOffsetOf(slot, src, rank, c), 0);
@@ -162,7 +167,7 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
     simpleA2aLseReduceKernel(const __grid_constant__ FusedParams<Peers> p) {
   // Per receiving warp: the weights of the unit it merges; the flag wait's verdict.
   __shared__ float weights[kSimpleRecvWarps][NCCL_DCP_MAX_RANKS];
-  __shared__ int waitFailed;
+  __shared__ int waitFailed[kSimpleRecvWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   int localBlock;
   const int rank = p.peers.rankOfBlock(p.blocksPerRank, &localBlock);
@@ -194,11 +199,21 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
   } else {
     allowDependentGrid();
     const int receiver = warp - kSimpleSendWarps;
-    // One chunk per block at a time, every receiving warp on it: the same
-    // chunks and the first warp's verdicts on every warp, so the barriers match.
-    for (int c = localBlock; c < chunks; c += p.blocksPerRank)
-      if (!receiveChunk<T>(p, io, ws, rank, slot, flag, c, receiver, weights[receiver], &waitFailed, waiter, lane))
-        break;
+    // Few chunks: a block's receiving warps on one chunk at a time (the
+    // latency of a chunk is the call's); many: a warp per chunk (more
+    // chunks in flight). The same choice and the first warp's verdicts on
+    // every warp of the block, so the barriers match.
+    if (chunks <= kSimpleTogetherChunksPerBlock * p.blocksPerRank) {
+      for (int c = localBlock; c < chunks; c += p.blocksPerRank)
+        if (!receiveChunk<T>(p, io, ws, rank, slot, flag, c, receiver, kSimpleRecvWarps, weights[receiver],
+                             &waitFailed[0], waiter, lane))
+          break;
+    } else {
+      for (int c = localBlock * kSimpleRecvWarps + receiver; c < chunks; c += p.blocksPerRank * kSimpleRecvWarps)
+        if (!receiveChunk<T>(p, io, ws, rank, slot, flag, c, 0, 1, weights[receiver], &waitFailed[receiver], waiter,
+                             lane))
+          break;
+    }
     stamp(p.timeline, kStageDone);
   }
   endRound(ctrl, round);

@@ -46,9 +46,9 @@ TEST(ChooseProtocols, AutoSwitchesAtTheMeasuredCrossoverByDefault) {
   for (const LinkSummary& links : {kOneGpu, kAllNvlink}) {
     const ProtocolPolicy p = chooseProtocols(ncclDcpProtoAuto, links, kEnvUnset);
     EXPECT_TRUE(p.simpleForLarge);
-    EXPECT_EQ(p.simpleMinRows, 32) << "docs/perf.md v6: SIMPLE is faster from 32 rows (loopback)";
-    EXPECT_EQ(protocolForRound(p, 31), Proto::LL128);
-    EXPECT_EQ(protocolForRound(p, 32), Proto::Simple);
+    EXPECT_EQ(p.simpleMinRows, 64) << "docs/perf.md v7: on 2 x H200 LL128 wins below 64 rows";
+    EXPECT_EQ(protocolForRound(p, 63), Proto::LL128);
+    EXPECT_EQ(protocolForRound(p, 64), Proto::Simple);
   }
   const ProtocolPolicy never = chooseProtocols(ncclDcpProtoAuto, kAllNvlink, withSimpleMinRows(0));
   EXPECT_FALSE(never.simpleForLarge) << "NCCL_DCP_SIMPLE_MIN_ROWS=0";
