@@ -23,7 +23,7 @@ def main():
         sys.exit("plot_perf.py needs matplotlib (pip install matplotlib)")
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    baseline_drawn = False
+    baseline_drawn = floor_drawn = False
     meta = None
     for path in args.json:
         with open(path) as f:
@@ -40,6 +40,12 @@ def main():
         if any(r.get("idealUs", 0) > 0 for r in rows) and run["protocol"] in ("LL128", "AUTO"):
             ax.plot(batch, [r["idealUs"] for r in rows], color="grey", linestyle=":",
                     label="ideal bytes at copy bandwidth")
+        # The floor measured in the same run (the faster of the peer-write
+        # kernel and the copy engine), once.
+        if not floor_drawn and any(r.get("floorUs", 0) > 0 for r in rows):
+            ax.plot(batch, [r["floorUs"] for r in rows], color="grey", linestyle="-.",
+                    label="floor: peer writes / copy engine, same bytes")
+            floor_drawn = True
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("batch (rows)")
