@@ -22,6 +22,7 @@
 
 #include "error.h"
 #include "log.h"
+#include "nccl_compat.h"
 
 namespace nccl_dcp {
 
@@ -235,18 +236,6 @@ ncclResult_t releaseCollective(int n, ncclDcpContext_t* ctxs) {
   if (result != ncclSuccess)
     return fail(result, "releasing the window / device communicator failed: %s", ncclGetLastError(nullptr));
   return ncclSuccess;
-}
-
-ncclDevCommRequirements devCommRequirements() {
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 29, 0)
-  ncclDevCommRequirements reqs = NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER;
-#else
-  ncclDevCommRequirements reqs;
-  memset(&reqs, 0, sizeof(reqs));
-#endif
-  // The kernels need only LSA pointers into our window: no barriers, no
-  // LL all-to-all resources, no GIN.
-  return reqs;
 }
 
 }  // namespace

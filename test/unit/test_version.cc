@@ -24,8 +24,21 @@ TEST(NcclVersion, OtherMinorRefusedWithMessage) {
   EXPECT_EQ(checkNcclVersion(NCCL_VERSION(2, 29, 1), NCCL_VERSION(2, 28, 9)), ncclInvalidUsage);
   EXPECT_NE(std::string(ncclDcpGetLastError()).find("2.29"), std::string::npos) << ncclDcpGetLastError();
   EXPECT_NE(std::string(ncclDcpGetLastError()).find("2.28"), std::string::npos) << ncclDcpGetLastError();
+  EXPECT_NE(std::string(ncclDcpGetLastError()).find("-Dnccl_home="), std::string::npos) << ncclDcpGetLastError();
   EXPECT_EQ(checkNcclVersion(NCCL_VERSION(2, 27, 7), NCCL_VERSION(2, 28, 9)), ncclInvalidUsage);
   EXPECT_EQ(checkNcclVersion(NCCL_VERSION(3, 28, 0), NCCL_VERSION(2, 28, 9)), ncclInvalidUsage);
+}
+
+// From 2.29 NCCL's own ncclDevCommCreate refuses headers newer than the
+// library; we refuse first, with the versions and the way out.
+TEST(NcclVersion, OlderPatchRefusedFrom229) {
+  EXPECT_EQ(checkNcclVersion(NCCL_VERSION(2, 30, 7), NCCL_VERSION(2, 30, 4)), ncclSuccess);
+  EXPECT_EQ(checkNcclVersion(NCCL_VERSION(2, 30, 4), NCCL_VERSION(2, 30, 7)), ncclInvalidUsage);
+  const std::string msg = ncclDcpGetLastError();
+  EXPECT_NE(msg.find("2.30.4"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("2.30.7"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("-Dnccl_home="), std::string::npos) << msg;
+  EXPECT_EQ(checkNcclVersion(NCCL_VERSION(2, 29, 2), NCCL_VERSION(2, 29, 3)), ncclInvalidUsage);
 }
 
 TEST(NcclVersion, OldEncodingDecoded) {
