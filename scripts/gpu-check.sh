@@ -5,6 +5,7 @@
 # $OUT when it is set (else build-gpu/logs).
 #
 #   scripts/gpu-check.sh [stage...]   stages: build tests sanitize perf (default: all)
+#                                     also: nopdl noreread nccl-latest
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -98,6 +99,21 @@ if has noreread; then
       -J "$LOGS/perf-LL128-noreread.json" > "$LOGS/perf-LL128-noreread.txt" 2>&1
   note "perf LL128 without re-read: rc $?"
   tail -11 "$LOGS/perf-LL128-noreread.txt"
+fi
+
+# The suite and the perf sweep again, against the newest NCCL whose source
+# travels here (.deps/nccl: 2.30.7; the wheels are too large): NCCL built
+# for sm_90 first (timed), then this script on its own build directory with
+# NCCL_HOME at that NCCL. Logs under $LOGS/nccl-latest.
+if has nccl-latest; then
+  if nccl_home=$(scripts/build-nccl.sh .deps/nccl 2> "$LOGS/nccl-latest-build.txt"); then
+    note "$(sed -n 's/^== \(NCCL .* built in .*\)/\1/p' "$LOGS/nccl-latest-build.txt")"
+    NCCL_HOME=$nccl_home BUILD=build-gpu-nccl-latest OUT=$LOGS/nccl-latest "$ROOT/scripts/gpu-check.sh" build tests perf \
+      2>&1 | tee "$LOGS/nccl-latest.txt"
+    while read -r line; do note "nccl-latest: $line"; done < <(sed -n '/^==== summary/,$p' "$LOGS/nccl-latest.txt" | tail -n +2)
+  else
+    cat "$LOGS/nccl-latest-build.txt"; note "nccl-latest: NCCL build FAILED (nccl-latest-build.txt)"
+  fi
 fi
 
 echo
