@@ -3,6 +3,7 @@
 // refuses a runtime NCCL of another major.minor.
 #include <nccl.h>
 
+#include "nccl_compat.h"
 #include "test_util.h"
 #include "validate.h"
 
@@ -45,6 +46,25 @@ TEST(NcclVersion, OldEncodingDecoded) {
   // NCCL_VERSION(2,8,4) = 2804 in the pre-2.9 encoding.
   EXPECT_EQ(checkNcclVersion(2804, NCCL_VERSION(2, 28, 9)), ncclInvalidUsage);
   EXPECT_NE(std::string(ncclDcpGetLastError()).find("2.8"), std::string::npos) << ncclDcpGetLastError();
+}
+
+// ncclDevCommCreate from 2.29 refuses requirements without the header the
+// initializer writes; 2.28's have no header and must be all zeros.
+TEST(NcclCompat, DevCommRequirementsAsThisNcclWantsThem) {
+  const ncclDevCommRequirements reqs = devCommRequirements();
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 29, 0)
+  EXPECT_EQ(reqs.size, sizeof(ncclDevCommRequirements));
+  EXPECT_EQ(reqs.magic, (unsigned)NCCL_API_MAGIC);
+  EXPECT_EQ(reqs.version, (unsigned)NCCL_VERSION_CODE);
+#else
+  const char zero[sizeof(reqs)] = {};
+  EXPECT_EQ(memcmp(&reqs, zero, sizeof(reqs)), 0);
+#endif
+  EXPECT_EQ(reqs.resourceRequirementsList, nullptr);
+  EXPECT_EQ(reqs.teamRequirementsList, nullptr);
+  EXPECT_FALSE(reqs.lsaMultimem);
+  EXPECT_EQ(reqs.barrierCount, 0);
+  EXPECT_EQ(reqs.lsaBarrierCount, 0);
 }
 
 TEST(LibraryVersion, GetVersion) {
