@@ -1,7 +1,7 @@
 /*************************************************************************
  * Every difference between the NCCL releases nccl-dcp builds against,
  * 2.28 through 2.32, in one place, behind NCCL_VERSION_CODE of the nccl.h
- * being compiled; code that differs by NCCL version includes this.
+ * being compiled. Include this, not <nccl_device.h>.
  *
  * Checked against the headers of nvidia-nccl-cu13 2.28.3/7/9, 2.29.2/3/7,
  * 2.30.3/4/7, 2.31.2 and 2.32.3. What nccl-dcp uses and did not change:
@@ -22,6 +22,12 @@
 
 #include <cuda_runtime_api.h>  // before nccl_device.h, which uses CUDA types
 #include <nccl.h>
+// 2.28.7's device headers include doca_gpunetio/ headers that its package
+// (wheel or make install) lacks; 2.28.9 ships them. nccl-dcp uses no GIN:
+// leave GDAKI's device code out.
+#if NCCL_VERSION_CODE == NCCL_VERSION(2, 28, 7) && !defined(NCCL_GIN_GDAKI_ENABLE)
+#define NCCL_GIN_GDAKI_ENABLE 0
+#endif
 #include <nccl_device.h>
 
 #include <string.h>
@@ -47,10 +53,22 @@ inline ncclDevCommRequirements devCommRequirements() {
   return reqs;
 }
 
-// From 2.29 on, ncclDevCommCreate refuses requirements whose version (the
-// headers nccl-dcp was compiled with) is newer than the library running,
-// patch level included ("NCCL library is too old"). 2.28 does not check.
-constexpr bool ncclRefusesOlderRuntime(int buildCode) { return buildCode >= NCCL_VERSION(2, 29, 0); }
+// Why the NCCL library `runtimeCode` cannot serve code compiled against the
+// headers `buildCode` of the same major.minor, or nullptr when it can.
+// sizeof(ncclDevComm) / sizeof(ncclDevCommRequirements) by release:
+// 2.28.3 88/24, 2.28.7-9 200/56, 2.29.2-3 200/72, 2.29.7 224/88,
+// 2.30.x 240/96, 2.31.2-2.32.3 248/120. 2.28's structs are unversioned:
+// NCCL 2.28.7+ would write a 200-byte ncclDevComm into a 2.28.3 build's 88.
+// From 2.29 NCCL versions them and converts older ones, but refuses newer
+// ones ("NCCL library is too old"). The window fields our kernels read
+// (lsaFlatBase, lsaRank, stride4G) sit at the same offsets in every release.
+inline const char* ncclPatchMismatch(int buildCode, int runtimeCode) {
+  if (buildCode >= NCCL_VERSION(2, 29, 0))
+    return runtimeCode < buildCode ? "NCCL refuses device communicators from headers newer than itself" : nullptr;
+  if (buildCode < NCCL_VERSION(2, 28, 7) && runtimeCode >= NCCL_VERSION(2, 28, 7))
+    return "2.28.7 grew ncclDevComm and ncclDevCommRequirements, unversioned in 2.28";
+  return nullptr;
+}
 
 }  // namespace nccl_dcp
 

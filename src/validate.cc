@@ -314,15 +314,14 @@ ncclResult_t checkNcclVersion(int runtimeCode, int buildCode) {
                 "(meson setup BUILD -Dnccl_home=PREFIX; scripts/fetch-nccl.sh %d.%d.%d prints one)",
                 r.major, r.minor, r.patch, runtimeCode, b.major, b.minor, b.major, b.minor, b.patch,
                 buildCode, b.major, b.minor, r.major, r.minor, r.patch);
-  if (runtimeCode < buildCode && ncclRefusesOlderRuntime(buildCode))
+  if (const char* why = ncclPatchMismatch(buildCode, runtimeCode))
     return fail(ncclInvalidUsage,
-                "runtime NCCL %d.%d.%d (code %d) is older than the NCCL %d.%d.%d headers nccl-dcp was "
-                "built against (code %d), and NCCL %d.%d refuses device communicators from newer "
-                "headers; load NCCL %d.%d.%d or newer, or rebuild nccl-dcp against the NCCL the "
-                "application loads (meson setup BUILD -Dnccl_home=PREFIX; scripts/fetch-nccl.sh "
+                "runtime NCCL %d.%d.%d (code %d) cannot serve nccl-dcp built against NCCL %d.%d.%d "
+                "(code %d): %s; load NCCL %d.%d.%d's libnccl.so.2, or rebuild nccl-dcp against the NCCL "
+                "the application loads (meson setup BUILD -Dnccl_home=PREFIX; scripts/fetch-nccl.sh "
                 "%d.%d.%d prints one)",
-                r.major, r.minor, r.patch, runtimeCode, b.major, b.minor, b.patch, buildCode, b.major,
-                b.minor, b.major, b.minor, b.patch, r.major, r.minor, r.patch);
+                r.major, r.minor, r.patch, runtimeCode, b.major, b.minor, b.patch, buildCode, why, b.major,
+                b.minor, b.patch, r.major, r.minor, r.patch);
   return ncclSuccess;
 }
 

@@ -64,7 +64,7 @@ ncclResult_t checkCall(const Config& cfg, int nRanks, const CallBuffers& buf, in
 
 // The runtime NCCL must have the major.minor of the headers we were built
 // with: the device API is not binary-compatible across minor versions.
-// From 2.29 on it must also be no older than the headers (nccl_compat.h).
+// and a patch level that can serve them (ncclPatchMismatch, nccl_compat.h).
 ncclResult_t checkNcclVersion(int runtimeCode, int buildCode);
 
 }  // namespace nccl_dcp
