@@ -14,7 +14,7 @@
 #
 # make's output goes to BUILD/make.log, the time taken to stderr; the last
 # line of stdout is the nccl_home (BUILD: include/, lib/libnccl.so.2).
-# make is incremental: a second run over a finished build is quick.
+# make is incremental: a run cut short resumes, a finished build is quick.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=$(realpath "${1:-.deps/nccl}")
@@ -26,15 +26,24 @@ export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 gencode=${NVCC_GENCODE:--gencode=arch=compute_90,code=sm_90}
 mkdir -p "$BUILD"
 
+# Each run's seconds are kept: a build stopped (SIGTERM, e.g. `timeout`) and
+# resumed reports the total.
+times="$BUILD/make-seconds.txt"
 echo "== building NCCL $version from $SRC into $BUILD ($gencode, $(nproc) jobs)" >&2
 start=$SECONDS
-if ! make -C "$SRC" -j"$(nproc)" src.build NVCC_GENCODE="$gencode" BUILDDIR="$BUILD" \
-     > "$BUILD/make.log" 2>&1; then
+trap 'echo $((SECONDS - start)) >> "$times"; echo "NCCL build stopped after $((SECONDS - start)) s" >&2; exit 143' TERM INT
+rc=0
+make -C "$SRC" -j"$(nproc)" src.build NVCC_GENCODE="$gencode" BUILDDIR="$BUILD" >> "$BUILD/make.log" 2>&1 || rc=$?
+trap - TERM INT
+echo $((SECONDS - start)) >> "$times"
+total=$(awk '{s += $1} END {print s}' "$times")
+runs=$(wc -l < "$times")
+if [ "$rc" -ne 0 ]; then
   tail -30 "$BUILD/make.log" >&2
   echo "NCCL $version build FAILED after $((SECONDS - start)) s (log: $BUILD/make.log)" >&2
   exit 1
 fi
-echo "== NCCL $version built in $((SECONDS - start)) s" >&2
+echo "== NCCL $version built in $total s ($runs make run(s), this one $((SECONDS - start)) s)" >&2
 [ -f "$BUILD/lib/libnccl.so.2" ] && [ -f "$BUILD/include/nccl.h" ] ||
   { echo "make succeeded but $BUILD lacks include/nccl.h or lib/libnccl.so.2" >&2; exit 1; }
 echo "$BUILD"
