@@ -13,9 +13,10 @@
  * NCCL_WIN_STRICT_ORDERING (2.29.7; network registrations only), the
  * barrier overloads with timeouts (2.30), ncclCommQueryProperties (2.29).
  *
- * The layouts behind the device API (ncclDevComm, ncclWindow_vidmem) are
- * compiled into our kernels and change between minor releases, so a build
- * runs only on the major.minor of its headers (validate.cc refuses others).
+ * The device API's structs (ncclDevComm, ncclDevCommRequirements,
+ * ncclWindow_vidmem) are compiled in and change between minor releases,
+ * and within 2.28, so a build runs only on the major.minor of its headers
+ * and a patch level ncclPatchMismatch() accepts (validate.cc checks both).
  ************************************************************************/
 #ifndef NCCL_DCP_NCCL_COMPAT_H_
 #define NCCL_DCP_NCCL_COMPAT_H_
