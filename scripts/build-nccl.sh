@@ -17,7 +17,7 @@
 # make is incremental: a run cut short resumes, a finished build is quick.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SRC=$(realpath "${1:-.deps/nccl}")
+SRC=$(realpath -m "${1:-.deps/nccl}")
 [ -f "$SRC/makefiles/version.mk" ] && [ -f "$SRC/src/Makefile" ] ||
   { echo "NCCL source not found in $SRC (needs makefiles/version.mk and src/Makefile)" >&2; exit 2; }
 version=$(awk '/^NCCL_(MAJOR|MINOR|PATCH) /{print $3}' "$SRC/makefiles/version.mk" | paste -sd.)
