@@ -372,6 +372,23 @@ if has plugin; then
   echo "== plugin took $((SECONDS - start)) s"
 fi
 
+# Every current NCCL (issue 16): NCCL 2.30.7 built from its source carried in
+# .deps/nccl (scripts/build-nccl.sh, sm_90 only), then this script's build,
+# tests and perf stages again against it, in a build directory of their own.
+if has nccl-latest; then
+  if nccl_home=$(scripts/build-nccl.sh .deps/nccl 2> "$LOGS/nccl-latest-build.txt"); then
+    record 0 "$(sed -n 's/^== \(NCCL .* built in .*\)/\1/p' "$LOGS/nccl-latest-build.txt")"
+    NCCL_HOME=$nccl_home BUILD=build-gpu-nccl-latest OUT=$LOGS/nccl-latest "$ROOT/scripts/gpu-check.sh" build tests perf \
+      > "$LOGS/nccl-latest.txt" 2>&1
+    status=$?
+    while read -r line; do summary+=("nccl-latest: $line"); done < <(sed -n '/^==== summary/,$p' "$LOGS/nccl-latest.txt" | tail -n +2)
+    record "$status" "nccl-latest: the stages against NCCL 2.30.7 (nccl-latest.txt)"
+  else
+    tail -20 "$LOGS/nccl-latest-build.txt"
+    record 1 "nccl-latest: NCCL build failed (nccl-latest-build.txt)"
+  fi
+fi
+
 # Planted breaks (test/plants/plants.py): each breaks the library in one
 # place; the tests listed with it must fail against it. One at a time:
 # apply, rebuild the binaries concerned, run, revert; the real library is

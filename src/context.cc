@@ -29,6 +29,7 @@
 #include "agreement.h"
 #include "error.h"
 #include "log.h"
+#include "device/nccl_compat.h"
 #include "profiler_hook.h"
 #include "testing.h"
 #include "topology.h"
@@ -169,18 +170,6 @@ struct Creation {
     }
   }
 };
-
-ncclDevCommRequirements devCommRequirements() {
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 29, 0)
-  ncclDevCommRequirements reqs = NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER;
-#else
-  ncclDevCommRequirements reqs;
-  memset(&reqs, 0, sizeof(reqs));
-#endif
-  // The kernels need only LSA pointers into our window: no barriers, no
-  // LL all-to-all resources, no GIN.
-  return reqs;
-}
 
 // ---- 1. Arguments: everything a rank can check alone.
 

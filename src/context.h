@@ -9,7 +9,7 @@
 #define NCCL_DCP_CONTEXT_H_
 
 #include <cuda_runtime_api.h>
-#include <nccl_device.h>
+#include "device/nccl_compat.h"
 
 #include "engine.h"
 #include "nccl_dcp.h"

@@ -6,6 +6,7 @@
 
 #include "error.h"
 #include "protocol.h"
+#include "device/nccl_compat.h"
 
 namespace nccl_dcp {
 
@@ -267,26 +268,38 @@ ncclResult_t checkCall(const Config& cfg, int nRanks, const CallBuffers& buf, in
   return ncclSuccess;
 }
 
-static void splitVersion(int code, int* major, int* minor) {
-  if (code >= 20900) {  // NCCL_VERSION(X,Y,Z) = X*10000 + Y*100 + Z from 2.9 on
-    *major = code / 10000;
-    *minor = code % 10000 / 100;
-  } else {
-    *major = code / 1000;
-    *minor = code % 1000 / 100;
-  }
+namespace {
+
+struct NcclVersion {
+  int major, minor, patch;
+};
+
+NcclVersion splitVersion(int code) {
+  if (code >= 20900)  // NCCL_VERSION(X,Y,Z) = X*10000 + Y*100 + Z from 2.9 on
+    return {code / 10000, code % 10000 / 100, code % 100};
+  return {code / 1000, code % 1000 / 100, code % 100};
 }
 
+}  // namespace
+
 ncclResult_t checkNcclVersion(int runtimeCode, int buildCode) {
-  int rMajor, rMinor, bMajor, bMinor;
-  splitVersion(runtimeCode, &rMajor, &rMinor);
-  splitVersion(buildCode, &bMajor, &bMinor);
-  if (rMajor != bMajor || rMinor != bMinor)
+  const NcclVersion r = splitVersion(runtimeCode), b = splitVersion(buildCode);
+  if (r.major != b.major || r.minor != b.minor)
     return fail(ncclInvalidUsage,
-                "runtime NCCL %d.%d (code %d) is not the NCCL %d.%d nccl-dcp was built against "
-                "(code %d): NCCL's device API differs between minor versions; rebuild nccl-dcp or "
-                "load the matching libnccl.so.2",
-                rMajor, rMinor, runtimeCode, bMajor, bMinor, buildCode);
+                "runtime NCCL %d.%d.%d (code %d) is not the NCCL %d.%d nccl-dcp was built against "
+                "(%d.%d.%d, code %d): NCCL's device API differs between minor versions; load NCCL "
+                "%d.%d's libnccl.so.2, or rebuild nccl-dcp against the NCCL the application loads "
+                "(meson setup BUILD -Dnccl_home=PREFIX; scripts/fetch-nccl.sh %d.%d.%d prints one)",
+                r.major, r.minor, r.patch, runtimeCode, b.major, b.minor, b.major, b.minor, b.patch,
+                buildCode, b.major, b.minor, r.major, r.minor, r.patch);
+  if (const char* why = ncclPatchMismatch(buildCode, runtimeCode))
+    return fail(ncclInvalidUsage,
+                "runtime NCCL %d.%d.%d (code %d) cannot serve nccl-dcp built against NCCL %d.%d.%d "
+                "(code %d): %s; load NCCL %d.%d.%d's libnccl.so.2, or rebuild nccl-dcp against the NCCL "
+                "the application loads (meson setup BUILD -Dnccl_home=PREFIX; scripts/fetch-nccl.sh "
+                "%d.%d.%d prints one)",
+                r.major, r.minor, r.patch, runtimeCode, b.major, b.minor, b.patch, buildCode, why, b.major,
+                b.minor, b.patch, r.major, r.minor, r.patch);
   return ncclSuccess;
 }
 

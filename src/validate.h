@@ -31,6 +31,7 @@ ncclResult_t checkCall(const Config& cfg, int nRanks, const CallBuffers& buf, in
 
 // The runtime NCCL must have the major.minor of the headers we were built
 // with: the device API is not binary-compatible across minor versions.
+// and a patch level that can serve them (ncclPatchMismatch, device/nccl_compat.h).
 ncclResult_t checkNcclVersion(int runtimeCode, int buildCode);
 
 }  // namespace nccl_dcp

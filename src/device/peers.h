@@ -7,7 +7,7 @@
 #define NCCL_DCP_DEVICE_PEERS_H_
 
 #include <cuda_runtime_api.h>
-#include <nccl_device.h>
+#include "nccl_compat.h"
 
 #include "layout.h"
 #include "params.h"
