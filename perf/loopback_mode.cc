@@ -14,6 +14,7 @@
 #include "launch.h"
 #include "loopback.h"
 #include "mode.h"
+#include "topology.h"
 
 namespace nccl_dcp {
 namespace perf {
@@ -109,7 +110,15 @@ class LoopbackMode : public Mode {
   std::vector<std::string> rankLines() const override {
     char s[1024];
     snprintf(s, sizeof(s), "#  GPU %d  %s  ranks 0..%d (virtual)", dev_, prop_.name, cp_ - 1);
-    return {s};
+    std::vector<std::string> lines = {s};
+    // The machine's view of this GPU (no communicator: the topology model alone).
+    char busId[16] = "";
+    CUDA_OR_DIE(cudaDeviceGetPCIBusId(busId, sizeof(busId), dev_));
+    std::string why, pinning;
+    const ncclDcpTopology_t t = reportForGpus(systemTopology(&why), why.c_str(), {busId}, 0);
+    NCCL_OR_DIE(pinThreadToGpu(dev_, &pinning));
+    appendTopologyLines(t, pinning, &lines);
+    return lines;
   }
 
   RunInfo runInfo() const override {

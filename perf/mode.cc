@@ -1,5 +1,9 @@
 #include "mode.h"
 
+#include <sstream>
+
+#include "topology.h"
+
 namespace nccl_dcp {
 namespace perf {
 
@@ -26,6 +30,12 @@ RoundTripState* Mode::newRoundTripState() const {
   // ours (non-blocking: they do not wait for these memsets) can run.
   CUDA_OR_DIE(cudaDeviceSynchronize());
   return st;
+}
+
+void appendTopologyLines(const ncclDcpTopology_t& t, const std::string& pinning, std::vector<std::string>* lines) {
+  std::istringstream report(formatTopology(t, "#    "));
+  for (std::string line; std::getline(report, line);) lines->push_back(line);
+  lines->push_back("#    thread " + pinning);
 }
 
 }  // namespace perf

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "checks.h"
+#include "nccl_dcp.h"
 #include "floors.h"
 #include "harness.h"
 #include "inputs.h"
@@ -94,6 +95,11 @@ class Mode {
   Config cfg_;
   std::vector<Slot> slots_;
 };
+
+// The header lines of a topology report (topology.h) and of this thread's
+// CPU pinning, appended to *lines (nccl-tests style: each rank's thread runs
+// on the CPUs near its GPU).
+void appendTopologyLines(const ncclDcpTopology_t& t, const std::string& pinning, std::vector<std::string>* lines);
 
 // -V: every virtual rank on the current GPU.
 std::unique_ptr<Mode> makeLoopbackMode(const Args& a, Inputs& inputs);

@@ -12,6 +12,7 @@
 
 #include "launch.h"
 #include "mode.h"
+#include "topology.h"
 
 namespace nccl_dcp {
 namespace perf {
@@ -45,6 +46,7 @@ class RankMode : public Mode {
       ranks_.back().rank = p.rankOf(thread, g);
       ranks_.back().dev = p.deviceOf(thread, g);
     }
+    NCCL_OR_DIE(pinThreadToGpu(ranks_[0].dev, &pinning_));  // before NCCL starts its own threads
     initComms(thread, team);
     for (Rank& r : ranks_) allocTensors(r);
     if (a.floors && floorsReachable()) initFloors();
@@ -96,6 +98,7 @@ class RankMode : public Mode {
                (int)getpid(), host, r.dev, r.topo.busId[r.rank], r.topo.path == ncclDcpPathFused ? "fused" : "fallback",
                protocolFlag(r.topo.protocol), r.topo.lsaSize, r.topo.nRanks);
       lines.push_back(s);
+      appendTopologyLines(r.topo, pinning_, &lines);
     }
     return lines;
   }
@@ -329,6 +332,7 @@ class RankMode : public Mode {
   Inputs& inputs_;
   const int64_t maxRows_;
   std::vector<Rank> ranks_;
+  std::string pinning_;  // what pinThreadToGpu did with this thread
   Floors floors_;
 };
 
