@@ -352,7 +352,8 @@ ncclResult_t zeroWorkspace(const Member& m) {
   ncclDcpContext_t ctx = m.ctx;
   if (ctx->path == ncclDcpPathFallback) return ncclSuccess;
   CUDACHECK(cudaSetDevice(m.dev));
-  return launchZeroWindow(ctx->window, ctx->windowOffset, ctx->engine.layout.totalBytes, m.stream);
+  DCPCHECK(launchZeroWindow(ctx->window, ctx->windowOffset, ctx->engine.layout.totalBytes, m.stream));
+  return resolveLsaPointers(ctx->window, ctx->windowOffset, ctx->nRanks, ctx->lsa, m.stream);
 }
 
 ncclResult_t stepWorkspace(Creation* c, const AppWindow* windows) {
@@ -488,8 +489,7 @@ ncclResult_t contextEnqueue(ncclDcpContext_t ctx, const CallBuffers& buf, int ba
   } else {
     Addressing addr = {};
     addr.loopback = false;
-    addr.window = ctx->window;
-    addr.windowOffset = ctx->windowOffset;
+    addr.lsa = ctx->lsa;
     DCPCHECK(ctx->engine.enqueueFused(&buf, batch, strides, addr, stream));
   }
   profilerRecordCall(ctx, batch);

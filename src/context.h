@@ -27,6 +27,7 @@ struct ncclDcpContext {
   ncclWindow_t window = nullptr;
   bool ownsWindow = false;      // window registered by us (on ownedMemory)
   size_t windowOffset = 0;
+  char* lsa[NCCL_DCP_MAX_RANKS] = {};  // every rank's workspace, as this rank addresses it
 
   // Fallback path: ncclAlltoAll buffers of maxBatch rows.
   nccl_dcp::FallbackBuffers fallback;

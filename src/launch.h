@@ -18,9 +18,9 @@ namespace nccl_dcp {
 // How a kernel reaches the workspaces of its peers (DESIGN §3).
 struct Addressing {
   bool loopback;
-  // NCCL: LSA pointers into the context's window.
-  ncclWindow_t window;
-  size_t windowOffset;
+  // NCCL: rank r's workspace as this rank addresses it (nRanks entries,
+  // resolveLsaPointers at create); lsa[rank] is its own.
+  char* const* lsa;
   // loopback: virtual rank p's workspace at base + p * rankBytes, one GPU.
   char* base;
   size_t rankBytes;
@@ -101,6 +101,11 @@ inline PackParams packLaunch(const Config& c, int nRanks, int rows, const char* 
 constexpr int kTimelineBlocks = 2048;
 ncclResult_t timelineReset(cudaStream_t stream);
 ncclResult_t timelineRead(uint64_t* stamps /* [kTimelineBlocks][kTimelineSlots], host */);
+
+// The LSA pointers of [offset, ...) of a window, for every rank of its LSA
+// team (nRanks of them) into lsa[] (host): what the fused kernels take in
+// their parameters instead of the window. Waits for `stream`.
+ncclResult_t resolveLsaPointers(ncclWindow_t window, size_t offset, int nRanks, char** lsa, cudaStream_t stream);
 
 // Zeroes [offset, offset + bytes) of this rank's part of a window (the host
 // cannot address an application's window: the kernel asks NCCL for it).

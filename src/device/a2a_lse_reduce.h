@@ -37,10 +37,9 @@ constexpr int kSourceBatch = 8;
 // Group g of (row, head) from the remote sources in [s0, s0 + kSourceBatch):
 // loads all in flight, polled until every flag is the round's, then the
 // data fetched (again, where the protocol wants it). Lane 0 leaves each
-// source's LSE in weight[] (the rank's own from partialLse). Returns false
-// if a wait gave up.
+// remote source's LSE in weight[]. Returns false if a wait gave up.
 template <class Transport, class Peers>
-__device__ bool fetchSources(const FusedParams<Peers>& p, const RankIo& io, char* ws, int rank, int slot, uint32_t flag,
+__device__ bool fetchSources(const FusedParams<Peers>& p, char* ws, int rank, int slot, uint32_t flag,
                              int row, int head, int g, int s0, typename Transport::Line (&line)[kSourceBatch],
                              float* weight, Waiter& waiter) {
   const Region& r = p.region;
@@ -67,8 +66,6 @@ __device__ bool fetchSources(const FusedParams<Peers>& p, const RankIo& io, char
     Transport::fetch(r, unitOf(s0 + b), g, lane, line[b]);
     if (lane == 0) weight[s0 + b] = Transport::lseOf(line[b]);
   }
-  if (lane == 0 && rank >= s0 && rank < s0 + kSourceBatch)
-    weight[rank] = io.partialLse[lseOffset(p.strides, row, rank, head)];
   return true;
 }
 
@@ -82,17 +79,19 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, char
   const Region& r = p.region;
   const int lane = threadIdx.x & 31;
   typename Transport::Line line[kSourceBatch];
-  // The rank's own share is local: its loads go out before the polls.
+  // The rank's own share and LSE are local: their loads go out before the polls.
   const int dw[2] = {Transport::dataWord(r, g, lane, 0), Transport::dataWord(r, g, lane, 1)};
   const char* self = io.partialOut + inOffset(p.strides, row, rank, head) * (int64_t)sizeof(T);
   uint64_t own[2];
 #pragma unroll
   for (int k = 0; k < 2; k++) own[k] = dw[k] >= 0 ? loadInput8(self + (size_t)dw[k] * kWordBytes) : 0;
+  const float ownLse = lane == 0 ? io.partialLse[lseOffset(p.strides, row, rank, head)] : 0.f;
 
-  // Every source's LSE (each group carries it), then the weights.
+  // Every remote source's LSE (each group carries it), then the weights.
   for (int s0 = 0; s0 < p.nRanks; s0 += kSourceBatch)
-    if (!fetchSources<Transport>(p, io, ws, rank, slot, flag, row, head, g, s0, line, weight, waiter)) return false;
+    if (!fetchSources<Transport>(p, ws, rank, slot, flag, row, head, g, s0, line, weight, waiter)) return false;
   stamp(p.timeline, kStageLastFlag);
+  if (lane == 0) weight[rank] = ownLse;
   __syncwarp();
   float mergedLse = 0.f;
   if (lane == 0) mergedLse = mergeWeights(weight, p.nRanks, p.lseBase, weight);
@@ -103,7 +102,7 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, char
   float acc[2][W::kPerWord] = {};
   for (int s0 = 0; s0 < p.nRanks; s0 += kSourceBatch) {
     if (p.nRanks > kSourceBatch)
-      if (!fetchSources<Transport>(p, io, ws, rank, slot, flag, row, head, g, s0, line, weight + NCCL_DCP_MAX_RANKS,
+      if (!fetchSources<Transport>(p, ws, rank, slot, flag, row, head, g, s0, line, weight + NCCL_DCP_MAX_RANKS,
                                    waiter))
         return false;
 #pragma unroll
@@ -174,12 +173,11 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   }
 
   char* ws = p.peers.workspace(rank);
-  Control* ctrl = (Control*)ws;
-  const RoundInfo round = beginRound(ctrl, p.blocksPerRank);
+  RoundStart start = startRound(p, rank);
   stamp(p.timeline, kStageEntry, rank);
-  const int slot = round.round & 1;
-  const uint32_t flag = flagForRound(round.round);
-  Waiter waiter = makeWaiter(p, rank, round.round);
+  const int slot = start.slot;
+  const uint32_t flag = start.flag;
+  Waiter& waiter = start.waiter;
 
   for (int item = warpInRank; !waiter.failed && item < sendItems; item += warpsPerRank) {
     if (item != warpInRank) {
@@ -206,7 +204,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   }
 
   stamp(p.timeline, kStageDone);
-  endRound(ctrl, round);
+  endRound(p, rank, start);
 }
 
 }  // namespace nccl_dcp

@@ -5,17 +5,18 @@
  *            (chunk, destination) copies the chunk's units from partialOut
  *            into the destination's workspace, then signals the chunk's
  *            flag. Senders never wait.
- *   receive: the other warps, at the same time. With few chunks per block
- *            they merge one chunk together (a chunk's latency is the
- *            call's), with many a warp takes a chunk (more in flight). The
- *            first warp of a chunk acquires its flag from every remote
- *            source (a lane each); each warp then takes units of the chunk:
- *            a lane per source loads the unit's LSEs, one lane turns them
- *            into weights (the merge math of merge.h), and the warp merges
- *            the unit's 16-byte vectors in source order s = 0..cp-1, its
- *            own share read straight from partialOut, kSimpleSourceBatch
- *            loads in flight per lane; once every warp is done the first
- *            resets the chunk's flags (it is their only reader).
+ *   receive: the other warps, at the same time, in groups: a block takes
+ *            all of its chunks at once, as many warps on each as that
+ *            leaves (8 on one chunk at small batches, a warp per chunk at
+ *            large ones). The first warp of a group acquires the chunk's
+ *            flag from every remote source (a lane each); each warp then
+ *            merges its units of the chunk: a lane per (unit, source) loads
+ *            the LSEs in one round trip, a lane per unit turns them into
+ *            weights (the merge math of merge.h), and every lane merges
+ *            16-byte vectors in source order s = 0..cp-1, its own share
+ *            read straight from partialOut, kMergeVectors x kMergeSources
+ *            loads in flight; once the group is done its first warp resets
+ *            the chunk's flags (it is their only reader).
  *   round:   fused_common.h.
  *
  * Chunks are sent and merged in index order, so NVLink writes and the local
@@ -35,17 +36,9 @@ namespace nccl_dcp {
 constexpr int kSimpleThreads = 512;
 constexpr int kSimpleSendWarps = 8;
 constexpr int kSimpleRecvWarps = kSimpleThreads / 32 - kSimpleSendWarps;
-constexpr int kSimpleSourceBatch = 8;  // sources' loads a merging lane keeps in flight
-// Up to this many chunks per block, a block's receiving warps merge each
-// chunk together; beyond it, a warp per chunk (docs/perf.md, v7).
-constexpr int kSimpleTogetherChunksPerBlock = 4;
-
-// The receiving warps of a block wait on each other with this named barrier
-// (0 is __syncthreads); sending warps never take part.
+// Named barriers of the receiving groups: kSimpleRecvBarrier + group (0 is
+// __syncthreads); sending warps never take part.
 constexpr int kSimpleRecvBarrier = 1;
-__device__ __forceinline__ void receiversSync() {
-  asm volatile("bar.sync %0, %1;" ::"r"(kSimpleRecvBarrier), "r"(kSimpleRecvWarps * 32) : "memory");
-}
 
 template <typename T, class Peers>
 __device__ void sendChunk(const FusedParams<Peers>& p, const RankIo& io, int rank, int dst, int slot, uint32_t flag,
@@ -79,94 +72,145 @@ __device__ __forceinline__ bool waitChunk(const Region& r, const char* ws, int n
   return true;
 }
 
-// Merges one 16-byte vector (column col of unit u) over every source.
-template <typename T, class Peers>
-__device__ __forceinline__ uint4 mergeVector(const FusedParams<Peers>& p, const char* ownUnit,
-                                             const char* remoteUnit, size_t sourceBytes, int rank, int col,
-                                             const float* weight) {
-  using W = Word<T>;
-  float acc[2][W::kPerWord] = {};
-  for (int s0 = 0; s0 < p.nRanks; s0 += kSimpleSourceBatch) {
-    uint4 x[kSimpleSourceBatch];
-#pragma unroll
-    for (int b = 0; b < kSimpleSourceBatch; b++) {
-      const int src = s0 + b;
-      if (src >= p.nRanks) break;
-      x[b] = src == rank ? loadInput16(ownUnit + (size_t)col * simple::kLaneBytes)
-                         : loadVolatile16(remoteUnit + (size_t)(src < rank ? src : src - 1) * sourceBytes +
-                                          (size_t)col * simple::kLaneBytes);
-    }
-#pragma unroll
-    for (int b = 0; b < kSimpleSourceBatch; b++) {
-      const int src = s0 + b;
-      if (src >= p.nRanks) break;
-      W::accumulate(acc[0], weight[src], (uint64_t)x[b].x | (uint64_t)x[b].y << 32);
-      W::accumulate(acc[1], weight[src], (uint64_t)x[b].z | (uint64_t)x[b].w << 32);
-    }
-  }
-  const uint64_t lo = W::pack(acc[0]), hi = W::pack(acc[1]);
-  return make_uint4((uint32_t)lo, (uint32_t)(lo >> 32), (uint32_t)hi, (uint32_t)(hi >> 32));
-}
+// Per lane, 16-byte vectors merged at once and sources loaded per step:
+// kMergeVectors * kMergeSources loads in flight (registers bound both).
+constexpr int kMergeVectors = 4;
+constexpr int kMergeSources = 2;
 
-// Merges unit u of this rank (row u / Hl, head u % Hl) with one warp.
-// `weight`: the warp's NCCL_DCP_MAX_RANKS floats of scratch.
+// Where one 16-byte vector (column col of unit u) of this rank lives: its
+// own share in partialOut, the remote sources' in the workspace (one
+// source's block of units after another), the merged one in out.
+struct VectorAt {
+  const char* own;
+  const char* remote;  // the first remote source's
+  char* out;
+  int unit;            // index of u among the warp's units (its weights)
+};
+
+// Merges units first + k * step (k < count <= kMaxChunkUnits) of this rank
+// with one warp: a lane per (unit, source) loads the LSEs (one round trip),
+// a lane per unit turns them into weights (merge.h), then every lane merges
+// 16-byte vectors of the units in source order s = 0..cp-1, kMergeVectors
+// vectors x kMergeSources sources of loads in flight. `weight`: the warp's
+// [kMaxChunkUnits][NCCL_DCP_MAX_RANKS] scratch.
 template <typename T, class Peers>
-__device__ void mergeUnit(const FusedParams<Peers>& p, const RankIo& io, const char* ws, int rank, int slot, int u,
-                          float* weight, int lane) {
+__device__ void mergeUnits(const FusedParams<Peers>& p, const RankIo& io, const char* ws, int rank, int slot,
+                           int first, int count, int step, float (*weight)[NCCL_DCP_MAX_RANKS], int lane) {
+  using W = Word<T>;
   const Region& r = p.region;
   const Strides& s = p.strides;
-  const int n = p.nRanks, row = u / r.localHeads, head = u % r.localHeads;
-  for (int src = lane; src < n; src += 32)  // a lane per source's LSE: one round trip
-    weight[src] = src == rank ? io.partialLse[lseOffset(s, row, rank, head)]
-                              : __uint_as_float(loadVolatile4(ws + r.lseOffsetOf(slot, src, rank, u)));
-  __syncwarp();
-  if (lane == 0) {
-    const float merged = mergeWeights(weight, n, p.lseBase, weight);
-    if (io.outLse) io.outLse[row * s.outLseRow + head * s.outLseHead] = merged;
+  const int n = p.nRanks, Hl = r.localHeads;
+  for (int i = lane; i < count * n; i += 32) {
+    const int k = i / n, src = i % n, u = first + k * step, row = u / Hl, head = u % Hl;
+    weight[k][src] = src == rank ? io.partialLse[lseOffset(s, row, rank, head)]
+                                 : __uint_as_float(loadVolatile4(ws + r.lseOffsetOf(slot, src, rank, u)));
   }
   __syncwarp();
-  const char* own = io.partialOut + inOffset(s, row, rank, head) * (int64_t)sizeof(T);
-  char* out = io.out + (row * s.outRow + head * s.outHead) * (int64_t)sizeof(T);
-  const char* remote = ws + r.offset + (size_t)slot * r.slotBytes + (size_t)u * r.unitBytes;  // first source's
-  const size_t sourceBytes = (size_t)r.capacity * r.localHeads * r.unitBytes;
-  const int vectors = (int)(r.unitBytes / simple::kLaneBytes);
-  for (int col = lane; col < vectors; col += 32)
-    store16(out + (size_t)col * simple::kLaneBytes, mergeVector<T>(p, own, remote, sourceBytes, rank, col, weight));
-  __syncwarp();  // weight[] is the warp's next unit's
+  if (lane < count) {
+    const int u = first + lane * step;
+    const float merged = mergeWeights(weight[lane], n, p.lseBase, weight[lane]);
+    if (io.outLse) io.outLse[(u / Hl) * s.outLseRow + (u % Hl) * s.outLseHead] = merged;
+  }
+  __syncwarp();
+
+  const int vectors = (int)(r.unitBytes / simple::kLaneBytes), total = count * vectors;
+  const size_t sourceBytes = (size_t)r.capacity * Hl * r.unitBytes;
+  const char* slotData = ws + r.offset + (size_t)slot * r.slotBytes;
+  auto vectorAt = [&](int v) {
+    const int k = v / vectors, col = v % vectors, u = first + k * step, row = u / Hl, head = u % Hl;
+    const size_t at = (size_t)col * simple::kLaneBytes;
+    return VectorAt{io.partialOut + inOffset(s, row, rank, head) * (int64_t)sizeof(T) + at,
+                    slotData + (size_t)u * r.unitBytes + at,
+                    io.out + (row * s.outRow + head * s.outHead) * (int64_t)sizeof(T) + at, k};
+  };
+  for (int v0 = 0; v0 < total; v0 += 32 * kMergeVectors) {
+    VectorAt at[kMergeVectors];
+    float acc[kMergeVectors][2][W::kPerWord] = {};
+#pragma unroll
+    for (int j = 0; j < kMergeVectors; j++)
+      if (v0 + 32 * j + lane < total) at[j] = vectorAt(v0 + 32 * j + lane);
+    for (int s0 = 0; s0 < n; s0 += kMergeSources) {
+      uint4 x[kMergeVectors][kMergeSources];
+#pragma unroll
+      for (int j = 0; j < kMergeVectors; j++)
+#pragma unroll
+        for (int b = 0; b < kMergeSources; b++) {
+          const int src = s0 + b;
+          if (src >= n || v0 + 32 * j + lane >= total) continue;
+          x[j][b] = src == rank ? loadInput16(at[j].own)
+                                : loadVolatile16(at[j].remote + (size_t)(src < rank ? src : src - 1) * sourceBytes);
+        }
+#pragma unroll
+      for (int j = 0; j < kMergeVectors; j++)
+#pragma unroll
+        for (int b = 0; b < kMergeSources; b++) {
+          const int src = s0 + b;
+          if (src >= n || v0 + 32 * j + lane >= total) continue;
+          const float w = weight[at[j].unit][src];
+          W::accumulate(acc[j][0], w, (uint64_t)x[j][b].x | (uint64_t)x[j][b].y << 32);
+          W::accumulate(acc[j][1], w, (uint64_t)x[j][b].z | (uint64_t)x[j][b].w << 32);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < kMergeVectors; j++) {
+      if (v0 + 32 * j + lane >= total) continue;
+      const uint64_t lo = W::pack(acc[j][0]), hi = W::pack(acc[j][1]);
+      store16(at[j].out, make_uint4((uint32_t)lo, (uint32_t)(lo >> 32), (uint32_t)hi, (uint32_t)(hi >> 32)));
+    }
+  }
+  __syncwarp();  // weight[] is the warp's next chunk's
 }
 
-// Chunk c of this rank's units, merged by `warps` receiving warps of the
-// block together (`receiver` is this one's index among them; the first
-// waits on the flags and resets them, their only reader). `weight`: this
-// warp's scratch; `failed`: the group's shared verdict of the flag wait
-// (with one warp, its own). False if the wait gave up.
+// The receiving warps of a group (`warps` of them, named barrier `barrier`)
+// wait on each other; one warp needs no barrier.
+__device__ __forceinline__ void groupSync(int barrier, int warps) {
+  if (warps > 1) asm volatile("bar.sync %0, %1;" ::"r"(barrier), "r"(warps * 32) : "memory");
+}
+
+// Chunk c of this rank's units, merged by a group of `warps` receiving
+// warps (`receiver`: this one's index in it; the first waits on the flags
+// and resets them, their only reader), a warp per unit, next unit + warps.
+// `failed`: the group's shared verdict of the flag wait. False if the wait
+// gave up.
 template <typename T, class Peers>
 __device__ bool receiveChunk(const FusedParams<Peers>& p, const RankIo& io, char* ws, int rank, int slot,
-                             uint32_t flag, int c, int receiver, int warps, float* weight, int* failed,
-                             Waiter& waiter, int lane) {
+                             uint32_t flag, int c, int receiver, int warps, int barrier,
+                             float (*weight)[NCCL_DCP_MAX_RANKS], int* failed, Waiter& waiter, int lane) {
   const Region& r = p.region;
   if (receiver == 0) {  // the one warp whose verdict the group follows
     const bool ok = !waiter.failed && waitChunk(r, ws, p.nRanks, rank, slot, flag, c, lane, waiter);
     if (lane == 0) *failed = !ok;
     stamp(p.timeline, kStageLastFlag);
   }
-  if (warps > 1) receiversSync();
+  groupSync(barrier, warps);
   __syncwarp();
   if (*failed) return false;
   const simple::Chunk chunk = simple::chunkOf(r, c, p.rows);
-  for (int i = receiver; i < chunk.count; i += warps) mergeUnit<T>(p, io, ws, rank, slot, chunk.first + i, weight, lane);
-  if (warps > 1) receiversSync();
+  if (receiver < chunk.count)
+    mergeUnits<T>(p, io, ws, rank, slot, chunk.first + receiver, (chunk.count - receiver + warps - 1) / warps, warps,
+                  weight, lane);
+  groupSync(barrier, warps);
   if (receiver == 0)
     for (int src = lane; src < p.nRanks; src += 32)
       if (src != rank) storeVolatile8(ws + r.flagOffsetOf(slot, src, rank, c), 0);
   return true;
 }
 
+// Receiving warps per chunk when a block has `chunksPerBlock` chunks to
+// merge: all of a block's chunks at once (a chunk's merge latency is the
+// call's tail), as many warps on each as that leaves, a power of two.
+__device__ __forceinline__ int receiversPerChunk(int chunksPerBlock) {
+  int warps = kSimpleRecvWarps;
+  while (warps > 1 && warps * chunksPerBlock > kSimpleRecvWarps) warps /= 2;
+  return warps;
+}
+
 template <typename T, class Peers>
 __global__ void __launch_bounds__(kSimpleThreads, 1)
     simpleA2aLseReduceKernel(const __grid_constant__ FusedParams<Peers> p) {
-  // Per receiving warp: the weights of the unit it merges; the flag wait's verdict.
-  __shared__ float weights[kSimpleRecvWarps][NCCL_DCP_MAX_RANKS];
+  // Per receiving warp: the weights of the units it merges; per group of
+  // receiving warps: the flag wait's verdict.
+  __shared__ float weights[kSimpleRecvWarps][simple::kMaxChunkUnits][NCCL_DCP_MAX_RANKS];
   __shared__ int waitFailed[kSimpleRecvWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   int localBlock;
@@ -178,45 +222,37 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
   if (rank == p.silentRank) return;
 
   char* ws = p.peers.workspace(rank);
-  Control* ctrl = (Control*)ws;
-  const RoundInfo round = beginRound(ctrl, p.blocksPerRank);
+  RoundStart start = startRound(p, rank);
   stamp(p.timeline, kStageEntry, rank);
-  const int slot = round.round & 1;
-  const uint32_t flag = flagForRound(round.round);
-  Waiter waiter = makeWaiter(p, rank, round.round);
+  Waiter& waiter = start.waiter;
   const int chunks = simple::chunksIn(p.region, p.rows);
 
   if (warp < kSimpleSendWarps) {
-    // Destinations rotate with the rank so peers are not all hit at once.
+    // Items go round the blocks first, so every SM stores into NVLink even
+    // when items are few; destinations rotate with the rank so peers are
+    // not all hit at once.
     const int nPeers = p.nRanks - 1, items = chunks * nPeers;
-    for (int item = localBlock * kSimpleSendWarps + warp; !waiter.failed && item < items;
+    for (int item = warp * p.blocksPerRank + localBlock; !waiter.failed && item < items;
          item += p.blocksPerRank * kSimpleSendWarps) {
-      sendChunk<T>(p, io, rank, (rank + 1 + item % nPeers) % p.nRanks, slot, flag, item / nPeers, lane);
+      sendChunk<T>(p, io, rank, (rank + 1 + item % nPeers) % p.nRanks, start.slot, start.flag, item / nPeers, lane);
       stamp(p.timeline, kStageFirstSend);
     }
     stamp(p.timeline, kStageSendsDone);
     allowDependentGrid();
   } else {
     allowDependentGrid();
+    // Groups of receiving warps, a chunk each; chunk c goes to group
+    // c % (groups of the grid), so the first chunks sent are merged first.
     const int receiver = warp - kSimpleSendWarps;
-    // Few chunks: a block's receiving warps on one chunk at a time (the
-    // latency of a chunk is the call's); many: a warp per chunk (more
-    // chunks in flight). The same choice and the first warp's verdicts on
-    // every warp of the block, so the barriers match.
-    if (chunks <= kSimpleTogetherChunksPerBlock * p.blocksPerRank) {
-      for (int c = localBlock; c < chunks; c += p.blocksPerRank)
-        if (!receiveChunk<T>(p, io, ws, rank, slot, flag, c, receiver, kSimpleRecvWarps, weights[receiver],
-                             &waitFailed[0], waiter, lane))
-          break;
-    } else {
-      for (int c = localBlock * kSimpleRecvWarps + receiver; c < chunks; c += p.blocksPerRank * kSimpleRecvWarps)
-        if (!receiveChunk<T>(p, io, ws, rank, slot, flag, c, 0, 1, weights[receiver], &waitFailed[receiver], waiter,
-                             lane))
-          break;
-    }
+    const int warps = receiversPerChunk((chunks + p.blocksPerRank - 1) / p.blocksPerRank);
+    const int groups = kSimpleRecvWarps / warps, group = receiver / warps;
+    for (int c = localBlock * groups + group; c < chunks; c += p.blocksPerRank * groups)
+      if (!receiveChunk<T>(p, io, ws, rank, start.slot, start.flag, c, receiver % warps, warps,
+                           kSimpleRecvBarrier + group, weights[receiver], &waitFailed[group], waiter, lane))
+        break;
     stamp(p.timeline, kStageDone);
   }
-  endRound(ctrl, round);
+  endRound(p, rank, start);
 }
 
 }  // namespace nccl_dcp

@@ -51,17 +51,41 @@ __device__ __forceinline__ void endRound(Control* ctrl, RoundInfo info) {
   if (threadIdx.x == 0 && info.advances) storeVolatile8(&ctrl->arrivals, (uint64_t)(info.round + 1) << 32);
 }
 
+// What a block knows once its round starts: the round, the slot and flag
+// value it gives, and the bounded waiter of this launch.
+struct RoundStart {
+  RoundInfo info;
+  int slot;
+  uint32_t flag;
+  Waiter waiter;
+};
+
+// The status word (a failed earlier wait poisons the context: do nothing)
+// is loaded before the round's atomic, so the two round trips overlap; the
+// workspace pointers come from the launch parameters, not from NCCL's
+// window (a dependent load of its own).
 template <class Peers>
-__device__ __forceinline__ Waiter makeWaiter(const FusedParams<Peers>& p, int rank, uint32_t round) {
-  Waiter w;
+__device__ __forceinline__ RoundStart startRound(const FusedParams<Peers>& p, int rank) {
+  uint32_t* status = p.peers.status(rank);
+  const uint32_t statusAtEntry = loadVolatile4(status);
+  RoundStart r;
+  r.info = beginRound((Control*)p.peers.workspace(rank), p.blocksPerRank);
+  r.slot = r.info.round & 1;
+  r.flag = flagForRound(r.info.round);
+  Waiter& w = r.waiter;
   w.deadlineNs = p.timeoutNs ? globalTimerNs() + p.timeoutNs : ~0ull;
-  w.status = p.peers.status(rank);
+  w.status = status;
   w.hostError = p.hostError;
   w.rank = rank;
-  w.round = round;
+  w.round = r.info.round;
   w.spins = 0;
-  w.failed = loadVolatile4(w.status) != 0;  // poisoned: do nothing
-  return w;
+  w.failed = statusAtEntry != 0;
+  return r;
+}
+
+template <class Peers>
+__device__ __forceinline__ void endRound(const FusedParams<Peers>& p, int rank, const RoundStart& r) {
+  endRound((Control*)p.peers.workspace(rank), r.info);
 }
 
 // Timeline stamp of this block (lane 0 of the calling warp): the first

@@ -13,6 +13,7 @@
 #include "a2a_lse_reduce.h"
 #include "a2a_lse_reduce_simple.h"
 #include "combine.h"
+#include "nccl_compat.h"
 #include "proto_ll.h"
 #include "proto_ll128.h"
 
@@ -155,6 +156,10 @@ __global__ void zeroWindowKernel(ncclWindow_t window, size_t offset, size_t byte
     p[i] = make_uint4(0, 0, 0, 0);
 }
 
+__global__ void resolveLsaKernel(ncclWindow_t window, size_t offset, int nRanks, char** lsa) {
+  for (int i = threadIdx.x; i < nRanks; i += blockDim.x) lsa[i] = (char*)ncclGetLsaPointer(window, offset, i);
+}
+
 unsigned blocksFor(size_t units) { return (unsigned)((units + kCombineWarps - 1) / kCombineWarps); }
 
 }  // namespace
@@ -167,7 +172,9 @@ ncclResult_t launchFused(const FusedLaunch& l, cudaStream_t stream) {
     LoopbackPeers peers{l.addr.base, l.addr.rankBytes};
     return launchFusedPeers(l, peers, stream);
   }
-  LsaPeers peers{l.addr.window, l.addr.windowOffset, l.rank};
+  LsaPeers peers;
+  for (int i = 0; i < l.nRanks; i++) peers.base[i] = l.addr.lsa[i];
+  peers.rank = l.rank;
   return launchFusedPeers(l, peers, stream);
 }
 
@@ -204,6 +211,22 @@ ncclResult_t timelineRead(uint64_t* stamps) {
   DCPCHECK(timelineBuffer(&buffer));
   if (buffer == nullptr) return fail(ncclInvalidUsage, "built without the timeline (meson -Dtimeline=true)");
   CUDACHECK(cudaMemcpy(stamps, buffer, sizeof(uint64_t) * kTimelineBlocks * kTimelineSlots, cudaMemcpyDeviceToHost));
+  return ncclSuccess;
+}
+
+ncclResult_t resolveLsaPointers(ncclWindow_t window, size_t offset, int nRanks, char** lsa, cudaStream_t stream) {
+  // Stream-ordered allocation: a cudaFree would wait for every kernel on
+  // the device, stuck ones of an aborted context included.
+  char** dev = nullptr;
+  CUDACHECK(cudaMallocAsync(&dev, sizeof(char*) * nRanks, stream));
+  resolveLsaKernel<<<1, 64, 0, stream>>>(window, offset, nRanks, dev);
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) e = cudaMemcpyAsync(lsa, dev, sizeof(char*) * nRanks, cudaMemcpyDeviceToHost, stream);
+  const cudaError_t freed = cudaFreeAsync(dev, stream);
+  if (e == cudaSuccess) e = freed;
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) return fail(ncclUnhandledCudaError, "resolving the window's LSA pointers failed: %s",
+                                    cudaGetErrorString(e));
   return ncclSuccess;
 }
 

@@ -6,28 +6,27 @@
 #ifndef NCCL_DCP_DEVICE_PEERS_H_
 #define NCCL_DCP_DEVICE_PEERS_H_
 
-#include <cuda_runtime_api.h>
-#include "nccl_compat.h"
-
 #include "layout.h"
 #include "params.h"
 
 namespace nccl_dcp {
 
-// NCCL: the context's window; rank == LSA rank (the fused path needs every
-// rank in one LSA team).
+// NCCL: every rank's workspace as this rank addresses it, resolved once at
+// create from the context's window (ncclGetLsaPointer, resolveLsaPointers
+// in launch.h) and carried in the launch parameters: a kernel reaches a
+// peer with no load of NCCL's window struct first. rank == LSA rank (the
+// fused path needs every rank in one LSA team).
 struct LsaPeers {
   static constexpr bool kLoopback = false;
-  ncclWindow_t window;
-  size_t offset;
+  char* base[NCCL_DCP_MAX_RANKS];
   int rank;
 
   __device__ int rankOfBlock(int /*blocksPerRank*/, int* localBlock) const {
     *localBlock = blockIdx.x;
     return rank;
   }
-  __device__ char* workspace(int /*self*/) const { return (char*)ncclGetLocalPointer(window, offset); }
-  __device__ char* peerWorkspace(int peer) const { return (char*)ncclGetLsaPointer(window, offset, peer); }
+  __device__ char* workspace(int /*self*/) const { return base[rank]; }
+  __device__ char* peerWorkspace(int peer) const { return base[peer]; }
   // The status word every wait of this rank's launch shares.
   __device__ uint32_t* status(int self) const { return &((Control*)workspace(self))->status; }
 };
