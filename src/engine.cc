@@ -28,6 +28,7 @@ ncclResult_t Engine::init(const Config& config, int ranks, int myRank, const Pro
   layout = makeWorkspaceLayout(p.small, p.simpleForLarge, nRanks, cfg.localHeads, cfg.headDim, cfg.eltSize,
                                cfg.maxBatch);
   pdl = cfg.pdl;
+  simpleSendWarps = env().simpleSendWarps > 0 ? env().simpleSendWarps : 0;
   CUDACHECK(cudaGetDevice(&cudaDev));
   CUDACHECK(cudaHostAlloc((void**)&host, sizeof(HostShared), cudaHostAllocMapped));
   host->error = AsyncErrorRecord{0, -1, -1, 0};

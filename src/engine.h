@@ -37,6 +37,7 @@ struct Engine {
   AsyncErrorRecord* hostErrorDev = nullptr;  // device view of host->error
   int cudaDev = -1;                          // the device of the error record
   bool pdl = true;
+  int simpleSendWarps = 0;  // NCCL_DCP_SIMPLE_SEND_WARPS at create; 0: the kernel's default
   // The stream calls are bound to: the first admitted call's, or the one
   // given to bindStream. The rounds of one context must stay ordered.
   bool streamBound = false;

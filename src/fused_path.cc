@@ -21,6 +21,7 @@ ncclResult_t Engine::enqueueFused(const CallBuffers* buffers, int batch, const S
   l.hostError = hostErrorDev;
   l.addr = addr;
   l.pdl = pdl;
+  l.simpleSendWarps = simpleSendWarps;
   l.silentRank = silentRank;
   return forEachRound(batch, cfg.maxBatch, [&](int row0, int rows) {
     l.rows = rows;

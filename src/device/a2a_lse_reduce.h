@@ -167,9 +167,11 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   // depend on it, and the round costs a round trip of its own.
   typename Transport::Batch batch;
   SendItem it = {};
+  char* peer = nullptr;
   if (warpInRank < sendItems) {
     it = sendItem(warpInRank);
     Transport::loadBatch(r, it.src, 0, lane, batch);
+    peer = p.peers.peerWorkspace(it.dst);
   }
 
   char* ws = p.peers.workspace(rank);
@@ -183,8 +185,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     if (item != warpInRank) {
       it = sendItem(item);
       Transport::loadBatch(r, it.src, 0, lane, batch);
+      peer = p.peers.peerWorkspace(it.dst);
     }
-    char* unit = p.peers.peerWorkspace(it.dst) + r.unitOffset(slot, rank, it.dst, it.row, it.head);
+    char* unit = peer + r.unitOffset(slot, rank, it.dst, it.row, it.head);
     Transport::storeBatch(r, batch, 0, it.lse, unit, flag, lane);
     for (int g0 = kSendBatch; g0 < r.groups; g0 += kSendBatch) {
       Transport::loadBatch(r, it.src, g0, lane, batch);

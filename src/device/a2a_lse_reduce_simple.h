@@ -36,6 +36,10 @@ namespace nccl_dcp {
 constexpr int kSimpleThreads = 512;
 constexpr int kSimpleSendWarps = 8;
 constexpr int kSimpleRecvWarps = kSimpleThreads / 32 - kSimpleSendWarps;
+// Of the sending warps, how many send (NCCL_DCP_SIMPLE_SEND_WARPS): few
+// enough that the chunks land in waves, so receivers merge one wave while
+// the next crosses NVLink, enough to keep the link busy (docs/perf.md, v8).
+constexpr int kSimpleDefaultSendWarps = 2;
 // Named barriers of the receiving groups: kSimpleRecvBarrier + group (0 is
 // __syncthreads); sending warps never take part.
 constexpr int kSimpleRecvBarrier = 1;
@@ -232,8 +236,8 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
     // when items are few; destinations rotate with the rank so peers are
     // not all hit at once.
     const int nPeers = p.nRanks - 1, items = chunks * nPeers;
-    for (int item = warp * p.blocksPerRank + localBlock; !waiter.failed && item < items;
-         item += p.blocksPerRank * kSimpleSendWarps) {
+    for (int item = warp * p.blocksPerRank + localBlock; !waiter.failed && warp < p.sendWarps && item < items;
+         item += p.blocksPerRank * p.sendWarps) {
       sendChunk<T>(p, io, rank, (rank + 1 + item % nPeers) % p.nRanks, start.slot, start.flag, item / nPeers, lane);
       stamp(p.timeline, kStageFirstSend);
     }

@@ -87,6 +87,7 @@ ncclResult_t launchCooperative(Kernel kernel, std::atomic<int>* cache, int threa
   p.rows = l.rows;
   p.blocksPerRank = blocksPerRank;
   p.silentRank = l.silentRank;
+  p.sendWarps = l.simpleSendWarps > 0 ? std::min(l.simpleSendWarps, kSimpleSendWarps) : kSimpleDefaultSendWarps;
   p.timeoutNs = l.timeoutNs;
   p.hostError = l.hostError;
   DCPCHECK(timelineBuffer(&p.timeline));
