@@ -85,7 +85,7 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, char
   uint64_t own[2];
 #pragma unroll
   for (int k = 0; k < 2; k++) own[k] = dw[k] >= 0 ? loadInput8(self + (size_t)dw[k] * kWordBytes) : 0;
-  const float ownLse = lane == 0 ? io.partialLse[lseOffset(p.strides, row, rank, head)] : 0.f;
+  const float ownLse = lane == 0 ? loadInputF32(io.partialLse + lseOffset(p.strides, row, rank, head)) : 0.f;
 
   // Every remote source's LSE (each group carries it), then the weights.
   for (int s0 = 0; s0 < p.nRanks; s0 += kSourceBatch)
@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     it.row = rowHead / Hl;
     it.dst = (rank + 1 + item % nPeers) % p.nRanks;
     it.src = io.partialOut + inOffset(s, it.row, it.dst, it.head) * (int64_t)sizeof(T);
-    it.lse = io.partialLse[lseOffset(s, it.row, it.dst, it.head)];
+    it.lse = loadInputF32(io.partialLse + lseOffset(s, it.row, it.dst, it.head));
     return it;
   };
   // The first item's loads go out before the round is known: they do not

@@ -59,12 +59,30 @@ __device__ __forceinline__ uint64_t loadAcquire8(const void* p) {
   asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
+__device__ __forceinline__ uint64_t loadRelaxed8(const void* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
 
 // Inputs are read-only for the whole kernel: the non-coherent path.
+// Volatile asm, so they are issued where written -- ahead of the round's
+// atomic or a poll loop, to overlap it -- and not sunk next to their use.
 __device__ __forceinline__ uint64_t loadInput8(const void* p) {
-  return __ldg(reinterpret_cast<const unsigned long long*>(p));
+  uint64_t v;
+  asm volatile("ld.global.nc.u64 %0, [%1];" : "=l"(v) : "l"(p));
+  return v;
 }
-__device__ __forceinline__ uint4 loadInput16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ uint4 loadInput16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ float loadInputF32(const float* p) {
+  float v;
+  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
+  return v;
+}
 
 // Bulk payload: plain 16-byte stores, ordered before a flag by a fence.
 __device__ __forceinline__ void store16(void* p, uint4 v) { *reinterpret_cast<uint4*>(p) = v; }
