@@ -47,10 +47,10 @@ bool ll128Proven(const LinkSummary& links);
 // AUTO's switch to SIMPLE, in rows per round (0: never), measured at the
 // reference shape (bf16, D 512, Hl 16: 16 KiB per row and peer);
 // NCCL_DCP_SIMPLE_MIN_ROWS overrides both. Set from the sweeps in docs/perf.md.
-// NVLink (and one GPU): LL128 -> SIMPLE. v7, 2 x H200 (cp 2): LL128 is
-// faster below 64 rows (7.5 vs 12.1 us at 32), the two within 3% at 64 and
-// 128, SIMPLE faster from 256 (docs/perf.md).
-constexpr int kLl128SimpleMinRows = 64;
+// NVLink (and one GPU): LL128 -> SIMPLE. v8, 2 x H200 (cp 2): LL128 is
+// faster up to 128 rows (11.3 vs 13.4 us at 64, 17.7 vs 18.5 at 128),
+// SIMPLE from 256 (27.4 vs 33.9 us; docs/perf.md).
+constexpr int kLl128SimpleMinRows = 256;
 // PCIe or unproven links: LL -> SIMPLE. Not measured (no PCIe machine here);
 // an estimate: LL moves half the bytes per store, SIMPLE pays one flag round
 // trip per chunk (~2 us over PCIe), so SIMPLE wins once a peer's share

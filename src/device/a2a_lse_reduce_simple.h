@@ -14,9 +14,9 @@
  *            the LSEs in one round trip, a lane per unit turns them into
  *            weights (the merge math of merge.h), and every lane merges
  *            16-byte vectors in source order s = 0..cp-1, its own share
- *            read straight from partialOut, up to 16 loads in flight;
- *            once the group is done its first warp resets the chunk's
- *            flags (it is their only reader).
+ *            read straight from partialOut, kMergeVectors x kMergeSources
+ *            loads in flight; once the group is done its first warp resets
+ *            the chunk's flags (it is their only reader).
  *   round:   fused_common.h.
  *
  * Chunks are sent and merged in index order, so NVLink writes and the local
@@ -75,102 +75,34 @@ __device__ __forceinline__ bool waitChunk(const Region& r, const char* ws, int n
     for (unsigned late; (late = simple::pollFlags(f, mine, flag)) != 0;)
       if (!waiter.keepWaiting(s0 + __ffs(late) - 1)) return false;
   }
-  simple::acquireFlags();
   return true;
 }
 
-// Per lane, sources whose loads go out per step and 16-byte vectors merged
-// at once (kMergeSources x kMergeVectors loads in flight). 512 threads
-// leave 128 registers a thread: 6 or 8 vectors spill.
-constexpr int kMergeSources = 2;
+// Per lane, 16-byte vectors merged at once and sources loaded per step:
+// kMergeVectors * kMergeSources loads in flight (registers bound both).
 constexpr int kMergeVectors = 4;
+constexpr int kMergeSources = 2;
 
-// Packs a merged 16-byte vector's sums and stores it.
-template <typename T>
-__device__ __forceinline__ void storeMerged(char* out, float (&acc)[2][Word<T>::kPerWord]) {
-  const uint64_t lo = Word<T>::pack(acc[0]), hi = Word<T>::pack(acc[1]);
-  store16(out, make_uint4((uint32_t)lo, (uint32_t)(lo >> 32), (uint32_t)hi, (uint32_t)(hi >> 32)));
-}
-
-// Where a warp's units live: unit k (k-th of the warp's) has its own share
-// at own[k] in partialOut and its merged output at out[k] (computed once,
-// in shared memory, so a vector in flight costs no pointer registers); the
-// remote sources' shares are in the workspace, one source's block of units
-// after another.
-struct UnitsAt {
-  const char* own[simple::kMaxChunkUnits];
-  char* out[simple::kMaxChunkUnits];
+// Where one 16-byte vector (column col of unit u) of this rank lives: its
+// own share in partialOut, the remote sources' in the workspace (one
+// source's block of units after another), the merged one in out.
+struct VectorAt {
+  const char* own;
+  const char* remote;  // the first remote source's
+  char* out;
+  int unit;            // index of u among the warp's units (its weights)
 };
-struct WarpUnits {
-  const UnitsAt* at;
-  const char* remote;  // the first remote source's share of unit `first`
-  size_t unitBytes, sourceBytes;
-  int step, vectors;   // unit k is first + k * step; 16-byte vectors per unit
-
-  __device__ size_t column(int v) const { return (size_t)(v % vectors) * simple::kLaneBytes; }
-  __device__ const char* remoteOf(int v, int srcIdx) const {
-    return remote + (size_t)(v / vectors) * step * unitBytes + (size_t)srcIdx * sourceBytes + column(v);
-  }
-};
-
-// Merges the warp's `total` vectors (lane: v = v0 + 32 j + lane) in source
-// order s = 0..n-1, kVectors x kMergeSources loads in flight. kOneStep:
-// n <= kMergeSources, so a vector's sums live only while it is merged.
-template <typename T, int kVectors, bool kOneStep>
-__device__ __forceinline__ void mergeVectors(const WarpUnits& w, int total, int n, int rank,
-                                             const float (*weight)[NCCL_DCP_MAX_RANKS], int lane) {
-  for (int v0 = 0; v0 < total; v0 += 32 * kVectors) {
-    auto live = [&](int j) { return v0 + 32 * j + lane < total; };
-    float acc[kOneStep ? 1 : kVectors][2][Word<T>::kPerWord] = {};
-    for (int s0 = 0; s0 < n; s0 += kMergeSources) {
-      uint4 x[kVectors][kMergeSources];
-#pragma unroll
-      for (int j = 0; j < kVectors; j++) {
-        const int v = v0 + 32 * j + lane;
-#pragma unroll
-        for (int b = 0; b < kMergeSources; b++) {
-          const int src = s0 + b;
-          if (src < n && live(j))
-            x[j][b] = src == rank ? loadInput16(w.at->own[v / w.vectors] + w.column(v))
-                                  : loadVolatile16(w.remoteOf(v, src < rank ? src : src - 1));
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kVectors; j++) {
-        if (!live(j)) continue;
-        const int v = v0 + 32 * j + lane, k = v / w.vectors;
-        float(&a)[2][Word<T>::kPerWord] = acc[kOneStep ? 0 : j];
-        if (kOneStep)
-#pragma unroll
-          for (int i = 0; i < Word<T>::kPerWord; i++) a[0][i] = a[1][i] = 0.f;
-#pragma unroll
-        for (int b = 0; b < kMergeSources; b++) {
-          const int src = s0 + b;
-          if (src >= n) break;
-          Word<T>::accumulate(a[0], weight[k][src], (uint64_t)x[j][b].x | (uint64_t)x[j][b].y << 32);
-          Word<T>::accumulate(a[1], weight[k][src], (uint64_t)x[j][b].z | (uint64_t)x[j][b].w << 32);
-        }
-        if (kOneStep) storeMerged<T>(w.at->out[k] + w.column(v), a);
-      }
-    }
-    if (!kOneStep)
-#pragma unroll
-      for (int j = 0; j < kVectors; j++) {
-        const int v = v0 + 32 * j + lane;
-        if (live(j)) storeMerged<T>(w.at->out[v / w.vectors] + w.column(v), acc[j]);
-      }
-  }
-}
 
 // Merges units first + k * step (k < count <= kMaxChunkUnits) of this rank
 // with one warp: a lane per (unit, source) loads the LSEs (one round trip),
-// a lane per unit turns them into weights (merge.h) and locates the unit,
-// then every lane merges 16-byte vectors of the units in source order
-// s = 0..cp-1 (mergeVectors). `weight`, `at`: the warp's scratch.
+// a lane per unit turns them into weights (merge.h), then every lane merges
+// 16-byte vectors of the units in source order s = 0..cp-1, kMergeVectors
+// vectors x kMergeSources sources of loads in flight. `weight`: the warp's
+// [kMaxChunkUnits][NCCL_DCP_MAX_RANKS] scratch.
 template <typename T, class Peers>
 __device__ void mergeUnits(const FusedParams<Peers>& p, const RankIo& io, const char* ws, int rank, int slot,
-                           int first, int count, int step, float (*weight)[NCCL_DCP_MAX_RANKS], UnitsAt* at,
-                           int lane) {
+                           int first, int count, int step, float (*weight)[NCCL_DCP_MAX_RANKS], int lane) {
+  using W = Word<T>;
   const Region& r = p.region;
   const Strides& s = p.strides;
   const int n = p.nRanks, Hl = r.localHeads;
@@ -181,25 +113,58 @@ __device__ void mergeUnits(const FusedParams<Peers>& p, const RankIo& io, const 
   }
   __syncwarp();
   if (lane < count) {
-    const int u = first + lane * step, row = u / Hl, head = u % Hl;
+    const int u = first + lane * step;
     const float merged = mergeWeights(weight[lane], n, p.lseBase, weight[lane]);
-    if (io.outLse) io.outLse[row * s.outLseRow + head * s.outLseHead] = merged;
-    at->own[lane] = io.partialOut + inOffset(s, row, rank, head) * (int64_t)sizeof(T);
-    at->out[lane] = io.out + (row * s.outRow + head * s.outHead) * (int64_t)sizeof(T);
+    if (io.outLse) io.outLse[(u / Hl) * s.outLseRow + (u % Hl) * s.outLseHead] = merged;
   }
   __syncwarp();
 
-  WarpUnits w;
-  w.at = at;
-  w.remote = ws + r.offset + (size_t)slot * r.slotBytes + (size_t)first * r.unitBytes;
-  w.unitBytes = r.unitBytes;
-  w.sourceBytes = (size_t)r.capacity * Hl * r.unitBytes;
-  w.step = step;
-  w.vectors = (int)(r.unitBytes / simple::kLaneBytes);
-  const int total = count * w.vectors;
-  if (n <= kMergeSources) mergeVectors<T, kMergeVectors, true>(w, total, n, rank, weight, lane);
-  else mergeVectors<T, kMergeVectors, false>(w, total, n, rank, weight, lane);
-  __syncwarp();  // weight[] and at are the warp's next chunk's
+  const int vectors = (int)(r.unitBytes / simple::kLaneBytes), total = count * vectors;
+  const size_t sourceBytes = (size_t)r.capacity * Hl * r.unitBytes;
+  const char* slotData = ws + r.offset + (size_t)slot * r.slotBytes;
+  auto vectorAt = [&](int v) {
+    const int k = v / vectors, col = v % vectors, u = first + k * step, row = u / Hl, head = u % Hl;
+    const size_t at = (size_t)col * simple::kLaneBytes;
+    return VectorAt{io.partialOut + inOffset(s, row, rank, head) * (int64_t)sizeof(T) + at,
+                    slotData + (size_t)u * r.unitBytes + at,
+                    io.out + (row * s.outRow + head * s.outHead) * (int64_t)sizeof(T) + at, k};
+  };
+  for (int v0 = 0; v0 < total; v0 += 32 * kMergeVectors) {
+    VectorAt at[kMergeVectors];
+    float acc[kMergeVectors][2][W::kPerWord] = {};
+#pragma unroll
+    for (int j = 0; j < kMergeVectors; j++)
+      if (v0 + 32 * j + lane < total) at[j] = vectorAt(v0 + 32 * j + lane);
+    for (int s0 = 0; s0 < n; s0 += kMergeSources) {
+      uint4 x[kMergeVectors][kMergeSources];
+#pragma unroll
+      for (int j = 0; j < kMergeVectors; j++)
+#pragma unroll
+        for (int b = 0; b < kMergeSources; b++) {
+          const int src = s0 + b;
+          if (src >= n || v0 + 32 * j + lane >= total) continue;
+          x[j][b] = src == rank ? loadInput16(at[j].own)
+                                : loadVolatile16(at[j].remote + (size_t)(src < rank ? src : src - 1) * sourceBytes);
+        }
+#pragma unroll
+      for (int j = 0; j < kMergeVectors; j++)
+#pragma unroll
+        for (int b = 0; b < kMergeSources; b++) {
+          const int src = s0 + b;
+          if (src >= n || v0 + 32 * j + lane >= total) continue;
+          const float w = weight[at[j].unit][src];
+          W::accumulate(acc[j][0], w, (uint64_t)x[j][b].x | (uint64_t)x[j][b].y << 32);
+          W::accumulate(acc[j][1], w, (uint64_t)x[j][b].z | (uint64_t)x[j][b].w << 32);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < kMergeVectors; j++) {
+      if (v0 + 32 * j + lane >= total) continue;
+      const uint64_t lo = W::pack(acc[j][0]), hi = W::pack(acc[j][1]);
+      store16(at[j].out, make_uint4((uint32_t)lo, (uint32_t)(lo >> 32), (uint32_t)hi, (uint32_t)(hi >> 32)));
+    }
+  }
+  __syncwarp();  // weight[] is the warp's next chunk's
 }
 
 // The receiving warps of a group (`warps` of them, named barrier `barrier`)
@@ -216,8 +181,7 @@ __device__ __forceinline__ void groupSync(int barrier, int warps) {
 template <typename T, class Peers>
 __device__ bool receiveChunk(const FusedParams<Peers>& p, const RankIo& io, char* ws, int rank, int slot,
                              uint32_t flag, int c, int receiver, int warps, int barrier,
-                             float (*weight)[NCCL_DCP_MAX_RANKS], UnitsAt* at, int* failed, Waiter& waiter,
-                             int lane) {
+                             float (*weight)[NCCL_DCP_MAX_RANKS], int* failed, Waiter& waiter, int lane) {
   const Region& r = p.region;
   if (receiver == 0) {  // the one warp whose verdict the group follows
     const bool ok = !waiter.failed && waitChunk(r, ws, p.nRanks, rank, slot, flag, c, lane, waiter);
@@ -230,7 +194,7 @@ __device__ bool receiveChunk(const FusedParams<Peers>& p, const RankIo& io, char
   const simple::Chunk chunk = simple::chunkOf(r, c, p.rows);
   if (receiver < chunk.count)
     mergeUnits<T>(p, io, ws, rank, slot, chunk.first + receiver, (chunk.count - receiver + warps - 1) / warps, warps,
-                  weight, at, lane);
+                  weight, lane);
   groupSync(barrier, warps);
   if (receiver == 0)
     for (int src = lane; src < p.nRanks; src += 32)
@@ -253,7 +217,6 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
   // Per receiving warp: the weights of the units it merges; per group of
   // receiving warps: the flag wait's verdict.
   __shared__ float weights[kSimpleRecvWarps][simple::kMaxChunkUnits][NCCL_DCP_MAX_RANKS];
-  __shared__ UnitsAt unitsAt[kSimpleRecvWarps];
   __shared__ int waitFailed[kSimpleRecvWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   int localBlock;
@@ -291,8 +254,7 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
     const int groups = kSimpleRecvWarps / warps, group = receiver / warps;
     for (int c = localBlock * groups + group; c < chunks; c += p.blocksPerRank * groups)
       if (!receiveChunk<T>(p, io, ws, rank, start.slot, start.flag, c, receiver % warps, warps,
-                           kSimpleRecvBarrier + group, weights[receiver], &unitsAt[receiver], &waitFailed[group],
-                           waiter, lane))
+                           kSimpleRecvBarrier + group, weights[receiver], &waitFailed[group], waiter, lane))
         break;
     stamp(p.timeline, kStageDone);
   }

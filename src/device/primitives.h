@@ -59,11 +59,7 @@ __device__ __forceinline__ uint64_t loadAcquire8(const void* p) {
   asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
-__device__ __forceinline__ uint64_t loadRelaxed8(const void* p) {
-  uint64_t v;
-  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
+
 
 // Inputs are read-only for the whole kernel: the non-coherent path.
 // Volatile asm, so they are issued where written -- ahead of the round's

@@ -9,9 +9,8 @@
  * A sending warp copies a whole chunk with 16-byte stores, kCopyBatch loads
  * of each lane in flight before their stores; every lane fences at system
  * scope, then one lane release-stores the chunk's flag. A receiving warp
- * polls the chunk's flag from every source (a lane per source, relaxed
- * loads), fences once all are seen (acquire), then reads LSEs and data with
- * coherent loads. One signal per chunk (8 KiB at
+ * acquires the chunk's flag from every source (a lane per source), then
+ * reads LSEs and data with coherent loads. One signal per chunk (8 KiB at
  * D 512 bf16) instead of one per 128-byte line, and no payload bytes spent
  * on flags: the protocol of large batches.
  ************************************************************************/
@@ -82,16 +81,10 @@ __device__ __forceinline__ void signalChunk(char* flagPtr, uint32_t flag, int la
 
 // One poll of the flags of up to 32 sources (a lane each; `mine` false for
 // lanes with no source). Returns the lanes whose flag is not yet the round's.
-// Relaxed: a spinning acquire load costs every poll what acquireFlags()
-// pays once.
 __device__ __forceinline__ unsigned pollFlags(const char* flagPtr, bool mine, uint32_t flag) {
-  const bool ready = !mine || loadRelaxed8(flagPtr) == (uint64_t)flag;
+  const bool ready = !mine || loadAcquire8(flagPtr) == (uint64_t)flag;
   return __ballot_sync(kFullMask, !ready);
 }
-
-// Once every flag polled is the round's: orders the data loads after them
-// (with the relaxed polls, PTX's acquire pattern).
-__device__ __forceinline__ void acquireFlags() { fenceAcqRelSys(); }
 
 }  // namespace simple
 }  // namespace nccl_dcp

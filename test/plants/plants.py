@@ -64,7 +64,7 @@ PLANTS = [
            ("multi_ranks", "Cp/Ranks.StridedViewsAndNullOutLse/cp2", 2)],
           "every round of a chunked call (both paths: one round slicing) writes its output at row 0"),
     Plant("window_offset_ignored", "src/context.cc",
-          "addr.windowOffset = ctx->windowOffset;", "addr.windowOffset = 0;",
+          "resolveLsaPointers(ctx->window, ctx->windowOffset,", "resolveLsaPointers(ctx->window, 0,",
           [("gpu_context", "OneRankContext.InsideTheApplicationsWindow", 1)],
           "the kernel addresses the application's window from its start, not at the offset given"),
     Plant("captured_calls_enqueue_nothing", "src/api.cc",

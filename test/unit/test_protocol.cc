@@ -46,9 +46,9 @@ TEST(ChooseProtocols, AutoSwitchesAtTheMeasuredCrossoverByDefault) {
   for (const LinkSummary& links : {kOneGpu, kAllNvlink}) {
     const ProtocolPolicy p = chooseProtocols(ncclDcpProtoAuto, links, kEnvUnset);
     EXPECT_TRUE(p.simpleForLarge);
-    EXPECT_EQ(p.simpleMinRows, 64) << "docs/perf.md v7: on 2 x H200 LL128 wins below 64 rows";
-    EXPECT_EQ(protocolForRound(p, 63), Proto::LL128);
-    EXPECT_EQ(protocolForRound(p, 64), Proto::Simple);
+    EXPECT_EQ(p.simpleMinRows, 256) << "docs/perf.md v8: on 2 x H200 LL128 wins up to 128 rows";
+    EXPECT_EQ(protocolForRound(p, 255), Proto::LL128);
+    EXPECT_EQ(protocolForRound(p, 256), Proto::Simple);
   }
   const ProtocolPolicy never = chooseProtocols(ncclDcpProtoAuto, kAllNvlink, withSimpleMinRows(0));
   EXPECT_FALSE(never.simpleForLarge) << "NCCL_DCP_SIMPLE_MIN_ROWS=0";
