@@ -114,7 +114,9 @@ __device__ __forceinline__ void allowDependentGrid() {
 // Bounded wait of one warp. Every poll loop calls keepWaiting() once per
 // spin with the whole warp; every 1024 spins lane 0 checks whether another
 // wait already failed (status word) and whether the deadline passed, and
-// the verdict is broadcast so the warp leaves together.
+// the verdict is broadcast so the warp leaves together. The first spin
+// checks the deadline too (a clock read, no load): a bound shorter than
+// 1024 polls shows at once instead of never.
 struct Waiter {
   uint64_t deadlineNs;  // UINT64_MAX: wait forever
   uint32_t* status;     // device copy of the error code, shared by the waits of a launch
@@ -125,10 +127,11 @@ struct Waiter {
   bool failed;
 
   __device__ bool keepWaiting(int peer) {
-    if ((++spins & 1023u) != 0) return true;
+    const bool first = ++spins == 1;
+    if (!first && (spins & 1023u) != 0) return true;
     bool stop = false;
     if ((threadIdx.x & 31) == 0) {
-      stop = loadVolatile4(status) != 0;
+      stop = !first && loadVolatile4(status) != 0;
       if (!stop && globalTimerNs() > deadlineNs) {
         stop = true;
         fail(peer, 6 /* ncclRemoteError: a peer did not take part */);
