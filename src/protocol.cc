@@ -23,7 +23,10 @@ ProtocolPolicy chooseProtocols(ncclDcpProtocol_t requested, const LinkSummary& l
   ProtocolPolicy p;
   const bool nvlink = ll128Proven(links);
   p.small = nvlink ? Proto::LL128 : Proto::LL;
-  p.simpleMinRows = simpleMinRows >= 0 ? simpleMinRows : nvlink ? kLl128SimpleMinRows : kLlSimpleMinRows;
+  p.simpleMinRows = simpleMinRows >= 0 ? simpleMinRows
+                    : links.oneGpu  ? kOneGpuSimpleMinRows
+                    : nvlink        ? kLl128SimpleMinRows
+                                    : kLlSimpleMinRows;
   p.simpleForLarge = p.simpleMinRows > 0;
   return p;
 }

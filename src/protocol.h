@@ -4,7 +4,7 @@
  * team take the fallback path (ncclAlltoAll + combine, chosen at create);
  * inside it:
  *   - every peer proven NVLink (or one GPU, loopback): LL128, SIMPLE for
- *     rounds of at least kLl128SimpleMinRows rows;
+ *     rounds of at least kLl128SimpleMinRows rows (kOneGpuSimpleMinRows);
  *   - P2P over PCIe, or links not proven: LL, SIMPLE for rounds of at least
  *     kLlSimpleMinRows rows (LL128 needs 128-byte stores arriving whole,
  *     which NVLink gives and PCIe does not);
@@ -46,11 +46,14 @@ bool ll128Proven(const LinkSummary& links);
 
 // AUTO's switch to SIMPLE, in rows per round (0: never), measured at the
 // reference shape (bf16, D 512, Hl 16: 16 KiB per row and peer);
-// NCCL_DCP_SIMPLE_MIN_ROWS overrides both. Set from the sweeps in docs/perf.md.
+// NCCL_DCP_SIMPLE_MIN_ROWS overrides them. Set from the sweeps in docs/perf.md.
 // NVLink (and one GPU): LL128 -> SIMPLE. v8, 2 x H200 (cp 2): LL128 is
 // faster up to 128 rows (11.3 vs 13.4 us at 64, 17.7 vs 18.5 at 128),
 // SIMPLE from 256 (27.4 vs 33.9 us; docs/perf.md).
 constexpr int kLl128SimpleMinRows = 256;
+// One GPU (loopback, 8 virtual ranks): no link to cross, and SIMPLE's bulk
+// copies win from 8 rows (v8: 14.6 vs 17.9 us at 8, 13.7 vs 10.1 at 4).
+constexpr int kOneGpuSimpleMinRows = 8;
 // PCIe or unproven links: LL -> SIMPLE. Not measured (no PCIe machine here);
 // an estimate: LL moves half the bytes per store, SIMPLE pays one flag round
 // trip per chunk (~2 us over PCIe), so SIMPLE wins once a peer's share

@@ -43,12 +43,18 @@ TEST(ChooseProtocols, AutoTrustsLl128OnlyWhereItIsSafe) {
 }
 
 TEST(ChooseProtocols, AutoSwitchesAtTheMeasuredCrossoverByDefault) {
-  for (const LinkSummary& links : {kOneGpu, kAllNvlink}) {
-    const ProtocolPolicy p = chooseProtocols(ncclDcpProtoAuto, links, kEnvUnset);
+  const struct {
+    LinkSummary links;
+    int rows;
+    const char* why;
+  } crossovers[] = {{kAllNvlink, 256, "docs/perf.md v8: on 2 x H200 LL128 wins up to 128 rows"},
+                    {kOneGpu, 8, "docs/perf.md v8: in loopback SIMPLE wins from 8 rows"}};
+  for (const auto& c : crossovers) {
+    const ProtocolPolicy p = chooseProtocols(ncclDcpProtoAuto, c.links, kEnvUnset);
     EXPECT_TRUE(p.simpleForLarge);
-    EXPECT_EQ(p.simpleMinRows, 256) << "docs/perf.md v8: on 2 x H200 LL128 wins up to 128 rows";
-    EXPECT_EQ(protocolForRound(p, 255), Proto::LL128);
-    EXPECT_EQ(protocolForRound(p, 256), Proto::Simple);
+    EXPECT_EQ(p.simpleMinRows, c.rows) << c.why;
+    EXPECT_EQ(protocolForRound(p, c.rows - 1), Proto::LL128);
+    EXPECT_EQ(protocolForRound(p, c.rows), Proto::Simple);
   }
   const ProtocolPolicy never = chooseProtocols(ncclDcpProtoAuto, kAllNvlink, withSimpleMinRows(0));
   EXPECT_FALSE(never.simpleForLarge) << "NCCL_DCP_SIMPLE_MIN_ROWS=0";
