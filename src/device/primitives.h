@@ -60,7 +60,6 @@ __device__ __forceinline__ uint64_t loadAcquire8(const void* p) {
   return v;
 }
 
-
 // Inputs are read-only for the whole kernel: the non-coherent path.
 // Volatile asm, so they are issued where written -- ahead of the round's
 // atomic or a poll loop, to overlap it -- and not sunk next to their use.
