@@ -10,8 +10,10 @@ OUR_JSON is what dcp_a2a_lse_reduce_perf -B 2 -J wrote (baseUs: the
 ncclAlltoAll of the data and of the LSEs, no combine). Sizes are matched by
 bytes per rank. Prints one line per common size with the ratio ours / NCCL's
 and exits 1 when a ratio is off by more than the tolerance (issue 9: the
-baseline is honest when it is within 10% at every size) or when no size is
-common to both.
+baseline is honest when it is within 10% at every size), when no size is
+common to both, or when the two ran on different NCCL libraries
+(alltoall_perf's "nccl-library=" against the JSON's ncclVersion: without
+LD_LIBRARY_PATH a GPU machine's older system NCCL loads).
 """
 
 import argparse
@@ -34,6 +36,24 @@ def alltoall_perf_times(path):
     return times
 
 
+def alltoall_perf_nccl(path):
+    """The NCCL library version code alltoall_perf ran on, or None."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            for word in line.split():
+                if word.startswith("nccl-library="):
+                    try:
+                        return int(word.split("=", 1)[1])
+                    except ValueError:
+                        return None
+    return None
+
+
+def our_nccl(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f).get("ncclVersion")
+
+
 def our_times(path):
     """{bytes: (rows, us)} of the baseline's all-to-all alone."""
     with open(path, encoding="utf-8") as f:
@@ -50,6 +70,11 @@ def main():
     p.add_argument("--tolerance", type=float, default=0.10)
     args = p.parse_args()
     nccl, ours = alltoall_perf_times(args.alltoall_perf), our_times(args.ours)
+    theirs_lib, ours_lib = alltoall_perf_nccl(args.alltoall_perf), our_nccl(args.ours)
+    if theirs_lib is not None and ours_lib is not None and theirs_lib != ours_lib:
+        print(f"alltoall_perf ran on NCCL {theirs_lib}, ours on {ours_lib}: not comparable "
+              f"(run alltoall_perf with LD_LIBRARY_PATH at the NCCL the perf binary links)")
+        return 1
     common = sorted(set(nccl) & set(ours))
     if not common:
         print(f"no size in both: alltoall_perf has {sorted(nccl)}, ours {sorted(ours)}")

@@ -306,7 +306,10 @@ if has baseline; then
   g=$NCCL_DCP_REQUIRE_GPU
   row=$((g * 16 * 512 * 2))  # bytes per row per rank: cp x Hl x D x bf16
   if nt=$(scripts/build-nccl-tests.sh .deps/nccl-tests "$BUILD/nccl-tests" 2> "$LOGS/build-nccl-tests.log" | tail -1); then
-    "$nt/alltoall_perf" -g "$g" -G 10 -d bfloat16 -b $row -e $((row * 1024)) -f 2 > "$LOGS/alltoall_perf.txt" 2>&1
+    # nccl-home/lib holds the NCCL we link: without it the loader finds the
+    # machine's older system NCCL (compare_alltoall.py checks the versions).
+    LD_LIBRARY_PATH="$nt/nccl-home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+      "$nt/alltoall_perf" -g "$g" -G 10 -d bfloat16 -b $row -e $((row * 1024)) -f 2 > "$LOGS/alltoall_perf.txt" 2>&1
     "$PERF" -g "$g" -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 10 -B 2 -F 0 \
       -J "$LOGS/perf-a2a-alone.json" > "$LOGS/perf-a2a-alone.txt" 2>&1
     python3 scripts/compare_alltoall.py "$LOGS/alltoall_perf.txt" "$LOGS/perf-a2a-alone.json" > "$LOGS/baseline.txt" 2>&1
@@ -330,7 +333,9 @@ if has plugin; then
   g=$((NCCL_DCP_REQUIRE_GPU >= 2 ? 2 : 1))
   tests=$(scripts/build-nccl-tests.sh .deps/nccl-tests "$BUILD/nccl-tests" 2> "$LOGS/plugin-nccl-tests-build.log" | tail -1)
   if [ -x "$tests/alltoall_perf" ] && [ -f "$plugin_so" ]; then
-    profile=(NCCL_PROFILER_PLUGIN="$plugin_so")
+    # The NCCL we link, not the machine's older system one (see baseline).
+    profile=(LD_LIBRARY_PATH="$tests/nccl-home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      NCCL_PROFILER_PLUGIN="$plugin_so")
     report=(NCCL_DEBUG=INFO NCCL_DEBUG_FILE="$LOGS/plugin-nccl-%p.log")
     if [ "$g" -ge 2 ]; then  # the fused path's times for the estimate, same rank count
       "$BUILD/perf/dcp_a2a_lse_reduce_perf" -g "$g" -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 \
@@ -349,7 +354,7 @@ if has plugin; then
     grep -h "NCCL-DCP profiler: " "$LOGS"/plugin-nccl-*.log | grep -v "report written" | head -40
     for run in base plugin nokernel; do
       case $run in
-        base) pre=() ;;
+        base) pre=("${profile[0]}") ;;
         plugin) pre=("${profile[@]}") ;;
         nokernel) pre=("${profile[@]}" NCCL_DCP_PROFILE_KERNEL=0) ;;
       esac
