@@ -10,6 +10,11 @@
 #     BUILD  output directory (default build-nccl-VERSION)
 #   NVCC_GENCODE  default -gencode=arch=compute_90,code=sm_90
 #   CUDA_HOME     default /usr/local/cuda
+#   ONLY_FUNCS    NCCL's own switch (src/device/generate.py): build the
+#                 collective kernels of these functions only, e.g.
+#                 "AllGather * *|SendRecv" (what nccl-dcp, its tests and its
+#                 baseline call: ncclAllGather, ncclAlltoAll); unset builds
+#                 all. Default BUILD then ends in -only, apart from a full one.
 #   meson setup build-latest -Dnccl_home="$(scripts/build-nccl.sh | tail -1)"
 #
 # make's output goes to BUILD/make.log, the time taken to stderr; the last
@@ -21,7 +26,8 @@ SRC=$(realpath -m "${1:-.deps/nccl}")
 [ -f "$SRC/makefiles/version.mk" ] && [ -f "$SRC/src/Makefile" ] ||
   { echo "NCCL source not found in $SRC (needs makefiles/version.mk and src/Makefile)" >&2; exit 2; }
 version=$(awk '/^NCCL_(MAJOR|MINOR|PATCH) /{print $3}' "$SRC/makefiles/version.mk" | paste -sd.)
-BUILD=$(realpath -m "${2:-build-nccl-$version}")
+only=${ONLY_FUNCS:-}
+BUILD=$(realpath -m "${2:-build-nccl-$version${only:+-only}}")
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 gencode=${NVCC_GENCODE:--gencode=arch=compute_90,code=sm_90}
 mkdir -p "$BUILD"
@@ -29,11 +35,14 @@ mkdir -p "$BUILD"
 # Each run's seconds are kept: a build stopped (SIGTERM, e.g. `timeout`) and
 # resumed reports the total.
 times="$BUILD/make-seconds.txt"
-echo "== building NCCL $version from $SRC into $BUILD ($gencode, $(nproc) jobs)" >&2
+echo "== building NCCL $version from $SRC into $BUILD ($gencode, $(nproc) jobs${only:+, ONLY_FUNCS=$only})" >&2
 start=$SECONDS
 trap 'echo $((SECONDS - start)) >> "$times"; echo "NCCL build stopped after $((SECONDS - start)) s" >&2; exit 143' TERM INT
 rc=0
-make -C "$SRC" -j"$(nproc)" src.build NVCC_GENCODE="$gencode" BUILDDIR="$BUILD" >> "$BUILD/make.log" 2>&1 || rc=$?
+extra=()
+[ -z "$only" ] || extra=(ONLY_FUNCS="$only")
+make -C "$SRC" -j"$(nproc)" src.build NVCC_GENCODE="$gencode" BUILDDIR="$BUILD" ${extra[@]+"${extra[@]}"} \
+  >> "$BUILD/make.log" 2>&1 || rc=$?
 trap - TERM INT
 echo $((SECONDS - start)) >> "$times"
 total=$(awk '{s += $1} END {print s}' "$times")

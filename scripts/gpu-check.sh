@@ -381,7 +381,10 @@ fi
 # .deps/nccl (scripts/build-nccl.sh, sm_90 only), then this script's build,
 # tests and perf stages again against it, in a build directory of their own.
 if has nccl-latest; then
-  if nccl_home=$(scripts/build-nccl.sh .deps/nccl 2> "$LOGS/nccl-latest-build.txt"); then
+  # Only the collectives nccl-dcp and its suites call (ncclAllGather,
+  # ncclAlltoAll = SendRecv): the full kernel set takes most of the build.
+  if nccl_home=$(ONLY_FUNCS="AllGather * *|SendRecv" scripts/build-nccl.sh .deps/nccl \
+      2> "$LOGS/nccl-latest-build.txt"); then
     record 0 "$(sed -n 's/^== \(NCCL .* built in .*\)/\1/p' "$LOGS/nccl-latest-build.txt")"
     NCCL_HOME=$nccl_home BUILD=build-gpu-nccl-latest OUT=$LOGS/nccl-latest "$ROOT/scripts/gpu-check.sh" build tests perf \
       > "$LOGS/nccl-latest.txt" 2>&1
