@@ -65,6 +65,7 @@ void expectDefaults(const Env& e, const char* except = "") {
   if (skip != "NCCL_DCP_SIMPLE_MIN_ROWS") { EXPECT_EQ(e.simpleMinRows, kEnvUnset); }
   if (skip != "NCCL_DCP_FORCE_FALLBACK") { EXPECT_FALSE(e.forceFallback); }
   if (skip != "NCCL_DCP_PDL") { EXPECT_EQ(e.pdl, kEnvUnset); }
+  if (skip != "NCCL_DCP_SIMPLE_SEND_WARPS") { EXPECT_EQ(e.simpleSendWarps, kEnvUnset); }
 }
 
 TEST_F(EnvParse, EmptyEnvironmentGivesDefaults) {
@@ -147,6 +148,7 @@ const IntVariable kIntVariables[] = {
      {{"0", 0}, {"32", 32}, {"1048576", 1048576}},
      {"-1", "1048577", "1e3", ""}},
     {"NCCL_DCP_PDL", &Env::pdl, {{"0", 0}, {"1", 1}}, {"2", "-1", "on", "true", ""}},
+    {"NCCL_DCP_SIMPLE_SEND_WARPS", &Env::simpleSendWarps, {{"1", 1}, {"8", 8}}, {"0", "9", "-1", "all", ""}},
 };
 
 TEST_F(EnvParse, IntegerVariablesInRangeAccepted) {
@@ -186,7 +188,8 @@ TEST_F(EnvParse, EveryVariableAtOnce) {
   gTable = {{"NCCL_DCP_DEBUG", "info"},          {"NCCL_DCP_DEBUG_FILE", "dcp.log"},
             {"NCCL_DCP_PROTO", "ll128"},         {"NCCL_DCP_TIMEOUT_MS", "250"},
             {"NCCL_DCP_MAX_BATCH", "512"},       {"NCCL_DCP_SIMPLE_MIN_ROWS", "96"},
-            {"NCCL_DCP_FORCE_FALLBACK", "1"},    {"NCCL_DCP_PDL", "0"}};
+            {"NCCL_DCP_FORCE_FALLBACK", "1"},    {"NCCL_DCP_PDL", "0"},
+            {"NCCL_DCP_SIMPLE_SEND_WARPS", "4"}};
   const Env e = parseEnv(tableGet, &warnings);
   EXPECT_TRUE(warnings.empty());
   EXPECT_EQ(e.debug, LogLevel::Info);
@@ -197,12 +200,13 @@ TEST_F(EnvParse, EveryVariableAtOnce) {
   EXPECT_EQ(e.simpleMinRows, 96);
   EXPECT_TRUE(e.forceFallback);
   EXPECT_EQ(e.pdl, 0);
+  EXPECT_EQ(e.simpleSendWarps, 4);
 }
 
 TEST_F(EnvParse, OneWarningPerInvalidVariable) {
   gTable = {{"NCCL_DCP_DEBUG", "loud"},   {"NCCL_DCP_PROTO", "fast"},         {"NCCL_DCP_TIMEOUT_MS", "soon"},
             {"NCCL_DCP_MAX_BATCH", "0"},  {"NCCL_DCP_SIMPLE_MIN_ROWS", "-3"}, {"NCCL_DCP_FORCE_FALLBACK", "maybe"},
-            {"NCCL_DCP_PDL", "7"}};
+            {"NCCL_DCP_PDL", "7"},        {"NCCL_DCP_SIMPLE_SEND_WARPS", "16"}};
   const Env e = parseEnv(tableGet, &warnings);
   expectDefaults(e);
   ASSERT_EQ(warnings.size(), gTable.size());
