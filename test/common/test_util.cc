@@ -262,5 +262,16 @@ DeviceBuffer::~DeviceBuffer() {
   if (ptr) cudaFree(ptr);
 }
 
+size_t freeDeviceMemory() {
+  cudaDeviceSynchronize();
+  size_t freeBytes = 0, total = 0;
+  cudaMemGetInfo(&freeBytes, &total);
+  return freeBytes;
+}
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 }  // namespace test
 }  // namespace nccl_dcp

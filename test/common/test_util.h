@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -65,6 +66,51 @@ bool parseRequiredGpus(const char* value, int* count, std::string* why);
     ncclResult_t r_ = (cmd);                                                               \
     ASSERT_EQ(r_, ncclSuccess) << #cmd << ": " << ncclDcpGetLastError();                  \
   } while (0)
+
+// An NCCL call (not ours): its error string and NCCL's last error.
+#define NCCL_TEST_ASSERT(cmd)                                                              \
+  do {                                                                                     \
+    ncclResult_t r_ = (cmd);                                                               \
+    ASSERT_EQ(r_, ncclSuccess) << #cmd << ": " << ncclGetErrorString(r_) << " "           \
+                               << ncclGetLastError(nullptr);                               \
+  } while (0)
+
+namespace nccl_dcp {
+namespace test {
+
+// Device memory a create/destroy (or abort) cycle may leave behind without
+// a leak: the driver's and NCCL's caches.
+constexpr long long kMemorySlack = 2ll << 20;
+
+// Free memory of the current device, after everything queued on it is done.
+size_t freeDeviceMemory();
+
+double secondsSince(std::chrono::steady_clock::time_point t0);
+
+// The fixture of the one-GPU context tests: a one-rank communicator on
+// device 0 and a non-blocking stream; TearDown also drops any environment
+// a test set with setEnvForTesting.
+class OneRankComm : public testing::Test {
+ protected:
+  void SetUp() override {
+    DCP_REQUIRE_GPUS(1);
+    CUDA_ASSERT(cudaSetDevice(0));
+    int dev = 0;
+    NCCL_TEST_ASSERT(ncclCommInitAll(&comm_, 1, &dev));
+    CUDA_ASSERT(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  void TearDown() override {
+    if (stream_) cudaStreamDestroy(stream_);
+    if (comm_) ncclCommDestroy(comm_);
+    setEnvForTesting(nullptr);
+  }
+
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace test
+}  // namespace nccl_dcp
 
 namespace nccl_dcp {
 namespace test {

@@ -33,13 +33,6 @@ namespace nccl_dcp {
 namespace test {
 namespace {
 
-#define NCCL_TEST_ASSERT(cmd)                                                              \
-  do {                                                                                     \
-    ncclResult_t r_ = (cmd);                                                               \
-    ASSERT_EQ(r_, ncclSuccess) << #cmd << ": " << ncclGetErrorString(r_) << " "           \
-                               << ncclGetLastError(nullptr);                               \
-  } while (0)
-
 // How callAndCheck calls.
 struct CallOptions {
   bool strided = false;     // paddedStrides instead of the packed default (strides NULL)
@@ -47,22 +40,9 @@ struct CallOptions {
   bool capture = false;     // captured once, replayed 10 times
 };
 
-// A one-rank communicator on device 0.
-class OneRankContext : public testing::Test {
+// A one-rank communicator on device 0 (OneRankComm).
+class OneRankContext : public OneRankComm {
  protected:
-  void SetUp() override {
-    DCP_REQUIRE_GPUS(1);
-    CUDA_ASSERT(cudaSetDevice(0));
-    int dev = 0;
-    NCCL_TEST_ASSERT(ncclCommInitAll(&comm_, 1, &dev));
-    CUDA_ASSERT(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  }
-  void TearDown() override {
-    if (stream_) cudaStreamDestroy(stream_);
-    if (comm_) ncclCommDestroy(comm_);
-    setEnvForTesting(nullptr);
-  }
-
   // One call on fresh data: device buffers in, outputs compared with the
   // reference (cp = 1: the normalised input, or 0 / -inf for empty rows),
   // and everything outside the view still poisoned.
@@ -125,9 +105,6 @@ class OneRankContext : public testing::Test {
               cudaSuccess);
     return round;
   }
-
-  ncclComm_t comm_ = nullptr;
-  cudaStream_t stream_ = nullptr;
 };
 
 TEST_F(OneRankContext, CreateCallDestroyEveryProtocol) {

@@ -26,44 +26,16 @@ namespace nccl_dcp {
 namespace test {
 namespace {
 
-#define NCCL_TEST_ASSERT(cmd)                                                                                   \
-  do {                                                                                                          \
-    ncclResult_t r_ = (cmd);                                                                                    \
-    ASSERT_EQ(r_, ncclSuccess) << #cmd << ": " << ncclGetErrorString(r_) << " " << ncclGetLastError(nullptr); \
-  } while (0)
-
-constexpr long long kMemorySlack = 2ll << 20;
-
-double secondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-size_t freeDeviceMemory() {
-  cudaDeviceSynchronize();
-  size_t freeBytes = 0, total = 0;
-  cudaMemGetInfo(&freeBytes, &total);
-  return freeBytes;
-}
-
 // The steps a 1-rank create can fail at. Agree cannot fail with one rank:
 // there is no other record to disagree with.
 const CreateStep kLocalSteps[] = {CreateStep::Arguments, CreateStep::DeviceCommunicators, CreateStep::ChoosePath,
                                   CreateStep::Workspace, CreateStep::Ready};
 
-class CreateUnwind : public testing::Test {
+class CreateUnwind : public OneRankComm {
  protected:
-  void SetUp() override {
-    DCP_REQUIRE_GPUS(1);
-    CUDA_ASSERT(cudaSetDevice(0));
-    int dev = 0;
-    NCCL_TEST_ASSERT(ncclCommInitAll(&comm_, 1, &dev));
-    CUDA_ASSERT(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  }
   void TearDown() override {
     injectCreateFault(nullptr);
-    setEnvForTesting(nullptr);
-    if (stream_) cudaStreamDestroy(stream_);
-    if (comm_) ncclCommDestroy(comm_);
+    OneRankComm::TearDown();
   }
 
   // One call on fresh data, checked against the reference.
@@ -116,9 +88,6 @@ class CreateUnwind : public testing::Test {
       if (HasFatalFailure()) return;
     }
   }
-
-  ncclComm_t comm_ = nullptr;
-  cudaStream_t stream_ = nullptr;
 };
 
 TEST_F(CreateUnwind, FusedPathEveryStep) {

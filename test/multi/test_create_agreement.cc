@@ -38,19 +38,7 @@ namespace test {
 namespace {
 
 constexpr int kRanks = 2;
-constexpr long long kMemorySlack = 2ll << 20;
 constexpr double kHangSeconds = 120;  // far above any create; a rank still out is stuck
-
-double secondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-size_t freeDeviceMemory() {
-  cudaDeviceSynchronize();
-  size_t freeBytes = 0, total = 0;
-  cudaMemGetInfo(&freeBytes, &total);
-  return freeBytes;
-}
 
 // What every rank's create returned.
 struct Outcome {
