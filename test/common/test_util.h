@@ -105,6 +105,18 @@ class OneRankComm : public testing::Test {
     setEnvForTesting(nullptr);
   }
 
+  // The application's side of a window: `bytes` of ncclMemAlloc memory
+  // registered on comm_. Call as ASSERT_NO_FATAL_FAILURE(openAppWindow(...)).
+  void openAppWindow(size_t bytes, void** pool, ncclWindow_t* win) {
+    NCCL_TEST_ASSERT(ncclMemAlloc(pool, bytes));
+    NCCL_TEST_ASSERT(ncclCommWindowRegister(comm_, *pool, bytes, win, NCCL_WIN_DEFAULT));
+  }
+  // Gives the window and its memory back, as the application would.
+  void closeAppWindow(void* pool, ncclWindow_t win) {
+    NCCL_TEST_ASSERT(ncclCommWindowDeregister(comm_, win));
+    NCCL_TEST_ASSERT(ncclMemFree(pool));
+  }
+
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
 };

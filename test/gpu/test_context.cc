@@ -199,9 +199,8 @@ TEST_F(OneRankContext, InsideTheApplicationsWindow) {
   DCP_ASSERT(ncclDcpWorkspaceSize(&c, 1, &need));
   const size_t offset = 2 * NCCL_WIN_REQUIRED_ALIGNMENT, total = offset + need + NCCL_WIN_REQUIRED_ALIGNMENT;
   void* pool = nullptr;
-  NCCL_TEST_ASSERT(ncclMemAlloc(&pool, total));
   ncclWindow_t win = nullptr;
-  NCCL_TEST_ASSERT(ncclCommWindowRegister(comm_, pool, total, &win, NCCL_WIN_DEFAULT));
+  ASSERT_NO_FATAL_FAILURE(openAppWindow(total, &pool, &win));
   ncclDcpContext_t ctx = nullptr;
   EXPECT_EQ(ncclDcpContextCreateInWindow(comm_, win, offset + 100, need, &c, &ctx), ncclInvalidArgument);
   EXPECT_NE(std::string(ncclDcpGetLastError()).find("offset"), std::string::npos) << ncclDcpGetLastError();
@@ -228,8 +227,7 @@ TEST_F(OneRankContext, InsideTheApplicationsWindow) {
   for (size_t i = 0; i < offset; i++) ASSERT_EQ(before[i], 0x5a) << "byte " << i << " before the workspace";
   DCP_ASSERT(ncclDcpContextDestroy(ctx));
   // The window and its memory are still the application's.
-  NCCL_TEST_ASSERT(ncclCommWindowDeregister(comm_, win));
-  NCCL_TEST_ASSERT(ncclMemFree(pool));
+  closeAppWindow(pool, win);
 }
 
 TEST_F(OneRankContext, ForcedFallback) {
@@ -261,9 +259,8 @@ TEST_F(OneRankContext, InsideTheApplicationsWindowUnderForcedFallback) {
   size_t need = 0;
   DCP_ASSERT(ncclDcpWorkspaceSize(&c, 1, &need));
   void* pool = nullptr;
-  NCCL_TEST_ASSERT(ncclMemAlloc(&pool, need));
   ncclWindow_t win = nullptr;
-  NCCL_TEST_ASSERT(ncclCommWindowRegister(comm_, pool, need, &win, NCCL_WIN_DEFAULT));
+  ASSERT_NO_FATAL_FAILURE(openAppWindow(need, &pool, &win));
   ncclDcpContext_t ctx = nullptr;
   DCP_ASSERT(ncclDcpContextCreateInWindow(comm_, win, 0, need, &c, &ctx));
   ncclDcpTopology_t t = NCCL_DCP_TOPOLOGY_INITIALIZER;
@@ -271,8 +268,7 @@ TEST_F(OneRankContext, InsideTheApplicationsWindowUnderForcedFallback) {
   EXPECT_EQ(t.path, ncclDcpPathFallback);
   for (int batch : {3, 17}) callAndCheck(ctx, c, batch, {/*strided=*/true});
   DCP_ASSERT(ncclDcpContextDestroy(ctx));
-  NCCL_TEST_ASSERT(ncclCommWindowDeregister(comm_, win));
-  NCCL_TEST_ASSERT(ncclMemFree(pool));
+  closeAppWindow(pool, win);
 }
 
 // Destroy waits for the calls still in flight: a call queued behind a

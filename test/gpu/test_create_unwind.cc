@@ -110,16 +110,14 @@ TEST_F(CreateUnwind, ApplicationWindowEveryStep) {
   size_t need = 0;
   DCP_ASSERT(ncclDcpWorkspaceSize(&c, 1, &need));
   void* pool = nullptr;
-  NCCL_TEST_ASSERT(ncclMemAlloc(&pool, need));
   ncclWindow_t win = nullptr;
-  NCCL_TEST_ASSERT(ncclCommWindowRegister(comm_, pool, need, &win, NCCL_WIN_DEFAULT));
+  ASSERT_NO_FATAL_FAILURE(openAppWindow(need, &pool, &win));
   everyStepUnwinds(c, [&](ncclDcpContext_t* ctx) { return ncclDcpContextCreateInWindow(comm_, win, 0, need, &c, ctx); });
   ncclDcpContext_t ctx = nullptr;
   DCP_ASSERT(ncclDcpContextCreateInWindow(comm_, win, 0, need, &c, &ctx));
   callAndCheck(ctx, c, 19);
   DCP_ASSERT(ncclDcpContextDestroy(ctx));
-  NCCL_TEST_ASSERT(ncclCommWindowDeregister(comm_, win));
-  NCCL_TEST_ASSERT(ncclMemFree(pool));
+  closeAppWindow(pool, win);
 }
 
 // Arguments only a communicator can report to the peers: refused in the
