@@ -334,8 +334,8 @@ if has plugin; then
   tests=$(scripts/build-nccl-tests.sh .deps/nccl-tests "$BUILD/nccl-tests" 2> "$LOGS/plugin-nccl-tests-build.log" | tail -1)
   if [ -x "$tests/alltoall_perf" ] && [ -f "$plugin_so" ]; then
     # The NCCL we link, not the machine's older system one (see baseline).
-    profile=(LD_LIBRARY_PATH="$tests/nccl-home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-      NCCL_PROFILER_PLUGIN="$plugin_so")
+    nccl_lib=(LD_LIBRARY_PATH="$tests/nccl-home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+    profile=("${nccl_lib[@]}" NCCL_PROFILER_PLUGIN="$plugin_so")
     report=(NCCL_DEBUG=INFO NCCL_DEBUG_FILE="$LOGS/plugin-nccl-%p.log")
     if [ "$g" -ge 2 ]; then  # the fused path's times for the estimate, same rank count
       "$BUILD/perf/dcp_a2a_lse_reduce_perf" -g "$g" -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 \
@@ -354,7 +354,7 @@ if has plugin; then
     grep -h "NCCL-DCP profiler: " "$LOGS"/plugin-nccl-*.log | grep -v "report written" | head -40
     for run in base plugin nokernel; do
       case $run in
-        base) pre=("${profile[0]}") ;;
+        base) pre=("${nccl_lib[@]}") ;;
         plugin) pre=("${profile[@]}") ;;
         nokernel) pre=("${profile[@]}" NCCL_DCP_PROFILE_KERNEL=0) ;;
       esac
