@@ -66,41 +66,49 @@ void launch(const std::vector<cudaGraphExec_t>& execs, Mode& m, Call c, int64_t 
 }
 
 // Microseconds per call of c on each slot: median of -n launches after -w.
+// The launches are queued back to back, an event pair around each, and the
+// host waits only after the last (as nccl-tests' -G does): a launch's time
+// is then the GPU's, not the host's latency to start a graph on an idle GPU
+// nor one GPU waiting for the next one's launch (-g 2).
 std::vector<double> timeCall(const Args& a, Team& team, int thread, Mode& m, Call c, int64_t rows) {
   warmUp(team, thread, m, c, rows);
   const std::vector<cudaGraphExec_t> execs = a.graphCalls > 0 ? capture(a, m, c, rows) : std::vector<cudaGraphExec_t>();
-  for (int w = 0; w < a.warmup; w++) launch(execs, m, c, rows);
   const std::vector<Slot>& slots = m.slots();
-  std::vector<cudaEvent_t> start(slots.size()), stop(slots.size());
+  std::vector<std::vector<cudaEvent_t>> start(slots.size()), stop(slots.size());
   for (size_t i = 0; i < slots.size(); i++) {
     CUDA_OR_DIE(cudaSetDevice(slots[i].dev));
-    CUDA_OR_DIE(cudaEventCreate(&start[i]));
-    CUDA_OR_DIE(cudaEventCreate(&stop[i]));
+    start[i].resize(a.iters);
+    stop[i].resize(a.iters);
+    for (int it = 0; it < a.iters; it++) {
+      CUDA_OR_DIE(cudaEventCreate(&start[i][it]));
+      CUDA_OR_DIE(cudaEventCreate(&stop[i][it]));
+    }
   }
-  std::vector<std::vector<double>> samples(slots.size());
+  for (int w = 0; w < a.warmup; w++) launch(execs, m, c, rows);
   for (int it = 0; it < a.iters; it++) {
     for (size_t i = 0; i < slots.size(); i++) {
       CUDA_OR_DIE(cudaSetDevice(slots[i].dev));
-      CUDA_OR_DIE(cudaEventRecord(start[i], slots[i].stream));
+      CUDA_OR_DIE(cudaEventRecord(start[i][it], slots[i].stream));
     }
     launch(execs, m, c, rows);
     for (size_t i = 0; i < slots.size(); i++) {
       CUDA_OR_DIE(cudaSetDevice(slots[i].dev));
-      CUDA_OR_DIE(cudaEventRecord(stop[i], slots[i].stream));
-    }
-    for (size_t i = 0; i < slots.size(); i++) {
-      CUDA_OR_DIE(cudaEventSynchronize(stop[i]));
-      float ms = 0;
-      CUDA_OR_DIE(cudaEventElapsedTime(&ms, start[i], stop[i]));
-      samples[i].push_back(ms * 1e3 / std::max(a.graphCalls, 1));
+      CUDA_OR_DIE(cudaEventRecord(stop[i][it], slots[i].stream));
     }
   }
   std::vector<double> us;
   for (size_t i = 0; i < slots.size(); i++) {
-    us.push_back(median(samples[i]));
     CUDA_OR_DIE(cudaSetDevice(slots[i].dev));
-    CUDA_OR_DIE(cudaEventDestroy(start[i]));
-    CUDA_OR_DIE(cudaEventDestroy(stop[i]));
+    CUDA_OR_DIE(cudaEventSynchronize(stop[i][a.iters - 1]));
+    std::vector<double> samples;
+    for (int it = 0; it < a.iters; it++) {
+      float ms = 0;
+      CUDA_OR_DIE(cudaEventElapsedTime(&ms, start[i][it], stop[i][it]));
+      samples.push_back(ms * 1e3 / std::max(a.graphCalls, 1));
+      CUDA_OR_DIE(cudaEventDestroy(start[i][it]));
+      CUDA_OR_DIE(cudaEventDestroy(stop[i][it]));
+    }
+    us.push_back(median(samples));
     if (i < execs.size()) CUDA_OR_DIE(cudaGraphExecDestroy(execs[i]));
   }
   return us;

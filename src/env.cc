@@ -85,9 +85,9 @@ Env parseEnv(EnvGetter get, std::vector<std::string>* warnings) {
     else warnBad(warnings, "NCCL_DCP_FORCE_FALLBACK", s, "0 or 1");
   }
   if (const char* s = get("NCCL_DCP_SIMPLE_SEND_WARPS")) {
-    if (!parseInt(s, 1, 8, &e.simpleSendWarps)) {
+    if (!parseInt(s, 1, 7, &e.simpleSendWarps)) {
       e.simpleSendWarps = kEnvUnset;
-      warnBad(warnings, "NCCL_DCP_SIMPLE_SEND_WARPS", s, "warps in [1, 8]");
+      warnBad(warnings, "NCCL_DCP_SIMPLE_SEND_WARPS", s, "warps in [1, 7]");
     }
   }
   if (const char* s = get("NCCL_DCP_PDL")) {

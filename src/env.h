@@ -26,7 +26,7 @@ struct Env {
   int simpleMinRows = kEnvUnset;    // NCCL_DCP_SIMPLE_MIN_ROWS: AUTO's LL128 -> SIMPLE crossover
   bool forceFallback = false;       // NCCL_DCP_FORCE_FALLBACK=1: ncclAlltoAll + combine
   int pdl = kEnvUnset;              // NCCL_DCP_PDL=0|1: programmatic dependent launch
-  int simpleSendWarps = kEnvUnset;  // NCCL_DCP_SIMPLE_SEND_WARPS: SIMPLE's sending warps per block
+  int simpleSendWarps = kEnvUnset;  // NCCL_DCP_SIMPLE_SEND_WARPS: SIMPLE's writing warps per block
 };
 
 using EnvGetter = const char* (*)(const char* name);

@@ -39,7 +39,7 @@ struct FusedLaunch {
   RankIo io[kMaxLoopbackRanks];  // loopback: one per virtual rank; NCCL: io[0]
   Addressing addr;
   bool pdl;
-  int simpleSendWarps;  // SIMPLE: sending warps per block; 0: kSimpleDefaultSendWarps
+  int simpleSendWarps;  // SIMPLE: writing warps per block; 0: kSimpleDefaultWriters
   int silentRank;    // loopback test hook: this virtual rank does nothing (-1: none)
 };
 

@@ -1,10 +1,15 @@
 /*************************************************************************
  * The fused kernel over SIMPLE (proto_simple.h), for large batches.
  *
- *   send:    warps [0, kSimpleSendWarps) of every block; one warp per
- *            (chunk, destination) copies the chunk's units from partialOut
- *            into the destination's workspace, then signals the chunk's
- *            flag. Senders never wait.
+ *   send:    warps [0, kSimpleSendWarps) of every block. The block's items
+ *            (chunk, destination) go in steps of a few; the writing warps
+ *            copy a step's units together from partialOut into the
+ *            destinations' workspaces (proto_simple.h: 16-byte stores, no
+ *            fence) and publish their progress in shared memory; the last
+ *            send warp waits for it and release-stores the step's flags.
+ *            Items go round the blocks first, so step s of every block is
+ *            wave s of the grid: it lands and is merged while the next
+ *            crosses NVLink. Senders never wait on a peer.
  *   receive: the other warps, at the same time, in groups: a block takes
  *            all of its chunks at once, as many warps on each as that
  *            leaves (8 on one chunk at small batches, a warp per chunk at
@@ -34,35 +39,87 @@
 namespace nccl_dcp {
 
 constexpr int kSimpleThreads = 512;
-constexpr int kSimpleSendWarps = 8;
+constexpr int kSimpleSendWarps = 8;  // the writing warps, then the signalling one
 constexpr int kSimpleRecvWarps = kSimpleThreads / 32 - kSimpleSendWarps;
-// Of the sending warps, how many send (NCCL_DCP_SIMPLE_SEND_WARPS). Fewer
-// would land the chunks in waves (receivers merging one while the next
-// crosses NVLink), but a sending warp waits for its chunk's fence, so fewer
-// warps move fewer bytes: 2 x H200, 256 rows, 1/2/4/8 warps: 35.9 / 31.5 /
-// 27.5 / 27.4 us (docs/perf.md, v8).
-constexpr int kSimpleDefaultSendWarps = 8;
+constexpr int kSimpleSignalWarp = kSimpleSendWarps - 1;
+// Of the writing warps, how many write (NCCL_DCP_SIMPLE_SEND_WARPS).
+constexpr int kSimpleDefaultWriters = kSimpleSignalWarp;
+// A block sends its items in about this many steps, one flag wait behind
+// the writers each: the first steps land (and are merged) while the last
+// cross NVLink.
+constexpr int kSimpleSendSteps = 8;
 // Named barriers of the receiving groups: kSimpleRecvBarrier + group (0 is
 // __syncthreads); sending warps never take part.
 constexpr int kSimpleRecvBarrier = 1;
 
+// A block's sends: items localBlock + m * blocksPerRank (m = 0, 1, ...),
+// item = chunk * (cp - 1) + the destination's turn, perStep of them a step.
+struct SendPlan {
+  int items;    // of the block
+  int perStep;  // items per step: a lane of the step's warp per (item, unit)
+  int steps;
+};
+
+template <class Peers>
+__device__ __forceinline__ SendPlan sendPlan(const FusedParams<Peers>& p, int chunks, int localBlock) {
+  const int all = chunks * (p.nRanks - 1), perBlock = (all + p.blocksPerRank - 1) / p.blocksPerRank;
+  SendPlan s;
+  s.items = all > localBlock ? (all - localBlock + p.blocksPerRank - 1) / p.blocksPerRank : 0;
+  s.perStep = max(1, min(perBlock / kSimpleSendSteps, 32 / p.region.chunkUnits));
+  s.steps = (s.items + s.perStep - 1) / s.perStep;
+  return s;
+}
+
+// Item k of step `step`, or false past the block's last item.
+struct SendItem {
+  int chunk, dst;
+};
+template <class Peers>
+__device__ __forceinline__ bool sendItem(const FusedParams<Peers>& p, const SendPlan& plan, int rank, int localBlock,
+                                         int step, int k, SendItem* item) {
+  const int m = step * plan.perStep + k;
+  if (k >= plan.perStep || m >= plan.items) return false;
+  const int nPeers = p.nRanks - 1, i = localBlock + m * p.blocksPerRank;
+  // Destinations rotate with the rank so peers are not all hit at once.
+  *item = {i / nPeers, (rank + 1 + i % nPeers) % p.nRanks};
+  return true;
+}
+
+// One writing warp's share of step `step`: lane k * chunkUnits + i holds
+// unit i of the step's item k (the first writer also stores its LSE), then
+// the writers copy every unit of the step together.
 template <typename T, class Peers>
-__device__ void sendChunk(const FusedParams<Peers>& p, const RankIo& io, int rank, int dst, int slot, uint32_t flag,
-                          int c, int lane) {
+__device__ void writeStep(const FusedParams<Peers>& p, const RankIo& io, const SendPlan& plan, int rank,
+                          int localBlock, int slot, int step, int writer, int writers, int lane) {
   const Region& r = p.region;
-  const simple::Chunk chunk = simple::chunkOf(r, c, p.rows);
-  char* peer = p.peers.peerWorkspace(dst);
   const char* src = nullptr;
   char* to = nullptr;
-  if (lane < chunk.count) {
-    const int u = chunk.first + lane, row = u / r.localHeads, head = u % r.localHeads;
-    src = io.partialOut + inOffset(p.strides, row, dst, head) * (int64_t)sizeof(T);
-    to = peer + r.unitOffset(slot, rank, dst, row, head);
-    const float lse = io.partialLse[lseOffset(p.strides, row, dst, head)];
-    storeVolatile4(peer + r.lseOffsetOf(slot, rank, dst, u), __float_as_uint(lse));
+  SendItem item;
+  if (sendItem(p, plan, rank, localBlock, step, lane / r.chunkUnits, &item)) {
+    const simple::Chunk chunk = simple::chunkOf(r, item.chunk, p.rows);
+    if (lane % r.chunkUnits < chunk.count) {
+      const int u = chunk.first + lane % r.chunkUnits, row = u / r.localHeads, head = u % r.localHeads;
+      char* peer = p.peers.peerWorkspace(item.dst);
+      src = io.partialOut + inOffset(p.strides, row, item.dst, head) * (int64_t)sizeof(T);
+      to = peer + r.unitOffset(slot, rank, item.dst, row, head);
+      if (writer == 0)
+        storeVolatile4(peer + r.lseOffsetOf(slot, rank, item.dst, u),
+                       __float_as_uint(io.partialLse[lseOffset(p.strides, row, item.dst, head)]));
+    }
   }
-  simple::copyUnits(src, to, chunk.count, (int)(r.unitBytes / simple::kLaneBytes), lane);
-  simple::signalChunk(peer + r.flagOffsetOf(slot, rank, dst, c), flag, lane);
+  simple::copyShare(src, to, plan.perStep * r.chunkUnits, (int)(r.unitBytes / simple::kLaneBytes), writer * 32,
+                    writers * 32, lane);
+}
+
+// The signalling warp: once every writer is past step `step`, a lane per
+// item release-stores the item's flag into its destination.
+template <class Peers>
+__device__ void signalStep(const FusedParams<Peers>& p, const SendPlan& plan, const int* progress, int rank,
+                           int localBlock, int slot, uint32_t flag, int step, int writers, int lane) {
+  simple::awaitProgress(progress, writers, step + 1, lane);
+  SendItem item;
+  if (sendItem(p, plan, rank, localBlock, step, lane, &item))
+    storeRelease8(p.peers.peerWorkspace(item.dst) + p.region.flagOffsetOf(slot, rank, item.dst, item.chunk), flag);
 }
 
 // Waits until every remote source has signalled chunk c. False if a wait gave up.
@@ -218,6 +275,8 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
   // receiving warps: the flag wait's verdict.
   __shared__ float weights[kSimpleRecvWarps][simple::kMaxChunkUnits][NCCL_DCP_MAX_RANKS];
   __shared__ int waitFailed[kSimpleRecvWarps];
+  // Per writing warp: the send steps it has stored (simple::publishProgress).
+  __shared__ int sendProgress[kSimpleSignalWarp];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   int localBlock;
   const int rank = p.peers.rankOfBlock(p.blocksPerRank, &localBlock);
@@ -226,6 +285,7 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
   // Inputs and the workspace may belong to the previous kernel until here.
   waitForPrerequisiteGrid();
   if (rank == p.silentRank) return;
+  if (threadIdx.x < kSimpleSignalWarp) sendProgress[threadIdx.x] = 0;  // before startRound's __syncthreads
 
   char* ws = p.peers.workspace(rank);
   RoundStart start = startRound(p, rank);
@@ -234,14 +294,19 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
   const int chunks = simple::chunksIn(p.region, p.rows);
 
   if (warp < kSimpleSendWarps) {
-    // Items go round the blocks first, so every SM stores into NVLink even
-    // when items are few; destinations rotate with the rank so peers are
-    // not all hit at once.
-    const int nPeers = p.nRanks - 1, items = chunks * nPeers;
-    for (int item = warp * p.blocksPerRank + localBlock; !waiter.failed && warp < p.sendWarps && item < items;
-         item += p.blocksPerRank * p.sendWarps) {
-      sendChunk<T>(p, io, rank, (rank + 1 + item % nPeers) % p.nRanks, start.slot, start.flag, item / nPeers, lane);
-      stamp(p.timeline, kStageFirstSend);
+    // Every block sends, step by step; the writers never wait, the
+    // signalling warp flags each step once its bytes have left.
+    const SendPlan plan = sendPlan(p, chunks, localBlock);
+    const int writers = p.sendWarps;
+    for (int step = 0; !waiter.failed && step < plan.steps; step++) {
+      if (warp == kSimpleSignalWarp) {
+        signalStep(p, plan, sendProgress, rank, localBlock, start.slot, start.flag, step, writers, lane);
+        stamp(p.timeline, kStageFirstSend);
+      } else if (warp < writers) {
+        writeStep<T>(p, io, plan, rank, localBlock, start.slot, step, warp, writers, lane);
+        __syncwarp();
+        if (lane == 0) simple::publishProgress(&sendProgress[warp], step + 1);
+      }
     }
     stamp(p.timeline, kStageSendsDone);
     allowDependentGrid();

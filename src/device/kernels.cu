@@ -87,7 +87,7 @@ ncclResult_t launchCooperative(Kernel kernel, std::atomic<int>* cache, int threa
   p.rows = l.rows;
   p.blocksPerRank = blocksPerRank;
   p.silentRank = l.silentRank;
-  p.sendWarps = l.simpleSendWarps > 0 ? std::min(l.simpleSendWarps, kSimpleSendWarps) : kSimpleDefaultSendWarps;
+  p.sendWarps = l.simpleSendWarps > 0 ? std::min(l.simpleSendWarps, kSimpleSignalWarp) : kSimpleDefaultWriters;
   p.timeoutNs = l.timeoutNs;
   p.hostError = l.hostError;
   DCPCHECK(timelineBuffer(&p.timeline));
@@ -123,14 +123,14 @@ ncclResult_t launchFusedLines(const FusedLaunch& l, const Peers& peers, cudaStre
                            (warps + kFusedWarps - 1) / kFusedWarps, l, peers, stream);
 }
 
-// SIMPLE: a sending warp per (chunk, destination), a block's receiving
-// warps per chunk.
+// SIMPLE: a block per (chunk, destination) to send, up to every
+// co-resident one; a block's receiving warps per chunk.
 template <typename T, class Peers>
 ncclResult_t launchFusedSimple(const FusedLaunch& l, const Peers& peers, cudaStream_t stream) {
   static std::atomic<int> cache[kMaxDevices];
   const Region& r = l.region;
   const long chunks = ((long)l.rows * r.localHeads + r.chunkUnits - 1) / r.chunkUnits;
-  const long blocks = std::max((chunks * (l.nRanks - 1) + kSimpleSendWarps - 1) / kSimpleSendWarps, chunks);
+  const long blocks = std::max(chunks * (l.nRanks - 1), chunks);
   return launchCooperative(simpleA2aLseReduceKernel<T, Peers>, cache, kSimpleThreads, 0, 0, blocks, l, peers,
                            stream);
 }

@@ -64,7 +64,7 @@ struct FusedParams {
   Strides strides;
   LseBase lseBase;
   int nRanks, rows, blocksPerRank, silentRank;
-  int sendWarps;  // SIMPLE: warps of a block that send (the first ones)
+  int sendWarps;  // SIMPLE: warps of a block that write (the first ones)
   uint64_t timeoutNs;
   AsyncErrorRecord* hostError;
   uint64_t* timeline;  // [grid][kTimelineSlots] or NULL

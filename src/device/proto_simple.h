@@ -6,9 +6,12 @@
  *   lse   [capacity * Hl units] fp32
  *   flags [chunks] u64                 chunk c = units [c * chunkUnits, ...)
  *
- * A sending warp copies a whole chunk with 16-byte stores, kCopyBatch loads
- * of each lane in flight before their stores; every lane fences at system
- * scope, then one lane release-stores the chunk's flag. A receiving warp
+ * A block's writing warps copy a step of chunks together with 16-byte
+ * stores, kCopyBatch loads of each lane in flight before their stores, and
+ * publish their progress in shared memory; the block's signalling warp
+ * waits for every writer's progress, then release-stores (system scope)
+ * each chunk's flag. Writers never fence, so a chunk's flag waits for its
+ * bytes to cross NVLink but the next chunk's bytes do not. A receiving warp
  * acquires the chunk's flag from every source (a lane per source), then
  * reads LSEs and data with coherent loads. One signal per chunk (8 KiB at
  * D 512 bf16) instead of one per 128-byte line, and no payload bytes spent
@@ -36,47 +39,60 @@ __device__ __forceinline__ int chunksIn(const Region& r, int rows) {
   return (rows * r.localHeads + r.chunkUnits - 1) / r.chunkUnits;
 }
 
-// The lane's next vector (unit, column) after `step` more vectors; a unit
-// has `vectors` 16-byte vectors.
-__device__ __forceinline__ void advance(int& unit, int& col, int step, int vectors) {
-  col += step;
-  while (col >= vectors) {
-    col -= vectors;
-    unit++;
-  }
-}
-
-// Copies `count` units of `vectors` 16-byte vectors each; lane i < count
-// holds unit i's source and destination. Loads of kCopyBatch vectors per
-// lane are in flight before their stores.
-__device__ __forceinline__ void copyUnits(const char* src, char* dst, int count, int vectors, int lane) {
-  const int total = count * vectors;
-  int unit = 0, col = lane;
-  advance(unit, col, 0, vectors);
-  for (int v0 = 0; v0 < total; v0 += 32 * kCopyBatch) {
+// Copies a step's units, `vectors` 16-byte vectors each, with `lanes`
+// lanes of several warps: this warp's lanes are [warpFirst, warpFirst + 32)
+// of them, each taking every lanes-th vector. Lane i of the warp holds unit
+// i's source and destination (null: no such unit). kCopyBatch loads per lane
+// are in flight before their stores.
+__device__ __forceinline__ void copyShare(const char* src, char* dst, int units, int vectors, int warpFirst,
+                                          int lanes, int lane) {
+  const int total = units * vectors, unitStep = lanes / vectors, colStep = lanes % vectors;
+  int unit = (warpFirst + lane) / vectors, col = (warpFirst + lane) % vectors;
+  for (int v0 = warpFirst; v0 < total; v0 += lanes * kCopyBatch) {  // warp-uniform: shuffles below
     uint4 x[kCopyBatch];
     int at[kCopyBatch][2];
 #pragma unroll
     for (int j = 0; j < kCopyBatch; j++) {
       at[j][0] = min(unit, 31);
-      at[j][1] = col;
+      at[j][1] = v0 + j * lanes + lane < total ? col : -1;
       const char* s = (const char*)__shfl_sync(kFullMask, (unsigned long long)src, at[j][0]);
-      if (v0 + 32 * j + lane < total) x[j] = loadInput16(s + (size_t)col * kLaneBytes);
-      advance(unit, col, 32, vectors);
+      if (s == nullptr) at[j][1] = -1;
+      if (at[j][1] >= 0) x[j] = loadInput16(s + (size_t)col * kLaneBytes);
+      unit += unitStep;
+      col += colStep;
+      if (col >= vectors) {
+        col -= vectors;
+        unit++;
+      }
     }
 #pragma unroll
     for (int j = 0; j < kCopyBatch; j++) {
       char* d = (char*)__shfl_sync(kFullMask, (unsigned long long)dst, at[j][0]);
-      if (v0 + 32 * j + lane < total) store16(d + (size_t)at[j][1] * kLaneBytes, x[j]);
+      if (at[j][1] >= 0) store16(d + (size_t)at[j][1] * kLaneBytes, x[j]);
     }
   }
 }
 
-// After the chunk's data and LSE stores of every lane: the chunk's flag.
-__device__ __forceinline__ void signalChunk(char* flagPtr, uint32_t flag, int lane) {
-  fenceAcqRelSys();
-  __syncwarp();
-  if (lane == 0) storeRelease8(flagPtr, flag);
+// A writing warp's progress, for the block's signalling warp: release at
+// block scope orders the warp's payload stores (after a __syncwarp) before
+// it; the signalling warp's acquire then its system-scope release store of
+// the flag carry them to the peer (cumulativity), without the writer ever
+// waiting for NVLink.
+__device__ __forceinline__ void publishProgress(int* progress, int steps) {
+  asm volatile("st.release.cta.shared.u32 [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(progress)), "r"(steps)
+               : "memory");
+}
+__device__ __forceinline__ int loadProgress(const int* progress) {
+  int v;
+  asm volatile("ld.acquire.cta.shared.u32 %0, [%1];" : "=r"(v) : "r"((unsigned)__cvta_generic_to_shared(progress))
+               : "memory");
+  return v;
+}
+
+// Spins until each of the first `writers` progress counters (a lane each)
+// reaches `steps`. Writers never wait on anything, so this ends.
+__device__ __forceinline__ void awaitProgress(const int* progress, int writers, int steps, int lane) {
+  while (__ballot_sync(kFullMask, lane < writers && loadProgress(progress + lane) < steps) != 0) __nanosleep(32);
 }
 
 // One poll of the flags of up to 32 sources (a lane each; `mine` false for

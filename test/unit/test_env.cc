@@ -148,7 +148,7 @@ const IntVariable kIntVariables[] = {
      {{"0", 0}, {"32", 32}, {"1048576", 1048576}},
      {"-1", "1048577", "1e3", ""}},
     {"NCCL_DCP_PDL", &Env::pdl, {{"0", 0}, {"1", 1}}, {"2", "-1", "on", "true", ""}},
-    {"NCCL_DCP_SIMPLE_SEND_WARPS", &Env::simpleSendWarps, {{"1", 1}, {"8", 8}}, {"0", "9", "-1", "all", ""}},
+    {"NCCL_DCP_SIMPLE_SEND_WARPS", &Env::simpleSendWarps, {{"1", 1}, {"7", 7}}, {"0", "8", "-1", "all", ""}},
 };
 
 TEST_F(EnvParse, IntegerVariablesInRangeAccepted) {
