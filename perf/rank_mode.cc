@@ -63,10 +63,11 @@ class RankMode : public Mode {
     NCCL_OR_DIE(ncclDcpContextDestroyGroup((int)ctxs.size(), ctxs.data()));
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));
-      for (void* q : {(void*)r.in, (void*)r.inPeerMajor, (void*)r.lse, (void*)r.lsePeerMajor, (void*)r.out,
-                      (void*)r.outBase, (void*)r.outLse, (void*)r.outLseBase, (void*)r.recv, (void*)r.recvLse,
-                      (void*)r.floorSrc, (void*)r.rig.state})
+      for (void* q : {(void*)r.in, (void*)r.lse, (void*)r.out, (void*)r.outBase, (void*)r.outLse,
+                      (void*)r.outLseBase, (void*)r.floorSrc, (void*)r.rig.state})
         CUDA_OR_DIE(cudaFree(q));
+      for (void* q : {(void*)r.inPeerMajor, (void*)r.lsePeerMajor, (void*)r.recv, (void*)r.recvLse})
+        NCCL_OR_DIE(ncclMemFree(q));
       if (r.window) NCCL_OR_DIE(ncclMemFree(r.window));
       CUDA_OR_DIE(cudaStreamDestroy(r.stream));
     }
@@ -218,8 +219,13 @@ class RankMode : public Mode {
     const size_t units = (size_t)maxRows_ * cfg_.localHeads, headBytes = (size_t)cfg_.headDim * cfg_.eltSize;
     const size_t inBytes = units * nRanks() * headBytes, lseBytes = units * nRanks() * 4;
     CUDA_OR_DIE(cudaSetDevice(r.dev));
-    for (char** q : {&r.in, &r.inPeerMajor, &r.recv}) CUDA_OR_DIE(cudaMalloc(q, inBytes));
-    for (float** q : {&r.lse, &r.lsePeerMajor, &r.recvLse}) CUDA_OR_DIE(cudaMalloc(q, lseBytes));
+    CUDA_OR_DIE(cudaMalloc(&r.in, inBytes));
+    CUDA_OR_DIE(cudaMalloc(&r.lse, lseBytes));
+    // The baseline's all-to-all buffers from ncclMemAlloc, as nccl-tests
+    // allocates them: NCCL then registers them in graph capture and moves
+    // large messages without its staging copy (docs/perf.md, baseline).
+    for (char** q : {&r.inPeerMajor, &r.recv}) NCCL_OR_DIE(ncclMemAlloc((void**)q, inBytes));
+    for (float** q : {&r.lsePeerMajor, &r.recvLse}) NCCL_OR_DIE(ncclMemAlloc((void**)q, lseBytes));
     for (char** q : {&r.out, &r.outBase}) CUDA_OR_DIE(cudaMalloc(q, units * headBytes));
     for (float** q : {&r.outLse, &r.outLseBase}) CUDA_OR_DIE(cudaMalloc(q, units * 4));
     CUDA_OR_DIE(cudaMemcpy(r.in, inputs_.partialOut(r.rank).data(), inBytes, cudaMemcpyHostToDevice));

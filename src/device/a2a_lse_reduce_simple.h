@@ -6,10 +6,12 @@
  *            copy a step's units together from partialOut into the
  *            destinations' workspaces (proto_simple.h: 16-byte stores, no
  *            fence) and publish their progress in shared memory; the last
- *            send warp waits for it and release-stores the step's flags.
+ *            send warp waits for it, fences once for every step published
+ *            and stores their flags.
  *            Items go round the blocks first, so step s of every block is
  *            wave s of the grid: it lands and is merged while the next
- *            crosses NVLink. Senders never wait on a peer.
+ *            crosses NVLink. Senders never wait on a peer; writers stay at
+ *            most kStepsAhead steps ahead of the flags.
  *   receive: the other warps, at the same time, in groups: a block takes
  *            all of its chunks at once, as many warps on each as that
  *            leaves (8 on one chunk at small batches, a warp per chunk at
@@ -111,15 +113,28 @@ __device__ void writeStep(const FusedParams<Peers>& p, const RankIo& io, const S
                     writers * 32, lane);
 }
 
-// The signalling warp: once every writer is past step `step`, a lane per
-// item release-stores the item's flag into its destination.
+// The signalling warp: waits for every writer to finish the next step,
+// fences (system scope: every writer's stores of the steps they published
+// are then visible at their destinations), and stores the flags of all
+// those steps, a lane per item; publishes how many steps are flagged.
 template <class Peers>
-__device__ void signalStep(const FusedParams<Peers>& p, const SendPlan& plan, const int* progress, int rank,
-                           int localBlock, int slot, uint32_t flag, int step, int writers, int lane) {
-  simple::awaitProgress(progress, writers, step + 1, lane);
-  SendItem item;
-  if (sendItem(p, plan, rank, localBlock, step, lane, &item))
-    storeRelease8(p.peers.peerWorkspace(item.dst) + p.region.flagOffsetOf(slot, rank, item.dst, item.chunk), flag);
+__device__ void signalSteps(const FusedParams<Peers>& p, const SendPlan& plan, const int* progress,
+                            volatile int* flagged, int rank, int localBlock, int slot, uint32_t flag, int writers,
+                            int lane) {
+  for (int done = 0; done < plan.steps;) {
+    const int written = simple::awaitProgress(progress, writers, done + 1, lane);
+    fenceAcqRelSys();
+    for (int i = lane; i < (written - done) * plan.perStep; i += 32) {
+      SendItem item;
+      if (sendItem(p, plan, rank, localBlock, done + i / plan.perStep, i % plan.perStep, &item))
+        storeRelaxedSys8(p.peers.peerWorkspace(item.dst) + p.region.flagOffsetOf(slot, rank, item.dst, item.chunk),
+                         flag);
+    }
+    done = written;
+    __syncwarp();
+    if (lane == 0) *flagged = done;
+    stamp(p.timeline, kStageFirstSend);
+  }
 }
 
 // Waits until every remote source has signalled chunk c. False if a wait gave up.
@@ -277,6 +292,7 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
   __shared__ int waitFailed[kSimpleRecvWarps];
   // Per writing warp: the send steps it has stored (simple::publishProgress).
   __shared__ int sendProgress[kSimpleSignalWarp];
+  __shared__ int sendFlagged;  // send steps whose flags are stored
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   int localBlock;
   const int rank = p.peers.rankOfBlock(p.blocksPerRank, &localBlock);
@@ -286,6 +302,7 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
   waitForPrerequisiteGrid();
   if (rank == p.silentRank) return;
   if (threadIdx.x < kSimpleSignalWarp) sendProgress[threadIdx.x] = 0;  // before startRound's __syncthreads
+  if (threadIdx.x == 0) sendFlagged = 0;
 
   char* ws = p.peers.workspace(rank);
   RoundStart start = startRound(p, rank);
@@ -294,15 +311,16 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
   const int chunks = simple::chunksIn(p.region, p.rows);
 
   if (warp < kSimpleSendWarps) {
-    // Every block sends, step by step; the writers never wait, the
-    // signalling warp flags each step once its bytes have left.
+    // Every block sends, step by step: the writers wait only for the
+    // signalling warp (kStepsAhead), which flags the steps whose bytes
+    // have landed.
     const SendPlan plan = sendPlan(p, chunks, localBlock);
     const int writers = p.sendWarps;
-    for (int step = 0; !waiter.failed && step < plan.steps; step++) {
-      if (warp == kSimpleSignalWarp) {
-        signalStep(p, plan, sendProgress, rank, localBlock, start.slot, start.flag, step, writers, lane);
-        stamp(p.timeline, kStageFirstSend);
-      } else if (warp < writers) {
+    if (!waiter.failed && warp == kSimpleSignalWarp) {
+      signalSteps(p, plan, sendProgress, &sendFlagged, rank, localBlock, start.slot, start.flag, writers, lane);
+    } else if (!waiter.failed && warp < writers) {
+      for (int step = 0; step < plan.steps; step++) {
+        simple::awaitFlagged(&sendFlagged, step + 1 - simple::kStepsAhead);
         writeStep<T>(p, io, plan, rank, localBlock, start.slot, step, warp, writers, lane);
         __syncwarp();
         if (lane == 0) simple::publishProgress(&sendProgress[warp], step + 1);

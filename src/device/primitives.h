@@ -54,6 +54,10 @@ __device__ __forceinline__ uint32_t loadVolatile4(const void* p) {
 __device__ __forceinline__ void storeRelease8(void* p, uint64_t v) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
+// After a fence.acq_rel.sys of the same thread, a release pattern.
+__device__ __forceinline__ void storeRelaxedSys8(void* p, uint64_t v) {
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
 __device__ __forceinline__ uint64_t loadAcquire8(const void* p) {
   uint64_t v;
   asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");

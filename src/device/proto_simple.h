@@ -9,9 +9,10 @@
  * A block's writing warps copy a step of chunks together with 16-byte
  * stores, kCopyBatch loads of each lane in flight before their stores, and
  * publish their progress in shared memory; the block's signalling warp
- * waits for every writer's progress, then release-stores (system scope)
- * each chunk's flag. Writers never fence, so a chunk's flag waits for its
- * bytes to cross NVLink but the next chunk's bytes do not. A receiving warp
+ * waits for every writer's progress, fences at system scope and stores the
+ * flags of every step the writers had finished. Writers never fence: a
+ * chunk's flag waits for its bytes to cross NVLink, the next chunk's bytes
+ * do not (writers run at most kStepsAhead steps ahead of the flags). A receiving warp
  * acquires the chunk's flag from every source (a lane per source), then
  * reads LSEs and data with coherent loads. One signal per chunk (8 KiB at
  * D 512 bf16) instead of one per 128-byte line, and no payload bytes spent
@@ -19,6 +20,8 @@
  ************************************************************************/
 #ifndef NCCL_DCP_DEVICE_PROTO_SIMPLE_H_
 #define NCCL_DCP_DEVICE_PROTO_SIMPLE_H_
+
+#include <limits.h>
 
 #include "primitives.h"
 
@@ -90,9 +93,22 @@ __device__ __forceinline__ int loadProgress(const int* progress) {
 }
 
 // Spins until each of the first `writers` progress counters (a lane each)
-// reaches `steps`. Writers never wait on anything, so this ends.
-__device__ __forceinline__ void awaitProgress(const int* progress, int writers, int steps, int lane) {
-  while (__ballot_sync(kFullMask, lane < writers && loadProgress(progress + lane) < steps) != 0) __nanosleep(32);
+// reaches `steps`; returns the least of them. Writers never wait on a
+// peer, so this ends.
+__device__ __forceinline__ int awaitProgress(const int* progress, int writers, int steps, int lane) {
+  for (;;) {
+    const int least = __reduce_min_sync(kFullMask, lane < writers ? loadProgress(progress + lane) : INT_MAX);
+    if (least >= steps) return least;
+    __nanosleep(32);
+  }
+}
+
+// A writer's wait for the signalling warp: until `steps` steps are flagged
+// (at most kStepsAhead written and not flagged: the bytes in flight, and so
+// a wave, stay small enough that each lands before the last is sent).
+constexpr int kStepsAhead = 2;
+__device__ __forceinline__ void awaitFlagged(const volatile int* flagged, int steps) {
+  while (*flagged < steps) __nanosleep(32);
 }
 
 // One poll of the flags of up to 32 sources (a lane each; `mine` false for
