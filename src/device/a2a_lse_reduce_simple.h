@@ -11,7 +11,7 @@
  *            Items go round the blocks first, so step s of every block is
  *            wave s of the grid: it lands and is merged while the next
  *            crosses NVLink. Senders never wait on a peer; writers stay at
- *            most kStepsAhead steps ahead of the flags.
+ *            most kSendBytesInFlight ahead of the flags.
  *   receive: the other warps, at the same time, in groups: a block takes
  *            all of its chunks at once, as many warps on each as that
  *            leaves (8 on one chunk at small batches, a warp per chunk at
@@ -60,6 +60,7 @@ struct SendPlan {
   int items;    // of the block
   int perStep;  // items per step: a lane of the step's warp per (item, unit)
   int steps;
+  int ahead;    // steps written and not yet flagged, at most
 };
 
 template <class Peers>
@@ -69,6 +70,8 @@ __device__ __forceinline__ SendPlan sendPlan(const FusedParams<Peers>& p, int ch
   s.items = all > localBlock ? (all - localBlock + p.blocksPerRank - 1) / p.blocksPerRank : 0;
   s.perStep = max(1, min(perBlock / kSimpleSendSteps, 32 / p.region.chunkUnits));
   s.steps = (s.items + s.perStep - 1) / s.perStep;
+  const int stepBytes = s.perStep * p.region.chunkUnits * (int)p.region.unitBytes;
+  s.ahead = max(simple::kMinStepsAhead, (simple::kSendBytesInFlight + stepBytes - 1) / stepBytes);
   return s;
 }
 
@@ -312,7 +315,7 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
 
   if (warp < kSimpleSendWarps) {
     // Every block sends, step by step: the writers wait only for the
-    // signalling warp (kStepsAhead), which flags the steps whose bytes
+    // signalling warp (plan.ahead), which flags the steps whose bytes
     // have landed.
     const SendPlan plan = sendPlan(p, chunks, localBlock);
     const int writers = p.sendWarps;
@@ -320,7 +323,7 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
       signalSteps(p, plan, sendProgress, &sendFlagged, rank, localBlock, start.slot, start.flag, writers, lane);
     } else if (!waiter.failed && warp < writers) {
       for (int step = 0; step < plan.steps; step++) {
-        simple::awaitFlagged(&sendFlagged, step + 1 - simple::kStepsAhead);
+        simple::awaitFlagged(&sendFlagged, step + 1 - plan.ahead);
         writeStep<T>(p, io, plan, rank, localBlock, start.slot, step, warp, writers, lane);
         __syncwarp();
         if (lane == 0) simple::publishProgress(&sendProgress[warp], step + 1);

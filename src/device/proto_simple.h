@@ -12,7 +12,7 @@
  * waits for every writer's progress, fences at system scope and stores the
  * flags of every step the writers had finished. Writers never fence: a
  * chunk's flag waits for its bytes to cross NVLink, the next chunk's bytes
- * do not (writers run at most kStepsAhead steps ahead of the flags). A receiving warp
+ * do not (writers run at most kSendBytesInFlight ahead of the flags). A receiving warp
  * acquires the chunk's flag from every source (a lane per source), then
  * reads LSEs and data with coherent loads. One signal per chunk (8 KiB at
  * D 512 bf16) instead of one per 128-byte line, and no payload bytes spent
@@ -103,10 +103,15 @@ __device__ __forceinline__ int awaitProgress(const int* progress, int writers, i
   }
 }
 
-// A writer's wait for the signalling warp: until `steps` steps are flagged
-// (at most kStepsAhead written and not flagged: the bytes in flight, and so
-// a wave, stay small enough that each lands before the last is sent).
-constexpr int kStepsAhead = 2;
+// Writers stay at most this many bytes (and kMinStepsAhead steps) of a
+// block ahead of its flags: enough in flight to keep NVLink busy, few enough
+// that the first steps land, and are merged, while the last are sent.
+// 2 x H200, SIMPLE, 256 / 512 / 1024 rows: 16 KiB 27.8 / 46.9 / 68.6 us,
+// 32 KiB 26.7 / 43.9 / 68.6, unbounded 27.9 / 49.3 / 75.9 (docs/perf.md, v9).
+constexpr int kSendBytesInFlight = 32768;
+constexpr int kMinStepsAhead = 2;
+
+// A writer's wait for the signalling warp: until `steps` steps are flagged.
 __device__ __forceinline__ void awaitFlagged(const volatile int* flagged, int steps) {
   while (*flagged < steps) __nanosleep(32);
 }
