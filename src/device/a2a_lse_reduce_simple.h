@@ -68,7 +68,10 @@ __device__ __forceinline__ SendPlan sendPlan(const FusedParams<Peers>& p, int ch
   const int all = chunks * (p.nRanks - 1), perBlock = (all + p.blocksPerRank - 1) / p.blocksPerRank;
   SendPlan s;
   s.items = all > localBlock ? (all - localBlock + p.blocksPerRank - 1) / p.blocksPerRank : 0;
-  s.perStep = max(1, min(perBlock / kSimpleSendSteps, 32 / p.region.chunkUnits));
+  // One GPU has no link to overlap: the fewest steps (each costs a load
+  // round trip). Over NVLink, about kSimpleSendSteps waves.
+  const int most = 32 / p.region.chunkUnits;
+  s.perStep = Peers::kLoopback ? most : max(1, min(perBlock / kSimpleSendSteps, most));
   s.steps = (s.items + s.perStep - 1) / s.perStep;
   const int stepBytes = s.perStep * p.region.chunkUnits * (int)p.region.unitBytes;
   s.ahead = max(simple::kMinStepsAhead, (simple::kSendBytesInFlight + stepBytes - 1) / stepBytes);
