@@ -48,7 +48,7 @@ struct RankIo {
 // stage of the fused kernel, then the block's rank + 1 (kTimelineSlots per block).
 enum TimelineStage : int {
   kStageEntry = 0,   // the round read (after the grid dependency wait)
-  kStageFirstSend,   // first payload store issued
+  kStageFirstSend,   // first payload store issued (SIMPLE: first flags stored)
   kStageSendsDone,   // every send of the block issued
   kStageLastFlag,    // last peer flag / line seen
   kStageDone,        // merge written

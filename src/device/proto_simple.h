@@ -12,9 +12,9 @@
  * waits for every writer's progress, fences at system scope and stores the
  * flags of every step the writers had finished. Writers never fence: a
  * chunk's flag waits for its bytes to cross NVLink, the next chunk's bytes
- * do not (writers run at most kSendBytesInFlight ahead of the flags). A receiving warp
- * acquires the chunk's flag from every source (a lane per source), then
- * reads LSEs and data with coherent loads. One signal per chunk (8 KiB at
+ * do not (writers run at most kSendBytesInFlight ahead of the flags). A
+ * receiving warp acquires the chunk's flag from every source (a lane per
+ * source), then reads LSEs and data with coherent loads. One signal per chunk (8 KiB at
  * D 512 bf16) instead of one per 128-byte line, and no payload bytes spent
  * on flags: the protocol of large batches.
  ************************************************************************/
@@ -78,8 +78,8 @@ __device__ __forceinline__ void copyShare(const char* src, char* dst, int units,
 
 // A writing warp's progress, for the block's signalling warp: release at
 // block scope orders the warp's payload stores (after a __syncwarp) before
-// it; the signalling warp's acquire then its system-scope release store of
-// the flag carry them to the peer (cumulativity), without the writer ever
+// it; the signalling warp's acquire, then its system-scope fence and flag
+// store, carry them to the peer (cumulativity), without the writer ever
 // waiting for NVLink.
 __device__ __forceinline__ void publishProgress(int* progress, int steps) {
   asm volatile("st.release.cta.shared.u32 [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(progress)), "r"(steps)
