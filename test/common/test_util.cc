@@ -1,12 +1,16 @@
 #include "test_util.h"
 
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "reference.h"
 
@@ -271,6 +275,34 @@ size_t freeDeviceMemory() {
 
 double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void RankThreads::run(int nRanks, const std::function<void(int)>& body) {
+  auto done = std::make_shared<std::atomic<int>>(0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < nRanks; r++)
+    threads.emplace_back([&body, done, r] {
+      body(r);
+      done->fetch_add(1);
+    });
+  const auto t0 = std::chrono::steady_clock::now();
+  while (done->load() < nRanks && secondsSince(t0) < hangSeconds_)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (done->load() < nRanks) {
+    fprintf(stderr, "HANG: %d of %d rank threads still running after %.0f s in %s\n", nRanks - done->load(), nRanks,
+            hangSeconds_, testing::UnitTest::GetInstance()->current_test_info()->name());
+    fflush(stderr);
+    std::_Exit(1);
+  }
+  for (std::thread& t : threads) t.join();
+  std::lock_guard<std::mutex> l(mutex_);
+  for (const std::string& f : failures_) ADD_FAILURE() << f;
+  failures_.clear();
+}
+
+void RankThreads::addFailure(int rank, const std::string& what) {
+  std::lock_guard<std::mutex> l(mutex_);
+  failures_.push_back("rank " + std::to_string(rank) + ": " + what);
 }
 
 }  // namespace test

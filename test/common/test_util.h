@@ -11,6 +11,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -86,6 +88,24 @@ constexpr long long kMemorySlack = 2ll << 20;
 size_t freeDeviceMemory();
 
 double secondsSince(std::chrono::steady_clock::time_point t0);
+
+// One thread per rank, as processes would run the ranks. run() calls
+// body(rank) on each and returns once all are back; what rank threads
+// report with addFailure() reaches gtest then, from the calling thread. A
+// rank thread not back within hangSeconds is stuck (in a collective no
+// peer will join): the process says which test and ends, as it cannot
+// join that thread.
+class RankThreads {
+ public:
+  explicit RankThreads(double hangSeconds) : hangSeconds_(hangSeconds) {}
+  void run(int nRanks, const std::function<void(int)>& body);
+  void addFailure(int rank, const std::string& what);
+
+ private:
+  const double hangSeconds_;
+  std::mutex mutex_;
+  std::vector<std::string> failures_;
+};
 
 // The fixture of the one-GPU context tests: a one-rank communicator on
 // device 0 and a non-blocking stream; TearDown also drops any environment

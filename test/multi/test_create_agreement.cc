@@ -17,15 +17,11 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "context.h"
@@ -69,48 +65,18 @@ class CreateRanks : public testing::Test {
     ncclUniqueId id;
     ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
     comms_.assign(kRanks, nullptr);
-    runPerRank([&](int r) {
+    threads_.run(kRanks, [&](int r) {
       cudaSetDevice(r);
       const ncclResult_t res = ncclCommInitRank(&comms_[r], kRanks, id, r);
-      if (res != ncclSuccess) addFailure(r, std::string("ncclCommInitRank: ") + ncclGetErrorString(res));
+      if (res != ncclSuccess) threads_.addFailure(r, std::string("ncclCommInitRank: ") + ncclGetErrorString(res));
     });
-  }
-
-  // body(r) on one thread per rank. A thread not back within kHangSeconds
-  // is stuck (in a collective no peer will join): report and end the
-  // process, which cannot join it.
-  void runPerRank(const std::function<void(int)>& body) {
-    auto done = std::make_shared<std::atomic<int>>(0);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < kRanks; r++)
-      threads.emplace_back([&body, done, r] {
-        body(r);
-        done->fetch_add(1);
-      });
-    const auto t0 = std::chrono::steady_clock::now();
-    while (done->load() < kRanks && secondsSince(t0) < kHangSeconds)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (done->load() < kRanks) {
-      fprintf(stderr, "HANG: %d of %d rank threads still running after %.0f s in %s\n", kRanks - done->load(), kRanks,
-              kHangSeconds, testing::UnitTest::GetInstance()->current_test_info()->name());
-      fflush(stderr);
-      std::_Exit(1);
-    }
-    for (std::thread& t : threads) t.join();
-    std::lock_guard<std::mutex> l(mutex_);
-    for (const std::string& f : failures_) ADD_FAILURE() << f;
-    failures_.clear();
-  }
-  void addFailure(int rank, const std::string& what) {
-    std::lock_guard<std::mutex> l(mutex_);
-    failures_.push_back("rank " + std::to_string(rank) + ": " + what);
   }
 
   // create(r, &ctx) on every rank, each thread under envs[r] when given.
   Outcome createAll(const std::function<ncclResult_t(int, ncclDcpContext_t*)>& create,
                     const std::vector<Env>* envs = nullptr) {
     Outcome o;
-    runPerRank([&](int r) {
+    threads_.run(kRanks, [&](int r) {
       cudaSetDevice(r);
       if (envs) setThreadEnvForTesting(&(*envs)[r]);
       o.res[r] = create(r, &o.ctxs[r]);
@@ -134,7 +100,7 @@ class CreateRanks : public testing::Test {
 
   std::vector<size_t> freeMemoryPerRank() {
     std::vector<size_t> f(kRanks);
-    runPerRank([&](int r) {
+    threads_.run(kRanks, [&](int r) {
       cudaSetDevice(r);
       f[r] = freeDeviceMemory();
     });
@@ -158,28 +124,28 @@ class CreateRanks : public testing::Test {
     const int batch = 2 * cfg.maxBatch + 1;
     std::vector<int> devices = {0, 1};
     DeviceProblem p(cfg, kRanks, batch, LseMix::Special, freshSeed(), devices);
-    runPerRank([&](int r) {
+    threads_.run(kRanks, [&](int r) {
       cudaSetDevice(r);
       const CallBuffers b = p.buffers(r);
       if (ncclDcpA2aLseReduce(o.ctxs[r], b.partialOut, b.partialLse, b.out, b.outLse, batch, nullptr, nullptr) !=
           ncclSuccess)
-        return addFailure(r, std::string("call: ") + ncclDcpGetLastError());
+        return threads_.addFailure(r, std::string("call: ") + ncclDcpGetLastError());
       cudaDeviceSynchronize();
       ncclResult_t async = ncclSuccess;
       ncclDcpGetAsyncError(o.ctxs[r], &async);
-      if (async != ncclSuccess) return addFailure(r, "async error");
+      if (async != ncclSuccess) return threads_.addFailure(r, "async error");
       const Mismatch m = p.check(r);
-      if (m.count) addFailure(r, std::to_string(m.count) + " mismatches, first " + m.first);
+      if (m.count) threads_.addFailure(r, std::to_string(m.count) + " mismatches, first " + m.first);
     });
-    runPerRank([&](int r) {
+    threads_.run(kRanks, [&](int r) {
       cudaSetDevice(r);
-      if (ncclDcpContextDestroy(o.ctxs[r]) != ncclSuccess) addFailure(r, std::string("destroy: ") + ncclDcpGetLastError());
+      if (ncclDcpContextDestroy(o.ctxs[r]) != ncclSuccess)
+        threads_.addFailure(r, std::string("destroy: ") + ncclDcpGetLastError());
     });
   }
 
   std::vector<ncclComm_t> comms_;
-  std::mutex mutex_;
-  std::vector<std::string> failures_;
+  RankThreads threads_{kHangSeconds};
 };
 
 const CreateStep kEverySteps[] = {CreateStep::Arguments,  CreateStep::Agree,     CreateStep::DeviceCommunicators,
@@ -251,18 +217,18 @@ TEST_F(CreateRanks, NullWindowOnOneRankFailsEveryRank) {
   DCP_ASSERT(ncclDcpWorkspaceSize(&c, kRanks, &need));
   std::vector<void*> pool(kRanks, nullptr);
   std::vector<ncclWindow_t> win(kRanks, nullptr);
-  runPerRank([&](int r) {
+  threads_.run(kRanks, [&](int r) {
     cudaSetDevice(r);
-    if (ncclMemAlloc(&pool[r], need) != ncclSuccess) return addFailure(r, "ncclMemAlloc");
+    if (ncclMemAlloc(&pool[r], need) != ncclSuccess) return threads_.addFailure(r, "ncclMemAlloc");
     if (ncclCommWindowRegister(comms_[r], pool[r], need, &win[r], NCCL_WIN_DEFAULT) != ncclSuccess)
-      addFailure(r, "ncclCommWindowRegister");
+      threads_.addFailure(r, "ncclCommWindowRegister");
   });
   if (HasFailure()) return;
   Outcome o = createAll([&](int r, ncclDcpContext_t* ctx) {
     return ncclDcpContextCreateInWindow(comms_[r], r == 1 ? nullptr : win[r], 0, need, &c, ctx);
   });
   expectSameFailure(o, ncclInvalidArgument, "step 'arguments' failed on rank 1: win is NULL", 1);
-  runPerRank([&](int r) {
+  threads_.run(kRanks, [&](int r) {
     cudaSetDevice(r);
     ncclCommWindowDeregister(comms_[r], win[r]);
     ncclMemFree(pool[r]);
@@ -336,11 +302,11 @@ TEST_F(CreateRanks, WindowMismatchIsRefusedOnEveryRank) {
   const size_t bytes = need + NCCL_WIN_REQUIRED_ALIGNMENT;
   std::vector<void*> pool(kRanks, nullptr);
   std::vector<ncclWindow_t> win(kRanks, nullptr);
-  runPerRank([&](int r) {
+  threads_.run(kRanks, [&](int r) {
     cudaSetDevice(r);
-    if (ncclMemAlloc(&pool[r], bytes) != ncclSuccess) return addFailure(r, "ncclMemAlloc");
+    if (ncclMemAlloc(&pool[r], bytes) != ncclSuccess) return threads_.addFailure(r, "ncclMemAlloc");
     if (ncclCommWindowRegister(comms_[r], pool[r], bytes, &win[r], NCCL_WIN_DEFAULT) != ncclSuccess)
-      addFailure(r, "ncclCommWindowRegister");
+      threads_.addFailure(r, "ncclCommWindowRegister");
   });
   if (HasFailure()) return;
   Outcome o = createAll([&](int r, ncclDcpContext_t* ctx) {
@@ -352,7 +318,7 @@ TEST_F(CreateRanks, WindowMismatchIsRefusedOnEveryRank) {
     return ncclDcpContextCreateInWindow(comms_[r], win[r], r * NCCL_WIN_REQUIRED_ALIGNMENT, need, &c, ctx);
   });
   expectSameFailure(o, ncclInvalidUsage, "window offset", 1);
-  runPerRank([&](int r) {
+  threads_.run(kRanks, [&](int r) {
     cudaSetDevice(r);
     ncclCommWindowDeregister(comms_[r], win[r]);
     ncclMemFree(pool[r]);
@@ -377,36 +343,40 @@ TEST_F(CreateRanks, AbortAfterSilentPeer) {
     DeviceProblem p(cfg, kRanks, 20, LseMix::Normal, freshSeed(), {0, 1});
     DeviceBuffer gathered;
     cudaStream_t side = nullptr;
-    runPerRank([&](int r) {
+    threads_.run(kRanks, [&](int r) {
       cudaSetDevice(r);
       if (r == 1) return;  // silent
       const CallBuffers b = p.buffers(0);
       if (ncclDcpA2aLseReduce(o.ctxs[0], b.partialOut, b.partialLse, b.out, b.outLse, 20, nullptr, nullptr) !=
           ncclSuccess)
-        return addFailure(r, std::string("call: ") + ncclDcpGetLastError());
+        return threads_.addFailure(r, std::string("call: ") + ncclDcpGetLastError());
       cudaStreamSynchronize(nullptr);
       ncclResult_t async = ncclSuccess;
       ncclDcpGetAsyncError(o.ctxs[0], &async);
-      if (async != ncclRemoteError) return addFailure(r, "no timeout reported");
+      if (async != ncclRemoteError) return threads_.addFailure(r, "no timeout reported");
       if (stuckCollective) {
         gathered = DeviceBuffer(4096 * kRanks);
         cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
         ncclAllGather(gathered.ptr, gathered.ptr, 4096, ncclUint8, comms_[0], side);
-        if (cudaStreamQuery(side) != cudaErrorNotReady) addFailure(r, "the all-gather was expected to be stuck");
+        if (cudaStreamQuery(side) != cudaErrorNotReady)
+          threads_.addFailure(r, "the all-gather was expected to be stuck");
       }
       const auto t0 = std::chrono::steady_clock::now();
-      if (ncclDcpContextAbort(o.ctxs[0]) != ncclSuccess) addFailure(r, std::string("abort: ") + ncclDcpGetLastError());
+      if (ncclDcpContextAbort(o.ctxs[0]) != ncclSuccess)
+        threads_.addFailure(r, std::string("abort: ") + ncclDcpGetLastError());
       const double s = secondsSince(t0);
-      if (s > 1.0) addFailure(r, "abort took " + std::to_string(s) + " s");
+      if (s > 1.0) threads_.addFailure(r, "abort took " + std::to_string(s) + " s");
     });
     // Both ranks abort their communicators (the silent one too: its peer is gone).
-    runPerRank([&](int r) {
+    threads_.run(kRanks, [&](int r) {
       cudaSetDevice(r);
-      if (r == 1 && ncclDcpContextAbort(o.ctxs[1]) != ncclSuccess) addFailure(r, "abort of the silent rank's context");
-      if (ncclCommAbort(comms_[r]) != ncclSuccess) addFailure(r, "ncclCommAbort");
+      if (r == 1 && ncclDcpContextAbort(o.ctxs[1]) != ncclSuccess)
+        threads_.addFailure(r, "abort of the silent rank's context");
+      if (ncclCommAbort(comms_[r]) != ncclSuccess) threads_.addFailure(r, "ncclCommAbort");
       comms_[r] = nullptr;
       if (r == 0 && side) {
-        if (cudaStreamSynchronize(side) != cudaSuccess) addFailure(r, "the stuck all-gather did not end with ncclCommAbort");
+        if (cudaStreamSynchronize(side) != cudaSuccess)
+          threads_.addFailure(r, "the stuck all-gather did not end with ncclCommAbort");
         cudaStreamDestroy(side);
       }
     });

@@ -15,7 +15,6 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -29,6 +28,10 @@
 namespace nccl_dcp {
 namespace test {
 namespace {
+
+// Far above any test's calls (bounded waits end in seconds): a rank thread
+// still out is stuck.
+constexpr double kHangSeconds = 300;
 
 // How a call is made.
 struct CallOptions {
@@ -81,10 +84,10 @@ struct RankBuffers {
   }
 };
 
-#define CUDA_OR_FAIL(r, cmd)                                                            \
-  do {                                                                                  \
-    cudaError_t e_ = (cmd);                                                             \
-    if (e_ != cudaSuccess) return addFailure(r, std::string(#cmd) + ": " + cudaGetErrorString(e_)); \
+#define CUDA_OR_FAIL(r, cmd)                                                                           \
+  do {                                                                                                 \
+    cudaError_t e_ = (cmd);                                                                            \
+    if (e_ != cudaSuccess) return threads_.addFailure(r, std::string(#cmd) + ": " + cudaGetErrorString(e_)); \
   } while (0)
 
 class Ranks : public testing::TestWithParam<int> {
@@ -95,10 +98,10 @@ class Ranks : public testing::TestWithParam<int> {
     ASSERT_EQ(ncclGetUniqueId(&id_), ncclSuccess);
     comms_.assign(nRanks_, nullptr);
     // One thread per rank, as one process per GPU would.
-    runPerRank([&](int r) {
+    threads_.run(nRanks_, [&](int r) {
       cudaSetDevice(r);
       ncclResult_t res = ncclCommInitRank(&comms_[r], nRanks_, id_, r);
-      if (res != ncclSuccess) addFailure(r, std::string("ncclCommInitRank: ") + ncclGetErrorString(res));
+      if (res != ncclSuccess) threads_.addFailure(r, std::string("ncclCommInitRank: ") + ncclGetErrorString(res));
     });
   }
   void TearDown() override {
@@ -108,19 +111,6 @@ class Ranks : public testing::TestWithParam<int> {
         ncclCommDestroy(comms_[r]);
       }
     setEnvForTesting(nullptr);
-  }
-
-  void runPerRank(const std::function<void(int)>& body) {
-    std::vector<std::thread> threads;
-    for (int r = 0; r < nRanks_; r++) threads.emplace_back(body, r);
-    for (std::thread& t : threads) t.join();
-    std::lock_guard<std::mutex> l(mutex_);
-    for (const std::string& f : failures_) ADD_FAILURE() << f;
-    failures_.clear();
-  }
-  void addFailure(int rank, const std::string& what) {
-    std::lock_guard<std::mutex> l(mutex_);
-    failures_.push_back("rank " + std::to_string(rank) + ": " + what);
   }
 
   // Fresh inputs for every rank and the reference of the whole collective.
@@ -148,13 +138,13 @@ class Ranks : public testing::TestWithParam<int> {
   // rank r waits delayMs(r) before its call. Records results, checks none.
   void run(Collective& x, const std::vector<ncclDcpContext_t>& ctxs,
            const std::function<int(int)>& delayMs = nullptr) {
-    runPerRank([&](int r) {
+    threads_.run(nRanks_, [&](int r) {
       CUDA_OR_FAIL(r, cudaSetDevice(r));
       RankBuffers b(x.host[r]);
       CUDA_OR_FAIL(r, b.upload(x.host[r], nullptr));
       if (delayMs) std::this_thread::sleep_for(std::chrono::milliseconds(delayMs(r)));
       x.called[r] = b.call(ctxs[r], x, nullptr);
-      if (x.called[r] != ncclSuccess) return addFailure(r, std::string("call: ") + ncclDcpGetLastError());
+      if (x.called[r] != ncclSuccess) return threads_.addFailure(r, std::string("call: ") + ncclDcpGetLastError());
       CUDA_OR_FAIL(r, cudaDeviceSynchronize());
       ncclDcpGetAsyncError(ctxs[r], &x.async[r]);
       CUDA_OR_FAIL(r, b.download(&x.got[r], nullptr));
@@ -193,12 +183,12 @@ class Ranks : public testing::TestWithParam<int> {
     std::vector<ncclDcpContext_t> ctxs(nRanks_, nullptr);
     std::vector<ncclResult_t> res(nRanks_);
     std::vector<std::string> msg(nRanks_);
-    runPerRank([&](int r) {
+    threads_.run(nRanks_, [&](int r) {
       cudaSetDevice(r);
       const ncclDcpConfig_t c = cfgOf(r);
       res[r] = create ? create(r, &c, &ctxs[r]) : ncclDcpContextCreate(comms_[r], &c, &ctxs[r]);
       msg[r] = ncclDcpGetLastError();
-      if (!results && res[r] != ncclSuccess) addFailure(r, "create: " + msg[r]);
+      if (!results && res[r] != ncclSuccess) threads_.addFailure(r, "create: " + msg[r]);
     });
     if (results) *results = res;
     if (messages) *messages = msg;
@@ -206,9 +196,10 @@ class Ranks : public testing::TestWithParam<int> {
   }
 
   void destroyAll(std::vector<ncclDcpContext_t>& ctxs) {
-    runPerRank([&](int r) {
+    threads_.run(nRanks_, [&](int r) {
       cudaSetDevice(r);
-      if (ncclDcpContextDestroy(ctxs[r]) != ncclSuccess) addFailure(r, std::string("destroy: ") + ncclDcpGetLastError());
+      if (ncclDcpContextDestroy(ctxs[r]) != ncclSuccess)
+        threads_.addFailure(r, std::string("destroy: ") + ncclDcpGetLastError());
     });
   }
 
@@ -231,23 +222,23 @@ class Ranks : public testing::TestWithParam<int> {
   void registerWindows(size_t bytes, std::vector<void*>* pools, std::vector<ncclWindow_t>* wins) {
     pools->assign(nRanks_, nullptr);
     wins->assign(nRanks_, nullptr);
-    runPerRank([&](int r) {
+    threads_.run(nRanks_, [&](int r) {
       CUDA_OR_FAIL(r, cudaSetDevice(r));
-      if (ncclMemAlloc(&(*pools)[r], bytes) != ncclSuccess) return addFailure(r, "ncclMemAlloc");
+      if (ncclMemAlloc(&(*pools)[r], bytes) != ncclSuccess) return threads_.addFailure(r, "ncclMemAlloc");
       CUDA_OR_FAIL(r, cudaMemset((*pools)[r], 0x5a, bytes));
     });
     if (HasFailure()) return;
-    runPerRank([&](int r) {
+    threads_.run(nRanks_, [&](int r) {
       cudaSetDevice(r);
       if (ncclCommWindowRegister(comms_[r], (*pools)[r], bytes, &(*wins)[r], NCCL_WIN_DEFAULT) != ncclSuccess)
-        addFailure(r, std::string("ncclCommWindowRegister: ") + ncclGetLastError(comms_[r]));
+        threads_.addFailure(r, std::string("ncclCommWindowRegister: ") + ncclGetLastError(comms_[r]));
     });
   }
 
   void releaseWindows(std::vector<void*>& pools, std::vector<ncclWindow_t>& wins) {
-    runPerRank([&](int r) {
+    threads_.run(nRanks_, [&](int r) {
       cudaSetDevice(r);
-      if (wins[r] && ncclCommWindowDeregister(comms_[r], wins[r]) != ncclSuccess) addFailure(r, "deregister");
+      if (wins[r] && ncclCommWindowDeregister(comms_[r], wins[r]) != ncclSuccess) threads_.addFailure(r, "deregister");
       if (pools[r]) ncclMemFree(pools[r]);
     });
   }
@@ -261,8 +252,7 @@ class Ranks : public testing::TestWithParam<int> {
   int nRanks_ = 0;
   ncclUniqueId id_;
   std::vector<ncclComm_t> comms_;
-  std::mutex mutex_;
-  std::vector<std::string> failures_;
+  RankThreads threads_{kHangSeconds};
 };
 
 INSTANTIATE_TEST_SUITE_P(Cp, Ranks, testing::Values(2, 3, 4, 6, 8),
@@ -440,19 +430,19 @@ TEST_P(Ranks, SilentRankTimesOut) {
   auto ctxs = createAll([&](int) { return c; });
   if (HasFailure()) return;
   const int silent = nRanks_ - 1;
-  runPerRank([&](int r) {
+  threads_.run(nRanks_, [&](int r) {
     if (r == silent) return;
     cudaSetDevice(r);
     DeviceBuffer in(1 << 20), lse(1 << 14), out(1 << 20);
     const auto t0 = std::chrono::steady_clock::now();
     if (ncclDcpA2aLseReduce(ctxs[r], in.ptr, lse.as<float>(), out.ptr, nullptr, 4, nullptr, nullptr) != ncclSuccess)
-      return addFailure(r, std::string("call: ") + ncclDcpGetLastError());
+      return threads_.addFailure(r, std::string("call: ") + ncclDcpGetLastError());
     cudaDeviceSynchronize();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ncclResult_t async = ncclSuccess;
     ncclDcpGetAsyncError(ctxs[r], &async);
-    if (async != ncclRemoteError) addFailure(r, "no timeout reported");
-    if (s > 5.0) addFailure(r, "timeout took " + std::to_string(s) + " s");
+    if (async != ncclRemoteError) threads_.addFailure(r, "no timeout reported");
+    if (s > 5.0) threads_.addFailure(r, "timeout took " + std::to_string(s) + " s");
   });
   destroyAll(ctxs);
 }
@@ -502,12 +492,12 @@ TEST_P(Ranks, GraphReplaysOnRealRanks) {
         t.partialLse.clear();
       }
     }
-  runPerRank([&](int r) {
+  threads_.run(nRanks_, [&](int r) {
     CUDA_OR_FAIL(r, cudaSetDevice(r));
     cudaStream_t s = nullptr;
     CUDA_OR_FAIL(r, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     std::unique_ptr<std::remove_pointer_t<cudaStream_t>, cudaError_t (*)(cudaStream_t)> stream(s, cudaStreamDestroy);
-    if (ncclDcpContextBindStream(ctxs[r], s) != ncclSuccess) return addFailure(r, "bind");
+    if (ncclDcpContextBindStream(ctxs[r], s) != ncclSuccess) return threads_.addFailure(r, "bind");
     std::vector<std::unique_ptr<RankBuffers>> bufs;
     for (const Collective& x : calls) {
       bufs.emplace_back(new RankBuffers(x.host[r]));
@@ -522,7 +512,7 @@ TEST_P(Ranks, GraphReplaysOnRealRanks) {
     CUDA_OR_FAIL(r, cudaStreamEndCapture(s, &graph));
     std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, cudaError_t (*)(cudaGraph_t)> graphOwner(graph,
                                                                                              cudaGraphDestroy);
-    if (captured != ncclSuccess) return addFailure(r, "captured call: " + why);
+    if (captured != ncclSuccess) return threads_.addFailure(r, "captured call: " + why);
     cudaGraphExec_t e = nullptr;
     CUDA_OR_FAIL(r, cudaGraphInstantiate(&e, graph, 0));
     std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, cudaError_t (*)(cudaGraphExec_t)> exec(
@@ -535,8 +525,8 @@ TEST_P(Ranks, GraphReplaysOnRealRanks) {
     }
     ncclResult_t async = ncclInternalError;
     ncclDcpGetAsyncError(ctxs[r], &async);
-    if (async != ncclSuccess) addFailure(r, std::string("async error: ") + ncclDcpGetLastError());
-    if (ncclDcpContextBindStream(ctxs[r], nullptr) != ncclSuccess) addFailure(r, "rebind");
+    if (async != ncclSuccess) threads_.addFailure(r, std::string("async error: ") + ncclDcpGetLastError());
+    if (ncclDcpContextBindStream(ctxs[r], nullptr) != ncclSuccess) threads_.addFailure(r, "rebind");
   });
   for (int rep = 0; rep < replays && !HasFailure(); rep++)
     for (int i = 0; i < nCalls; i++) {
