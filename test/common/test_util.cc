@@ -273,6 +273,26 @@ size_t freeDeviceMemory() {
   return freeBytes;
 }
 
+cudaError_t RankBuffers::upload(const RankTensors& t, cudaStream_t stream) {
+  cudaError_t e = cudaMemcpyAsync(in.ptr, t.partialOut.data(), in.bytes, cudaMemcpyHostToDevice, stream);
+  if (e == cudaSuccess) e = cudaMemcpyAsync(lse.ptr, t.partialLse.data(), lse.bytes, cudaMemcpyHostToDevice, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  return e == cudaSuccess ? poison(stream) : e;
+}
+
+cudaError_t RankBuffers::poison(cudaStream_t stream) {
+  cudaError_t e = cudaMemsetAsync(out.ptr, 0xff, out.bytes, stream);
+  if (e == cudaSuccess && outLse.bytes) e = cudaMemsetAsync(outLse.ptr, 0xff, outLse.bytes, stream);
+  return e;
+}
+
+cudaError_t RankBuffers::download(RankTensors* t, cudaStream_t stream) {
+  cudaError_t e = cudaMemcpyAsync(t->out.data(), out.ptr, out.bytes, cudaMemcpyDeviceToHost, stream);
+  if (e == cudaSuccess && outLse.bytes)
+    e = cudaMemcpyAsync(t->outLse.data(), outLse.ptr, outLse.bytes, cudaMemcpyDeviceToHost, stream);
+  return e == cudaSuccess ? cudaStreamSynchronize(stream) : e;
+}
+
 double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

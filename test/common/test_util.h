@@ -238,6 +238,20 @@ struct DeviceBuffer {
   T* as() const { return (T*)ptr; }
 };
 
+// One rank's tensors on its GPU, sized for t.
+struct RankBuffers {
+  DeviceBuffer in, lse, out, outLse;
+
+  explicit RankBuffers(const RankTensors& t)
+      : in(t.partialOut.size()), lse(t.partialLse.size() * 4), out(t.out.size()), outLse(t.outLse.size() * 4) {}
+
+  // Inputs uploaded, outputs poisoned (0xff; queued on stream).
+  cudaError_t upload(const RankTensors& t, cudaStream_t stream);
+  cudaError_t poison(cudaStream_t stream);
+  // The outputs into t (synchronises stream).
+  cudaError_t download(RankTensors* t, cudaStream_t stream);
+};
+
 }  // namespace test
 }  // namespace nccl_dcp
 

@@ -60,38 +60,34 @@ class OneRankContext : public OneRankComm {
     std::vector<RankTensors> want = host;
     CallBuffers ref = want[0].buffers();
     referenceA2aLseReduce(cfg, 1, batch, s, &ref);
-    DeviceBuffer in(host[0].partialOut.size()), lse(host[0].partialLse.size() * 4), out(host[0].out.size()),
-        outLse(host[0].outLse.size() * 4);
-    CUDA_ASSERT(cudaMemcpy(in.ptr, host[0].partialOut.data(), in.bytes, cudaMemcpyHostToDevice));
-    CUDA_ASSERT(cudaMemcpy(lse.ptr, host[0].partialLse.data(), lse.bytes, cudaMemcpyHostToDevice));
-    CUDA_ASSERT(cudaMemset(out.ptr, 0xff, out.bytes));
-    if (outLse.bytes) CUDA_ASSERT(cudaMemset(outLse.ptr, 0xff, outLse.bytes));
-    float* outLsePtr = o.withOutLse ? outLse.as<float>() : nullptr;
+    RankBuffers b(host[0]);
+    CUDA_ASSERT(b.upload(host[0], stream_));
+    float* outLse = o.withOutLse ? b.outLse.as<float>() : nullptr;
     if (o.capture) {
       cudaGraph_t graph;
       cudaGraphExec_t exec;
       CUDA_ASSERT(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      ncclResult_t r = ncclDcpA2aLseReduce(ctx, in.ptr, lse.as<float>(), out.ptr, outLsePtr, batch, strides, stream_);
+      ncclResult_t r =
+          ncclDcpA2aLseReduce(ctx, b.in.ptr, b.lse.as<float>(), b.out.ptr, outLse, batch, strides, stream_);
       CUDA_ASSERT(cudaStreamEndCapture(stream_, &graph));
       ASSERT_EQ(r, ncclSuccess) << ncclDcpGetLastError();
       CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
       for (int i = 0; i < 10; i++) {
-        CUDA_ASSERT(cudaMemsetAsync(out.ptr, 0xff, out.bytes, stream_));
+        CUDA_ASSERT(b.poison(stream_));
         CUDA_ASSERT(cudaGraphLaunch(exec, stream_));
       }
       CUDA_ASSERT(cudaStreamSynchronize(stream_));
       cudaGraphExecDestroy(exec);
       cudaGraphDestroy(graph);
     } else {
-      DCP_ASSERT(ncclDcpA2aLseReduce(ctx, in.ptr, lse.as<float>(), out.ptr, outLsePtr, batch, strides, stream_));
+      DCP_ASSERT(ncclDcpA2aLseReduce(ctx, b.in.ptr, b.lse.as<float>(), b.out.ptr, outLse, batch, strides, stream_));
       CUDA_ASSERT(cudaStreamSynchronize(stream_));
     }
     ncclResult_t async = ncclInternalError;
     DCP_ASSERT(ncclDcpGetAsyncError(ctx, &async));
     EXPECT_EQ(async, ncclSuccess);
     std::vector<RankTensors> got = host;
-    CUDA_ASSERT(cudaMemcpy(got[0].out.data(), out.ptr, out.bytes, cudaMemcpyDeviceToHost));
-    if (outLse.bytes) CUDA_ASSERT(cudaMemcpy(got[0].outLse.data(), outLse.ptr, outLse.bytes, cudaMemcpyDeviceToHost));
+    CUDA_ASSERT(b.download(&got[0], stream_));
     const Mismatch m = compareOutputs(cfg, 1, batch, s, got, want);
     EXPECT_EQ(m.count, 0u) << m.first;
     std::string first;
@@ -286,27 +282,23 @@ TEST_F(OneRankContext, DestroyWaitsForCallsInFlight) {
     std::vector<RankTensors> host = makeInputs(cfg, 1, batch, s, LseMix::Normal, rng), want = host;
     CallBuffers ref = want[0].buffers();
     referenceA2aLseReduce(cfg, 1, batch, s, &ref);
-    DeviceBuffer in(host[0].partialOut.size()), lse(host[0].partialLse.size() * 4), out(host[0].out.size()),
-        outLse(host[0].outLse.size() * 4);
-    CUDA_ASSERT(cudaMemcpy(in.ptr, host[0].partialOut.data(), in.bytes, cudaMemcpyHostToDevice));
-    CUDA_ASSERT(cudaMemcpy(lse.ptr, host[0].partialLse.data(), lse.bytes, cudaMemcpyHostToDevice));
-    CUDA_ASSERT(cudaMemset(out.ptr, 0xff, out.bytes));
-    CUDA_ASSERT(cudaMemset(outLse.ptr, 0xff, outLse.bytes));
+    RankBuffers b(host[0]);
+    CUDA_ASSERT(b.upload(host[0], stream_));
     ncclDcpContext_t ctx = nullptr;
     DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &ctx));
     CUDA_ASSERT(cudaDeviceSynchronize());
     const auto t0 = std::chrono::steady_clock::now();
     CUDA_ASSERT(cudaLaunchHostFunc(
         stream_, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }, nullptr));
-    DCP_ASSERT(ncclDcpA2aLseReduce(ctx, in.ptr, lse.as<float>(), out.ptr, outLse.as<float>(), batch, nullptr, stream_));
+    DCP_ASSERT(ncclDcpA2aLseReduce(ctx, b.in.ptr, b.lse.as<float>(), b.out.ptr, b.outLse.as<float>(), batch, nullptr,
+                                   stream_));
     EXPECT_EQ(cudaStreamQuery(stream_), cudaErrorNotReady) << "the call was not in flight";
     DCP_ASSERT(ncclDcpContextDestroy(ctx));
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_EQ(cudaStreamQuery(stream_), cudaSuccess) << "destroy returned with the call still queued";
     EXPECT_GE(ms, 250.0) << "destroy returned before the call could have run";
     std::vector<RankTensors> got = host;
-    CUDA_ASSERT(cudaMemcpy(got[0].out.data(), out.ptr, out.bytes, cudaMemcpyDeviceToHost));
-    CUDA_ASSERT(cudaMemcpy(got[0].outLse.data(), outLse.ptr, outLse.bytes, cudaMemcpyDeviceToHost));
+    CUDA_ASSERT(b.download(&got[0], stream_));
     const Mismatch m = compareOutputs(cfg, 1, batch, s, got, want);
     EXPECT_EQ(m.count, 0u) << m.first;
   }

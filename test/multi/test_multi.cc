@@ -53,36 +53,11 @@ struct Collective {
   const ncclDcpStrides_t* apiStrides() const { return options.strided ? &api : nullptr; }
 };
 
-// One rank's buffers for a Collective, on its GPU.
-struct RankBuffers {
-  DeviceBuffer in, lse, out, outLse;
-
-  explicit RankBuffers(const RankTensors& t)
-      : in(t.partialOut.size()), lse(t.partialLse.size() * 4), out(t.out.size()), outLse(t.outLse.size() * 4) {}
-
-  // Inputs uploaded, outputs poisoned (0xff).
-  cudaError_t upload(const RankTensors& t, cudaStream_t stream) {
-    cudaError_t e = cudaMemcpyAsync(in.ptr, t.partialOut.data(), in.bytes, cudaMemcpyHostToDevice, stream);
-    if (e == cudaSuccess) e = cudaMemcpyAsync(lse.ptr, t.partialLse.data(), lse.bytes, cudaMemcpyHostToDevice, stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-    return e == cudaSuccess ? poison(stream) : e;
-  }
-  cudaError_t poison(cudaStream_t stream) {
-    cudaError_t e = cudaMemsetAsync(out.ptr, 0xff, out.bytes, stream);
-    if (e == cudaSuccess && outLse.bytes) e = cudaMemsetAsync(outLse.ptr, 0xff, outLse.bytes, stream);
-    return e;
-  }
-  cudaError_t download(RankTensors* t, cudaStream_t stream) {
-    cudaError_t e = cudaMemcpyAsync(t->out.data(), out.ptr, out.bytes, cudaMemcpyDeviceToHost, stream);
-    if (e == cudaSuccess && outLse.bytes)
-      e = cudaMemcpyAsync(t->outLse.data(), outLse.ptr, outLse.bytes, cudaMemcpyDeviceToHost, stream);
-    return e == cudaSuccess ? cudaStreamSynchronize(stream) : e;
-  }
-  ncclResult_t call(ncclDcpContext_t ctx, const Collective& x, cudaStream_t stream) {
-    return ncclDcpA2aLseReduce(ctx, in.ptr, lse.as<float>(), out.ptr, outLse.bytes ? outLse.as<float>() : nullptr,
-                               x.batch, x.apiStrides(), stream);
-  }
-};
+// One rank's call of the Collective x on its buffers.
+ncclResult_t callOn(RankBuffers& b, ncclDcpContext_t ctx, const Collective& x, cudaStream_t stream) {
+  float* outLse = b.outLse.bytes ? b.outLse.as<float>() : nullptr;
+  return ncclDcpA2aLseReduce(ctx, b.in.ptr, b.lse.as<float>(), b.out.ptr, outLse, x.batch, x.apiStrides(), stream);
+}
 
 #define CUDA_OR_FAIL(r, cmd)                                                                           \
   do {                                                                                                 \
@@ -143,7 +118,7 @@ class Ranks : public testing::TestWithParam<int> {
       RankBuffers b(x.host[r]);
       CUDA_OR_FAIL(r, b.upload(x.host[r], nullptr));
       if (delayMs) std::this_thread::sleep_for(std::chrono::milliseconds(delayMs(r)));
-      x.called[r] = b.call(ctxs[r], x, nullptr);
+      x.called[r] = callOn(b, ctxs[r], x, nullptr);
       if (x.called[r] != ncclSuccess) return threads_.addFailure(r, std::string("call: ") + ncclDcpGetLastError());
       CUDA_OR_FAIL(r, cudaDeviceSynchronize());
       ncclDcpGetAsyncError(ctxs[r], &x.async[r]);
@@ -507,7 +482,7 @@ TEST_P(Ranks, GraphReplaysOnRealRanks) {
     cudaGraph_t graph = nullptr;
     CUDA_OR_FAIL(r, cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     ncclResult_t captured = ncclSuccess;
-    for (int i = 0; i < nCalls && captured == ncclSuccess; i++) captured = bufs[i]->call(ctxs[r], calls[i], s);
+    for (int i = 0; i < nCalls && captured == ncclSuccess; i++) captured = callOn(*bufs[i], ctxs[r], calls[i], s);
     const std::string why = ncclDcpGetLastError();
     CUDA_OR_FAIL(r, cudaStreamEndCapture(s, &graph));
     std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, cudaError_t (*)(cudaGraph_t)> graphOwner(graph,
