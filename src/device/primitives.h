@@ -49,12 +49,9 @@ __device__ __forceinline__ uint32_t loadVolatile4(const void* p) {
   return v;
 }
 
-// SIMPLE's signal: data stores, a system-scope fence, then a release store;
-// the receiver's acquire load orders its data loads after the flag.
-__device__ __forceinline__ void storeRelease8(void* p, uint64_t v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-// After a fence.acq_rel.sys of the same thread, a release pattern.
+// SIMPLE's signal: a system-scope fence (fenceAcqRelSys) then this store
+// form a release pattern; the receiver's acquire load orders its data
+// loads after the flag.
 __device__ __forceinline__ void storeRelaxedSys8(void* p, uint64_t v) {
   asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
