@@ -71,6 +71,10 @@ cudaError_t launchCopyEngine(const CopyPlan& p, int64_t rows, cudaStream_t strea
 // kRoundTripsPerLaunch round trips; state zeroed before the first launch.
 cudaError_t launchRoundTrips(const FlagPlan& p, RoundTripState* state, cudaStream_t stream);
 
+// The least step of %globaltimer on the current device (the resolution of
+// the in-kernel timeline, -T); synchronises it.
+cudaError_t globalTimerStepNs(uint64_t* ns);
+
 // Rank p's address of a registered window's offset 0, for every rank of an
 // LSA team spanning the communicator (NCCL's device API, on the current
 // device; synchronises it).

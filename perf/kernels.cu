@@ -83,6 +83,19 @@ __global__ void roundTripKernel(FlagPlan p, RoundTripState* st) {
   st->epoch[side] = base + kRoundTripsPerLaunch;
 }
 
+// The least nonzero step of %globaltimer in kTimerReads reads: the
+// timeline's resolution on this device.
+constexpr int kTimerReads = 100000;
+__global__ void timerStepKernel(uint64_t* step) {
+  uint64_t least = ~0ull, last = globalNs();
+  for (int i = 0; i < kTimerReads; i++) {
+    const uint64_t now = globalNs();
+    if (now != last) least = min(least, now - last);
+    last = now;
+  }
+  *step = least;
+}
+
 __global__ void peerPointersKernel(ncclWindow_t w, int nRanks, char** out) {
   const int p = blockIdx.x * blockDim.x + threadIdx.x;
   if (p < nRanks) out[p] = (char*)ncclGetPeerPointer(w, 0, p);
@@ -148,6 +161,17 @@ cudaError_t launchRoundTrips(const FlagPlan& p, RoundTripState* state, cudaStrea
   if (p.sides < 1 || p.sides > 2) return cudaErrorInvalidValue;
   roundTripKernel<<<1, 32 * p.sides, 0, stream>>>(p, state);
   return cudaGetLastError();
+}
+
+cudaError_t globalTimerStepNs(uint64_t* ns) {
+  uint64_t* dev = nullptr;
+  cudaError_t e = cudaMalloc(&dev, sizeof(uint64_t));
+  if (e != cudaSuccess) return e;
+  timerStepKernel<<<1, 1>>>(dev);
+  e = cudaGetLastError();
+  if (e == cudaSuccess) e = cudaMemcpy(ns, dev, sizeof(uint64_t), cudaMemcpyDeviceToHost);
+  cudaFree(dev);
+  return e;
 }
 
 cudaError_t windowPeerPointers(ncclWindow_t window, int nRanks, std::vector<char*>* out) {

@@ -28,14 +28,16 @@ void warmUp(Team& team, int thread, Mode& m, Call c, int64_t rows) {
   team.barrier(thread);
 }
 
-// -G calls of c captured into one graph per slot, every slot's capture
-// open at once (the calls of several GPUs are grouped, as in nccl-tests).
-std::vector<cudaGraphExec_t> capture(const Args& a, Mode& m, Call c, int64_t rows) {
+// What enqueueAll() enqueues on the slots' streams, captured into one graph
+// per slot, every slot's capture open at once (the calls of several GPUs
+// are grouped, as in nccl-tests).
+template <typename EnqueueAll>
+std::vector<cudaGraphExec_t> capture(Mode& m, EnqueueAll enqueueAll) {
   for (const Slot& s : m.slots()) {
     CUDA_OR_DIE(cudaSetDevice(s.dev));
     CUDA_OR_DIE(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
   }
-  for (int i = 0; i < a.graphCalls; i++) m.enqueue(c, rows);
+  enqueueAll();
   // Every capture ends before any graph is instantiated: instantiating is
   // not permitted while a capture of this thread is open (-g 2).
   std::vector<cudaGraph_t> graphs;
@@ -72,7 +74,11 @@ void launch(const std::vector<cudaGraphExec_t>& execs, Mode& m, Call c, int64_t 
 // nor one GPU waiting for the next one's launch (-g 2).
 std::vector<double> timeCall(const Args& a, Team& team, int thread, Mode& m, Call c, int64_t rows) {
   warmUp(team, thread, m, c, rows);
-  const std::vector<cudaGraphExec_t> execs = a.graphCalls > 0 ? capture(a, m, c, rows) : std::vector<cudaGraphExec_t>();
+  const std::vector<cudaGraphExec_t> execs =
+      a.graphCalls > 0 ? capture(m, [&] {
+        for (int i = 0; i < a.graphCalls; i++) m.enqueue(c, rows);
+      })
+                       : std::vector<cudaGraphExec_t>();
   const std::vector<Slot>& slots = m.slots();
   std::vector<std::vector<cudaEvent_t>> start(slots.size()), stop(slots.size());
   for (size_t i = 0; i < slots.size(); i++) {
@@ -163,41 +169,77 @@ void printLines(Team& team, int thread, const std::vector<std::string>& mine) {
       if (all[off]) printf("%s\n", &all[off]);
 }
 
-// -T: one eager fused call of `rows` rows with the in-kernel timeline; per
-// rank, microseconds from the first block's entry (the round read) to the
-// first send, the last block's sends issued, the last peer flag seen and
-// the merge done.
-std::vector<std::string> timelineLines(Mode& m, int64_t rows) {
-  for (const Slot& s : m.slots()) {
-    CUDA_OR_DIE(cudaSetDevice(s.dev));
-    NCCL_OR_DIE(timelineReset(s.stream));
+// -T: the in-kernel timeline of one fused call of `rows` rows, run right
+// after an untimed one in the same graph, so that the ranks enter it
+// together (the first call ends on every rank within a flag's crossing, and
+// no host launch comes between). Per rank, each stage's
+// spread over the blocks (first..last block, microseconds from the rank's
+// first block's launch), and that launch against the first rank's
+// (%globaltimer of different GPUs: as far as their clocks agree).
+std::vector<std::string> timelineLines(Team& team, int thread, Mode& m, int64_t rows) {
+  const std::vector<cudaGraphExec_t> execs = capture(m, [&] {
+    m.enqueue(Call::Fused, rows);
+    for (const Slot& s : m.slots()) {
+      CUDA_OR_DIE(cudaSetDevice(s.dev));
+      NCCL_OR_DIE(timelineReset(s.stream));
+    }
+    m.enqueue(Call::Fused, rows);
+  });
+  for (size_t i = 0; i < execs.size(); i++) {
+    CUDA_OR_DIE(cudaSetDevice(m.slots()[i].dev));
+    CUDA_OR_DIE(cudaGraphLaunch(execs[i], m.slots()[i].stream));
   }
-  m.enqueue(Call::Fused, rows);
   m.syncSlots();
-  std::vector<std::string> lines;
+  for (size_t i = 0; i < execs.size(); i++) {
+    CUDA_OR_DIE(cudaSetDevice(m.slots()[i].dev));
+    CUDA_OR_DIE(cudaGraphExecDestroy(execs[i]));
+  }
+  struct Spread {
+    uint64_t first[kTimelineStages], last[kTimelineStages];
+  };
+  std::vector<Spread> spread(NCCL_DCP_MAX_RANKS);
+  std::vector<uint64_t> entry(NCCL_DCP_MAX_RANKS, 0);
   std::vector<uint64_t> t((size_t)kTimelineBlocks * kTimelineSlots);
   for (const Slot& s : m.slots()) {
     CUDA_OR_DIE(cudaSetDevice(s.dev));
     NCCL_OR_DIE(timelineRead(t.data()));
     for (int rank = 0; rank < NCCL_DCP_MAX_RANKS; rank++) {
-      uint64_t first[kTimelineStages], last[kTimelineStages];
-      for (int k = 0; k < kTimelineStages; k++) first[k] = UINT64_MAX, last[k] = 0;
+      Spread& r = spread[rank];
+      for (int k = 0; k < kTimelineStages; k++) r.first[k] = UINT64_MAX, r.last[k] = 0;
       for (int b = 0; b < kTimelineBlocks; b++) {
         const uint64_t* block = &t[(size_t)b * kTimelineSlots];
         if (block[kTimelineStages] != (uint64_t)rank + 1) continue;
-        for (int k = 0; k < kTimelineStages; k++)
-          if (block[k]) first[k] = std::min(first[k], block[k]), last[k] = std::max(last[k], block[k]);
+        for (int k = 0; k < kTimelineStages; k++) {
+          const uint64_t at = timelineKeepsFirst(k) ? ~block[k] : block[k];
+          if (block[k]) r.first[k] = std::min(r.first[k], at), r.last[k] = std::max(r.last[k], at);
+        }
       }
-      if (first[kStageEntry] == UINT64_MAX) continue;
-      auto us = [&](uint64_t at) { return at && at != UINT64_MAX ? (at - first[kStageEntry]) / 1e3 : -1.0; };
-      char line[256];
-      snprintf(line, sizeof(line),
-               "#  timeline rows %lld rank %d (us from entry): first send %.2f, sends issued %.2f, last flag %.2f, "
-               "merge done %.2f",
-               (long long)rows, rank, us(first[kStageFirstSend]), us(last[kStageSendsDone]), us(last[kStageLastFlag]),
-               us(last[kStageDone]));
-      lines.push_back(line);
+      if (r.first[kStageLaunch] != UINT64_MAX) entry[rank] = r.first[kStageLaunch];
     }
+  }
+  std::vector<uint64_t> entries(entry.size() * team.threads() * team.group().processes);
+  team.allGather(thread, entry.data(), entry.size() * sizeof(uint64_t), entries.data());
+  uint64_t earliest = UINT64_MAX;
+  for (uint64_t e : entries)
+    if (e) earliest = std::min(earliest, e);
+
+  std::vector<std::string> lines;
+  for (int rank = 0; rank < NCCL_DCP_MAX_RANKS; rank++) {
+    if (!entry[rank]) continue;
+    const Spread& r = spread[rank];
+    auto us = [&](uint64_t at) { return at && at != UINT64_MAX ? (at - entry[rank]) / 1e3 : -1.0; };
+    std::string line = "#  timeline rows " + std::to_string(rows) + " rank " + std::to_string(rank);
+    char part[96];
+    snprintf(part, sizeof(part), " (enters +%.2f us):", (entry[rank] - earliest) / 1e3);
+    line += part;
+    static const char* const kNames[kTimelineStages] = {"launch", "round", "first send", "sends issued",
+                                                        "flags seen", "done"};
+    for (int k = 0; k < kTimelineStages; k++) {
+      snprintf(part, sizeof(part), " %s %.2f..%.2f%s", kNames[k], us(r.first[k]), us(r.last[k]),
+               k + 1 < kTimelineStages ? "," : "");
+      line += part;
+    }
+    lines.push_back(line);
   }
   return lines;
 }
@@ -219,6 +261,12 @@ int runSweep(const Args& a, Team& team, int thread, Mode& m) {
   const std::vector<int64_t> sizes = batchSweep(a);
   if (leader) printf("%s\n", m.title().c_str());
   printLines(team, thread, m.rankLines());
+  if (a.timeline && leader) {
+    uint64_t step = 0;
+    CUDA_OR_DIE(cudaSetDevice(m.slots()[0].dev));
+    CUDA_OR_DIE(globalTimerStepNs(&step));
+    printf("# timeline (-T 1): %%globaltimer steps by %llu ns here\n", (unsigned long long)step);
+  }
 
   std::vector<Samples> samples(sizes.size());
   const Floors floors = measureFloors(a, team, thread, m, sizes, &samples);
@@ -242,7 +290,7 @@ int runSweep(const Args& a, Team& team, int thread, Mode& m) {
     }
     if (a.timeline) {
       team.barrier(thread);
-      printLines(team, thread, timelineLines(m, b));
+      printLines(team, thread, timelineLines(team, thread, m, b));
     }
     rows[k] = makeRow(a, b, m.bytesOf(b), m.nRanks(), s, m.idealUs(b));
     anyWrong = anyWrong || rows[k].fusedWrong > 0 || rows[k].baseWrong > 0;

@@ -34,36 +34,48 @@ constexpr int kFusedWarps = kFusedThreads / 32;
 // Sources whose loads a receiving warp keeps in flight at once.
 constexpr int kSourceBatch = 8;
 
-// Group g of (row, head) from the remote sources in [s0, s0 + kSourceBatch):
-// loads all in flight, polled until every flag is the round's, then the
-// data fetched (again, where the protocol wants it). Lane 0 leaves each
-// remote source's LSE in weight[]. Returns false if a wait gave up.
+// Where the remote sources' units of one (row, head) lie in this rank's
+// workspace: source index i (self skipped) at first + i * stride.
+struct SourceUnits {
+  char* first;
+  size_t stride;
+  __device__ char* of(int src, int rank) const { return first + (size_t)(src < rank ? src : src - 1) * stride; }
+};
+
+// Group g of one (row, head) from the remote sources in [s0, s0 +
+// kSourceBatch): loads all in flight, polled until every flag is the
+// round's, then the data fetched (again, where the protocol wants it). Lane
+// 0 leaves each remote source's LSE in weight[]. The loops stop at cp: the
+// kernels are bound by instruction issue at small batches. Returns false if
+// a wait gave up.
 template <class Transport, class Peers>
-__device__ bool fetchSources(const FusedParams<Peers>& p, char* ws, int rank, int slot, uint32_t flag,
-                             int row, int head, int g, int s0, typename Transport::Line (&line)[kSourceBatch],
-                             float* weight, Waiter& waiter) {
+__device__ bool fetchSources(const FusedParams<Peers>& p, const SourceUnits& units, int rank, uint32_t flag, int g,
+                             int s0, typename Transport::Line (&line)[kSourceBatch], float* weight, Waiter& waiter) {
   const Region& r = p.region;
   const int lane = threadIdx.x & 31;
-  auto unitOf = [&](int src) { return ws + r.unitOffset(slot, src, rank, row, head); };
-  auto remote = [&](int b) { return s0 + b < p.nRanks && s0 + b != rank; };
 #pragma unroll
-  for (int b = 0; b < kSourceBatch; b++)
-    if (remote(b)) Transport::pollLoad(r, unitOf(s0 + b), g, lane, line[b]);
+  for (int b = 0; b < kSourceBatch; b++) {
+    if (s0 + b >= p.nRanks) break;
+    if (s0 + b != rank) Transport::pollLoad(r, units.of(s0 + b, rank), g, lane, line[b]);
+  }
   while (true) {
     int waitingFor = -1;
 #pragma unroll
-    for (int b = 0; b < kSourceBatch; b++)
-      if (remote(b) && !__all_sync(kFullMask, Transport::pollReady(r, g, lane, line[b], flag))) {
+    for (int b = 0; b < kSourceBatch; b++) {
+      if (s0 + b >= p.nRanks) break;
+      if (s0 + b != rank && !__all_sync(kFullMask, Transport::pollReady(r, g, lane, line[b], flag))) {
         if (waitingFor < 0) waitingFor = s0 + b;
-        Transport::pollLoad(r, unitOf(s0 + b), g, lane, line[b]);
+        Transport::pollLoad(r, units.of(s0 + b, rank), g, lane, line[b]);
       }
+    }
     if (waitingFor < 0) break;
     if (!waiter.keepWaiting(waitingFor)) return false;
   }
 #pragma unroll
   for (int b = 0; b < kSourceBatch; b++) {
-    if (!remote(b)) continue;
-    Transport::fetch(r, unitOf(s0 + b), g, lane, line[b]);
+    if (s0 + b >= p.nRanks) break;
+    if (s0 + b == rank) continue;
+    Transport::fetch(r, units.of(s0 + b, rank), g, lane, line[b]);
     if (lane == 0) weight[s0 + b] = Transport::lseOf(line[b]);
   }
   return true;
@@ -86,10 +98,11 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, char
 #pragma unroll
   for (int k = 0; k < 2; k++) own[k] = dw[k] >= 0 ? loadInput8(self + (size_t)dw[k] * kWordBytes) : 0;
   const float ownLse = lane == 0 ? loadInputF32(io.partialLse + lseOffset(p.strides, row, rank, head)) : 0.f;
+  const SourceUnits units{ws + r.firstUnitOffset(slot, row, head), r.sourceBytes()};
 
   // Every remote source's LSE (each group carries it), then the weights.
   for (int s0 = 0; s0 < p.nRanks; s0 += kSourceBatch)
-    if (!fetchSources<Transport>(p, ws, rank, slot, flag, row, head, g, s0, line, weight, waiter)) return false;
+    if (!fetchSources<Transport>(p, units, rank, flag, g, s0, line, weight, waiter)) return false;
   stamp(p.timeline, kStageLastFlag);
   if (lane == 0) weight[rank] = ownLse;
   __syncwarp();
@@ -102,8 +115,7 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, char
   float acc[2][W::kPerWord] = {};
   for (int s0 = 0; s0 < p.nRanks; s0 += kSourceBatch) {
     if (p.nRanks > kSourceBatch)
-      if (!fetchSources<Transport>(p, ws, rank, slot, flag, row, head, g, s0, line, weight + NCCL_DCP_MAX_RANKS,
-                                   waiter))
+      if (!fetchSources<Transport>(p, units, rank, flag, g, s0, line, weight + NCCL_DCP_MAX_RANKS, waiter))
         return false;
 #pragma unroll
     for (int b = 0; b < kSourceBatch; b++) {
@@ -112,7 +124,7 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, char
       const float w = weight[src];
 #pragma unroll
       for (int k = 0; k < 2; k++) W::accumulate(acc[k], w, src == rank ? own[k] : Transport::word(line[b], k));
-      if (src != rank) Transport::release(r, ws + r.unitOffset(slot, src, rank, row, head), g, lane);
+      if (src != rank) Transport::release(r, units.of(src, rank), g, lane);
     }
   }
   char* out = io.out + (row * p.strides.outRow + head * p.strides.outHead) * (int64_t)sizeof(T);
@@ -136,6 +148,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   const Region& r = p.region;
   const Strides& s = p.strides;
 
+  stamp(p.timeline, kStageLaunch, rank);
   // Inputs and the workspace may belong to the previous kernel until here.
   waitForPrerequisiteGrid();
   if (rank == p.silentRank) return;
@@ -155,10 +168,10 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   };
   auto sendItem = [&](int item) {
     SendItem it;
-    const int rowHead = item / nPeers;
-    it.head = rowHead % Hl;
-    it.row = rowHead / Hl;
-    it.dst = (rank + 1 + item % nPeers) % p.nRanks;
+    const int rowHead = p.byPeers.quotient(item), turn = item - rowHead * nPeers;
+    it.row = p.byHeads.quotient(rowHead);
+    it.head = rowHead - it.row * Hl;
+    it.dst = rank + 1 + turn < p.nRanks ? rank + 1 + turn : rank + 1 + turn - p.nRanks;
     it.src = io.partialOut + inOffset(s, it.row, it.dst, it.head) * (int64_t)sizeof(T);
     it.lse = loadInputF32(io.partialLse + lseOffset(s, it.row, it.dst, it.head));
     return it;
@@ -176,7 +189,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
 
   char* ws = p.peers.workspace(rank);
   RoundStart start = startRound(p, rank);
-  stamp(p.timeline, kStageEntry, rank);
+  stamp(p.timeline, kStageEntry);
   const int slot = start.slot;
   const uint32_t flag = start.flag;
   Waiter& waiter = start.waiter;
@@ -201,9 +214,9 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   const int groups = r.groups;
   const int recvItems = p.rows * Hl * groups;
   for (int item = warpInRank; !waiter.failed && item < recvItems; item += warpsPerRank) {
-    const int g = item % groups, rowHead = item / groups;
-    if (!receiveGroup<T, Transport>(p, io, ws, rank, slot, flag, rowHead / Hl, rowHead % Hl, g, weights[warp], waiter))
-      break;
+    const int rowHead = p.byGroups.quotient(item), g = item - rowHead * groups;
+    const int row = p.byHeads.quotient(rowHead), head = rowHead - row * Hl;
+    if (!receiveGroup<T, Transport>(p, io, ws, rank, slot, flag, row, head, g, weights[warp], waiter)) break;
   }
 
   stamp(p.timeline, kStageDone);

@@ -88,8 +88,9 @@ __device__ __forceinline__ bool sendItem(const FusedParams<Peers>& p, const Send
   const int m = step * plan.perStep + k;
   if (k >= plan.perStep || m >= plan.items) return false;
   const int nPeers = p.nRanks - 1, i = localBlock + m * p.blocksPerRank;
+  const int chunk = p.byPeers.quotient(i), to = rank + 1 + i - chunk * nPeers;
   // Destinations rotate with the rank so peers are not all hit at once.
-  *item = {i / nPeers, (rank + 1 + i % nPeers) % p.nRanks};
+  *item = {chunk, to < p.nRanks ? to : to - p.nRanks};
   return true;
 }
 
@@ -103,10 +104,11 @@ __device__ void writeStep(const FusedParams<Peers>& p, const RankIo& io, const S
   const char* src = nullptr;
   char* to = nullptr;
   SendItem item;
-  if (sendItem(p, plan, rank, localBlock, step, lane / r.chunkUnits, &item)) {
+  const int k = p.byChunkUnits.quotient(lane), i = lane - k * r.chunkUnits;
+  if (sendItem(p, plan, rank, localBlock, step, k, &item)) {
     const simple::Chunk chunk = simple::chunkOf(r, item.chunk, p.rows);
-    if (lane % r.chunkUnits < chunk.count) {
-      const int u = chunk.first + lane % r.chunkUnits, row = u / r.localHeads, head = u % r.localHeads;
+    if (i < chunk.count) {
+      const int u = chunk.first + i, row = p.byHeads.quotient(u), head = u - row * r.localHeads;
       char* peer = p.peers.peerWorkspace(item.dst);
       src = io.partialOut + inOffset(p.strides, row, item.dst, head) * (int64_t)sizeof(T);
       to = peer + r.unitOffset(slot, rank, item.dst, row, head);
@@ -115,8 +117,7 @@ __device__ void writeStep(const FusedParams<Peers>& p, const RankIo& io, const S
                        __float_as_uint(io.partialLse[lseOffset(p.strides, row, item.dst, head)]));
     }
   }
-  simple::copyShare(src, to, plan.perStep * r.chunkUnits, (int)(r.unitBytes / simple::kLaneBytes), writer * 32,
-                    writers * 32, lane);
+  simple::copyShare(src, to, plan.perStep * r.chunkUnits, p.byVectors, writer * 32, writers * 32, lane);
 }
 
 // The signalling warp: waits for every writer to finish the next step,
@@ -185,23 +186,25 @@ __device__ void mergeUnits(const FusedParams<Peers>& p, const RankIo& io, const 
   const Strides& s = p.strides;
   const int n = p.nRanks, Hl = r.localHeads;
   for (int i = lane; i < count * n; i += 32) {
-    const int k = i / n, src = i % n, u = first + k * step, row = u / Hl, head = u % Hl;
+    const int k = p.byRanks.quotient(i), src = i - k * n, u = first + k * step;
+    const int row = p.byHeads.quotient(u), head = u - row * Hl;
     weight[k][src] = src == rank ? loadInputF32(io.partialLse + lseOffset(s, row, rank, head))
                                  : __uint_as_float(loadVolatile4(ws + r.lseOffsetOf(slot, src, rank, u)));
   }
   __syncwarp();
   if (lane < count) {
-    const int u = first + lane * step;
+    const int u = first + lane * step, row = p.byHeads.quotient(u), head = u - row * Hl;
     const float merged = mergeWeights(weight[lane], n, p.lseBase, weight[lane]);
-    if (io.outLse) io.outLse[(u / Hl) * s.outLseRow + (u % Hl) * s.outLseHead] = merged;
+    if (io.outLse) io.outLse[row * s.outLseRow + head * s.outLseHead] = merged;
   }
   __syncwarp();
 
-  const int vectors = (int)(r.unitBytes / simple::kLaneBytes), total = count * vectors;
+  const int vectors = (int)p.byVectors.d, total = count * vectors;
   const size_t sourceBytes = (size_t)r.capacity * Hl * r.unitBytes;
   const char* slotData = ws + r.offset + (size_t)slot * r.slotBytes;
   auto vectorAt = [&](int v) {
-    const int k = v / vectors, col = v % vectors, u = first + k * step, row = u / Hl, head = u % Hl;
+    const int k = p.byVectors.quotient(v), col = v - k * vectors, u = first + k * step;
+    const int row = p.byHeads.quotient(u), head = u - row * Hl;
     const size_t at = (size_t)col * simple::kLaneBytes;
     return VectorAt{io.partialOut + inOffset(s, row, rank, head) * (int64_t)sizeof(T) + at,
                     slotData + (size_t)u * r.unitBytes + at,
@@ -304,6 +307,7 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
   const int rank = p.peers.rankOfBlock(p.blocksPerRank, &localBlock);
   const RankIo& io = p.io[Peers::kLoopback ? rank : 0];
 
+  stamp(p.timeline, kStageLaunch, rank);
   // Inputs and the workspace may belong to the previous kernel until here.
   waitForPrerequisiteGrid();
   if (rank == p.silentRank) return;
@@ -312,7 +316,7 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
 
   char* ws = p.peers.workspace(rank);
   RoundStart start = startRound(p, rank);
-  stamp(p.timeline, kStageEntry, rank);
+  stamp(p.timeline, kStageEntry);
   Waiter& waiter = start.waiter;
   const int chunks = simple::chunksIn(p.region, p.rows);
 

@@ -88,18 +88,17 @@ __device__ __forceinline__ void endRound(const FusedParams<Peers>& p, int rank, 
   endRound((Control*)p.peers.workspace(rank), r.info);
 }
 
-// Timeline stamp of this block (lane 0 of the calling warp): the first
-// stamp of a "first" stage wins, the others keep the latest. The entry
-// stamp also records the block's rank.
+// Timeline stamp of this block (lane 0 of the calling warp): a "first"
+// stage keeps the earliest stamp of the block, stored complemented so that
+// both kinds are one reduction with no result (nothing waits on it); the
+// others keep the latest. The launch stamp also records the block's rank.
 __device__ __forceinline__ void stamp(uint64_t* timeline, TimelineStage stage, int rank = -1) {
 #if NCCL_DCP_TIMELINE
   if (timeline == nullptr || (threadIdx.x & 31) != 0) return;
   unsigned long long* block = reinterpret_cast<unsigned long long*>(timeline) + blockIdx.x * kTimelineSlots;
   if (rank >= 0) block[kTimelineStages] = rank + 1;
-  unsigned long long* t = block + stage;
   const unsigned long long now = globalTimerNs();
-  if (stage == kStageEntry || stage == kStageFirstSend) atomicCAS(t, 0ull, now);
-  else atomicMax(t, now);
+  atomicMax(block + stage, timelineKeepsFirst(stage) ? ~now : now);
 #else
   (void)timeline;
   (void)stage;

@@ -88,6 +88,12 @@ ncclResult_t launchCooperative(Kernel kernel, std::atomic<int>* cache, int threa
   p.blocksPerRank = blocksPerRank;
   p.silentRank = l.silentRank;
   p.sendWarps = l.simpleSendWarps > 0 ? std::min(l.simpleSendWarps, kSimpleSignalWarp) : kSimpleDefaultWriters;
+  p.byRanks = makeDivisor(l.nRanks);
+  p.byPeers = makeDivisor(std::max(l.nRanks - 1, 1));
+  p.byHeads = makeDivisor(l.region.localHeads);
+  p.byGroups = makeDivisor(l.region.groups);
+  p.byVectors = makeDivisor((uint32_t)std::max<size_t>(l.region.unitBytes / simple::kLaneBytes, 1));
+  p.byChunkUnits = makeDivisor(std::max(l.region.chunkUnits, 1));
   p.timeoutNs = l.timeoutNs;
   p.hostError = l.hostError;
   DCPCHECK(timelineBuffer(&p.timeline));

@@ -121,11 +121,19 @@ struct Region {
     return left < groupDataWords ? left : groupDataWords;
   }
 
+  // Bytes between the units of consecutive sources in a slot.
+  NCCL_DCP_HD size_t sourceBytes() const { return (size_t)capacity * localHeads * unitBytes; }
+
+  // The (row, head) unit of the first remote source in a slot; source
+  // index i's is sourceBytes() * i further.
+  NCCL_DCP_HD size_t firstUnitOffset(int slot, int row, int head) const {
+    return offset + (size_t)slot * slotBytes + ((size_t)row * localHeads + head) * unitBytes;
+  }
+
   // Unit that source `src` sends to `dst` for (row, head), in dst's workspace.
   NCCL_DCP_HD size_t unitOffset(int slot, int src, int dst, int row, int head) const {
     int srcIdx = src < dst ? src : src - 1;
-    size_t unit = ((size_t)srcIdx * capacity + row) * localHeads + head;
-    return offset + (size_t)slot * slotBytes + unit * unitBytes;
+    return firstUnitOffset(slot, row, head) + (size_t)srcIdx * sourceBytes();
   }
 
   // SIMPLE: the LSE of unit u and the flag of chunk c from source `src`, in

@@ -36,6 +36,31 @@ struct AsyncErrorRecord {
   uint32_t round;  // device round counter at the time
 };
 
+// n / d and n % d for 0 <= n < 2^31, d >= 1 fixed at launch, by a
+// multiply-high, an add and a shift (round-up method of Granlund and
+// Montgomery): a division by a runtime value costs the kernels ~25
+// instructions, and the small batches are bound by instruction issue.
+struct Divisor {
+  uint32_t d, mul, shift;
+
+  NCCL_DCP_HD uint32_t quotient(uint32_t n) const {
+#if defined(__CUDA_ARCH__)
+    return (__umulhi(n, mul) + n) >> shift;
+#else
+    return ((uint32_t)(((uint64_t)n * mul) >> 32) + n) >> shift;
+#endif
+  }
+  NCCL_DCP_HD uint32_t remainder(uint32_t n) const { return n - quotient(n) * d; }
+};
+
+// d >= 1: shift = ceil(log2 d), mul = floor(2^32 (2^shift - d) / d) + 1.
+inline Divisor makeDivisor(uint32_t d) {
+  uint32_t shift = 0;
+  while (shift < 31 && (1u << shift) < d) shift++;
+  const uint64_t mul = ((uint64_t(1) << 32) * ((uint64_t(1) << shift) - d)) / d + 1;
+  return Divisor{d, (uint32_t)mul, shift};
+}
+
 // One rank's tensors for one round, already offset to the round's first row.
 struct RankIo {
   const char* partialOut;
@@ -45,9 +70,11 @@ struct RankIo {
 };
 
 // Opt-in timeline (meson -Dtimeline=true): per block, %globaltimer at each
-// stage of the fused kernel, then the block's rank + 1 (kTimelineSlots per block).
+// stage of the fused kernel, then the block's rank + 1 (kTimelineSlots per
+// block). Stages that keep the block's first stamp hold it complemented.
 enum TimelineStage : int {
-  kStageEntry = 0,   // the round read (after the grid dependency wait)
+  kStageLaunch = 0,  // the block runs (before the grid dependency wait)
+  kStageEntry,       // the round read (after the grid dependency wait)
   kStageFirstSend,   // first payload store issued (SIMPLE: first flags stored)
   kStageSendsDone,   // every send of the block issued
   kStageLastFlag,    // last peer flag / line seen
@@ -55,6 +82,9 @@ enum TimelineStage : int {
   kTimelineStages
 };
 constexpr int kTimelineSlots = kTimelineStages + 1;
+__host__ __device__ constexpr bool timelineKeepsFirst(int stage) {
+  return stage == kStageLaunch || stage == kStageEntry || stage == kStageFirstSend;
+}
 
 // The fused kernel, for one round. Peers: how it reaches the workspaces
 // (device/peers.h).
@@ -65,6 +95,10 @@ struct FusedParams {
   LseBase lseBase;
   int nRanks, rows, blocksPerRank, silentRank;
   int sendWarps;  // SIMPLE: warps of a block that write (the first ones)
+  // Division by the ranks, the peers (cp - 1), the local heads, the groups
+  // of a unit (line protocols), the 16-byte vectors of a unit and the units
+  // of a chunk (SIMPLE).
+  Divisor byRanks, byPeers, byHeads, byGroups, byVectors, byChunkUnits;
   uint64_t timeoutNs;
   AsyncErrorRecord* hostError;
   uint64_t* timeline;  // [grid][kTimelineSlots] or NULL

@@ -42,15 +42,16 @@ __device__ __forceinline__ int chunksIn(const Region& r, int rows) {
   return (rows * r.localHeads + r.chunkUnits - 1) / r.chunkUnits;
 }
 
-// Copies a step's units, `vectors` 16-byte vectors each, with `lanes`
+// Copies a step's units, byVectors.d 16-byte vectors each, with `lanes`
 // lanes of several warps: this warp's lanes are [warpFirst, warpFirst + 32)
 // of them, each taking every lanes-th vector. Lane i of the warp holds unit
 // i's source and destination (null: no such unit). kCopyBatch loads per lane
 // are in flight before their stores.
-__device__ __forceinline__ void copyShare(const char* src, char* dst, int units, int vectors, int warpFirst,
+__device__ __forceinline__ void copyShare(const char* src, char* dst, int units, Divisor byVectors, int warpFirst,
                                           int lanes, int lane) {
-  const int total = units * vectors, unitStep = lanes / vectors, colStep = lanes % vectors;
-  int unit = (warpFirst + lane) / vectors, col = (warpFirst + lane) % vectors;
+  const int vectors = (int)byVectors.d, total = units * vectors;
+  const int unitStep = (int)byVectors.quotient(lanes), colStep = lanes - unitStep * vectors;
+  int unit = (int)byVectors.quotient(warpFirst + lane), col = warpFirst + lane - unit * vectors;
   for (int v0 = warpFirst; v0 < total; v0 += lanes * kCopyBatch) {  // warp-uniform: shuffles below
     uint4 x[kCopyBatch];
     int at[kCopyBatch][2];

@@ -1,6 +1,7 @@
 // Workspace layout math (src/device/layout.h): unit geometry of each protocol,
 // slot sizes, that every unit a source may write owns its bytes, the
-// regions of a workspace, the round flags, and ncclDcpWorkspaceSize.
+// regions of a workspace, the round flags, and ncclDcpWorkspaceSize; and the
+// kernels' index division (Divisor, src/device/params.h).
 #include <algorithm>
 #include <cstdint>
 #include <random>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "device/layout.h"
+#include "device/params.h"
 #include "test_util.h"
 #include "validate.h"
 
@@ -413,6 +415,41 @@ TEST(WorkspaceSize, GrowsWithCapacity) {
 TEST(WorkspaceSize, OneRankIsTheControlBlock) {
   for (int protocol = 0; protocol < ncclDcpNumProtocols; protocol++)
     EXPECT_EQ(workspaceSize(protocol, 1), kControlBytes) << protocolName(protocol);
+}
+
+// Divisor: the kernels' n / d for 0 <= n < 2^31 (host arithmetic here, the
+// same formula as __umulhi on the device), against the hardware division.
+void expectDivides(uint32_t d, const std::vector<uint32_t>& ns) {
+  const Divisor v = makeDivisor(d);
+  for (uint32_t n : ns) {
+    ASSERT_EQ(v.quotient(n), n / d) << n << " / " << d;
+    ASSERT_EQ(v.remainder(n), n % d) << n << " % " << d;
+  }
+}
+
+std::vector<uint32_t> numeratorsFor(uint32_t d, std::mt19937* rng) {
+  constexpr uint32_t kMax = 0x7fffffffu;
+  std::vector<uint32_t> ns = {0, 1, kMax, kMax - 1};
+  for (uint64_t m : {uint64_t(1), uint64_t(2), uint64_t(3), uint64_t(kMax / d), uint64_t(kMax / d - 1)})
+    for (int64_t delta = -1; delta <= 1; delta++) {
+      const int64_t n = (int64_t)(m * d) + delta;
+      if (n >= 0 && n <= kMax) ns.push_back((uint32_t)n);
+    }
+  std::uniform_int_distribution<uint32_t> any(0, kMax), small(0, 1u << 16);
+  for (int i = 0; i < 64; i++) ns.push_back(any(*rng)), ns.push_back(small(*rng));
+  return ns;
+}
+
+TEST(Divisor, MatchesDivisionForEverySmallDivisor) {
+  std::mt19937 rng(7);
+  for (uint32_t d = 1; d <= 4096; d++) expectDivides(d, numeratorsFor(d, &rng));
+}
+
+TEST(Divisor, MatchesDivisionForPowersOfTwoAndTheirNeighbours) {
+  std::mt19937 rng(11);
+  for (int k = 1; k <= 30; k++)
+    for (uint32_t d : {(1u << k) - 1, 1u << k, (1u << k) + 1}) expectDivides(d, numeratorsFor(d, &rng));
+  expectDivides(0x7fffffffu, numeratorsFor(0x7fffffffu, &rng));
 }
 
 }  // namespace
