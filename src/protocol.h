@@ -47,10 +47,10 @@ bool ll128Proven(const LinkSummary& links);
 // AUTO's switch to SIMPLE, in rows per round (0: never), measured at the
 // reference shape (bf16, D 512, Hl 16: 16 KiB per row and peer);
 // NCCL_DCP_SIMPLE_MIN_ROWS overrides them. Set from the sweeps in docs/perf.md.
-// NVLink (and one GPU): LL128 -> SIMPLE. v8, 2 x H200 (cp 2): LL128 is
-// faster up to 128 rows (11.3 vs 13.4 us at 64, 17.7 vs 18.5 at 128),
-// SIMPLE from 256 (27.4 vs 33.9 us; docs/perf.md).
-constexpr int kLl128SimpleMinRows = 256;
+// NVLink (and one GPU): LL128 -> SIMPLE. v10, 2 x H200 (cp 2): LL128 is
+// faster up to 64 rows (10.2 vs 11.3 us at 64), SIMPLE from 128 (with
+// 4 KiB chunks and one send step per block there; docs/perf.md).
+constexpr int kLl128SimpleMinRows = 128;
 // One GPU (loopback, 8 virtual ranks): no link to cross, and SIMPLE's bulk
 // copies win from 8 rows (v8: 14.6 vs 17.9 us at 8, 13.7 vs 10.1 at 4).
 constexpr int kOneGpuSimpleMinRows = 8;

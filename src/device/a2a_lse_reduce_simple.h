@@ -46,10 +46,6 @@ constexpr int kSimpleRecvWarps = kSimpleThreads / 32 - kSimpleSendWarps;
 constexpr int kSimpleSignalWarp = kSimpleSendWarps - 1;
 // Of the writing warps, how many write (NCCL_DCP_SIMPLE_SEND_WARPS).
 constexpr int kSimpleDefaultWriters = kSimpleSignalWarp;
-// A block sends its items in about this many steps, one flag wait behind
-// the writers each: the first steps land (and are merged) while the last
-// cross NVLink.
-constexpr int kSimpleSendSteps = 8;
 // Named barriers of the receiving groups: kSimpleRecvBarrier + group (0 is
 // __syncthreads); sending warps never take part.
 constexpr int kSimpleRecvBarrier = 1;
@@ -69,11 +65,14 @@ __device__ __forceinline__ SendPlan sendPlan(const FusedParams<Peers>& p, int ch
   SendPlan s;
   s.items = all > localBlock ? (all - localBlock + p.blocksPerRank - 1) / p.blocksPerRank : 0;
   // One GPU has no link to overlap: the fewest steps (each costs a load
-  // round trip). Over NVLink, about kSimpleSendSteps waves.
-  const int most = 32 / p.region.chunkUnits;
-  s.perStep = Peers::kLoopback ? most : max(1, min(perBlock / kSimpleSendSteps, most));
+  // round trip). Over NVLink a block whose share fits in what may be in
+  // flight sends it in one step (one fence); a larger share goes in steps of
+  // kSendStepBytes, flagged while the next ones cross.
+  const int most = 32 / p.region.chunkUnits, itemBytes = p.region.chunkUnits * (int)p.region.unitBytes;
+  const int fewest = perBlock * itemBytes <= simple::kSendBytesInFlight ? perBlock : simple::kSendStepBytes / itemBytes;
+  s.perStep = Peers::kLoopback ? most : max(1, min(fewest, most));
   s.steps = (s.items + s.perStep - 1) / s.perStep;
-  const int stepBytes = s.perStep * p.region.chunkUnits * (int)p.region.unitBytes;
+  const int stepBytes = s.perStep * itemBytes;
   s.ahead = max(simple::kMinStepsAhead, (simple::kSendBytesInFlight + stepBytes - 1) / stepBytes);
   return s;
 }

@@ -67,7 +67,9 @@ constexpr int kLinesPerWarp = 32;
 // SIMPLE: bulk payload; a chunk of units is signalled by one u64 flag.
 namespace simple {
 constexpr int kLaneBytes = 16;        // one v4.u32 per lane
-constexpr int kChunkBytes = 8192;     // payload per flag (units rounded down)
+// Payload per flag (units rounded down): fine enough that the merge of the
+// last chunks is short, a send step flags several (docs/perf.md, v10).
+constexpr int kChunkBytes = 4096;
 constexpr int kMaxChunkUnits = 16;    // a receiving lane per unit for the LSEs
 }  // namespace simple
 

@@ -14,7 +14,7 @@
  * chunk's flag waits for its bytes to cross NVLink, the next chunk's bytes
  * do not (writers run at most kSendBytesInFlight ahead of the flags). A
  * receiving warp acquires the chunk's flag from every source (a lane per
- * source), then reads LSEs and data with coherent loads. One signal per chunk (8 KiB at
+ * source), then reads LSEs and data with coherent loads. One signal per chunk (4 KiB at
  * D 512 bf16) instead of one per 128-byte line, and no payload bytes spent
  * on flags: the protocol of large batches.
  ************************************************************************/
@@ -106,10 +106,14 @@ __device__ __forceinline__ int awaitProgress(const int* progress, int writers, i
 
 // Writers stay at most this many bytes (and kMinStepsAhead steps) of a
 // block ahead of its flags: enough in flight to keep NVLink busy, few enough
-// that the first steps land, and are merged, while the last are sent.
-// 2 x H200, SIMPLE, 256 / 512 / 1024 rows: 16 KiB 27.8 / 46.9 / 68.6 us,
-// 32 KiB 26.7 / 43.9 / 68.6, unbounded 27.9 / 49.3 / 75.9 (docs/perf.md, v9).
+// that the first steps land, and are merged, while the last are sent. A
+// block's share larger than that goes in steps of kSendStepBytes.
+// 2 x H200, SIMPLE, 256 / 512 / 1024 rows (docs/perf.md): in flight 16 KiB
+// 27.8 / 46.9 / 68.6 us, 32 KiB 26.7 / 43.9 / 68.6, unbounded 27.9 / 49.3 /
+// 75.9 (v9); 4 KiB chunks, steps of 16 KiB 23.9 / 37.6 / 62.5, of 32 KiB
+// 22.7 / 39.8 / 69.1 (v10).
 constexpr int kSendBytesInFlight = 32768;
+constexpr int kSendStepBytes = 16384;
 constexpr int kMinStepsAhead = 2;
 
 // A writer's wait for the signalling warp: until `steps` steps are flagged.

@@ -61,9 +61,9 @@ size_t expectedUnitBytes(Proto p, int D, int elt) {
 
 size_t roundUp4K(size_t x) { return ceilDiv(x, 4096) * 4096; }
 
-// Units one SIMPLE flag covers: as many heads as fit in 8 KiB, 1 to 16.
+// Units one SIMPLE flag covers: as many heads as fit in 4 KiB, 1 to 16.
 size_t expectedChunkUnits(int D, int elt) {
-  const size_t fit = 8192 / ((size_t)D * elt);
+  const size_t fit = 4096 / ((size_t)D * elt);
   return fit < 1 ? 1 : fit > 16 ? 16 : fit;
 }
 
@@ -131,15 +131,15 @@ TEST(UnitGeometry, LLGroupsAreThirtyTwoLines) {
 }
 
 // SIMPLE moves the head as the input holds it and signals a chunk of up to
-// 16 units, 8 KiB at most (at least one unit), with one flag.
-TEST(UnitGeometry, SimpleUnitsAreTheHeadInChunksOfAtMostEightKiB) {
+// 16 units, 4 KiB at most (at least one unit), with one flag.
+TEST(UnitGeometry, SimpleUnitsAreTheHeadInChunksOfAtMostFourKiB) {
   for (auto [D, elt] : validHeadDims())
     for (int Hl : {1, 3, 16}) {
       const int capacity = 5;
       const Region r = makeRegion(Proto::Simple, 3, Hl, D, elt, capacity, kControlBytes);
       const size_t headBytes = (size_t)D * elt;
       size_t chunkUnits = 16;  // counted down here, computed by division in layout.h
-      while (chunkUnits > 1 && chunkUnits * headBytes > 8192) chunkUnits--;
+      while (chunkUnits > 1 && chunkUnits * headBytes > 4096) chunkUnits--;
       SCOPED_TRACE(::testing::Message() << "D " << D << " elt " << elt << " Hl " << Hl);
       ASSERT_EQ(r.groups, 1);
       ASSERT_EQ(r.unitBytes, headBytes);

@@ -47,7 +47,7 @@ TEST(ChooseProtocols, AutoSwitchesAtTheMeasuredCrossoverByDefault) {
     LinkSummary links;
     int rows;
     const char* why;
-  } crossovers[] = {{kAllNvlink, 256, "docs/perf.md v8: on 2 x H200 LL128 wins up to 128 rows"},
+  } crossovers[] = {{kAllNvlink, 128, "docs/perf.md v10: on 2 x H200 LL128 wins up to 64 rows"},
                     {kOneGpu, 8, "docs/perf.md v8: in loopback SIMPLE wins from 8 rows"}};
   for (const auto& c : crossovers) {
     const ProtocolPolicy p = chooseProtocols(ncclDcpProtoAuto, c.links, kEnvUnset);
