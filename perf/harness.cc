@@ -68,7 +68,7 @@ std::string usage(const char* program) {
     << "  -B <0|1|2>     baseline in the same run: 0 none, 1 ncclAlltoAll + combine, 2 the partials' all-to-all\n"
     << "                 alone, to compare with nccl-tests' alltoall_perf (default 1)\n"
     << "  -F <0|1>       floors in the same run: peer-write kernel, copy engine, flag round trip (default 1)\n"
-    << "  -T <0|1>       the fused kernel's in-kernel timeline per size, one eager call, per rank\n"
+    << "  -T <0|1>       the fused kernel's in-kernel timeline per size, one call, per rank\n"
     << "                 (a build with meson -Dtimeline=true; default 0)\n"
     << "  -J <file>      write the results as JSON\n"
     << "  -h             this help\n"

@@ -172,11 +172,11 @@ void printLines(Team& team, int thread, const std::vector<std::string>& mine) {
 // -T: the in-kernel timeline of one fused call of `rows` rows, run right
 // after an untimed one in the same graph, so that the ranks enter it
 // together (the first call ends on every rank within a flag's crossing, and
-// no host launch comes between). Per rank, each stage's
-// spread over the blocks (first..last block, microseconds from the rank's
-// first block's launch), and that launch against the first rank's
-// (%globaltimer of different GPUs: as far as their clocks agree).
-std::vector<std::string> timelineLines(Team& team, int thread, Mode& m, int64_t rows) {
+// no host launch comes between). Per rank, each stage's spread over the
+// blocks: first..last block, microseconds from the rank's first block's
+// launch. Ranks are not compared: the %globaltimer of two GPUs of one host
+// disagree by hundreds of microseconds (2 x H200: ~230 us).
+std::vector<std::string> timelineLines(Mode& m, int64_t rows) {
   const std::vector<cudaGraphExec_t> execs = capture(m, [&] {
     m.enqueue(Call::Fused, rows);
     for (const Slot& s : m.slots()) {
@@ -194,52 +194,35 @@ std::vector<std::string> timelineLines(Team& team, int thread, Mode& m, int64_t 
     CUDA_OR_DIE(cudaSetDevice(m.slots()[i].dev));
     CUDA_OR_DIE(cudaGraphExecDestroy(execs[i]));
   }
-  struct Spread {
-    uint64_t first[kTimelineStages], last[kTimelineStages];
-  };
-  std::vector<Spread> spread(NCCL_DCP_MAX_RANKS);
-  std::vector<uint64_t> entry(NCCL_DCP_MAX_RANKS, 0);
+  static const char* const kNames[kTimelineStages] = {"launch", "round", "first send", "sends issued", "flags seen",
+                                                      "done"};
+  std::vector<std::string> lines;
   std::vector<uint64_t> t((size_t)kTimelineBlocks * kTimelineSlots);
   for (const Slot& s : m.slots()) {
     CUDA_OR_DIE(cudaSetDevice(s.dev));
     NCCL_OR_DIE(timelineRead(t.data()));
     for (int rank = 0; rank < NCCL_DCP_MAX_RANKS; rank++) {
-      Spread& r = spread[rank];
-      for (int k = 0; k < kTimelineStages; k++) r.first[k] = UINT64_MAX, r.last[k] = 0;
+      uint64_t first[kTimelineStages], last[kTimelineStages];
+      for (int k = 0; k < kTimelineStages; k++) first[k] = UINT64_MAX, last[k] = 0;
       for (int b = 0; b < kTimelineBlocks; b++) {
         const uint64_t* block = &t[(size_t)b * kTimelineSlots];
         if (block[kTimelineStages] != (uint64_t)rank + 1) continue;
         for (int k = 0; k < kTimelineStages; k++) {
           const uint64_t at = timelineKeepsFirst(k) ? ~block[k] : block[k];
-          if (block[k]) r.first[k] = std::min(r.first[k], at), r.last[k] = std::max(r.last[k], at);
+          if (block[k]) first[k] = std::min(first[k], at), last[k] = std::max(last[k], at);
         }
       }
-      if (r.first[kStageLaunch] != UINT64_MAX) entry[rank] = r.first[kStageLaunch];
+      if (first[kStageLaunch] == UINT64_MAX) continue;
+      auto us = [&](uint64_t at) { return at && at != UINT64_MAX ? (at - first[kStageLaunch]) / 1e3 : -1.0; };
+      std::string line = "#  timeline rows " + std::to_string(rows) + " rank " + std::to_string(rank) + ":";
+      for (int k = 0; k < kTimelineStages; k++) {
+        char part[64];
+        snprintf(part, sizeof(part), " %s %.2f..%.2f%s", kNames[k], us(first[k]), us(last[k]),
+                 k + 1 < kTimelineStages ? "," : "");
+        line += part;
+      }
+      lines.push_back(line);
     }
-  }
-  std::vector<uint64_t> entries(entry.size() * team.threads() * team.group().processes);
-  team.allGather(thread, entry.data(), entry.size() * sizeof(uint64_t), entries.data());
-  uint64_t earliest = UINT64_MAX;
-  for (uint64_t e : entries)
-    if (e) earliest = std::min(earliest, e);
-
-  std::vector<std::string> lines;
-  for (int rank = 0; rank < NCCL_DCP_MAX_RANKS; rank++) {
-    if (!entry[rank]) continue;
-    const Spread& r = spread[rank];
-    auto us = [&](uint64_t at) { return at && at != UINT64_MAX ? (at - entry[rank]) / 1e3 : -1.0; };
-    std::string line = "#  timeline rows " + std::to_string(rows) + " rank " + std::to_string(rank);
-    char part[96];
-    snprintf(part, sizeof(part), " (enters +%.2f us):", (entry[rank] - earliest) / 1e3);
-    line += part;
-    static const char* const kNames[kTimelineStages] = {"launch", "round", "first send", "sends issued",
-                                                        "flags seen", "done"};
-    for (int k = 0; k < kTimelineStages; k++) {
-      snprintf(part, sizeof(part), " %s %.2f..%.2f%s", kNames[k], us(r.first[k]), us(r.last[k]),
-               k + 1 < kTimelineStages ? "," : "");
-      line += part;
-    }
-    lines.push_back(line);
   }
   return lines;
 }
@@ -290,7 +273,7 @@ int runSweep(const Args& a, Team& team, int thread, Mode& m) {
     }
     if (a.timeline) {
       team.barrier(thread);
-      printLines(team, thread, timelineLines(team, thread, m, b));
+      printLines(team, thread, timelineLines(m, b));
     }
     rows[k] = makeRow(a, b, m.bytesOf(b), m.nRanks(), s, m.idealUs(b));
     anyWrong = anyWrong || rows[k].fusedWrong > 0 || rows[k].baseWrong > 0;
