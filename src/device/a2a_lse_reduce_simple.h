@@ -2,7 +2,9 @@
  * The fused kernel over SIMPLE (proto_simple.h), for large batches.
  *
  *   send:    warps [0, kSimpleSendWarps) of every block. The block's items
- *            (chunk, destination) go in steps of a few; the writing warps
+ *            (chunk, destination) go in steps: all in one when they fit
+ *            in kSendBytesInFlight, else kSendStepBytes each (every step
+ *            costs a fence that waits for the link); the writing warps
  *            copy a step's units together from partialOut into the
  *            destinations' workspaces (proto_simple.h: 16-byte stores, no
  *            fence) and publish their progress in shared memory; the last
@@ -69,7 +71,8 @@ __device__ __forceinline__ SendPlan sendPlan(const FusedParams<Peers>& p, int ch
   // flight sends it in one step (one fence); a larger share goes in steps of
   // kSendStepBytes, flagged while the next ones cross.
   const int most = 32 / p.region.chunkUnits, itemBytes = p.region.chunkUnits * (int)p.region.unitBytes;
-  const int fewest = perBlock * itemBytes <= simple::kSendBytesInFlight ? perBlock : simple::kSendStepBytes / itemBytes;
+  const int fewest =
+      (int64_t)perBlock * itemBytes <= simple::kSendBytesInFlight ? perBlock : simple::kSendStepBytes / itemBytes;
   s.perStep = Peers::kLoopback ? most : max(1, min(fewest, most));
   s.steps = (s.items + s.perStep - 1) / s.perStep;
   const int stepBytes = s.perStep * itemBytes;
@@ -199,7 +202,7 @@ __device__ void mergeUnits(const FusedParams<Peers>& p, const RankIo& io, const 
   __syncwarp();
 
   const int vectors = (int)p.byVectors.d, total = count * vectors;
-  const size_t sourceBytes = (size_t)r.capacity * Hl * r.unitBytes;
+  const size_t sourceBytes = r.sourceBytes();
   const char* slotData = ws + r.offset + (size_t)slot * r.slotBytes;
   auto vectorAt = [&](int v) {
     const int k = p.byVectors.quotient(v), col = v - k * vectors, u = first + k * step;
