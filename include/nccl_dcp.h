@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 #define NCCL_DCP_MAJOR 0
-#define NCCL_DCP_MINOR 1
+#define NCCL_DCP_MINOR 2
 #define NCCL_DCP_PATCH 0
 #define NCCL_DCP_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
 #define NCCL_DCP_VERSION_CODE NCCL_DCP_VERSION(NCCL_DCP_MAJOR, NCCL_DCP_MINOR, NCCL_DCP_PATCH)
@@ -132,9 +132,31 @@ typedef enum {
 
 /* Path a context runs its calls on. */
 typedef enum {
-  ncclDcpPathFused = 0,    /* one kernel over the symmetric window (LSA pointers) */
+  ncclDcpPathFused = 0,    /* one kernel over the peers' workspaces (load/store pointers) */
   ncclDcpPathFallback = 1  /* ncclAlltoAll of the partials + a combine kernel */
 } ncclDcpPath_t;
+
+/* Where the fused path's workspace and its peer pointers come from, chosen
+ * at create (agreed by every rank) in this order of preference:
+ *  - nccl-window: ncclMemAlloc + ncclCommWindowRegister + a device
+ *    communicator (NCCL's symmetric memory, LSA pointers); the only provider
+ *    that spans a multi-node NVLink domain;
+ *  - cuda-ipc: when NCCL has no symmetric memory (NCCL_CUMEM_ENABLE=0, as
+ *    vLLM sets it; NCCL without cuMem) and every rank is on one host with
+ *    P2P to every other: cudaMalloc memory, handles exchanged through an
+ *    ncclAllGather on the communicator, opened with cudaIpcOpenMemHandle
+ *    (ranks in other processes) or by peer access (threads of one process).
+ *    Same kernels, protocols and AUTO policy;
+ *  - fallback: no workspace; ncclAlltoAll + combine (ncclDcpPathFallback).
+ * NCCL_DCP_PROVIDER=nccl-window|cuda-ipc|fallback forces one (create fails
+ * on every rank when the forced one is not available). */
+typedef enum {
+  ncclDcpProviderAuto = 0,       /* a request only: the first available above */
+  ncclDcpProviderNcclWindow = 1,
+  ncclDcpProviderCudaIpc = 2,
+  ncclDcpProviderFallback = 3,
+  ncclDcpNumProviders = 4
+} ncclDcpProvider_t;
 
 /* Where the NVLink information of a topology report came from. */
 typedef enum {
@@ -159,7 +181,8 @@ typedef struct ncclDcpTopology_v1 {
   unsigned int magic;
   unsigned int version;
   int nRanks, rank;
-  int lsaSize;                /* ranks reachable by load/store (NCCL's LSA team) */
+  int lsaSize;                /* ranks reachable by load/store: NCCL's LSA team (nccl-window),
+                                 every rank (cuda-ipc) */
   int path;                   /* ncclDcpPath_t */
   int protocol;               /* ncclDcpProtocol_t for small batches (AUTO resolved) */
   int classified;             /* 1 when every rank knows its link to every rank of the
@@ -175,13 +198,17 @@ typedef struct ncclDcpTopology_v1 {
   char cpuset[NCCL_DCP_MAX_RANKS][NCCL_DCP_CPUSET_CHARS]; /* CPUs nearest each rank's GPU,
                                             list format "0-55,112-167"; "" unknown */
   int simpleMinRows;                     /* AUTO: rounds of >= this many rows use SIMPLE; 0 never */
+  /* appended in 0.2 */
+  int provider;                          /* ncclDcpProvider_t of the workspace (Fallback: none) */
+  char pathNote[256];                    /* why the context is not on the fastest path its
+                                            GPUs could take, and the remedy; "" when it is */
 } ncclDcpTopology_t;
 
 #define NCCL_DCP_TOPOLOGY_MAGIC 0xdc970901u
 #define NCCL_DCP_TOPOLOGY_INITIALIZER {                                   \
   sizeof(ncclDcpTopology_t), NCCL_DCP_TOPOLOGY_MAGIC, NCCL_DCP_VERSION_CODE, \
   0, 0, 0, 0, 0, 0, {0}, {0}, {{0}},                                       \
-  0, {0}, {0}, {0}, {{0}}, 0                                               \
+  0, {0}, {0}, {0}, {{0}}, 0, 0, {0}                                       \
 }
 
 /* Library version (NCCL_DCP_VERSION_CODE of the loaded library).

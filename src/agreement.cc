@@ -1,14 +1,21 @@
 #include "agreement.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include <random>
+
+#include "enums.h"
 #include "error.h"
 
 namespace nccl_dcp {
 
 namespace {
 
-const char* const kStepNames[] = {"arguments", "agree", "device communicators", "choose path", "workspace", "ready"};
+const char* const kStepNames[] = {"arguments", "agree", "device communicators", "choose path", "workspace",
+                                   "map peers", "ready"};
 static_assert(sizeof(kStepNames) / sizeof(kStepNames[0]) == (size_t)CreateStep::Count, "a name per step");
 
 // An agreed input, named as the user sets it.
@@ -30,7 +37,7 @@ const Field kAgreedFields[] = {
     NCCL_DCP_FIELD("config->timeoutMs (else NCCL_DCP_TIMEOUT_MS)", timeoutMs),
     NCCL_DCP_FIELD("NCCL_DCP_SIMPLE_MIN_ROWS", simpleMinRows),
     NCCL_DCP_FIELD("NCCL_DCP_PDL", pdl),
-    NCCL_DCP_FIELD("NCCL_DCP_FORCE_FALLBACK", forceFallback),
+    NCCL_DCP_FIELD("NCCL_DCP_PROVIDER (or NCCL_DCP_FORCE_FALLBACK)", provider),
     NCCL_DCP_FIELD("the ll128_reread build option (NCCL_DCP_LL128_REREAD)", ll128Reread),
     NCCL_DCP_FIELD("window (own vs. application's)", inWindow),
     NCCL_DCP_FIELD("window offset", windowOffset),
@@ -58,7 +65,7 @@ Agreement agreementOf(const Config& c, int ncclVersion, bool inWindow, size_t wi
   a.timeoutMs = c.timeoutMs;
   a.simpleMinRows = c.protocol == ncclDcpProtoAuto ? c.simpleMinRows : 0;  // only AUTO reads it
   a.pdl = c.pdl;
-  a.forceFallback = c.forceFallback;
+  a.provider = c.provider;
   a.ll128Reread = NCCL_DCP_LL128_REREAD;
   a.inWindow = inWindow;
   a.windowOffset = windowOffset;
@@ -104,6 +111,109 @@ bool allCapable(const RankRecord* all, int nRanks) {
   for (int r = 0; r < nRanks; r++)
     if (!all[r].devComm.capable) return false;
   return true;
+}
+
+namespace {
+
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string format(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  return buf;
+}
+
+// Why NCCL's symmetric memory does not reach every rank ("" when it does).
+std::string whyNoWindow(const RankRecord* all, int nRanks) {
+  for (int r = 0; r < nRanks; r++) {
+    const DevCommOutcome& d = all[r].devComm;
+    if (d.capable) continue;
+    if (!d.tried) return "NCCL's symmetric memory was not tried (NCCL_DCP_PROVIDER)";
+    if (!d.created)
+      return d.cumemDisabled
+                 ? format("NCCL has no symmetric memory on rank %d: NCCL_CUMEM_ENABLE=0 (as vLLM sets it on one "
+                          "node); NCCL_CUMEM_ENABLE=1 gives the nccl-window provider",
+                          r)
+                 : format("NCCL has no symmetric memory on rank %d (ncclDevCommCreate failed: NCCL built without "
+                          "cuMem, or no P2P; NCCL_DEBUG=INFO says which)",
+                          r);
+    return format("NCCL's LSA team of rank %d holds %d of %d ranks (ranks on several nodes, or not "
+                  "node-contiguous)",
+                  r, d.lsaSize, nRanks);
+  }
+  return "";
+}
+
+// Why CUDA IPC cannot map every peer ("" when it can).
+std::string whyNoIpc(const RankRecord* all, int nRanks) {
+  for (int r = 0; r < nRanks; r++) {
+    const IpcOutcome& o = all[r].ipc;
+    const int p = o.peer;
+    const char* peerBus = p >= 0 && p < nRanks ? all[p].view.busId : "?";
+    switch ((IpcBlock)o.block) {
+      case IpcBlock::None: continue;
+      case IpcBlock::NotTried: return "cuda-ipc was not tried (NCCL_DCP_PROVIDER, or an application's window)";
+      case IpcBlock::OtherHost:
+        return format("ranks %d and %d are on different hosts: CUDA IPC maps GPUs of one host only (multi-node: "
+                      "NCCL's symmetric memory over multi-node NVLink)",
+                      r, p);
+      case IpcBlock::NoP2p:
+        return format("no P2P between GPU %.16s (rank %d) and GPU %.16s (rank %d): check nvidia-smi topo -m, "
+                      "or an IOMMU / ACS setting that blocks P2P",
+                      all[r].view.busId, r, peerBus, p);
+      case IpcBlock::NotVisible:
+        return format("GPU %.16s of rank %d is not visible to rank %d (CUDA_VISIBLE_DEVICES) and not known to be "
+                      "NVLink-connected: P2P cannot be checked; make every GPU of the host visible to every rank",
+                      peerBus, p, r);
+    }
+    return format("rank %d: unknown cuda-ipc outcome %d", r, o.block);
+  }
+  return "";
+}
+
+}  // namespace
+
+ncclResult_t chooseProvider(ncclDcpProvider_t requested, const RankRecord* all, int nRanks,
+                            ncclDcpProvider_t* provider, std::string* note) {
+  const std::string noWindow = whyNoWindow(all, nRanks), noIpc = whyNoIpc(all, nRanks);
+  note->clear();
+  switch (requested) {
+    case ncclDcpProviderNcclWindow:
+    case ncclDcpProviderCudaIpc: {
+      const std::string& why = requested == ncclDcpProviderNcclWindow ? noWindow : noIpc;
+      if (!why.empty())
+        return fail(ncclInvalidUsage, "create step 'choose path': NCCL_DCP_PROVIDER=%s is not available: %s",
+                    providerName(requested), why.c_str());
+      *provider = requested;
+      return ncclSuccess;
+    }
+    case ncclDcpProviderFallback:
+      *provider = ncclDcpProviderFallback;
+      *note = "fallback path (ncclAlltoAll + combine) forced by NCCL_DCP_PROVIDER=fallback or "
+              "NCCL_DCP_FORCE_FALLBACK=1: unset it for the fused path";
+      return ncclSuccess;
+    default: break;
+  }
+  if (noWindow.empty()) {
+    *provider = ncclDcpProviderNcclWindow;
+  } else if (noIpc.empty()) {
+    *provider = ncclDcpProviderCudaIpc;
+    *note = "fused path on CUDA IPC mappings of nccl-dcp's own (cuda-ipc provider), not NCCL's window: " + noWindow;
+  } else {
+    *provider = ncclDcpProviderFallback;
+    *note = "fallback path (ncclAlltoAll + combine, slower than the fused kernel): " + noWindow + "; and " + noIpc;
+  }
+  return ncclSuccess;
+}
+
+uint64_t processIdentity() {
+  static const uint64_t id = [] {
+    std::random_device rd;
+    return ((uint64_t)rd() << 32 | rd()) ^ (uint64_t)getpid();
+  }();
+  return id;
 }
 
 }  // namespace nccl_dcp

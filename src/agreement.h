@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <string>
+
 #include "protocol.h"
 #include "topology.h"
 #include "types.h"
@@ -24,7 +26,8 @@ enum class CreateStep : int32_t {
   Agree,                // the agreed inputs equal on every rank (pure)
   DeviceCommunicators,  // ncclDevCommCreate (collective)
   ChoosePath,           // fused or fallback, the protocol policy, the error record
-  Workspace,            // memory, window registration (collective), zeroing
+  Workspace,            // memory (cuda-ipc: its IPC handle)
+  MapPeers,             // window registration (collective) or peers' IPC handles opened; zeroing
   Ready,                // every rank's workspace zero before any first call
   Count
 };
@@ -37,7 +40,7 @@ struct Agreement {
   int32_t libVersion, ncclVersion;
   int32_t headDim, localHeads, dtype, lseBase, maxBatch, protocol, timeoutMs;
   int32_t simpleMinRows;  // the effective NCCL_DCP_SIMPLE_MIN_ROWS (0 unless AUTO reads it)
-  int32_t pdl, forceFallback, ll128Reread;
+  int32_t pdl, provider, ll128Reread;  // provider: the requested ncclDcpProvider_t
   int32_t inWindow;  // the application's window (1) or our own (0)
   uint64_t windowOffset;
 };
@@ -60,6 +63,29 @@ struct RankView {
 struct DevCommOutcome {
   int32_t capable;  // a device communicator whose LSA team is every rank
   int32_t lsaSize, lsaRank;
+  int32_t created;        // ncclDevCommCreate succeeded (0: failed, or not tried)
+  int32_t tried;          // 0: the requested provider skipped it
+  int32_t cumemDisabled;  // NCCL_CUMEM_ENABLE=0 in this rank's environment
+};
+
+// Why a rank cannot map every peer's memory with CUDA IPC (cuda-ipc provider).
+enum class IpcBlock : int32_t {
+  None = 0,    // it can
+  NotTried,    // the requested provider or an application window excludes cuda-ipc
+  OtherHost,   // `peer` is on another host
+  NoP2p,       // no P2P between this rank's GPU and `peer`'s
+  NotVisible,  // `peer`'s GPU is not visible here (CUDA_VISIBLE_DEVICES) and not known NVLink
+};
+struct IpcOutcome {
+  int32_t block;  // IpcBlock
+  int32_t peer;   // the first peer that blocks it; -1 when none
+};
+
+// A rank's workspace on the cuda-ipc provider, as its peers open it.
+struct IpcExport {
+  unsigned char handle[64];  // cudaIpcMemHandle_t of the workspace's allocation
+  uint64_t address;          // the workspace in its own process (peers in that process use it)
+  uint64_t process;          // identity of its process (processIdentity())
 };
 
 // A rank's status: its first failure, the step, and the message.
@@ -75,6 +101,8 @@ struct RankRecord {
   Agreement agreement;
   RankView view;
   DevCommOutcome devComm;
+  IpcOutcome ipc;
+  IpcExport ipcExport;
 };
 
 // Records a rank's failure at step (the first one sticks).
@@ -91,6 +119,18 @@ ncclResult_t checkAgreement(const RankRecord* all, int nRanks);
 
 // The fused path needs every rank's device communicator to span all ranks.
 bool allCapable(const RankRecord* all, int nRanks);
+
+// The provider of the workspace (nccl_dcp.h: ncclDcpProvider_t), the same
+// on every rank from the same records: the requested one, or under Auto
+// the first available of nccl-window, cuda-ipc, fallback. note: why the
+// context is not on the fastest path its GPUs could take, with the remedy
+// ("" when it is). A forced provider that is not available fails.
+ncclResult_t chooseProvider(ncclDcpProvider_t requested, const RankRecord* all, int nRanks,
+                            ncclDcpProvider_t* provider, std::string* note);
+
+// A value unique to this process (threads of one process share it; two
+// processes never do, PID namespaces included).
+uint64_t processIdentity();
 
 
 }  // namespace nccl_dcp

@@ -1,15 +1,34 @@
 /*************************************************************************
- * Entry points: clear the thread's last error, check every argument, then
- * hand over to the context.
+ * Entry points: clear the thread's last error, check every argument and
+ * handle (handles.h), then hand over to the context.
  ************************************************************************/
+#include <stddef.h>
+#include <string.h>
+
+#include <vector>
+
 #include "context.h"
 #include "error.h"
 #include "log.h"
 #include "nccl_dcp.h"
+#include "handles.h"
 
 using namespace nccl_dcp;
 
 #define NCCL_DCP_API extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+// createContexts for nComms communicators, handles for what it made.
+ncclResult_t createHandles(int nComms, const ncclComm_t* comms, const ncclDcpConfig_t* cfg, const AppWindow* windows,
+                           ncclDcpContext_t* out) {
+  std::vector<Context*> made(nComms > 0 ? nComms : 0, nullptr);
+  DCPCHECK(createContexts(nComms, comms, cfg, windows, out ? made.data() : nullptr));
+  for (int i = 0; i < nComms; i++) out[i] = made[i]->handle = registerContext(made[i]);
+  return ncclSuccess;
+}
+
+}  // namespace
 
 NCCL_DCP_API ncclResult_t ncclDcpGetVersion(int* version) {
   clearLastError();
@@ -32,13 +51,16 @@ NCCL_DCP_API ncclResult_t ncclDcpContextCreate(ncclComm_t comm, const ncclDcpCon
                                                ncclDcpContext_t* ctx) {
   clearLastError();
   if (comm == nullptr) return fail(ncclInvalidArgument, "comm is NULL");
-  return createContexts(1, &comm, cfg, nullptr, ctx);
+  if (ctx) *ctx = nullptr;
+  return createHandles(1, &comm, cfg, nullptr, ctx);
 }
 
 NCCL_DCP_API ncclResult_t ncclDcpContextCreateGroup(int nComms, const ncclComm_t* comms,
                                                     const ncclDcpConfig_t* cfg, ncclDcpContext_t* ctxs) {
   clearLastError();
-  return createContexts(nComms, comms, cfg, nullptr, ctxs);
+  if (ctxs)
+    for (int i = 0; i < nComms; i++) ctxs[i] = nullptr;
+  return createHandles(nComms, comms, cfg, nullptr, ctxs);
 }
 
 NCCL_DCP_API ncclResult_t ncclDcpContextCreateInWindow(ncclComm_t comm, ncclWindow_t win, size_t offset,
@@ -46,27 +68,35 @@ NCCL_DCP_API ncclResult_t ncclDcpContextCreateInWindow(ncclComm_t comm, ncclWind
                                                        ncclDcpContext_t* ctx) {
   clearLastError();
   if (comm == nullptr) return fail(ncclInvalidArgument, "comm is NULL");
+  if (ctx) *ctx = nullptr;
   AppWindow w = {win, offset, bytes};  // checked in create's first step, with the peers told
-  return createContexts(1, &comm, cfg, &w, ctx);
+  return createHandles(1, &comm, cfg, &w, ctx);
 }
 
 NCCL_DCP_API ncclResult_t ncclDcpContextDestroy(ncclDcpContext_t ctx) {
   clearLastError();
   if (ctx == nullptr) return ncclSuccess;
-  return destroyContexts(1, &ctx);
+  Context* c;
+  DCPCHECK(retireContexts(1, &ctx, "ctx", &c));
+  return destroyContexts(1, &c);
 }
 
 NCCL_DCP_API ncclResult_t ncclDcpContextAbort(ncclDcpContext_t ctx) {
   clearLastError();
   if (ctx == nullptr) return ncclSuccess;
-  return abortContext(ctx);
+  Context* c;
+  DCPCHECK(retireContexts(1, &ctx, "ctx", &c));
+  return abortContext(c);
 }
 
 NCCL_DCP_API ncclResult_t ncclDcpContextDestroyGroup(int nCtxs, ncclDcpContext_t* ctxs) {
   clearLastError();
   if (nCtxs < 0) return fail(ncclInvalidArgument, "nCtxs %d is negative", nCtxs);
   if (nCtxs > 0 && ctxs == nullptr) return fail(ncclInvalidArgument, "ctxs is NULL");
-  return destroyContexts(nCtxs, ctxs);
+  std::vector<Context*> contexts(nCtxs);
+  DCPCHECK(retireContexts(nCtxs, ctxs, "ctxs[i]", contexts.data()));
+  for (int i = 0; i < nCtxs; i++) ctxs[i] = nullptr;
+  return destroyContexts(nCtxs, contexts.data());
 }
 
 NCCL_DCP_API ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* partialOut,
@@ -74,28 +104,36 @@ NCCL_DCP_API ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* 
                                               const ncclDcpStrides_t* stridesIn, cudaStream_t stream) {
   clearLastError();
   if (ctx == nullptr) return fail(ncclInvalidArgument, "ctx is NULL");
+  ContextUse c(ctx, "ctx");
+  if (c.get() == nullptr) return ncclInvalidArgument;
   const CallBuffers buf = {partialOut, partialLse, out, outLse};
   Strides strides;
-  DCPCHECK(ctx->engine.admit(&buf, 1, batch, stridesIn, stream, &strides));
-  if (batch == 0) return ncclSuccess;
-  return contextEnqueue(ctx, buf, batch, strides, stream);
+  DCPCHECK(c->engine.admit(&buf, 1, batch, stridesIn, &strides));
+  if (batch == 0) return contextAsyncError(c.get());
+  return contextEnqueue(c.get(), buf, batch, strides, stream);
 }
 
-NCCL_DCP_API ncclResult_t ncclDcpContextBindStream(ncclDcpContext_t ctx, cudaStream_t stream) {
+NCCL_DCP_API ncclResult_t ncclDcpContextBindStream(ncclDcpContext_t ctx, cudaStream_t) {
   clearLastError();
   if (ctx == nullptr) return fail(ncclInvalidArgument, "ctx is NULL");
-  ctx->engine.bindStream(stream);
-  return ncclSuccess;
+  ContextUse c(ctx, "ctx");
+  return c.get() ? ncclSuccess : ncclInvalidArgument;
 }
 
 NCCL_DCP_API ncclResult_t ncclDcpGetTopology(ncclDcpContext_t ctx, ncclDcpTopology_t* topo) {
   clearLastError();
   if (ctx == nullptr) return fail(ncclInvalidArgument, "ctx is NULL");
   if (topo == nullptr) return fail(ncclInvalidArgument, "topo is NULL");
-  if (topo->magic != NCCL_DCP_TOPOLOGY_MAGIC || topo->size != sizeof(ncclDcpTopology_t))
+  // Append-only: a caller built against 0.1 passes the shorter struct.
+  const size_t v1 = offsetof(ncclDcpTopology_t, provider);
+  if (topo->magic != NCCL_DCP_TOPOLOGY_MAGIC || (topo->size != sizeof(ncclDcpTopology_t) && topo->size != v1))
     return fail(ncclInvalidArgument,
                 "topo->magic/size do not match: initialise it with NCCL_DCP_TOPOLOGY_INITIALIZER");
-  *topo = ctx->topology;
+  ContextUse c(ctx, "ctx");
+  if (c.get() == nullptr) return ncclInvalidArgument;
+  const size_t size = topo->size;
+  memcpy(topo, &c->topology, size);
+  topo->size = size;
   return ncclSuccess;
 }
 
@@ -103,7 +141,9 @@ NCCL_DCP_API ncclResult_t ncclDcpGetAsyncError(ncclDcpContext_t ctx, ncclResult_
   clearLastError();
   if (ctx == nullptr) return fail(ncclInvalidArgument, "ctx is NULL");
   if (asyncError == nullptr) return fail(ncclInvalidArgument, "asyncError is NULL");
-  *asyncError = ctx->engine.asyncError();
+  ContextUse c(ctx, "ctx");
+  if (c.get() == nullptr) return ncclInvalidArgument;
+  *asyncError = contextAsyncError(c.get());
   return ncclSuccess;
 }
 

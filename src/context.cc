@@ -6,10 +6,13 @@
  *   arguments             local checks                         -> gather
  *   agree                 the gathered records agree           (pure)
  *   device communicators  ncclDevCommCreate (collective), each
- *                         rank's view of its links (topology.h) -> gather
- *   choose path           fused or fallback, protocol policy   -> gather
- *   workspace             memory -> gather -> window registration
- *                         (collective), zeroing
+ *                         rank's view of its links (topology.h)
+ *                         and of CUDA IPC to its peers          -> gather
+ *   choose path           the provider (nccl-window, cuda-ipc,
+ *                         fallback), protocol policy            -> gather
+ *   workspace             memory (cuda-ipc: and its handle)     -> gather
+ *   map peers             window registration (collective) or
+ *                         the peers' handles opened; zeroing
  *   ready                 every workspace is zero              -> gather
  * Each gather all-gathers every rank's record, its status included, over
  * the communicator itself: after it every rank returns the same error (the
@@ -21,12 +24,15 @@
 #include "context.h"
 
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <string>
 #include <vector>
 
 #include "agreement.h"
+#include "enums.h"
 #include "error.h"
 #include "log.h"
 #include "device/nccl_compat.h"
@@ -60,11 +66,13 @@ void keepFirst(ncclResult_t* res, ncclResult_t r, const char* what) {
     *res = fail(r, "%s failed while releasing a context: %s", what, ncclGetLastError(nullptr));
 }
 
-ncclResult_t releaseContext(ncclDcpContext_t ctx, FreeMode mode) {
+ncclResult_t releaseContext(Context* ctx, FreeMode mode) {
   ncclResult_t res = ncclSuccess;
   if (ctx->cudaDev >= 0) cudaSetDevice(ctx->cudaDev);
   if (ctx->ownsWindow) keepFirst(&res, ncclCommWindowDeregister(ctx->comm, ctx->window), "ncclCommWindowDeregister");
-  freeMemory(MemoryKind::NcclMem, ctx->cudaDev, ctx->ownedMemory, mode);
+  for (int r = 0; r < ctx->nRanks && r < NCCL_DCP_MAX_RANKS; r++)
+    if (ctx->ipcMapped[r]) freeMemory(MemoryKind::IpcImport, ctx->cudaDev, ctx->lsa[r], mode);
+  freeMemory(ctx->ownedKind, ctx->cudaDev, ctx->ownedMemory, mode);
   freeFallbackBuffers(&ctx->fallback, ctx->cudaDev, mode);
   ctx->engine.release(mode);
   if (ctx->hasDevComm) keepFirst(&res, ncclDevCommDestroy(ctx->comm, &ctx->devComm), "ncclDevCommDestroy");
@@ -81,7 +89,7 @@ struct Member {
   int rank = 0, nRanks = 0, dev = -1;
   cudaStream_t stream = nullptr;  // the exchange's and the zeroing's
   void* scratch = nullptr;        // device: nRanks records
-  ncclDcpContext_t ctx = nullptr;
+  Context* ctx = nullptr;
   RankRecord mine;
   std::vector<RankRecord> all;    // after a gather: every rank's record
 
@@ -110,9 +118,12 @@ struct Creation {
       NCCLCHECK(ncclCommCount(m.comm, &m.nRanks));
       NCCLCHECK(ncclCommCuDevice(m.comm, &m.dev));
       memset(&m.mine, 0, sizeof(m.mine));
-      m.mine.devComm = {0, 1, 0};  // no device communicator: an LSA team of one
+      m.mine.devComm.lsaSize = 1;  // no device communicator: an LSA team of one
+      const char* cumem = getenv("NCCL_CUMEM_ENABLE");
+      m.mine.devComm.cumemDisabled = cumem != nullptr && strcmp(cumem, "0") == 0;
+      m.mine.ipc = {(int32_t)IpcBlock::NotTried, -1};
       m.all.resize(m.nRanks);
-      m.ctx = new ncclDcpContext();
+      m.ctx = new Context();
       m.ctx->comm = m.comm;
       m.ctx->rank = m.rank;
       m.ctx->nRanks = m.nRanks;
@@ -173,7 +184,7 @@ struct Creation {
 
 // ---- 1. Arguments: everything a rank can check alone.
 
-ncclResult_t checkCommonArguments(const ncclDcpConfig_t* cfgIn, const ncclDcpContext_t* out, Creation* c) {
+ncclResult_t checkCommonArguments(const ncclDcpConfig_t* cfgIn, Context* const* out, Creation* c) {
   if (out == nullptr) return fail(ncclInvalidArgument, "the output (ctx / ctxs) is NULL");
   DCPCHECK(resolveConfig(cfgIn, env(), &c->cfg));
   NCCLCHECK(ncclGetVersion(&c->ncclVersion));
@@ -201,7 +212,7 @@ ncclResult_t fillRankView(int dev, RankView* view) {
 }
 
 ncclResult_t stepArguments(Creation* c, const ncclDcpConfig_t* cfgIn, const AppWindow* windows,
-                           const ncclDcpContext_t* out) {
+                           Context* const* out) {
   const ncclResult_t common = checkCommonArguments(cfgIn, out, c);
   const std::string commonMessage = lastError();
   for (size_t i = 0; i < c->members.size(); i++) {
@@ -239,6 +250,7 @@ void createDevComms(Creation* c) {
   const ncclResult_t end = ncclGroupEnd();
   for (size_t i = 0; i < c->members.size(); i++) {
     Member& m = c->members[i];
+    m.mine.devComm.tried = 1;
     if (rc[i] != ncclSuccess || end != ncclSuccess) {
       INFO("rank %d: ncclDevCommCreate failed (%s: %s): no symmetric memory support (e.g. NCCL_CUMEM_ENABLE=0 "
            "or no P2P)",
@@ -247,31 +259,80 @@ void createDevComms(Creation* c) {
     }
     m.ctx->hasDevComm = true;
     const ncclDevComm& dc = m.ctx->devComm;
-    m.mine.devComm = {dc.lsaSize == m.nRanks, dc.lsaSize, dc.lsaRank};
+    DevCommOutcome& d = m.mine.devComm;
+    d.capable = dc.lsaSize == m.nRanks;
+    d.lsaSize = dc.lsaSize;
+    d.lsaRank = dc.lsaRank;
+    d.created = 1;
     if (dc.lsaSize != m.nRanks)
       INFO("rank %d: LSA team has %d of %d ranks (ranks span nodes or are not node-contiguous)", m.rank, dc.lsaSize,
            m.nRanks);
   }
 }
 
+bool allOnOneHost(const Member& m) {
+  for (int r = 0; r < m.nRanks; r++)
+    if (m.all[r].view.links.hostHash != m.all[0].view.links.hostHash) return false;
+  return true;
+}
+
 // Each rank classifies its peers from its own GPU (DESIGN §5): the part of
 // the report the topology model fills, and the view the ranks agree on.
+// The team it classifies: NCCL's LSA team, else every rank when all share
+// one host (what cuda-ipc could map), else itself.
 void describeLinks(Member* m) {
   ncclDcpTopology_t& t = m->ctx->topology;
+  const DevCommOutcome& d = m->mine.devComm;
   t.nRanks = m->nRanks;
   t.rank = m->rank;
-  t.lsaSize = m->mine.devComm.lsaSize;
+  int first = m->rank;
+  t.lsaSize = 1;
+  if (d.created) {
+    first = m->rank - d.lsaRank;
+    t.lsaSize = d.lsaSize;
+  } else if (allOnOneHost(*m)) {
+    first = 0;
+    t.lsaSize = m->nRanks;
+  }
   for (int r = 0; r < m->nRanks && r < NCCL_DCP_MAX_RANKS; r++)
     memcpy(t.busId[r], m->all[r].view.busId, sizeof(t.busId[r]));
   std::string why;
-  describePeers(systemTopology(&why), why.c_str(), m->rank - m->mine.devComm.lsaRank, &t);
+  describePeers(systemTopology(&why), why.c_str(), first, &t);
   m->mine.view.links = linkViewOf(t, m->mine.view.links.hostHash);
 }
 
-ncclResult_t stepDeviceCommunicators(Creation* c) {
-  if (!c->cfg.forceFallback) createDevComms(c);
+// Whether this rank can map every peer's memory with CUDA IPC: one host,
+// and P2P from its GPU to every peer's (each rank checks its direction,
+// so the records hold both). A peer's GPU this process cannot see
+// (CUDA_VISIBLE_DEVICES) is accepted when the topology proves NVLink.
+IpcOutcome ipcOutcome(const Member& m) {
+  const ncclDcpTopology_t& t = m.ctx->topology;
+  for (int r = 0; r < m.nRanks; r++)
+    if (m.all[r].view.links.hostHash != m.mine.view.links.hostHash) return {(int32_t)IpcBlock::OtherHost, r};
+  for (int r = 0; r < m.nRanks; r++) {
+    if (r == m.rank) continue;
+    int peerDev = -1, canAccess = 0;
+    if (cudaDeviceGetByPCIBusId(&peerDev, m.all[r].view.busId) != cudaSuccess) {
+      cudaGetLastError();
+      if (t.link[r] != ncclDcpLinkNvlink) return {(int32_t)IpcBlock::NotVisible, r};
+      continue;
+    }
+    if (cudaDeviceCanAccessPeer(&canAccess, m.dev, peerDev) != cudaSuccess || !canAccess) {
+      cudaGetLastError();
+      return {(int32_t)IpcBlock::NoP2p, r};
+    }
+  }
+  return {(int32_t)IpcBlock::None, -1};
+}
+
+ncclResult_t stepDeviceCommunicators(Creation* c, const AppWindow* windows) {
+  const ncclDcpProvider_t want = c->cfg.provider;
+  if (want == ncclDcpProviderAuto || want == ncclDcpProviderNcclWindow) createDevComms(c);
+  // The application's window is NCCL's: nothing for cuda-ipc to map.
+  const bool ipcWanted = (want == ncclDcpProviderAuto || want == ncclDcpProviderCudaIpc) && windows == nullptr;
   for (Member& m : c->members) {
     describeLinks(&m);
+    if (ipcWanted) m.mine.ipc = ipcOutcome(m);
     m.record(CreateStep::DeviceCommunicators, ncclSuccess);
   }
   return c->gather();
@@ -279,17 +340,27 @@ ncclResult_t stepDeviceCommunicators(Creation* c) {
 
 // ---- 4. Choose the path and the protocol policy from every rank's record.
 
+// Ranks reachable by load/store on the chosen provider.
+int lsaSizeOf(const Member& m, ncclDcpProvider_t provider) {
+  if (provider == ncclDcpProviderCudaIpc) return m.nRanks;
+  return m.mine.devComm.created ? m.mine.devComm.lsaSize : 1;
+}
+
 ncclResult_t choosePath(const Config& cfg, const Member& m) {
-  ncclDcpContext_t ctx = m.ctx;
-  const bool fused = allCapable(m.all.data(), m.nRanks);
+  Context* ctx = m.ctx;
+  ncclDcpTopology_t& t = ctx->topology;
+  std::string note;
+  DCPCHECK(chooseProvider(cfg.provider, m.all.data(), m.nRanks, &ctx->provider, &note));
+  const bool fused = ctx->provider != ncclDcpProviderFallback;
   ctx->path = fused ? ncclDcpPathFused : ncclDcpPathFallback;
-  if (!fused)
-    INFO("rank %d: fallback path (ncclAlltoAll + combine): %s", m.rank,
-         cfg.forceFallback ? "NCCL_DCP_FORCE_FALLBACK=1"
-                           : "not every rank can reach every other through symmetric memory");
+  t.provider = ctx->provider;
+  t.lsaSize = lsaSizeOf(m, ctx->provider);
+  snprintf(t.pathNote, sizeof(t.pathNote), "%s", note.c_str());
+  // Never silent: one WARN per context, from rank 0, at the default level.
+  if (!note.empty() && m.rank == 0) WARN("%s", note.c_str());
+  if (!note.empty() && m.rank != 0) INFO("rank %d: %s", m.rank, note.c_str());
   std::vector<LinkView> views(m.nRanks);
   for (int r = 0; r < m.nRanks; r++) views[r] = m.all[r].view.links;
-  ncclDcpTopology_t& t = ctx->topology;
   const LinkSummary links = agreeOnLinks(views.data(), fused, &t);
   CUDACHECK(cudaSetDevice(m.dev));
   DCPCHECK(ctx->engine.init(cfg, m.nRanks, m.rank, chooseProtocols(cfg.protocol, links, cfg.simpleMinRows)));
@@ -307,8 +378,28 @@ ncclResult_t stepChoosePath(Creation* c) {
 
 // ---- 5. Workspace: memory first, agreed before any rank registers it.
 
-ncclResult_t allocWorkspace(const Member& m, const AppWindow* w) {
-  ncclDcpContext_t ctx = m.ctx;
+// cuda-ipc: plain device memory (IPC handles need cudaMalloc, DESIGN §9)
+// and the handle the peers open.
+ncclResult_t allocIpcWorkspace(Member& m, size_t bytes) {
+  Context* ctx = m.ctx;
+  static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(m.mine.ipcExport.handle), "handle fits the record");
+  ctx->ownedKind = MemoryKind::Device;
+  const cudaError_t e = cudaMalloc(&ctx->ownedMemory, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    ctx->ownedMemory = nullptr;
+    return fail(ncclSystemError, "cudaMalloc of a %zu-byte workspace failed: %s", bytes, cudaGetErrorString(e));
+  }
+  cudaIpcMemHandle_t handle;
+  CUDACHECK(cudaIpcGetMemHandle(&handle, ctx->ownedMemory));
+  memcpy(m.mine.ipcExport.handle, &handle, sizeof(handle));
+  m.mine.ipcExport.address = (uint64_t)(uintptr_t)ctx->ownedMemory;
+  m.mine.ipcExport.process = processIdentity();
+  return ncclSuccess;
+}
+
+ncclResult_t allocWorkspace(Member& m, const AppWindow* w) {
+  Context* ctx = m.ctx;
   CUDACHECK(cudaSetDevice(m.dev));
   if (ctx->path == ncclDcpPathFallback) return allocFallbackBuffers(ctx->engine.cfg, m.nRanks, &ctx->fallback);
   if (w) {
@@ -317,6 +408,7 @@ ncclResult_t allocWorkspace(const Member& m, const AppWindow* w) {
     return ncclSuccess;
   }
   const size_t bytes = ctx->engine.layout.totalBytes;
+  if (ctx->provider == ncclDcpProviderCudaIpc) return allocIpcWorkspace(m, bytes);
   if (ncclMemAlloc(&ctx->ownedMemory, bytes) != ncclSuccess)
     return fail(ncclSystemError, "ncclMemAlloc of %zu bytes failed: %s", bytes, ncclGetLastError(m.comm));
   return ncclSuccess;
@@ -324,34 +416,77 @@ ncclResult_t allocWorkspace(const Member& m, const AppWindow* w) {
 
 // Collective: every rank reaches it, or none (the gather before it).
 void registerWindows(Creation* c) {
-  std::vector<Member*> owners;  // fused path in memory of our own
+  std::vector<Member*> owners;  // nccl-window in memory of our own
   for (Member& m : c->members)
-    if (m.ctx->ownedMemory) owners.push_back(&m);
+    if (m.ctx->ownedMemory && m.ctx->provider == ncclDcpProviderNcclWindow) owners.push_back(&m);
   if (owners.empty()) return;
   std::vector<ncclResult_t> rc(owners.size(), ncclInternalError);
   const ncclResult_t start = ncclGroupStart();
   for (size_t i = 0; start == ncclSuccess && i < owners.size(); i++) {
-    ncclDcpContext_t ctx = owners[i]->ctx;
+    Context* ctx = owners[i]->ctx;
     rc[i] = ncclCommWindowRegister(ctx->comm, ctx->ownedMemory, ctx->engine.layout.totalBytes, &ctx->window,
                                    NCCL_WIN_DEFAULT);
   }
   const ncclResult_t end = start == ncclSuccess ? ncclGroupEnd() : start;
   for (size_t i = 0; i < owners.size(); i++) {
-    ncclDcpContext_t ctx = owners[i]->ctx;
+    Context* ctx = owners[i]->ctx;
     if (rc[i] == ncclSuccess && end == ncclSuccess && ctx->window != nullptr) {
       ctx->ownsWindow = true;
       continue;
     }
     const ncclResult_t code = rc[i] != ncclSuccess ? rc[i] : end != ncclSuccess ? end : ncclSystemError;
-    owners[i]->record(CreateStep::Workspace, fail(code, "ncclCommWindowRegister of %zu bytes failed: %s",
-                                                  ctx->engine.layout.totalBytes, ncclGetLastError(ctx->comm)));
+    owners[i]->record(CreateStep::MapPeers, fail(code, "ncclCommWindowRegister of %zu bytes failed: %s",
+                                                 ctx->engine.layout.totalBytes, ncclGetLastError(ctx->comm)));
   }
 }
 
-ncclResult_t zeroWorkspace(const Member& m) {
-  ncclDcpContext_t ctx = m.ctx;
-  if (ctx->path == ncclDcpPathFallback) return ncclSuccess;
+// Threads of one process share the address space: a peer's workspace is
+// reached by peer access (enabled once per device pair, process-wide).
+ncclResult_t enablePeerAccess(int dev, const char* peerBusId) {
+  int peerDev = -1;
+  CUDACHECK(cudaDeviceGetByPCIBusId(&peerDev, peerBusId));
+  if (peerDev == dev) return ncclSuccess;
+  const cudaError_t e = cudaDeviceEnablePeerAccess(peerDev, 0);
+  if (e == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
+  else CUDACHECK(e);
+  return ncclSuccess;
+}
+
+// cuda-ipc: every rank's workspace as this rank addresses it.
+ncclResult_t openPeers(const Member& m) {
+  Context* ctx = m.ctx;
   CUDACHECK(cudaSetDevice(m.dev));
+  for (int r = 0; r < m.nRanks; r++) {
+    const IpcExport& e = m.all[r].ipcExport;
+    if (r == m.rank) {
+      ctx->lsa[r] = (char*)ctx->ownedMemory;
+    } else if (e.process == processIdentity()) {
+      DCPCHECK(enablePeerAccess(m.dev, m.all[r].view.busId));
+      ctx->lsa[r] = (char*)(uintptr_t)e.address;
+    } else {
+      cudaIpcMemHandle_t handle;
+      memcpy(&handle, e.handle, sizeof(handle));
+      void* p = nullptr;
+      const cudaError_t err = cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess);
+      if (err != cudaSuccess) {
+        cudaGetLastError();
+        return fail(ncclUnhandledCudaError, "cudaIpcOpenMemHandle of rank %d's workspace (GPU %.16s) failed: %s",
+                    r, m.all[r].view.busId, cudaGetErrorString(err));
+      }
+      ctx->lsa[r] = (char*)p;
+      ctx->ipcMapped[r] = true;
+    }
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t zeroWorkspace(const Member& m) {
+  Context* ctx = m.ctx;
+  CUDACHECK(cudaSetDevice(m.dev));
+  if (ctx->provider == ncclDcpProviderCudaIpc) {
+    CUDACHECK(cudaMemsetAsync(ctx->ownedMemory, 0, ctx->engine.layout.totalBytes, m.stream));
+    return ncclSuccess;
+  }
   DCPCHECK(launchZeroWindow(ctx->window, ctx->windowOffset, ctx->engine.layout.totalBytes, m.stream));
   return resolveLsaPointers(ctx->window, ctx->windowOffset, ctx->nRanks, ctx->lsa, m.stream);
 }
@@ -359,14 +494,25 @@ ncclResult_t zeroWorkspace(const Member& m) {
 ncclResult_t stepWorkspace(Creation* c, const AppWindow* windows) {
   for (size_t i = 0; i < c->members.size(); i++)
     c->members[i].record(CreateStep::Workspace, allocWorkspace(c->members[i], windows ? &windows[i] : nullptr));
-  DCPCHECK(c->gather());
+  return c->gather();
+}
+
+// ---- 6. Map peers: NCCL's window registration (collective: every rank
+// reaches it, or none) or the peers' IPC handles, then the zeroing.
+
+ncclResult_t stepMapPeers(Creation* c) {
   registerWindows(c);
-  for (Member& m : c->members)
-    if (!m.failed()) m.record(CreateStep::Workspace, zeroWorkspace(m));
+  for (Member& m : c->members) {
+    if (m.failed()) continue;
+    ncclResult_t r = ncclSuccess;
+    if (m.ctx->provider == ncclDcpProviderCudaIpc) r = openPeers(m);
+    if (r == ncclSuccess && m.ctx->path == ncclDcpPathFused) r = zeroWorkspace(m);
+    m.record(CreateStep::MapPeers, r);
+  }
   return ncclSuccess;  // agreed by the ready step's gather
 }
 
-// ---- 6. Ready: every rank's workspace is zero before any peer's first
+// ---- 7. Ready: every rank's workspace is zero before any peer's first
 // call can write into it.
 
 ncclResult_t stepReady(Creation* c) {
@@ -381,13 +527,14 @@ ncclResult_t stepReady(Creation* c) {
   return c->gather();
 }
 
-void handOver(Creation* c, ncclDcpContext_t* out) {
+void handOver(Creation* c, Context** out) {
   const Config& cfg = c->cfg;
   for (size_t i = 0; i < c->members.size(); i++) {
-    ncclDcpContext_t ctx = c->members[i].ctx;
+    Context* ctx = c->members[i].ctx;
     const bool fused = ctx->path == ncclDcpPathFused;
-    INFO("rank %d/%d: context ready: %s path, protocol %s%s, workspace %zu bytes, D %d, Hl %d, %s, maxBatch %d",
-         ctx->rank, ctx->nRanks, fused ? "fused" : "fallback", protocolName((int)ctx->engine.policy.small),
+    INFO("rank %d/%d: context ready: %s path (%s), protocol %s%s, workspace %zu bytes, D %d, Hl %d, %s, maxBatch %d",
+         ctx->rank, ctx->nRanks, fused ? "fused" : "fallback", providerName(ctx->provider),
+         protocolName((int)ctx->engine.policy.small),
          ctx->engine.policy.simpleForLarge ? " (+SIMPLE for large rounds)" : "",
          fused ? ctx->engine.layout.totalBytes : 0, cfg.headDim, cfg.localHeads, dtypeName(cfg.dtype), cfg.maxBatch);
     out[i] = ctx;
@@ -407,7 +554,7 @@ ncclResult_t checkCommunicators(int nComms, const ncclComm_t* comms) {
 // ---- Abort: the context's waits stop, its kernels leave (bounded). Only
 // our own memory has a host-known address: kernels in an application's
 // window stop at their own timeout.
-uint32_t* statusWordOf(ncclDcpContext_t ctx) {
+uint32_t* statusWordOf(Context* ctx) {
   if (ctx->path != ncclDcpPathFused || ctx->ownedMemory == nullptr) return nullptr;
   return (uint32_t*)((char*)ctx->ownedMemory + offsetof(Control, status));
 }
@@ -415,7 +562,7 @@ uint32_t* statusWordOf(ncclDcpContext_t ctx) {
 }  // namespace
 
 ncclResult_t createContexts(int nComms, const ncclComm_t* comms, const ncclDcpConfig_t* cfg,
-                            const AppWindow* appWindows, ncclDcpContext_t* out) {
+                            const AppWindow* appWindows, Context** out) {
   DCPCHECK(checkCommunicators(nComms, comms));
   if (out)
     for (int i = 0; i < nComms; i++) out[i] = nullptr;
@@ -425,9 +572,10 @@ ncclResult_t createContexts(int nComms, const ncclComm_t* comms, const ncclDcpCo
   DCPCHECKGOTO(c.open(nComms, comms), res, fail);
   DCPCHECKGOTO(stepArguments(&c, cfg, appWindows, out), res, fail);
   DCPCHECKGOTO(stepAgree(&c), res, fail);
-  DCPCHECKGOTO(stepDeviceCommunicators(&c), res, fail);
+  DCPCHECKGOTO(stepDeviceCommunicators(&c, appWindows), res, fail);
   DCPCHECKGOTO(stepChoosePath(&c), res, fail);
   DCPCHECKGOTO(stepWorkspace(&c, appWindows), res, fail);
+  DCPCHECKGOTO(stepMapPeers(&c), res, fail);
   DCPCHECKGOTO(stepReady(&c), res, fail);
   handOver(&c, out);
 exit:
@@ -441,7 +589,7 @@ fail : {
 }
 }
 
-ncclResult_t destroyContexts(int n, ncclDcpContext_t* ctxs) {
+ncclResult_t destroyContexts(int n, Context* const* ctxs) {
   DeviceGuard guard;
   ncclResult_t res = ncclSuccess;
   for (int i = 0; i < n; i++) {
@@ -459,12 +607,11 @@ ncclResult_t destroyContexts(int n, ncclDcpContext_t* ctxs) {
     if (ctxs[i] == nullptr) continue;
     const ncclResult_t r = releaseContext(ctxs[i], FreeMode::Now);
     if (res == ncclSuccess) res = r;
-    ctxs[i] = nullptr;
   }
   return res;
 }
 
-ncclResult_t abortContext(ncclDcpContext_t ctx) {
+ncclResult_t abortContext(Context* ctx) {
   DeviceGuard guard;
   cudaSetDevice(ctx->cudaDev);
   if (!ctx->engine.stopAndDrain(statusWordOf(ctx), kAbortDrainMs)) {
@@ -480,18 +627,29 @@ ncclResult_t abortContext(ncclDcpContext_t ctx) {
   return releaseContext(ctx, FreeMode::Deferred);
 }
 
-ncclResult_t contextEnqueue(ncclDcpContext_t ctx, const CallBuffers& buf, int batch, const Strides& strides,
+ncclResult_t contextAsyncError(Context* ctx) {
+  // The fallback path waits inside NCCL: its failures are the communicator's.
+  ncclResult_t commError = ncclSuccess;
+  if (ctx->path == ncclDcpPathFallback && ncclCommGetAsyncError(ctx->comm, &commError) == ncclSuccess &&
+      commError != ncclSuccess && commError != ncclInProgress)
+    ctx->engine.poison(commError, -1);
+  return ctx->engine.asyncError();
+}
+
+ncclResult_t contextEnqueue(Context* ctx, const CallBuffers& buf, int batch, const Strides& strides,
                             cudaStream_t stream) {
   DeviceGuard guard;
   CUDACHECK(cudaSetDevice(ctx->cudaDev));
-  if (ctx->path == ncclDcpPathFallback) {
-    DCPCHECK(enqueueFallback(ctx->engine, ctx->fallback, ctx->comm, buf, batch, strides, stream));
-  } else {
+  contextAsyncError(ctx);  // poisons the engine on NCCL's error (run() reports it)
+  clearLastError();
+  DCPCHECK(ctx->engine.run(&buf, 1, batch, strides, stream, [&] {
+    if (ctx->path == ncclDcpPathFallback)
+      return enqueueFallback(ctx->engine, ctx->fallback, ctx->comm, buf, batch, strides, stream);
     Addressing addr = {};
     addr.loopback = false;
     addr.lsa = ctx->lsa;
-    DCPCHECK(ctx->engine.enqueueFused(&buf, batch, strides, addr, stream));
-  }
+    return ctx->engine.enqueueFused(&buf, batch, strides, addr, stream);
+  }));
   profilerRecordCall(ctx, batch);
   return ncclSuccess;
 }

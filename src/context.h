@@ -1,9 +1,11 @@
 /*************************************************************************
- * The context behind ncclDcpContext_t: the user's communicator, the
- * workspace in a symmetric window (fused path) or the all-to-all buffers
- * (fallback), the engine (config, policy, error record, bound stream) and
- * the topology report. Every resource field is null/false until created,
- * so one release undoes exactly what exists (DESIGN §10).
+ * The context behind an ncclDcpContext_t handle (handles.h): the user's
+ * communicator, the
+ * workspace of the fused path (nccl-window: a symmetric window; cuda-ipc:
+ * cudaMalloc memory the peers map) or the all-to-all buffers (fallback),
+ * the engine (config, policy, error record, stream order) and the topology
+ * report. Every resource field is null/false until created, so one
+ * release undoes exactly what exists (DESIGN §10).
  ************************************************************************/
 #ifndef NCCL_DCP_CONTEXT_H_
 #define NCCL_DCP_CONTEXT_H_
@@ -14,23 +16,30 @@
 #include "engine.h"
 #include "nccl_dcp.h"
 
-struct ncclDcpContext {
+namespace nccl_dcp {
+
+struct Context {
+  ncclDcpContext_t handle = nullptr;  // the user's name for it (handles.h)
   ncclComm_t comm = nullptr;
   int rank = 0, nRanks = 0, cudaDev = -1;
-  nccl_dcp::Engine engine;
+  Engine engine;
   ncclDcpPath_t path = ncclDcpPathFused;
+  ncclDcpProvider_t provider = ncclDcpProviderFallback;
 
-  // Fused path: the workspace is [windowOffset, + layout.totalBytes) of window.
+  // Fused path. nccl-window: the workspace is [windowOffset, + layout.totalBytes)
+  // of window; cuda-ipc: ownedMemory, mapped by every peer.
   ncclDevComm devComm = {};
   bool hasDevComm = false;
-  void* ownedMemory = nullptr;  // ncclMemAlloc'd by us (else the workspace is in the app's window)
+  void* ownedMemory = nullptr;  // allocated by us (else the workspace is in the app's window)
+  MemoryKind ownedKind = MemoryKind::NcclMem;  // cuda-ipc: Device
   ncclWindow_t window = nullptr;
   bool ownsWindow = false;      // window registered by us (on ownedMemory)
   size_t windowOffset = 0;
   char* lsa[NCCL_DCP_MAX_RANKS] = {};  // every rank's workspace, as this rank addresses it
+  bool ipcMapped[NCCL_DCP_MAX_RANKS] = {};  // cuda-ipc: lsa[r] opened with cudaIpcOpenMemHandle
 
   // Fallback path: ncclAlltoAll buffers of maxBatch rows.
-  nccl_dcp::FallbackBuffers fallback;
+  FallbackBuffers fallback;
 
   ncclDcpTopology_t topology = NCCL_DCP_TOPOLOGY_INITIALIZER;
 
@@ -39,8 +48,6 @@ struct ncclDcpContext {
     uint64_t calls = 0, rows = 0, rounds = 0;
   } stats;
 };
-
-namespace nccl_dcp {
 
 // A window region supplied by the application (ncclDcpContextCreateInWindow).
 struct AppWindow {
@@ -51,14 +58,20 @@ struct AppWindow {
 // Collective creation for nComms communicators driven by this thread.
 // appWindows: NULL, or one per communicator.
 ncclResult_t createContexts(int nComms, const ncclComm_t* comms, const ncclDcpConfig_t* cfg,
-                            const AppWindow* appWindows, ncclDcpContext_t* out);
-ncclResult_t destroyContexts(int n, ncclDcpContext_t* ctxs);
+                            const AppWindow* appWindows, Context** out);
+ncclResult_t destroyContexts(int n, Context* const* ctxs);
 // Local: stops the context's kernels, frees what it can without waiting
 // for a peer (ncclDcpContextAbort).
-ncclResult_t abortContext(ncclDcpContext_t ctx);
+ncclResult_t abortContext(Context* ctx);
 
-// Enqueues one call (arguments already admitted by ctx->engine).
-ncclResult_t contextEnqueue(ncclDcpContext_t ctx, const CallBuffers& buf, int batch, const Strides& strides,
+// ncclSuccess, or what poisoned the context (a device-side wait that timed
+// out; on the fallback path, NCCL's asynchronous error on the communicator).
+// Never synchronizes.
+ncclResult_t contextAsyncError(Context* ctx);
+
+// Enqueues one call (arguments already admitted by ctx->engine), on any
+// stream, ordered after the context's previous call (CallOrder).
+ncclResult_t contextEnqueue(Context* ctx, const CallBuffers& buf, int batch, const Strides& strides,
                             cudaStream_t stream);
 
 // How long abort waits for the context's kernels to leave once their waits

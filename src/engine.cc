@@ -34,6 +34,8 @@ ncclResult_t Engine::init(const Config& config, int ranks, int myRank, const Pro
   host->error = AsyncErrorRecord{0, -1, -1, 0};
   host->stopCode = ncclRemoteError;  // any non-zero status stops the waits
   CUDACHECK(cudaHostGetDevicePointer((void**)&hostErrorDev, &host->error, 0));
+  CUDACHECK(cudaEventCreateWithFlags(&order.done, cudaEventDisableTiming));
+  CUDACHECK(cudaEventCreateWithFlags(&order.captureJoin, cudaEventDisableTiming));
   return ncclSuccess;
 }
 
@@ -41,33 +43,80 @@ void Engine::release(FreeMode mode) {
   freeMemory(MemoryKind::PinnedHost, cudaDev, host, mode);
   host = nullptr;
   hostErrorDev = nullptr;
+  // Destroying an event never waits for the work it marks.
+  for (cudaEvent_t e : {order.done, order.captureJoin})
+    if (e != nullptr && cudaEventDestroy(e) != cudaSuccess) cudaGetLastError();
+  order = CallOrder();
 }
 
 ncclResult_t Engine::asyncError() const {
   const volatile AsyncErrorRecord* e = host ? &host->error : nullptr;
   if (e == nullptr || e->code == 0) return ncclSuccess;
+  if (e->peer < 0)
+    return fail((ncclResult_t)e->code,
+                "context is poisoned: NCCL reported an asynchronous error on the communicator (%s); abort the "
+                "context, then the communicator",
+                ncclGetErrorString((ncclResult_t)e->code));
   return fail((ncclResult_t)e->code,
-              "context is poisoned: rank %d timed out after %d ms waiting for rank %d (round %u); "
-              "destroy the context",
+              "context is poisoned: rank %d timed out after %d ms waiting for rank %d (round %u): every later "
+              "call writes NaN into its outputs; abort the context (ncclDcpContextAbort)",
               e->rank, cfg.timeoutMs, e->peer, e->round);
 }
 
-void Engine::bindStream(cudaStream_t s) {
-  streamBound = true;
-  stream = s;
+void Engine::poison(ncclResult_t code, int peer) {
+  volatile AsyncErrorRecord* e = &host->error;
+  if (e->code != 0) return;
+  e->rank = rank;
+  e->peer = peer;
+  e->round = 0;
+  e->code = code;
 }
 
 ncclResult_t Engine::admit(const CallBuffers* buffers, int nBuffers, int batch, const ncclDcpStrides_t* stridesIn,
-                           cudaStream_t s, Strides* strides) {
-  DCPCHECK(asyncError());
-  if (streamBound && s != stream)
-    return fail(ncclInvalidUsage,
-                "stream %p is not the stream %p the context is bound to (calls on one context must "
-                "be ordered; rebind with ncclDcpContextBindStream)",
-                (void*)s, (void*)stream);
+                           Strides* strides) const {
   DCPCHECK(resolveStrides(stridesIn, cfg, nRanks, strides));
   for (int i = 0; i < nBuffers; i++) DCPCHECK(checkCall(cfg, nRanks, buffers[i], batch, *strides));
-  bindStream(s);
+  return ncclSuccess;
+}
+
+ncclResult_t CallOrder::before(cudaStream_t s, Call* call) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  call->captureId = 0;
+  CUDACHECK(cudaStreamGetCaptureInfo(s, &status, &call->captureId));
+  if (status == cudaStreamCaptureStatusInvalidated)
+    return fail(ncclInvalidUsage, "stream %p is in a stream capture that was invalidated", (void*)s);
+  call->capturing = status == cudaStreamCaptureStatusActive;
+  if (!hasLast) return ncclSuccess;
+  if (call->capturing && lastCaptured && call->captureId == captureId) {
+    if (s != lastStream) CUDACHECK(cudaStreamWaitEvent(s, captureJoin, 0));
+  } else if (call->capturing) {
+    CUDACHECK(cudaStreamWaitEvent(s, done, cudaEventWaitExternal));
+  } else if (s != lastStream || lastCaptured) {
+    CUDACHECK(cudaStreamWaitEvent(s, done, 0));
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t CallOrder::after(cudaStream_t s, const Call& call) {
+  if (call.capturing) {
+    CUDACHECK(cudaEventRecordWithFlags(done, s, cudaEventRecordExternal));
+    CUDACHECK(cudaEventRecord(captureJoin, s));
+  } else {
+    CUDACHECK(cudaEventRecord(done, s));
+  }
+  hasLast = true;
+  lastStream = s;
+  lastCaptured = call.capturing;
+  captureId = call.captureId;
+  return ncclSuccess;
+}
+
+ncclResult_t Engine::enqueuePoison(const CallBuffers* buffers, int nBuffers, int batch, const Strides& s,
+                                   cudaStream_t stream) const {
+  for (int i = 0; i < nBuffers; i++)
+    DCPCHECK(launchPoison(combineLaunch(cfg, nRanks, batch, nullptr, nullptr, (char*)buffers[i].out,
+                                        buffers[i].outLse, s),
+                          stream));
   return ncclSuccess;
 }
 
@@ -83,21 +132,21 @@ bool Engine::stopAndDrain(uint32_t* statusWord, int drainMs) const {
     cudaGetLastError();
     WARN("abort: the stop signal could not be sent; the kernels stop at their timeout");
   }
-  const cudaStream_t busy[2] = {side, stream};
-  const bool drained = waitIdle(busy, streamBound ? 2 : 1, drainMs);
+  const bool drained = waitIdle(side, order.hasLast ? order.done : nullptr, drainMs);
   cudaStreamDestroy(side);
   return drained;
 }
 
-bool waitIdle(const cudaStream_t* streams, int n, int ms) {
+bool waitIdle(cudaStream_t stream, cudaEvent_t event, int ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < 2; i++) {
+    if (i == 1 && event == nullptr) break;
     for (;;) {
-      const cudaError_t e = cudaStreamQuery(streams[i]);
+      const cudaError_t e = i == 0 ? cudaStreamQuery(stream) : cudaEventQuery(event);
       if (e == cudaSuccess) break;
       if (e != cudaErrorNotReady) {
         cudaGetLastError();
-        TRACE("stream %p cannot be queried: %s", (void*)streams[i], cudaGetErrorString(e));
+        TRACE("%s cannot be queried: %s", i == 0 ? "the stop's stream" : "the last call's event", cudaGetErrorString(e));
         return false;
       }
       if (std::chrono::steady_clock::now() >= deadline) return false;

@@ -1,7 +1,7 @@
 /*************************************************************************
  * What the NCCL context and loopback share: the resolved config, the
  * protocol policy and workspace layout, the host-mapped error record, the
- * stream calls are bound to and the checks every call passes before
+ * order of calls across streams and the checks every call passes before
  * anything is enqueued. A call is enqueued on one of two paths, each in a
  * file of its own and both slicing it into the same rounds (forEachRound):
  *   fused_path.cc     one kernel per round over the peers' workspaces
@@ -11,6 +11,7 @@
 #define NCCL_DCP_ENGINE_H_
 
 #include <algorithm>
+#include <string>
 
 #include "error.h"
 #include "launch.h"
@@ -19,6 +20,37 @@
 #include "validate.h"
 
 namespace nccl_dcp {
+
+// The order of one context's calls, whatever stream each comes on (as NCCL
+// orders a communicator's operations). Calls share the workspace and its
+// device-side round counter, so no two may overlap:
+//  - eager, on another stream than the last call (or after one captured in
+//    a graph): the stream waits for `done`, the last call's event;
+//  - the first call captured in a graph: an external event-wait node on
+//    `done`, so each replay runs after whatever call came last (an eager
+//    call or a replay), in the order the host launched them;
+//  - later calls of the same capture: ordered inside the graph (stream
+//    order, or `captureJoin` across its streams);
+//  - every call ends by recording `done` (in a graph: an external
+//    event-record node, so replays record it too).
+// What stays the caller's: calls of one context made from several threads
+// at once, and a graph launched while another thread makes calls on it.
+struct CallOrder {
+  cudaEvent_t done = nullptr;
+  cudaEvent_t captureJoin = nullptr;
+  cudaStream_t lastStream = nullptr;
+  bool hasLast = false;
+  bool lastCaptured = false;
+  unsigned long long captureId = 0;  // the capture of the last captured call
+
+  // The state of `stream` for one call (a capture, or none).
+  struct Call {
+    bool capturing;
+    unsigned long long captureId;
+  };
+  ncclResult_t before(cudaStream_t stream, Call* call);
+  ncclResult_t after(cudaStream_t stream, const Call& call);
+};
 
 // Pinned host memory the device writes and the host reads without
 // synchronising (mapped).
@@ -38,33 +70,44 @@ struct Engine {
   int cudaDev = -1;                          // the device of the error record
   bool pdl = true;
   int simpleSendWarps = 0;  // NCCL_DCP_SIMPLE_SEND_WARPS at create; 0: the kernel's default
-  // The stream calls are bound to: the first admitted call's, or the one
-  // given to bindStream. The rounds of one context must stay ordered.
-  bool streamBound = false;
-  cudaStream_t stream = nullptr;
+  CallOrder order;          // calls on any stream, in the order they were made
 
-  // Layout for the policy; allocates the error record on the current device.
+  // Layout for the policy; allocates the error record and the order's
+  // events on the current device.
   ncclResult_t init(const Config& config, int ranks, int myRank, const ProtocolPolicy& p);
   void release(FreeMode mode);
 
-  // ncclSuccess, or the error a device-side wait recorded (message set).
+  // ncclSuccess, or the error recorded in the error record: a device-side
+  // wait that timed out, or (fallback) NCCL's asynchronous error (message set).
   ncclResult_t asyncError() const;
+  // Records an error found on the host (the first one sticks).
+  void poison(ncclResult_t code, int peer);
 
   // Everything ncclDcpA2aLseReduce checks before enqueuing, for the
   // nBuffers ranks one launch serves (loopback: every virtual rank; NCCL:
-  // this one): a poisoned context, the bound stream, the strides, every
-  // rank's buffers. Binds the stream when all of it passes.
+  // this one): the strides and every rank's buffers. Any stream is fine.
   ncclResult_t admit(const CallBuffers* buffers, int nBuffers, int batch, const ncclDcpStrides_t* strides,
-                     cudaStream_t stream, Strides* resolved);
-  void bindStream(cudaStream_t s);
+                     Strides* resolved) const;
+
+  // The host side of an admitted call of batch > 0 rows on `stream`: ordered
+  // after the previous call (CallOrder), then enqueue() -- or, on a poisoned
+  // context, NaN written into every output row the call owns and its async
+  // error returned.
+  template <typename F>
+  ncclResult_t run(const CallBuffers* buffers, int nBuffers, int batch, const Strides& strides, cudaStream_t stream,
+                   F&& enqueue);
 
   // Fused path (fused_path.cc): rounds of at most cfg.maxBatch rows.
   ncclResult_t enqueueFused(const CallBuffers* buffers, int batch, const Strides& strides, const Addressing& addr,
                             cudaStream_t stream, int silentRank = -1) const;
 
+  // NaN into the outputs of `batch` rows of each of nBuffers ranks.
+  ncclResult_t enqueuePoison(const CallBuffers* buffers, int nBuffers, int batch, const Strides& strides,
+                             cudaStream_t stream) const;
+
   // Abort's device side: tells the kernels that read statusWord (the
   // workspace's Control::status; NULL when the host has no address for it)
-  // to stop waiting, then waits at most drainMs for the bound stream to
+  // to stop waiting, then waits at most drainMs for the last call to
   // finish. True when nothing of this engine runs any more. The stop is one
   // copy from pinned memory on a side stream: a copy engine moves it even
   // while a cooperative kernel fills the GPU; every wait of a launch gives up
@@ -72,9 +115,9 @@ struct Engine {
   bool stopAndDrain(uint32_t* statusWord, int drainMs) const;
 };
 
-// Waits until every stream in streams[0..n) is idle, at most `ms`
+// Waits until `stream` is idle and `event` (if any) complete, at most `ms`
 // milliseconds. False if one is still busy (or cannot be queried).
-bool waitIdle(const cudaStream_t* streams, int n, int ms);
+bool waitIdle(cudaStream_t stream, cudaEvent_t event, int ms);
 
 // Workspace bytes of a config for any protocol the policy may pick later.
 size_t workspaceBound(const Config& cfg, int nRanks);
@@ -87,6 +130,21 @@ template <typename F>
 ncclResult_t forEachRound(int batch, int maxBatch, F&& f) {
   for (int row0 = 0; row0 < batch; row0 += maxBatch) DCPCHECK(f(row0, std::min(maxBatch, batch - row0)));
   return ncclSuccess;
+}
+
+template <typename F>
+ncclResult_t Engine::run(const CallBuffers* buffers, int nBuffers, int batch, const Strides& strides,
+                         cudaStream_t stream, F&& enqueue) {
+  CallOrder::Call call;
+  DCPCHECK(order.before(stream, &call));
+  const ncclResult_t poisoned = asyncError();
+  const std::string message = poisoned == ncclSuccess ? "" : lastError();
+  ncclResult_t res = poisoned == ncclSuccess ? enqueue() : enqueuePoison(buffers, nBuffers, batch, strides, stream);
+  const ncclResult_t ordered = order.after(stream, call);
+  if (res == ncclSuccess) res = ordered;
+  if (poisoned == ncclSuccess) return res;
+  restoreLastError(message.c_str());  // the call's error is the context's
+  return poisoned;
 }
 
 // One rank's buffers advanced to row row0 of the call.

@@ -29,6 +29,19 @@ const DtypeRow* dtypeRow(ncclDataType_t dtype) {
 // Indexed by ncclDcpProtocol_t (Proto uses the same values).
 const char* const kProtocolNames[ncclDcpNumProtocols] = {"AUTO", "LL", "LL128", "SIMPLE"};
 
+// Indexed by ncclDcpProvider_t.
+const char* const kProviderNames[ncclDcpNumProviders] = {"auto", "nccl-window", "cuda-ipc", "fallback"};
+
+template <int N>
+bool parseName(const char* const (&names)[N], const char* name, int* value) {
+  for (int i = 0; i < N; i++)
+    if (strcasecmp(name, names[i]) == 0) {
+      *value = i;
+      return true;
+    }
+  return false;
+}
+
 }  // namespace
 
 const char* dtypeName(ncclDataType_t dtype) {
@@ -59,13 +72,12 @@ const char* protocolName(int protocol) {
   return protocol >= 0 && protocol < ncclDcpNumProtocols ? kProtocolNames[protocol] : "unknown";
 }
 
-bool parseProtocol(const char* name, int* protocol) {
-  for (int p = 0; p < ncclDcpNumProtocols; p++)
-    if (strcasecmp(name, kProtocolNames[p]) == 0) {
-      *protocol = p;
-      return true;
-    }
-  return false;
+bool parseProtocol(const char* name, int* protocol) { return parseName(kProtocolNames, name, protocol); }
+
+const char* providerName(int provider) {
+  return provider >= 0 && provider < ncclDcpNumProviders ? kProviderNames[provider] : "unknown";
 }
+
+bool parseProvider(const char* name, int* provider) { return parseName(kProviderNames, name, provider); }
 
 }  // namespace nccl_dcp

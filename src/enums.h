@@ -30,6 +30,12 @@ const char* protocolName(int protocol);
 // ncclDcpProtocol_t from its name, case-insensitive.
 bool parseProtocol(const char* name, int* protocol);
 
+// "auto", "nccl-window", "cuda-ipc", "fallback" (ncclDcpProvider_t);
+// "unknown" otherwise.
+const char* providerName(int provider);
+// ncclDcpProvider_t from its name, case-insensitive.
+bool parseProvider(const char* name, int* provider);
+
 // The host's one dispatch on the dtype: f(T{}) with the element type of a
 // supported dtype (the caller refused the others when the config was resolved).
 template <typename F>

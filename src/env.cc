@@ -84,6 +84,10 @@ Env parseEnv(EnvGetter get, std::vector<std::string>* warnings) {
     if (parseInt(s, 0, 1, &v)) e.forceFallback = v == 1;
     else warnBad(warnings, "NCCL_DCP_FORCE_FALLBACK", s, "0 or 1");
   }
+  if (const char* s = get("NCCL_DCP_PROVIDER")) {
+    if (!parseProvider(s, &e.provider))
+      warnBad(warnings, "NCCL_DCP_PROVIDER", s, "auto, nccl-window, cuda-ipc or fallback");
+  }
   if (const char* s = get("NCCL_DCP_SIMPLE_SEND_WARPS")) {
     if (!parseInt(s, 1, 7, &e.simpleSendWarps)) {
       e.simpleSendWarps = kEnvUnset;
@@ -126,7 +130,7 @@ const std::vector<const char*>& envVariableNames() {
       "NCCL_DCP_DEBUG",          "NCCL_DCP_DEBUG_FILE", "NCCL_DCP_PROTO",
       "NCCL_DCP_TIMEOUT_MS",     "NCCL_DCP_MAX_BATCH",  "NCCL_DCP_SIMPLE_MIN_ROWS",
       "NCCL_DCP_FORCE_FALLBACK", "NCCL_DCP_PDL",        "NCCL_DCP_REQUIRE_GPU",
-      "NCCL_DCP_SOURCE_ROOT",    "NCCL_DCP_SIMPLE_SEND_WARPS"};
+      "NCCL_DCP_SOURCE_ROOT",    "NCCL_DCP_SIMPLE_SEND_WARPS", "NCCL_DCP_PROVIDER"};
   return names;
 }
 

@@ -24,7 +24,8 @@ struct Env {
   int timeoutMs = kEnvUnset;        // NCCL_DCP_TIMEOUT_MS (0 = wait forever)
   int maxBatch = kEnvUnset;         // NCCL_DCP_MAX_BATCH: default capacity (rows)
   int simpleMinRows = kEnvUnset;    // NCCL_DCP_SIMPLE_MIN_ROWS: AUTO's LL128 -> SIMPLE crossover
-  bool forceFallback = false;       // NCCL_DCP_FORCE_FALLBACK=1: ncclAlltoAll + combine
+  bool forceFallback = false;       // NCCL_DCP_FORCE_FALLBACK=1: NCCL_DCP_PROVIDER=fallback
+  int provider = kEnvUnset;         // NCCL_DCP_PROVIDER: ncclDcpProvider_t (auto, nccl-window, cuda-ipc, fallback)
   int pdl = kEnvUnset;              // NCCL_DCP_PDL=0|1: programmatic dependent launch
   int simpleSendWarps = kEnvUnset;  // NCCL_DCP_SIMPLE_SEND_WARPS: SIMPLE's writing warps per block
 };

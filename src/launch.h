@@ -53,6 +53,10 @@ ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream);
 // Fallback pack (PackParams in device/params.h).
 ncclResult_t launchPack(const PackParams& l, cudaStream_t stream);
 
+// NaN into every element of `rows` rows of out and outLse (the combine's
+// outputs; recvData and recvLse unused): a poisoned context's call.
+ncclResult_t launchPoison(const CombineParams& l, cudaStream_t stream);
+
 // The combine of `rows` rows from recv buffers laid out as ncclAlltoAll
 // delivers them, into outputs with the call's strides (one copy).
 inline CombineParams combineLaunch(const Config& c, int nRanks, int rows, const char* recvData, const float* recvLse,

@@ -36,13 +36,14 @@ ncclResult_t Loopback::call(const CallBuffers* ranks, int batch, const ncclDcpSt
                             cudaStream_t stream) {
   if (aborted_) return fail(ncclInvalidUsage, "the loopback was aborted");
   Strides strides;
-  DCPCHECK(engine_.admit(ranks, engine_.nRanks, batch, stridesIn, stream, &strides));
-  if (batch == 0) return ncclSuccess;
+  DCPCHECK(engine_.admit(ranks, engine_.nRanks, batch, stridesIn, &strides));
+  if (batch == 0) return engine_.asyncError();
   Addressing addr = {};
   addr.loopback = true;
   addr.base = workspace_;
   addr.rankBytes = engine_.layout.totalBytes;
-  return engine_.enqueueFused(ranks, batch, strides, addr, stream, silentRank_);
+  return engine_.run(ranks, engine_.nRanks, batch, strides, stream,
+                     [&] { return engine_.enqueueFused(ranks, batch, strides, addr, stream, silentRank_); });
 }
 
 ncclResult_t Loopback::abort(int drainMs) {
@@ -51,7 +52,7 @@ ncclResult_t Loopback::abort(int drainMs) {
   // Every virtual rank's waits share virtual rank 0's status word (device/peers.h).
   const bool drained = engine_.stopAndDrain(&((Control*)workspace_)->status, drainMs);
   if (!drained)
-    return fail(ncclSystemError, "loopback abort: the bound stream did not drain within %d ms; the workspace stays allocated",
+    return fail(ncclSystemError, "loopback abort: the last call did not drain within %d ms; the workspace stays allocated",
                 drainMs);
   freeMemory(MemoryKind::Device, engine_.cudaDev, workspace_, FreeMode::Now);
   engine_.release(FreeMode::Now);

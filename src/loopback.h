@@ -20,15 +20,15 @@ class Loopback {
   ~Loopback();
 
   // One collective call: ranks[r] are virtual rank r's device buffers.
-  // Same checks as ncclDcpA2aLseReduce (Engine::admit), for every rank; the
-  // first call binds the loopback to its stream, as it binds a context.
+  // Same checks as ncclDcpA2aLseReduce (Engine::admit), for every rank; any
+  // stream, ordered after the previous call as a context orders them.
   ncclResult_t call(const CallBuffers* ranks, int batch, const ncclDcpStrides_t* strides,
                     cudaStream_t stream);
 
   // ncclDcpContextAbort's device side on one GPU: every wait gives up at
   // once, the kernels leave (at most `drainMs`), the workspace is freed.
-  // Returns ncclSystemError, leaving the workspace allocated, if the bound
-  // stream did not drain in time. Later calls are refused.
+  // Returns ncclSystemError, leaving the workspace allocated, if the last
+  // call did not drain in time. Later calls are refused.
   ncclResult_t abort(int drainMs);
 
   ncclResult_t asyncError() const { return engine_.asyncError(); }

@@ -33,6 +33,7 @@ void freeNow(MemoryKind kind, int dev, void* ptr) {
     case MemoryKind::Device: ok = cudaFree(ptr) == cudaSuccess; break;
     case MemoryKind::NcclMem: ok = ncclMemFree(ptr) == ncclSuccess; break;
     case MemoryKind::PinnedHost: ok = cudaFreeHost(ptr) == cudaSuccess; break;
+    case MemoryKind::IpcImport: ok = cudaIpcCloseMemHandle(ptr) == cudaSuccess; break;
   }
   if (!ok) {
     cudaGetLastError();

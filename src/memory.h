@@ -14,6 +14,7 @@ enum class MemoryKind {
   Device,      // cudaMalloc
   NcclMem,     // ncclMemAlloc
   PinnedHost,  // cudaHostAlloc
+  IpcImport,   // a peer's memory opened with cudaIpcOpenMemHandle (closed, not freed)
 };
 
 enum class FreeMode {

@@ -42,7 +42,7 @@ int nvlinkVerdict(const ncclDcpTopology_t& t) {
 
 }  // namespace
 
-void profilerRecordCall(ncclDcpContext_t ctx, int batch) {
+void profilerRecordCall(Context* ctx, int batch) {
   const Config& c = ctx->engine.cfg;
   ctx->stats.calls++;
   ctx->stats.rows += batch;
@@ -51,7 +51,8 @@ void profilerRecordCall(ncclDcpContext_t ctx, int batch) {
   if (hook == nullptr) return;
   ncclDcpProfilerCall_v1_t call = {};
   call.size = sizeof(call);
-  call.context = ctx;
+  // The handle is never reused, unlike the context's address (a test may have none).
+  call.context = ctx->handle ? (const void*)ctx->handle : (const void*)ctx;
   call.comm = ctx->comm;
   call.rank = ctx->rank;
   call.nRanks = ctx->nRanks;

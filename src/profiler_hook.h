@@ -1,6 +1,6 @@
 /*************************************************************************
  * The library's side of the profiler plugin seam (DESIGN §6): every
- * enqueued call is counted in ctx->stats and, when NCCL loaded
+ * enqueued call is counted in its context's stats and, when NCCL loaded
  * libnccl-profiler-dcp.so into this process (NCCL_PROFILER_PLUGIN=dcp),
  * handed to the plugin's registry so one report shows NCCL's all-to-alls
  * and the fused calls side by side. The library never links the plugin.
@@ -12,8 +12,10 @@
 
 namespace nccl_dcp {
 
+struct Context;
+
 // Records one call of `batch` rows. Lock-free; never fails the call.
-void profilerRecordCall(ncclDcpContext_t ctx, int batch);
+void profilerRecordCall(Context* ctx, int batch);
 
 }  // namespace nccl_dcp
 

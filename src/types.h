@@ -30,11 +30,11 @@ struct Config {
   int simpleMinRows;           // NCCL_DCP_SIMPLE_MIN_ROWS: AUTO's SIMPLE crossover, 0 = never, -1 = the
                                // measured default of the links (protocol.h)
   bool pdl;                    // NCCL_DCP_PDL: programmatic dependent launch (default on)
-  bool forceFallback;          // NCCL_DCP_FORCE_FALLBACK: ncclAlltoAll + combine
+  ncclDcpProvider_t provider;  // NCCL_DCP_PROVIDER (NCCL_DCP_FORCE_FALLBACK=1: Fallback), else Auto
 };
 
 constexpr int kDefaultMaxBatch = 256;
-constexpr int kDefaultTimeoutMs = 5000;
+constexpr int kDefaultTimeoutMs = 60000;  // a healthy peer may be late by a compilation, a load, a GC pause
 
 // One rank's buffers for a call.
 struct CallBuffers {

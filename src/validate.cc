@@ -85,7 +85,13 @@ ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* o
   // From the environment alone (parseEnv range-checked them).
   c.simpleMinRows = env.simpleMinRows;  // unset (-1): the policy's measured default for the links
   c.pdl = env.pdl != 0;  // unset (-1) means on
-  c.forceFallback = env.forceFallback;
+  c.provider = env.provider == kEnvUnset ? ncclDcpProviderAuto : (ncclDcpProvider_t)env.provider;
+  if (env.forceFallback) {
+    if (c.provider != ncclDcpProviderAuto && c.provider != ncclDcpProviderFallback)
+      return fail(ncclInvalidUsage, "NCCL_DCP_FORCE_FALLBACK=1 contradicts NCCL_DCP_PROVIDER=%s: set one of them",
+                  providerName(c.provider));
+    c.provider = ncclDcpProviderFallback;
+  }
 
   *out = c;
   return ncclSuccess;

@@ -136,6 +136,23 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, char
   return true;
 }
 
+// A poisoned context (a wait gave up, in this call or an earlier one):
+// NaN where group g of (row, head) would have been merged, so no output is
+// left stale.
+template <typename T, class Transport, class Peers>
+__device__ void poisonGroup(const FusedParams<Peers>& p, const RankIo& io, int row, int head, int g) {
+  const int lane = threadIdx.x & 31;
+  char* out = io.out + (row * p.strides.outRow + head * p.strides.outHead) * (int64_t)sizeof(T);
+  const uint64_t nan = Word<T>::nan();
+#pragma unroll
+  for (int k = 0; k < 2; k++) {
+    const int dw = Transport::dataWord(p.region, g, lane, k);
+    if (dw >= 0) *(uint64_t*)(out + (size_t)dw * kWordBytes) = nan;
+  }
+  if (g == 0 && lane == 0 && io.outLse)
+    io.outLse[row * p.strides.outLseRow + head * p.strides.outLseHead] = NAN;
+}
+
 template <typename T, class Transport, class Peers>
 __global__ void __launch_bounds__(kFusedThreads, 1)
     a2aLseReduceKernel(const __grid_constant__ FusedParams<Peers> p) {
@@ -213,10 +230,11 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
 
   const int groups = r.groups;
   const int recvItems = p.rows * Hl * groups;
-  for (int item = warpInRank; !waiter.failed && item < recvItems; item += warpsPerRank) {
+  for (int item = warpInRank; item < recvItems; item += warpsPerRank) {
     const int rowHead = p.byGroups.quotient(item), g = item - rowHead * groups;
     const int row = p.byHeads.quotient(rowHead), head = rowHead - row * Hl;
-    if (!receiveGroup<T, Transport>(p, io, ws, rank, slot, flag, row, head, g, weights[warp], waiter)) break;
+    if (waiter.failed || !receiveGroup<T, Transport>(p, io, ws, rank, slot, flag, row, head, g, weights[warp], waiter))
+      poisonGroup<T, Transport>(p, io, row, head, g);
   }
 
   stamp(p.timeline, kStageDone);

@@ -250,6 +250,26 @@ __device__ void mergeUnits(const FusedParams<Peers>& p, const RankIo& io, const 
   __syncwarp();  // weight[] is the warp's next chunk's
 }
 
+// A poisoned context (a wait gave up, in this call or an earlier one): NaN
+// where units first + k * step (k < count) would have been merged, so no
+// output is left stale.
+template <typename T, class Peers>
+__device__ void poisonUnits(const FusedParams<Peers>& p, const RankIo& io, int first, int count, int step, int lane) {
+  const Strides& s = p.strides;
+  const int Hl = p.region.localHeads, vectors = (int)p.byVectors.d;
+  const uint64_t nan = Word<T>::nan();
+  for (int v = lane; v < count * vectors; v += 32) {
+    const int k = p.byVectors.quotient(v), col = v - k * vectors, u = first + k * step;
+    const int row = p.byHeads.quotient(u), head = u - row * Hl;
+    char* out = io.out + (row * s.outRow + head * s.outHead) * (int64_t)sizeof(T) + (size_t)col * simple::kLaneBytes;
+    store16(out, make_uint4((uint32_t)nan, (uint32_t)(nan >> 32), (uint32_t)nan, (uint32_t)(nan >> 32)));
+  }
+  if (lane < count && io.outLse) {
+    const int u = first + lane * step, row = p.byHeads.quotient(u), head = u - row * Hl;
+    io.outLse[row * s.outLseRow + head * s.outLseHead] = NAN;
+  }
+}
+
 // The receiving warps of a group (`warps` of them, named barrier `barrier`)
 // wait on each other; one warp needs no barrier.
 __device__ __forceinline__ void groupSync(int barrier, int warps) {
@@ -259,10 +279,10 @@ __device__ __forceinline__ void groupSync(int barrier, int warps) {
 // Chunk c of this rank's units, merged by a group of `warps` receiving
 // warps (`receiver`: this one's index in it; the first waits on the flags
 // and resets them, their only reader), a warp per unit, next unit + warps.
-// `failed`: the group's shared verdict of the flag wait. False if the wait
-// gave up.
+// `failed`: the group's shared verdict of the flag wait; when the wait gave
+// up (or an earlier one did), the chunk's outputs are NaN.
 template <typename T, class Peers>
-__device__ bool receiveChunk(const FusedParams<Peers>& p, const RankIo& io, char* ws, int rank, int slot,
+__device__ void receiveChunk(const FusedParams<Peers>& p, const RankIo& io, char* ws, int rank, int slot,
                              uint32_t flag, int c, int receiver, int warps, int barrier,
                              float (*weight)[NCCL_DCP_MAX_RANKS], int* failed, Waiter& waiter, int lane) {
   const Region& r = p.region;
@@ -273,16 +293,17 @@ __device__ bool receiveChunk(const FusedParams<Peers>& p, const RankIo& io, char
   }
   groupSync(barrier, warps);
   __syncwarp();
-  if (*failed) return false;
+  const bool ok = !*failed;
   const simple::Chunk chunk = simple::chunkOf(r, c, p.rows);
-  if (receiver < chunk.count)
-    mergeUnits<T>(p, io, ws, rank, slot, chunk.first + receiver, (chunk.count - receiver + warps - 1) / warps, warps,
-                  weight, lane);
-  groupSync(barrier, warps);
-  if (receiver == 0)
+  const int first = chunk.first + receiver, count = (chunk.count - receiver + warps - 1) / warps;
+  if (receiver < chunk.count) {
+    if (ok) mergeUnits<T>(p, io, ws, rank, slot, first, count, warps, weight, lane);
+    else poisonUnits<T>(p, io, first, count, warps, lane);
+  }
+  groupSync(barrier, warps);  // every warp has read the verdict before the next one is written
+  if (ok && receiver == 0)
     for (int src = lane; src < p.nRanks; src += 32)
       if (src != rank) storeVolatile8(ws + r.flagOffsetOf(slot, src, rank, c), 0);
-  return true;
 }
 
 // Receiving warps per chunk when a block has `chunksPerBlock` chunks to
@@ -348,9 +369,8 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
     const int warps = receiversPerChunk((chunks + p.blocksPerRank - 1) / p.blocksPerRank);
     const int groups = kSimpleRecvWarps / warps, group = receiver / warps;
     for (int c = localBlock * groups + group; c < chunks; c += p.blocksPerRank * groups)
-      if (!receiveChunk<T>(p, io, ws, rank, start.slot, start.flag, c, receiver % warps, warps,
-                           kSimpleRecvBarrier + group, weights[receiver], &waitFailed[group], waiter, lane))
-        break;
+      receiveChunk<T>(p, io, ws, rank, start.slot, start.flag, c, receiver % warps, warps, kSimpleRecvBarrier + group,
+                      weights[receiver], &waitFailed[group], waiter, lane);
     stamp(p.timeline, kStageDone);
   }
   endRound(p, rank, start);

@@ -64,6 +64,18 @@ __device__ void packUnit(const PackParams& p, size_t unit) {
   if (lane == 0) p.sendLse[dstUnit] = p.partialLse[row * s.lseRow + peer * s.lsePeer + head * s.lseHead];
 }
 
+// One warp writes NaN over unit (row, head) of out and outLse.
+template <typename T>
+__device__ void poisonUnit(const CombineParams& p, int unit) {
+  const int lane = threadIdx.x & 31;
+  const int row = unit / p.localHeads, head = unit % p.localHeads;
+  if (lane == 0 && p.outLse) p.outLse[row * p.outLseRow + head * p.outLseHead] = NAN;
+  const size_t headBytes = (size_t)p.headDim * sizeof(T);
+  char* out = p.out + (row * p.outRow + head * p.outHead) * (int64_t)sizeof(T);
+  const uint64_t nan = Word<T>::nan();
+  for (size_t off = (size_t)lane * 8; off < headBytes; off += 32 * 8) *(uint64_t*)(out + off) = nan;
+}
+
 // One warp per (row, head).
 template <typename T>
 __global__ void __launch_bounds__(kCombineThreads) combineKernel(const __grid_constant__ CombineParams p) {
@@ -72,6 +84,13 @@ __global__ void __launch_bounds__(kCombineThreads) combineKernel(const __grid_co
   const int unit = blockIdx.x * kCombineWarps + warp;
   waitForPrerequisiteGrid();
   if (unit < p.rows * p.localHeads) combineUnit<T>(p, unit, weights[warp]);
+}
+
+// One warp per (row, head).
+template <typename T>
+__global__ void __launch_bounds__(kCombineThreads) poisonKernel(const __grid_constant__ CombineParams p) {
+  const int unit = blockIdx.x * kCombineWarps + threadIdx.x / 32;
+  if (unit < p.rows * p.localHeads) poisonUnit<T>(p, unit);
 }
 
 // One warp per (peer, row, head) unit.

@@ -205,6 +205,16 @@ ncclResult_t launchPack(const PackParams& l, cudaStream_t stream) {
   });
 }
 
+ncclResult_t launchPoison(const CombineParams& l, cudaStream_t stream) {
+  const unsigned grid = blocksFor((size_t)l.rows * l.localHeads);
+  if (grid == 0) return ncclSuccess;
+  return withElementType(l.dtype, [&](auto elt) {
+    poisonKernel<decltype(elt)><<<grid, kCombineThreads, 0, stream>>>(l);
+    CUDACHECK(cudaGetLastError());
+    return ncclSuccess;
+  });
+}
+
 ncclResult_t timelineReset(cudaStream_t stream) {
   uint64_t* buffer;
   DCPCHECK(timelineBuffer(&buffer));

@@ -120,6 +120,14 @@ NCCL_DCP_UNROLL
     return w;
   }
 
+  // A word of quiet NaNs: what a poisoned context writes instead of a merge.
+  NCCL_DCP_HD static uint64_t nan() {
+    float f[kPerWord];
+NCCL_DCP_UNROLL
+    for (int i = 0; i < kPerWord; i++) f[i] = NAN;
+    return pack(f);
+  }
+
   // acc[0..kPerWord) += weight * word, with the select of mergeAccumulate.
   NCCL_DCP_HD static void accumulate(float* acc, float weight, uint64_t w) {
     float f[kPerWord];

@@ -32,6 +32,7 @@
 
 #include "context.h"
 #include "device_problem.h"
+#include "handles.h"
 #include "loopback.h"
 #include "test_util.h"
 
@@ -253,7 +254,7 @@ int runRanks(Plan* plan) {
     fprintf(stderr, "soak: setup failed: %s\n", ncclDcpGetLastError());
     return 1;
   }
-  plan->cfg = ctxs[0]->engine.cfg;
+  plan->cfg = contextOf(ctxs[0])->engine.cfg;
   preparePlan(plan, devs);
   std::vector<Worker> workers(n);
   for (int r = 0; r < n; r++) {

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "context.h"
+#include "handles.h"
 #include "loopback.h"
 #include "test_util.h"
 
@@ -97,9 +98,11 @@ TEST(EnvironmentAtCreate, ContextCreatedUnderIt) {
   ncclDcpTopology_t t = NCCL_DCP_TOPOLOGY_INITIALIZER;
   DCP_ASSERT(ncclDcpGetTopology(ctx, &t));
   EXPECT_EQ(t.protocol, ncclDcpProtoLL) << "NCCL_DCP_PROTO=LL not applied";
-  EXPECT_EQ(ctx->engine.cfg.maxBatch, kEnvMaxBatch);
-  EXPECT_EQ(ctx->engine.cfg.timeoutMs, 0);
-  EXPECT_FALSE(ctx->engine.pdl);
+  const Context* inside = contextOf(ctx);
+  ASSERT_NE(inside, nullptr);
+  EXPECT_EQ(inside->engine.cfg.maxBatch, kEnvMaxBatch);
+  EXPECT_EQ(inside->engine.cfg.timeoutMs, 0);
+  EXPECT_FALSE(inside->engine.pdl);
   // 14 rows at 6 per round: 3 rounds, all of them run.
   const int batch = 14;
   DeviceBuffer in((size_t)batch * 4 * 128 * 2), lse((size_t)batch * 4 * 4), out((size_t)batch * 4 * 128 * 2);
@@ -110,7 +113,7 @@ TEST(EnvironmentAtCreate, ContextCreatedUnderIt) {
   ncclResult_t async = ncclInternalError;
   DCP_ASSERT(ncclDcpGetAsyncError(ctx, &async));
   EXPECT_EQ(async, ncclSuccess);
-  EXPECT_EQ(ctx->stats.rounds, 3u);
+  EXPECT_EQ(inside->stats.rounds, 3u);
   DCP_ASSERT(ncclDcpContextDestroy(ctx));
   ncclCommDestroy(comm);
 }

@@ -2,6 +2,7 @@
 // without a GPU: a failure on any rank and a disagreement on any input are
 // reported identically by every rank, naming the step or input and the rank.
 #include <dlfcn.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -30,7 +31,8 @@ std::vector<RankRecord> records(int nRanks, const Config& cfg = baseConfig()) {
     memset(&rec, 0, sizeof(rec));
     rec.agreement = agreementOf(cfg, 22809, false, 0);
     snprintf(rec.view.busId, sizeof(rec.view.busId), "0000:%02x:00.0", (0x10 + r) & 0xff);
-    rec.devComm = {1, nRanks, r};
+    rec.devComm = {1, nRanks, r, 1, 1, 0};
+    rec.ipc = {(int32_t)IpcBlock::None, -1};
   }
   return all;
 }
@@ -103,7 +105,7 @@ const InputCase kInputs[] = {
     {"NCCL_DCP_TIMEOUT_MS", [](Agreement* a) { a->timeoutMs = 1; }},
     {"NCCL_DCP_SIMPLE_MIN_ROWS", [](Agreement* a) { a->simpleMinRows = 32; }},
     {"NCCL_DCP_PDL", [](Agreement* a) { a->pdl = !a->pdl; }},
-    {"NCCL_DCP_FORCE_FALLBACK", [](Agreement* a) { a->forceFallback = !a->forceFallback; }},
+    {"NCCL_DCP_PROVIDER (or NCCL_DCP_FORCE_FALLBACK)", [](Agreement* a) { a->provider = ncclDcpProviderCudaIpc; }},
     {"ll128_reread", [](Agreement* a) { a->ll128Reread = !a->ll128Reread; }},
     {"window (own vs. application's)", [](Agreement* a) { a->inWindow = 1; }},
     {"window offset", [](Agreement* a) { a->windowOffset = 4096; }},
@@ -144,7 +146,7 @@ TEST(Agreement, RecordCarriesEverySource) {
   EXPECT_EQ(a.timeoutMs, 700);
   EXPECT_EQ(a.simpleMinRows, 24);
   EXPECT_EQ(a.pdl, 0);
-  EXPECT_EQ(a.forceFallback, 1);
+  EXPECT_EQ(a.provider, ncclDcpProviderFallback);
   EXPECT_EQ(a.ll128Reread, NCCL_DCP_LL128_REREAD);
   EXPECT_EQ(a.inWindow, 1);
   EXPECT_EQ(a.windowOffset, 8192u);
@@ -202,6 +204,117 @@ TEST(TestHook, AbsentFromTheShippedLibrary) {
 TEST(PublicApi, AbortOfNullContextIsANoOp) {
   EXPECT_EQ(ncclDcpContextAbort(nullptr), ncclSuccess);
   EXPECT_STREQ(ncclDcpGetLastError(), "");
+}
+
+// ---- The provider of the workspace (chooseProvider): the same verdict
+// and note from the same records, whatever rank reads them.
+
+// Records of n ranks on one host whose NCCL has no symmetric memory.
+std::vector<RankRecord> noWindow(int n, bool cumemDisabled) {
+  std::vector<RankRecord> all = records(n);
+  for (RankRecord& rec : all) rec.devComm = {0, 1, 0, 0, 1, cumemDisabled ? 1 : 0};
+  return all;
+}
+
+std::string chosen(ncclDcpProvider_t want, const std::vector<RankRecord>& all, ncclDcpProvider_t* got,
+                   ncclResult_t expect = ncclSuccess) {
+  std::string note = "stale";
+  EXPECT_EQ(chooseProvider(want, all.data(), (int)all.size(), got, &note), expect) << lastError();
+  return expect == ncclSuccess ? note : std::string(lastError());
+}
+
+TEST(Provider, NcclWindowWhenEveryRankHasSymmetricMemory) {
+  ncclDcpProvider_t p = ncclDcpProviderAuto;
+  EXPECT_EQ(chosen(ncclDcpProviderAuto, records(4), &p), "");
+  EXPECT_EQ(p, ncclDcpProviderNcclWindow);
+  EXPECT_EQ(chosen(ncclDcpProviderNcclWindow, records(4), &p), "");
+  EXPECT_EQ(p, ncclDcpProviderNcclWindow);
+}
+
+TEST(Provider, CumemDisabledLandsOnCudaIpcAndSaysWhy) {
+  ncclDcpProvider_t p = ncclDcpProviderAuto;
+  const std::string note = chosen(ncclDcpProviderAuto, noWindow(2, true), &p);
+  EXPECT_EQ(p, ncclDcpProviderCudaIpc);
+  EXPECT_NE(note.find("NCCL_CUMEM_ENABLE=0"), std::string::npos) << note;
+  EXPECT_NE(note.find("cuda-ipc"), std::string::npos) << note;
+  // Without the variable the cause is NCCL's failed device communicator.
+  const std::string other = chosen(ncclDcpProviderAuto, noWindow(2, false), &p);
+  EXPECT_EQ(p, ncclDcpProviderCudaIpc);
+  EXPECT_NE(other.find("ncclDevCommCreate failed"), std::string::npos) << other;
+}
+
+TEST(Provider, OneRankWithoutNvlinkSymmetryIsEnough) {
+  // Rank 2 alone lacks NCCL's window: no rank takes it.
+  std::vector<RankRecord> all = records(4);
+  all[2].devComm = {0, 1, 0, 0, 1, 1};
+  ncclDcpProvider_t p = ncclDcpProviderAuto;
+  const std::string note = chosen(ncclDcpProviderAuto, all, &p);
+  EXPECT_EQ(p, ncclDcpProviderCudaIpc);
+  EXPECT_NE(note.find("rank 2"), std::string::npos) << note;
+}
+
+TEST(Provider, NoP2pBetweenTwoGpusFallsBackNamingThem) {
+  std::vector<RankRecord> all = noWindow(4, true);
+  all[1].ipc = {(int32_t)IpcBlock::NoP2p, 3};
+  ncclDcpProvider_t p = ncclDcpProviderAuto;
+  const std::string note = chosen(ncclDcpProviderAuto, all, &p);
+  EXPECT_EQ(p, ncclDcpProviderFallback);
+  EXPECT_NE(note.find("no P2P between GPU 0000:11:00.0 (rank 1) and GPU 0000:13:00.0 (rank 3)"), std::string::npos)
+      << note;
+  EXPECT_NE(note.find("fallback path"), std::string::npos) << note;
+}
+
+TEST(Provider, EveryIpcBlockHasItsCause) {
+  const struct {
+    IpcBlock block;
+    const char* says;
+  } cases[] = {{IpcBlock::OtherHost, "different hosts"},
+               {IpcBlock::NotVisible, "CUDA_VISIBLE_DEVICES"},
+               {IpcBlock::NotTried, "not tried"}};
+  for (const auto& c : cases) {
+    std::vector<RankRecord> all = noWindow(2, true);
+    all[0].ipc = {(int32_t)c.block, 1};
+    ncclDcpProvider_t p = ncclDcpProviderAuto;
+    const std::string note = chosen(ncclDcpProviderAuto, all, &p);
+    EXPECT_EQ(p, ncclDcpProviderFallback);
+    EXPECT_NE(note.find(c.says), std::string::npos) << note;
+  }
+}
+
+TEST(Provider, ForcedProviderThatIsNotAvailableFailsOnEveryRank) {
+  ncclDcpProvider_t p = ncclDcpProviderAuto;
+  std::string why = chosen(ncclDcpProviderNcclWindow, noWindow(2, true), &p, ncclInvalidUsage);
+  EXPECT_NE(why.find("NCCL_DCP_PROVIDER=nccl-window is not available"), std::string::npos) << why;
+  EXPECT_NE(why.find("NCCL_CUMEM_ENABLE=0"), std::string::npos) << why;
+  std::vector<RankRecord> all = records(2);
+  all[1].ipc = {(int32_t)IpcBlock::NoP2p, 0};
+  why = chosen(ncclDcpProviderCudaIpc, all, &p, ncclInvalidUsage);
+  EXPECT_NE(why.find("NCCL_DCP_PROVIDER=cuda-ipc is not available"), std::string::npos) << why;
+}
+
+TEST(Provider, ForcedCudaIpcAndForcedFallback) {
+  ncclDcpProvider_t p = ncclDcpProviderAuto;
+  EXPECT_EQ(chosen(ncclDcpProviderCudaIpc, records(2), &p), "");
+  EXPECT_EQ(p, ncclDcpProviderCudaIpc);
+  const std::string note = chosen(ncclDcpProviderFallback, records(2), &p);
+  EXPECT_EQ(p, ncclDcpProviderFallback);
+  EXPECT_NE(note.find("NCCL_DCP_PROVIDER=fallback"), std::string::npos) << note;
+}
+
+TEST(Provider, LsaTeamShorterThanTheRanksIsNamed) {
+  std::vector<RankRecord> all = records(4);
+  for (RankRecord& rec : all) rec.devComm = {0, 2, 0, 1, 1, 0};
+  for (RankRecord& rec : all) rec.ipc = {(int32_t)IpcBlock::OtherHost, 2};
+  ncclDcpProvider_t p = ncclDcpProviderAuto;
+  const std::string note = chosen(ncclDcpProviderAuto, all, &p);
+  EXPECT_EQ(p, ncclDcpProviderFallback);
+  EXPECT_NE(note.find("LSA team of rank 0 holds 2 of 4"), std::string::npos) << note;
+  EXPECT_NE(note.find("different hosts"), std::string::npos) << note;
+}
+
+TEST(Provider, ProcessIdentityIsStableAndNotThePid) {
+  EXPECT_EQ(processIdentity(), processIdentity());
+  EXPECT_NE(processIdentity(), (uint64_t)getpid());
 }
 
 }  // namespace

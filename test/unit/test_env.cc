@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "env.h"
+#include "error.h"
+#include "validate.h"
 #include "test_util.h"
 
 namespace nccl_dcp {
@@ -66,6 +68,7 @@ void expectDefaults(const Env& e, const char* except = "") {
   if (skip != "NCCL_DCP_FORCE_FALLBACK") { EXPECT_FALSE(e.forceFallback); }
   if (skip != "NCCL_DCP_PDL") { EXPECT_EQ(e.pdl, kEnvUnset); }
   if (skip != "NCCL_DCP_SIMPLE_SEND_WARPS") { EXPECT_EQ(e.simpleSendWarps, kEnvUnset); }
+  if (skip != "NCCL_DCP_PROVIDER") { EXPECT_EQ(e.provider, kEnvUnset); }
 }
 
 TEST_F(EnvParse, EmptyEnvironmentGivesDefaults) {
@@ -184,14 +187,53 @@ TEST_F(EnvParse, ForceFallbackIsZeroOrOne) {
   }
 }
 
+TEST_F(EnvParse, ProviderByName) {
+  const struct {
+    const char* value;
+    int provider;
+  } names[] = {{"auto", ncclDcpProviderAuto},
+               {"nccl-window", ncclDcpProviderNcclWindow},
+               {"CUDA-IPC", ncclDcpProviderCudaIpc},
+               {"fallback", ncclDcpProviderFallback}};
+  for (const auto& n : names) {
+    EXPECT_EQ(parseOne("NCCL_DCP_PROVIDER", n.value).provider, n.provider) << n.value;
+    EXPECT_TRUE(warnings.empty());
+  }
+  for (const char* value : {"ipc", "", "1", "nccl_window"}) {
+    EXPECT_EQ(parseOne("NCCL_DCP_PROVIDER", value).provider, kEnvUnset) << value;
+    EXPECT_TRUE(WarnedAbout("NCCL_DCP_PROVIDER", value));
+  }
+}
+
+// NCCL_DCP_FORCE_FALLBACK=1 is NCCL_DCP_PROVIDER=fallback; the two cannot disagree.
+TEST_F(EnvParse, ForceFallbackIsTheFallbackProvider) {
+  const ncclDcpConfig_t c = test::makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 16, NCCL_CONFIG_UNDEF_INT);
+  Config cfg;
+  Env e;
+  ASSERT_EQ(resolveConfig(&c, e, &cfg), ncclSuccess) << lastError();
+  EXPECT_EQ(cfg.provider, ncclDcpProviderAuto);
+  e.forceFallback = true;
+  ASSERT_EQ(resolveConfig(&c, e, &cfg), ncclSuccess) << lastError();
+  EXPECT_EQ(cfg.provider, ncclDcpProviderFallback);
+  e.provider = ncclDcpProviderFallback;
+  ASSERT_EQ(resolveConfig(&c, e, &cfg), ncclSuccess) << lastError();
+  e.provider = ncclDcpProviderCudaIpc;
+  EXPECT_EQ(resolveConfig(&c, e, &cfg), ncclInvalidUsage);
+  EXPECT_NE(std::string(lastError()).find("NCCL_DCP_PROVIDER=cuda-ipc"), std::string::npos) << lastError();
+  e.forceFallback = false;
+  ASSERT_EQ(resolveConfig(&c, e, &cfg), ncclSuccess) << lastError();
+  EXPECT_EQ(cfg.provider, ncclDcpProviderCudaIpc);
+}
+
 TEST_F(EnvParse, EveryVariableAtOnce) {
   gTable = {{"NCCL_DCP_DEBUG", "info"},          {"NCCL_DCP_DEBUG_FILE", "dcp.log"},
             {"NCCL_DCP_PROTO", "ll128"},         {"NCCL_DCP_TIMEOUT_MS", "250"},
             {"NCCL_DCP_MAX_BATCH", "512"},       {"NCCL_DCP_SIMPLE_MIN_ROWS", "96"},
             {"NCCL_DCP_FORCE_FALLBACK", "1"},    {"NCCL_DCP_PDL", "0"},
-            {"NCCL_DCP_SIMPLE_SEND_WARPS", "4"}};
+            {"NCCL_DCP_SIMPLE_SEND_WARPS", "4"}, {"NCCL_DCP_PROVIDER", "cuda-ipc"}};
   const Env e = parseEnv(tableGet, &warnings);
   EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(e.provider, ncclDcpProviderCudaIpc);
   EXPECT_EQ(e.debug, LogLevel::Info);
   EXPECT_EQ(e.debugFile, "dcp.log");
   EXPECT_EQ(e.protocol, ncclDcpProtoLL128);
@@ -206,7 +248,7 @@ TEST_F(EnvParse, EveryVariableAtOnce) {
 TEST_F(EnvParse, OneWarningPerInvalidVariable) {
   gTable = {{"NCCL_DCP_DEBUG", "loud"},   {"NCCL_DCP_PROTO", "fast"},         {"NCCL_DCP_TIMEOUT_MS", "soon"},
             {"NCCL_DCP_MAX_BATCH", "0"},  {"NCCL_DCP_SIMPLE_MIN_ROWS", "-3"}, {"NCCL_DCP_FORCE_FALLBACK", "maybe"},
-            {"NCCL_DCP_PDL", "7"},        {"NCCL_DCP_SIMPLE_SEND_WARPS", "16"}};
+            {"NCCL_DCP_PDL", "7"},        {"NCCL_DCP_SIMPLE_SEND_WARPS", "16"}, {"NCCL_DCP_PROVIDER", "ipc"}};
   const Env e = parseEnv(tableGet, &warnings);
   expectDefaults(e);
   ASSERT_EQ(warnings.size(), gTable.size());

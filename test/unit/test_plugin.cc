@@ -744,7 +744,7 @@ TEST_F(PluginTest, TheLibraryFindsTheLoadedPluginAndRecordsItsCalls) {
   ASSERT_EQ(probe.finalize(), ncclSuccess);
   const int dev = (int)number(commIn(readReport(), probe.hash), "cudaDev");
   FakeComm c(3, 6);
-  ncclDcpContext ctx;
+  nccl_dcp::Context ctx;
   ctx.comm = (ncclComm_t)&c;
   ctx.rank = 3;
   ctx.nRanks = 6;

@@ -449,7 +449,7 @@ TEST(ConfigDefaults, AppliedWhenFieldsAreUnset) {
   EXPECT_EQ(c.lseBase, LseBase::E);
   EXPECT_EQ(c.maxBatch, 256);
   EXPECT_EQ(c.maxBatch, kDefaultMaxBatch);
-  EXPECT_EQ(c.timeoutMs, 5000);
+  EXPECT_EQ(c.timeoutMs, 60000);
   EXPECT_EQ(c.timeoutMs, kDefaultTimeoutMs);
   EXPECT_EQ(c.protocol, ncclDcpProtoAuto);
 }
