@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include <mutex>
 #include <vector>
 
 #include "context.h"
@@ -19,9 +20,22 @@ using namespace nccl_dcp;
 
 namespace {
 
+// The VERSION line, once per process (as NCCL prints its own).
+void logVersion() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int nccl = 0;
+    if (ncclGetVersion(&nccl) != ncclSuccess) nccl = 0;
+    NCCL_DCP_LOG(LogLevel::Version, "nccl-dcp version %d.%d.%d (NCCL headers %d.%d.%d, library %d.%d.%d)",
+                 NCCL_DCP_MAJOR, NCCL_DCP_MINOR, NCCL_DCP_PATCH, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, nccl / 10000,
+                 nccl / 100 % 100, nccl % 100);
+  });
+}
+
 // createContexts for nComms communicators, handles for what it made.
 ncclResult_t createHandles(int nComms, const ncclComm_t* comms, const ncclDcpConfig_t* cfg, const AppWindow* windows,
                            ncclDcpContext_t* out) {
+  logVersion();
   std::vector<Context*> made(nComms > 0 ? nComms : 0, nullptr);
   DCPCHECK(createContexts(nComms, comms, cfg, windows, out ? made.data() : nullptr));
   for (int i = 0; i < nComms; i++) out[i] = made[i]->handle = registerContext(made[i]);

@@ -98,6 +98,7 @@ struct Member {
   void record(CreateStep step, ncclResult_t r) {
     if (r == ncclSuccess) r = injectedFailure(step, rank);
     recordFailure(&mine.status, r, step, lastError());
+    alterRecord(rank, step, &mine);
   }
   bool failed() const { return mine.status.code != ncclSuccess; }
 };

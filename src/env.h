@@ -18,7 +18,7 @@ const char* logLevelName(LogLevel level);
 constexpr int kEnvUnset = -1;
 
 struct Env {
-  LogLevel debug = LogLevel::None;  // NCCL_DCP_DEBUG
+  LogLevel debug = LogLevel::Warn;  // NCCL_DCP_DEBUG: WARN unless set (a slower path is never silent)
   std::string debugFile;            // NCCL_DCP_DEBUG_FILE
   int protocol = kEnvUnset;         // NCCL_DCP_PROTO: AUTO|LL|LL128|SIMPLE
   int timeoutMs = kEnvUnset;        // NCCL_DCP_TIMEOUT_MS (0 = wait forever)

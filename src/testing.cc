@@ -19,7 +19,20 @@ bool faultArmed = false;
 CreateFault fault;
 int alteredRank = -1;
 void (*alteration)(Agreement*) = nullptr;
+int recordRank = -1;
+CreateStep recordStep = CreateStep::Count;
+void (*recordAlteration)(RankRecord*) = nullptr;
 }  // namespace
+
+void alterRecordForTesting(int rank, CreateStep step, void (*alter)(RankRecord*)) {
+  recordRank = rank;
+  recordStep = step;
+  recordAlteration = alter;
+}
+
+void alterRecord(int rank, CreateStep step, RankRecord* record) {
+  if (recordAlteration && step == recordStep && (recordRank == -1 || recordRank == rank)) recordAlteration(record);
+}
 
 void injectCreateFault(const CreateFault* f) {
   faultArmed = f != nullptr;

@@ -36,15 +36,22 @@ void injectCreateFault(const CreateFault* f);
 // build option) differ between ranks. Same threading rule.
 void alterAgreementForTesting(int rank, void (*alter)(Agreement*));
 
+// Alters the record of `rank` (every rank when -1) as it leaves `step`
+// (nullptr: off): how a test makes a rank see what its machine cannot
+// show, e.g. no symmetric memory, or no P2P to a peer. Same threading rule.
+void alterRecordForTesting(int rank, CreateStep step, void (*alter)(RankRecord*));
+
 // The fault armed for (step, rank), as a failure with its message; else ncclSuccess.
 ncclResult_t injectedFailure(CreateStep step, int rank);
 // Applies the armed record alterations of rank.
 void alterAgreement(int rank, Agreement* a);
+void alterRecord(int rank, CreateStep step, RankRecord* record);
 
 #else
 
 inline ncclResult_t injectedFailure(CreateStep, int) { return ncclSuccess; }
 inline void alterAgreement(int, Agreement*) {}
+inline void alterRecord(int, CreateStep, RankRecord*) {}
 
 #endif  // NCCL_DCP_TESTING
 

@@ -2,8 +2,10 @@
  * The collective on a real ncclComm_t, one rank on one GPU: create / call /
  * destroy through the public API, strided views and a NULL outLse on the
  * fused and the fallback paths, the application's window, graph capture,
- * stream binding, destroy with calls in flight, the group calls, and
- * create/destroy cycles that must not leak a single allocation.
+ * the workspace providers (nccl-window, cuda-ipc, fallback), handles that
+ * stay defined after destroy and abort, destroy with calls in flight, the
+ * group calls, and create/destroy cycles that must not leak a single
+ * allocation.
  *
  * One GPU holds one NCCL rank (NCCL refuses two ranks of a communicator on
  * one device), so cp = 1 here: the kernel runs through NCCL's window and
@@ -16,6 +18,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "context.h"
+#include "enums.h"
 #include "live_resources.h"
 #include "loopback.h"
 #include "reference.h"
@@ -148,6 +152,8 @@ TEST_F(OneRankContext, TopologyReport) {
   EXPECT_EQ(t.rank, 0);
   EXPECT_EQ(t.lsaSize, 1);
   EXPECT_EQ(t.path, ncclDcpPathFused);
+  EXPECT_EQ(t.provider, ncclDcpProviderNcclWindow);
+  EXPECT_STREQ(t.pathNote, "") << "the fastest path needs no note";
   EXPECT_EQ(t.protocol, ncclDcpProtoLL128);
   EXPECT_EQ(t.link[0], ncclDcpLinkSelf);
   EXPECT_GT(strlen(t.busId[0]), 0u);
@@ -157,23 +163,149 @@ TEST_F(OneRankContext, TopologyReport) {
   DCP_ASSERT(ncclDcpContextDestroy(ctx));
 }
 
-TEST_F(OneRankContext, StreamIsBoundByTheFirstCall) {
+// Every public function on a handle that was destroyed or aborted, and a
+// handle given twice: ncclInvalidArgument with a message, never a crash;
+// and destroy/abort never touch the stream of the last call, which may be
+// gone already.
+TEST_F(OneRankContext, StaleAndRepeatedHandlesAreRefused) {
   const ncclDcpConfig_t c = makeConfig(64, 2, ncclBfloat16, ncclDcpLseBase2);
+  DeviceBuffer in(1 << 16), lse(1 << 12), out(1 << 16);
+  auto expectStale = [&](ncclDcpContext_t ctx, const char* after) {
+    SCOPED_TRACE(after);
+    ncclDcpTopology_t t = NCCL_DCP_TOPOLOGY_INITIALIZER;
+    ncclResult_t async = ncclSuccess;
+    EXPECT_EQ(ncclDcpA2aLseReduce(ctx, in.ptr, lse.as<float>(), out.ptr, nullptr, 1, nullptr, stream_),
+              ncclInvalidArgument);
+    EXPECT_NE(std::string(ncclDcpGetLastError()).find("not a live context"), std::string::npos)
+        << ncclDcpGetLastError();
+    EXPECT_EQ(ncclDcpGetTopology(ctx, &t), ncclInvalidArgument);
+    EXPECT_EQ(ncclDcpGetAsyncError(ctx, &async), ncclInvalidArgument);
+    EXPECT_EQ(ncclDcpContextBindStream(ctx, stream_), ncclInvalidArgument);
+    EXPECT_EQ(ncclDcpContextDestroy(ctx), ncclInvalidArgument);
+    EXPECT_EQ(ncclDcpContextAbort(ctx), ncclInvalidArgument);
+    EXPECT_NE(std::string(ncclDcpGetLastError()).find("destroyed or aborted"), std::string::npos)
+        << ncclDcpGetLastError();
+    ncclDcpContext_t group[1] = {ctx};
+    EXPECT_EQ(ncclDcpContextDestroyGroup(1, group), ncclInvalidArgument);
+  };
+  for (bool abort : {false, true}) {
+    ncclDcpContext_t ctx = nullptr;
+    DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &ctx));
+    cudaStream_t gone;
+    CUDA_ASSERT(cudaStreamCreateWithFlags(&gone, cudaStreamNonBlocking));
+    std::swap(gone, stream_);
+    callAndCheck(ctx, c, 3);
+    std::swap(gone, stream_);
+    CUDA_ASSERT(cudaStreamDestroy(gone));
+    DCP_ASSERT(abort ? ncclDcpContextAbort(ctx) : ncclDcpContextDestroy(ctx));
+    expectStale(ctx, abort ? "after abort" : "after destroy");
+  }
+  // A handle twice in one group: refused whole, nothing destroyed.
   ncclDcpContext_t ctx = nullptr;
   DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &ctx));
-  callAndCheck(ctx, c, 3);  // binds stream_
-  cudaStream_t other;
-  CUDA_ASSERT(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
-  DeviceBuffer in(1 << 16), lse(1 << 12), out(1 << 16);
-  EXPECT_EQ(ncclDcpA2aLseReduce(ctx, in.ptr, lse.as<float>(), out.ptr, nullptr, 1, nullptr, other), ncclInvalidUsage);
-  EXPECT_NE(std::string(ncclDcpGetLastError()).find("bound"), std::string::npos) << ncclDcpGetLastError();
-  DCP_ASSERT(ncclDcpContextBindStream(ctx, other));
-  std::swap(other, stream_);
-  callAndCheck(ctx, c, 2);
-  std::swap(other, stream_);
-  // Destroy does not touch the bound stream, which may be gone already.
-  CUDA_ASSERT(cudaStreamDestroy(other));
+  ncclDcpContext_t twice[2] = {ctx, ctx};
+  EXPECT_EQ(ncclDcpContextDestroyGroup(2, twice), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclDcpGetLastError()).find("the same context"), std::string::npos) << ncclDcpGetLastError();
+  callAndCheck(ctx, c, 2);  // still live
+  // An address no create returned.
+  int notAContext = 0;
+  EXPECT_EQ(ncclDcpContextDestroy((ncclDcpContext_t)&notAContext), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclDcpGetLastError()).find("no ncclDcpContextCreate"), std::string::npos);
   DCP_ASSERT(ncclDcpContextDestroy(ctx));
+}
+
+// Abort from a watchdog thread while the application's thread keeps
+// calling: every call either runs or is refused as stale, never crashes.
+TEST_F(OneRankContext, AbortFromAnotherThreadWhileCalling) {
+  const ncclDcpConfig_t c = makeConfig(64, 2, ncclBfloat16, ncclDcpLseBase2);
+  Config cfg;
+  ASSERT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess);
+  const Strides s = packedStrides(cfg, 1);
+  std::mt19937_64 rng(freshSeed());
+  std::vector<RankTensors> host = makeInputs(cfg, 1, 4, s, LseMix::Normal, rng);
+  RankBuffers b(host[0]);
+  CUDA_ASSERT(b.upload(host[0], stream_));
+  for (int round = 0; round < 20; round++) {
+    ncclDcpContext_t ctx = nullptr;
+    DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &ctx));
+    std::atomic<int> ran{0}, refused{0}, other{0};
+    std::thread caller([&] {
+      for (int i = 0; i < 200; i++) {
+        const ncclResult_t r =
+            ncclDcpA2aLseReduce(ctx, b.in.ptr, b.lse.as<float>(), b.out.ptr, nullptr, 4, nullptr, stream_);
+        (r == ncclSuccess ? ran : r == ncclInvalidArgument ? refused : other)++;
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::microseconds(50 * round));
+    EXPECT_EQ(ncclDcpContextAbort(ctx), ncclSuccess) << ncclDcpGetLastError();
+    caller.join();
+    EXPECT_EQ(ran + refused, 200) << other << " calls failed otherwise";
+  }
+  CUDA_ASSERT(cudaDeviceSynchronize());
+}
+
+// NCCL_DCP_PROVIDER=cuda-ipc on one rank: the fused path on cudaMalloc
+// memory of our own, every protocol, strided, captured; bitwise equal to
+// nccl-window on the same inputs.
+TEST_F(OneRankContext, CudaIpcProviderMatchesNcclWindowBitwise) {
+  Env ipc;
+  ipc.provider = ncclDcpProviderCudaIpc;
+  for (int proto : {ncclDcpProtoAuto, ncclDcpProtoLL, ncclDcpProtoLL128, ncclDcpProtoSimple}) {
+    SCOPED_TRACE(protocolName(proto));
+    const ncclDcpConfig_t c = makeConfig(256, 4, ncclBfloat16, ncclDcpLseBase2, 8, proto);
+    ncclDcpContext_t window = nullptr, mapped = nullptr;
+    DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &window));
+    {
+      ScopedEnv env(ipc);
+      DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &mapped));
+    }
+    ncclDcpTopology_t t = NCCL_DCP_TOPOLOGY_INITIALIZER;
+    DCP_ASSERT(ncclDcpGetTopology(mapped, &t));
+    EXPECT_EQ(t.path, ncclDcpPathFused);
+    EXPECT_EQ(t.provider, ncclDcpProviderCudaIpc);
+    EXPECT_EQ(t.lsaSize, 1);
+    callAndCheck(mapped, c, 21, {/*strided=*/true});
+    callAndCheck(mapped, c, 6, {/*strided=*/false, /*withOutLse=*/true, /*capture=*/true});
+    Config cfg;
+    ASSERT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess);
+    const Strides s = packedStrides(cfg, 1);
+    std::mt19937_64 rng(freshSeed());
+    std::vector<RankTensors> host = makeInputs(cfg, 1, 19, s, LseMix::Special, rng);
+    std::vector<RankTensors> got[2] = {host, host};
+    ncclDcpContext_t both[2] = {window, mapped};
+    for (int k = 0; k < 2; k++) {
+      RankBuffers b(host[0]);
+      CUDA_ASSERT(b.upload(host[0], stream_));
+      DCP_ASSERT(ncclDcpA2aLseReduce(both[k], b.in.ptr, b.lse.as<float>(), b.out.ptr, b.outLse.as<float>(), 19,
+                                     nullptr, stream_));
+      CUDA_ASSERT(b.download(&got[k][0], stream_));
+    }
+    EXPECT_EQ(got[0][0].out, got[1][0].out);
+    EXPECT_EQ(got[0][0].outLse.size(), got[1][0].outLse.size());
+    EXPECT_EQ(memcmp(got[0][0].outLse.data(), got[1][0].outLse.data(), got[0][0].outLse.size() * 4), 0);
+    DCP_ASSERT(ncclDcpContextDestroy(window));
+    DCP_ASSERT(ncclDcpContextAbort(mapped));  // abort frees cuda-ipc memory too (deferred)
+  }
+}
+
+// A provider that cannot serve is refused on every rank, with the reason:
+// nccl-window is NCCL's, so an application's window excludes cuda-ipc.
+TEST_F(OneRankContext, ForcedProviderThatCannotServeIsRefused) {
+  Env ipc;
+  ipc.provider = ncclDcpProviderCudaIpc;
+  ScopedEnv env(ipc);
+  const ncclDcpConfig_t c = makeConfig(256, 2, ncclBfloat16, ncclDcpLseBase2, 8);
+  size_t need = 0;
+  DCP_ASSERT(ncclDcpWorkspaceSize(&c, 1, &need));
+  void* pool = nullptr;
+  ncclWindow_t win = nullptr;
+  ASSERT_NO_FATAL_FAILURE(openAppWindow(need, &pool, &win));
+  ncclDcpContext_t ctx = nullptr;
+  EXPECT_EQ(ncclDcpContextCreateInWindow(comm_, win, 0, need, &c, &ctx), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclDcpGetLastError()).find("NCCL_DCP_PROVIDER=cuda-ipc is not available"), std::string::npos)
+      << ncclDcpGetLastError();
+  EXPECT_EQ(ctx, nullptr);
+  closeAppWindow(pool, win);
 }
 
 TEST_F(OneRankContext, GraphCaptureReplays) {
@@ -236,6 +368,8 @@ TEST_F(OneRankContext, ForcedFallback) {
     ncclDcpTopology_t t = NCCL_DCP_TOPOLOGY_INITIALIZER;
     DCP_ASSERT(ncclDcpGetTopology(ctx, &t));
     EXPECT_EQ(t.path, ncclDcpPathFallback);
+    EXPECT_EQ(t.provider, ncclDcpProviderFallback);
+    EXPECT_NE(std::string(t.pathNote).find("NCCL_DCP_PROVIDER=fallback"), std::string::npos) << t.pathNote;
     for (int batch : {1, 8, 21}) {
       callAndCheck(ctx, c, batch);
       callAndCheck(ctx, c, batch, {/*strided=*/true, /*withOutLse=*/true});
@@ -337,9 +471,12 @@ TEST(LiveResourceCounting, SeesTheLibrarysCalls) {
 // is given back (counted exactly), and no device memory is lost.
 TEST_F(OneRankContext, CyclesLeakNothing) {
   const ncclDcpConfig_t c = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 256);
-  for (bool fallback : {false, true}) {
-    SCOPED_TRACE(fallback ? "fallback" : "fused");
-    std::unique_ptr<ScopedEnv> env(fallback ? new ScopedEnv(forcedFallbackEnv()) : nullptr);
+  for (int provider : {ncclDcpProviderNcclWindow, ncclDcpProviderCudaIpc, ncclDcpProviderFallback}) {
+    SCOPED_TRACE(providerName(provider));
+    const bool fallback = provider == ncclDcpProviderFallback;
+    Env e;
+    e.provider = provider;
+    ScopedEnv env(e);
     auto cycle = [&](bool withCall) {
       ncclDcpContext_t ctx = nullptr;
       DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &ctx));
@@ -380,13 +517,8 @@ TEST_F(OneRankContext, CallArgumentsCheckedBeforeLaunch) {
             ncclInvalidArgument);
   EXPECT_NE(std::string(ncclDcpGetLastError()).find("out"), std::string::npos);
   EXPECT_EQ(ncclDcpA2aLseReduce(ctx, in.ptr, lse.as<float>(), in.ptr, nullptr, 1, nullptr, stream_), ncclInvalidArgument);
-  // Refused calls did not bind the stream.
-  cudaStream_t other;
-  CUDA_ASSERT(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
-  std::swap(other, stream_);
+  // Refused calls left the context as it was.
   callAndCheck(ctx, c, 1);
-  std::swap(other, stream_);
-  cudaStreamDestroy(other);
   DCP_ASSERT(ncclDcpContextDestroy(ctx));
 }
 

@@ -28,8 +28,8 @@ namespace {
 
 // The steps a 1-rank create can fail at. Agree cannot fail with one rank:
 // there is no other record to disagree with.
-const CreateStep kLocalSteps[] = {CreateStep::Arguments, CreateStep::DeviceCommunicators, CreateStep::ChoosePath,
-                                  CreateStep::Workspace, CreateStep::Ready};
+const CreateStep kLocalSteps[] = {CreateStep::Arguments,  CreateStep::DeviceCommunicators, CreateStep::ChoosePath,
+                                  CreateStep::Workspace,  CreateStep::MapPeers,            CreateStep::Ready};
 
 class CreateUnwind : public OneRankComm {
  protected:
@@ -92,6 +92,16 @@ class CreateUnwind : public OneRankComm {
 
 TEST_F(CreateUnwind, FusedPathEveryStep) {
   const ncclDcpConfig_t c = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 32);
+  everyStepUnwinds(c, [&](ncclDcpContext_t* ctx) { return ncclDcpContextCreate(comm_, &c, ctx); });
+}
+
+// The cuda-ipc provider: its memory, its IPC handle and its mapping are
+// released at every step (one rank: the handle is taken, none opened).
+TEST_F(CreateUnwind, CudaIpcProviderEveryStep) {
+  Env e;
+  e.provider = ncclDcpProviderCudaIpc;
+  setEnvForTesting(&e);
+  const ncclDcpConfig_t c = makeConfig(512, 8, ncclBfloat16, ncclDcpLseBase2, 16);
   everyStepUnwinds(c, [&](ncclDcpContext_t* ctx) { return ncclDcpContextCreate(comm_, &c, ctx); });
 }
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "context.h"
+#include "enums.h"
 #include "device_problem.h"
 #include "test_util.h"
 #include "testing.h"
@@ -148,20 +149,21 @@ class CreateRanks : public testing::Test {
   RankThreads threads_{kHangSeconds};
 };
 
-const CreateStep kEverySteps[] = {CreateStep::Arguments,  CreateStep::Agree,     CreateStep::DeviceCommunicators,
-                                  CreateStep::ChoosePath, CreateStep::Workspace, CreateStep::Ready};
+const CreateStep kEverySteps[] = {CreateStep::Arguments, CreateStep::Agree,    CreateStep::DeviceCommunicators,
+                                  CreateStep::ChoosePath, CreateStep::Workspace, CreateStep::MapPeers,
+                                  CreateStep::Ready};
 
 TEST_F(CreateRanks, InjectedFailureAtEveryStepFailsEveryRankAlike) {
   const ncclDcpConfig_t c = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 16);
-  Env paths[2];  // fused, then forced fallback
-  paths[1].forceFallback = true;
-  for (bool fallback : {false, true}) {
-    setEnvForTesting(&paths[fallback]);
+  for (int provider : {ncclDcpProviderNcclWindow, ncclDcpProviderCudaIpc, ncclDcpProviderFallback}) {
+    Env path;
+    path.provider = provider;
+    setEnvForTesting(&path);
     createWorks(c);  // NCCL's own first-use allocations
     if (HasFailure()) return;
     for (CreateStep step : kEverySteps) {
       for (int faulty = 0; faulty < kRanks; faulty++) {
-        SCOPED_TRACE(testing::Message() << (fallback ? "fallback" : "fused") << " path, fault at step '"
+        SCOPED_TRACE(testing::Message() << providerName(provider) << ", fault at step '"
                                         << createStepName(step) << "' on rank " << faulty);
         const std::vector<size_t> before = freeMemoryPerRank();
         const CreateFault fault = {step, faulty, ncclSystemError};
@@ -196,7 +198,7 @@ TEST_F(CreateRanks, GroupCreateUnwindsEveryCommunicator) {
   DCP_ASSERT(ncclDcpContextCreateGroup(kRanks, comms.data(), &c, ctxs.data()));
   DCP_ASSERT(ncclDcpContextDestroyGroup(kRanks, ctxs.data()));
   const std::vector<size_t> before = freeMemoryPerRank();
-  for (CreateStep step : {CreateStep::Workspace, CreateStep::Ready}) {
+  for (CreateStep step : {CreateStep::Workspace, CreateStep::MapPeers, CreateStep::Ready}) {
     const CreateFault fault = {step, 1, ncclSystemError};
     injectCreateFault(&fault);
     EXPECT_EQ(ncclDcpContextCreateGroup(kRanks, comms.data(), &c, ctxs.data()), ncclSystemError);
@@ -209,6 +211,55 @@ TEST_F(CreateRanks, GroupCreateUnwindsEveryCommunicator) {
   DCP_ASSERT(ncclDcpContextCreateGroup(kRanks, comms.data(), &c, ctxs.data()));
   DCP_ASSERT(ncclDcpContextDestroyGroup(kRanks, ctxs.data()));
   for (int r = 0; r < kRanks; r++) ncclCommDestroy(comms[r]);
+}
+
+// No symmetric memory (as under NCCL_CUMEM_ENABLE=0): every rank lands on
+// cuda-ipc. Rank 1 alone without symmetric memory and without P2P to rank
+// 0: every rank lands on the fallback, whose note names both GPUs. The
+// calls are correct either way.
+TEST_F(CreateRanks, ProviderIsAgreedWhenOneRankCannotPeer) {
+  const ncclDcpConfig_t c = makeConfig(256, 4, ncclBfloat16, ncclDcpLseBase2, 8);
+  for (bool p2p : {true, false}) {
+    SCOPED_TRACE(p2p ? "every pair peers" : "rank 1 cannot peer");
+    alterRecordForTesting(-1, CreateStep::DeviceCommunicators, [](RankRecord* rec) {
+      rec->devComm.capable = 0;
+      rec->devComm.created = 0;
+      rec->devComm.cumemDisabled = 1;
+    });
+    if (!p2p)  // replaces the alteration above
+      alterRecordForTesting(1, CreateStep::DeviceCommunicators, [](RankRecord* rec) {
+        rec->devComm.capable = 0;
+        rec->devComm.created = 0;
+        rec->ipc = {(int32_t)IpcBlock::NoP2p, 0};
+      });
+    Outcome o = createAll([&](int r, ncclDcpContext_t* ctx) { return ncclDcpContextCreate(comms_[r], &c, ctx); });
+    alterRecordForTesting(-1, CreateStep::Count, nullptr);
+    for (int r = 0; r < kRanks; r++) {
+      ASSERT_EQ(o.res[r], ncclSuccess) << "rank " << r << ": " << o.msg[r];
+      ncclDcpTopology_t t = NCCL_DCP_TOPOLOGY_INITIALIZER;
+      DCP_ASSERT(ncclDcpGetTopology(o.ctxs[r], &t));
+      EXPECT_EQ(t.provider, p2p ? ncclDcpProviderCudaIpc : ncclDcpProviderFallback) << "rank " << r;
+      const std::string note = t.pathNote;
+      EXPECT_NE(note.find(p2p ? "NCCL_CUMEM_ENABLE=0" : "no P2P between GPU"), std::string::npos) << note;
+      if (!p2p) {
+        EXPECT_NE(note.find("(rank 1) and GPU"), std::string::npos) << note;
+      }
+    }
+    Config cfg;
+    ASSERT_EQ(resolveConfig(&c, env(), &cfg), ncclSuccess);
+    DeviceProblem p(cfg, kRanks, 19, LseMix::Special, freshSeed(), {0, 1});
+    threads_.run(kRanks, [&](int r) {
+      cudaSetDevice(r);
+      const CallBuffers b = p.buffers(r);
+      if (ncclDcpA2aLseReduce(o.ctxs[r], b.partialOut, b.partialLse, b.out, b.outLse, 19, nullptr, nullptr) !=
+          ncclSuccess)
+        return threads_.addFailure(r, std::string("call: ") + ncclDcpGetLastError());
+      cudaDeviceSynchronize();
+      const Mismatch m = p.check(r);
+      if (m.count) threads_.addFailure(r, std::to_string(m.count) + " mismatches, first " + m.first);
+      if (ncclDcpContextDestroy(o.ctxs[r]) != ncclSuccess) threads_.addFailure(r, "destroy");
+    });
+  }
 }
 
 TEST_F(CreateRanks, NullWindowOnOneRankFailsEveryRank) {
@@ -270,7 +321,8 @@ TEST_F(CreateRanks, EveryInputMismatchIsRefusedOnEveryRank) {
        [](Env* e) { e->timeoutMs = 1000; }, nullptr},
       {"NCCL_DCP_SIMPLE_MIN_ROWS", nullptr, [](Env* e) { e->simpleMinRows = 8; }, nullptr},
       {"NCCL_DCP_PDL", nullptr, [](Env* e) { e->pdl = 0; }, nullptr},
-      {"NCCL_DCP_FORCE_FALLBACK", nullptr, [](Env* e) { e->forceFallback = true; }, nullptr},
+      {"NCCL_DCP_PROVIDER", nullptr, [](Env* e) { e->forceFallback = true; }, nullptr},
+      {"NCCL_DCP_PROVIDER", nullptr, [](Env* e) { e->provider = ncclDcpProviderCudaIpc; }, nullptr},
       {"ll128_reread", nullptr, nullptr, [](Agreement* a) { a->ll128Reread = !a->ll128Reread; }},
   };
   for (const InputCase& in : cases) {

@@ -59,7 +59,7 @@ class EnvParse : public ::testing::Test {
 // Every field at its default: what an empty environment gives.
 void expectDefaults(const Env& e, const char* except = "") {
   const std::string skip = except;
-  if (skip != "NCCL_DCP_DEBUG") { EXPECT_EQ(e.debug, LogLevel::None); }
+  if (skip != "NCCL_DCP_DEBUG") { EXPECT_EQ(e.debug, LogLevel::Warn); }
   if (skip != "NCCL_DCP_DEBUG_FILE") { EXPECT_EQ(e.debugFile, ""); }
   if (skip != "NCCL_DCP_PROTO") { EXPECT_EQ(e.protocol, kEnvUnset); }
   if (skip != "NCCL_DCP_TIMEOUT_MS") { EXPECT_EQ(e.timeoutMs, kEnvUnset); }
@@ -94,7 +94,7 @@ TEST_F(EnvParse, DebugLevelsAreCaseInsensitive) {
 TEST_F(EnvParse, InvalidDebugLevelIgnored) {
   for (const char* value : {"VERBOSE", "2", "", "WARNING", "INFO "}) {
     const Env e = parseOne("NCCL_DCP_DEBUG", value);
-    EXPECT_EQ(e.debug, LogLevel::None) << value;
+    EXPECT_EQ(e.debug, LogLevel::Warn) << value;
     EXPECT_TRUE(WarnedAbout("NCCL_DCP_DEBUG", value));
   }
 }
