@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -93,6 +94,8 @@ int run(int argc, char** argv, const ProcessGroup& g) {
       return kExitBadArgs;
     case ParseResult::Ok: break;
   }
+  // Before the library's first call: it reads its environment once.
+  if (!a.provider.empty()) setenv("NCCL_DCP_PROVIDER", a.provider.c_str(), 1);
   if (a.virtualRanks > 0 && g.processes > 1) {
     if (printer) fprintf(stderr, "%s: -V runs every virtual rank in one process: launch it without mpirun\n", argv[0]);
     return kExitBadArgs;

@@ -10,6 +10,7 @@
 #include <functional>
 #include <sstream>
 
+#include "enums.h"
 #include "nccl_dcp.h"
 
 namespace nccl_dcp {
@@ -71,6 +72,8 @@ std::string usage(const char* program) {
     << "  -T <0|1>       the fused kernel's in-kernel timeline per size, one call, per rank\n"
     << "                 (a build with meson -Dtimeline=true; default 0)\n"
     << "  -J <file>      write the results as JSON\n"
+    << "  --provider <p> the fused path's workspace: auto | nccl-window | cuda-ipc | fallback (sets\n"
+    << "                 NCCL_DCP_PROVIDER; default: as the environment says, else auto)\n"
     << "  -h             this help\n"
     << "Exit codes: 0 ok, 2 bad arguments, 3 no GPU, 4 wrong results, 5 a call failed.\n";
   return o.str();
@@ -177,6 +180,15 @@ ParseResult parseArgs(int argc, char** argv, Args* a, std::string* error) {
   for (int i = 1; i < argc; i++) {
     const std::string flag = argv[i];
     if (flag == "-h" || flag == "--help") return ParseResult::Help;
+    if (flag == "--provider") {
+      int p = 0;
+      if (i + 1 >= argc || !parseProvider(argv[i + 1], &p)) {
+        *error = "--provider needs auto, nccl-window, cuda-ipc or fallback";
+        return ParseResult::Error;
+      }
+      a->provider = argv[++i];
+      continue;
+    }
     if (flag.size() != 2 || flag[0] != '-') {
       *error = "unknown argument '" + flag + "'";
       return ParseResult::Error;
@@ -380,7 +392,8 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
     << ",\n  \"processes\": " << run.placement.processes << ",\n  \"threads\": " << run.placement.threads
     << ",\n  \"gpusPerThread\": " << run.placement.gpusPerThread << ",\n  \"dtype\": \"" << dtypeFlag(a.dtype)
     << "\",\n  \"headDim\": " << a.headDim << ",\n  \"localHeads\": " << a.localHeads
-    << ",\n  \"protocol\": \"" << protocolFlag(a.protocol) << "\",\n  \"lseBase\": \"" << (a.lseBase ? "e" : "2")
+    << ",\n  \"protocol\": \"" << protocolFlag(a.protocol) << "\",\n  \"provider\": " << quoted(run.provider)
+    << ",\n  \"lseBase\": \"" << (a.lseBase ? "e" : "2")
     << "\",\n  \"graphCalls\": " << a.graphCalls << ",\n  \"iters\": " << a.iters << ",\n  \"aggregate\": "
     << a.aggregate << ",\n  \"baseline\": " << quoted(baselineName(a.baseline)) << ",\n  \"copyGBps\": " << run.copyGBps
     << ",\n  \"floors\": {\"measured\": " << (f.measured ? "true" : "false") << ", \"why\": " << quoted(f.why)

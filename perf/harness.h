@@ -52,6 +52,7 @@ struct Args {
   int floors = 1;                       // -F 0 skips the floors
   int timeline = 0;                     // -T 1: the in-kernel timeline per size (-Dtimeline=true builds)
   std::string json;                     // -J file
+  std::string provider;                 // --provider: NCCL_DCP_PROVIDER for this run ("" = as set)
 };
 
 enum class ParseResult { Ok, Help, Error };
@@ -153,6 +154,7 @@ struct RunInfo {
   Placement placement;
   double copyGBps = 0;  // loopback: device-to-device copy bandwidth
   int ncclVersion = 0;
+  std::string provider;  // the workspace provider the contexts chose (ranks), "loopback"
 };
 std::string jsonReport(const Args& a, const RunInfo& run, const Floors& floors, const std::vector<Row>& rows);
 

@@ -124,6 +124,7 @@ class LoopbackMode : public Mode {
   RunInfo runInfo() const override {
     RunInfo r;
     r.mode = "loopback";
+    r.provider = "loopback";
     r.device = prop_.name;
     r.nRanks = cp_;
     r.copyGBps = copyGBps_;

@@ -10,6 +10,7 @@
 
 #include <cstdio>
 
+#include "enums.h"
 #include "launch.h"
 #include "mode.h"
 #include "topology.h"
@@ -95,10 +96,12 @@ class RankMode : public Mode {
     std::vector<std::string> lines;
     for (const Rank& r : ranks_) {
       char s[1024];
-      snprintf(s, sizeof(s), "#  rank %d  pid %d on %s  GPU %d  %s  path %s  protocol %s  LSA team %d of %d", r.rank,
+      snprintf(s, sizeof(s),
+               "#  rank %d  pid %d on %s  GPU %d  %s  path %s (%s)  protocol %s  LSA team %d of %d", r.rank,
                (int)getpid(), host, r.dev, r.topo.busId[r.rank], r.topo.path == ncclDcpPathFused ? "fused" : "fallback",
-               protocolFlag(r.topo.protocol), r.topo.lsaSize, r.topo.nRanks);
+               providerName(r.topo.provider), protocolFlag(r.topo.protocol), r.topo.lsaSize, r.topo.nRanks);
       lines.push_back(s);
+      if (r.topo.pathNote[0]) lines.push_back(std::string("#  rank ") + std::to_string(r.rank) + ": " + r.topo.pathNote);
       appendTopologyLines(r.topo, pinning_, &lines);
     }
     return lines;
@@ -113,6 +116,7 @@ class RankMode : public Mode {
     r.nRanks = nRanks();
     r.placement = place_;
     r.ncclVersion = ncclVersion();
+    r.provider = providerName(ranks_[0].topo.provider);
     return r;
   }
 
