@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,7 +17,6 @@
 #include <cstdio>
 #include <fstream>
 #include <mutex>
-#include <new>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -36,29 +36,36 @@
 #endif
 
 // ---------------------------------------------------------------------------
-// Allocation counter: the executable's operator new interposes the plugin's
-// (both resolve it through the dynamic linker), so events that allocate show.
+// Allocation counter: the executable's malloc, calloc and realloc interpose
+// the C library's for every library in the process (the dynamic linker
+// looks in the executable first), the plugin's operator new included
+// (libstdc++'s calls malloc), so an event that allocates shows.
+extern "C" {
+void* __libc_malloc(size_t n);
+void* __libc_calloc(size_t n, size_t size);
+void* __libc_realloc(void* p, size_t n);
+}
 namespace {
 std::atomic<bool> gCountAllocations{false};
 std::atomic<long> gAllocations{0};
-void* countedAlloc(size_t n) {
-  if (gCountAllocations.load(std::memory_order_relaxed)) gAllocations.fetch_add(1);
-  return malloc(n ? n : 1);
+void countAllocation() {
+  if (gCountAllocations.load(std::memory_order_relaxed)) gAllocations.fetch_add(1, std::memory_order_relaxed);
 }
 }  // namespace
-// GCC pairs the replaced operators' malloc/free as if they were new/delete.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void* operator new(size_t n) {
-  if (void* p = countedAlloc(n)) return p;
-  throw std::bad_alloc();
+extern "C" {
+void* malloc(size_t n) {
+  countAllocation();
+  return __libc_malloc(n);
 }
-void* operator new[](size_t n) { return operator new(n); }
-void* operator new(size_t n, const std::nothrow_t&) noexcept { return countedAlloc(n); }
-void* operator new[](size_t n, const std::nothrow_t&) noexcept { return countedAlloc(n); }
-void operator delete(void* p) noexcept { free(p); }
-void operator delete[](void* p) noexcept { free(p); }
-void operator delete(void* p, size_t) noexcept { free(p); }
-void operator delete[](void* p, size_t) noexcept { free(p); }
+void* calloc(size_t n, size_t size) {
+  countAllocation();
+  return __libc_calloc(n, size);
+}
+void* realloc(void* p, size_t n) {
+  countAllocation();
+  return __libc_realloc(p, n);
+}
+}  // extern "C"
 
 namespace nccl_dcp {
 namespace plugin {
@@ -452,6 +459,27 @@ TEST_F(PluginTest, KernelEventsOfAReusedSlotAreDropped) {
   EXPECT_EQ(anomaly(*comm, "lateKernelEvents"), 1);
   EXPECT_EQ(number(opIn(*comm, "AlltoAll"), "gpuCalls"), 0);
   EXPECT_EQ(opCalls(*comm, "AlltoAll"), (uint64_t)kGroupSlots + 1);
+}
+
+// The counter itself: C allocations made in another library count.
+TEST(PluginAllocationCounter, SeesMallocCallocReallocAndNew) {
+  // Through pointers, so that the compiler cannot pair and drop them.
+  void* (*volatile m)(size_t) = malloc;
+  void* (*volatile c)(size_t, size_t) = calloc;
+  void* (*volatile r)(void*, size_t) = realloc;
+  gAllocations = 0;
+  gCountAllocations = true;
+  void* a = m(24);
+  void* b = c(3, 8);
+  a = r(a, 4096);
+  char* d = strdup("in libc");  // libc's own call to malloc
+  std::string* e = new std::string(100, 'x');  // libstdc++'s operator new
+  gCountAllocations = false;
+  free(a);
+  free(b);
+  free(d);
+  delete e;
+  EXPECT_GE(gAllocations.load(), 6);
 }
 
 TEST_F(PluginTest, EventsAllocateNothing) {
