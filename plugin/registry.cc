@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,11 +35,36 @@ uint64_t idOf(const void* p) { return (uint64_t)(uintptr_t)p; }
 
 }  // namespace
 
+bool parseBool(const char* value, bool* out) {
+  static const char* const kTrue[] = {"1", "true", "yes", "on"};
+  static const char* const kFalse[] = {"0", "false", "no", "off"};
+  for (int i = 0; i < 4; i++) {
+    if (strcasecmp(value, kTrue[i]) == 0) return *out = true, true;
+    if (strcasecmp(value, kFalse[i]) == 0) return *out = false, true;
+  }
+  return false;
+}
+
+namespace {
+
+// A switch from the environment; unset or empty keeps `fallback`, a value
+// that is no boolean keeps it too and is named in *refused.
+bool envBool(const char* name, bool fallback, std::vector<std::string>* refused) {
+  const char* v = getenv(name);
+  bool out = fallback;
+  if (v == nullptr || *v == '\0' || parseBool(v, &out)) return out;
+  refused->push_back(std::string(name) + "=\"" + v + "\" is not a boolean (1/0, true/false, yes/no, on/off); using " +
+                     (fallback ? "1" : "0"));
+  return fallback;
+}
+
+}  // namespace
+
 Settings Settings::fromEnv() {
   Settings s;
   s.profileFile = envOr("NCCL_DCP_PROFILE_FILE", "");
   s.calibration = envOr("NCCL_DCP_PROFILE_CALIBRATION", "");
-  s.kernelTiming = envOr("NCCL_DCP_PROFILE_KERNEL", "1") != "0";
+  s.kernelTiming = envBool("NCCL_DCP_PROFILE_KERNEL", true, &s.refused);
   s.injectFault = envOr("NCCL_DCP_PROFILE_INJECT_FAULT", "");
   return s;
 }
@@ -94,6 +120,20 @@ void Registry::log(ncclDebugLogLevel level, const char* fmt, ...) {
     logger(level, NCCL_LOG_SUBSYS_INIT, __FILE__, __LINE__, "NCCL-DCP profiler: %s", msg);
   else if (level == NCCL_LOG_WARN)
     fprintf(stderr, "NCCL-DCP profiler WARN %s\n", msg);
+}
+
+bool Registry::firstWarning(const std::string& what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (std::find(warned_.begin(), warned_.end(), what) != warned_.end()) return false;
+  warned_.push_back(what);
+  return true;
+}
+
+Settings Registry::settings() {
+  Settings s = Settings::fromEnv();
+  for (const std::string& why : s.refused)
+    if (firstWarning(why)) log(NCCL_LOG_WARN, "%s", why.c_str());
+  return s;
 }
 
 void Registry::disable(const std::string& why) {
@@ -192,10 +232,8 @@ void Registry::writeJson(const ReportInput& in) {
     log(NCCL_LOG_INFO, "report written to %s", path.c_str());
     return;
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (std::find(warnedFiles_.begin(), warnedFiles_.end(), path) != warnedFiles_.end()) return;
-  warnedFiles_.push_back(path);
-  log(NCCL_LOG_WARN, "cannot write NCCL_DCP_PROFILE_FILE %s: %s", path.c_str(), strerror(errno));
+  const int err = errno;
+  if (firstWarning(path)) log(NCCL_LOG_WARN, "cannot write NCCL_DCP_PROFILE_FILE %s: %s", path.c_str(), strerror(err));
 }
 
 // The entry of a (context, comm) pair: found lock-free; the first call of

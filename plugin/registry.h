@@ -32,8 +32,13 @@ struct Settings {
   std::string calibration;  // NCCL_DCP_PROFILE_CALIBRATION: a perf -J file
   bool kernelTiming = true; // NCCL_DCP_PROFILE_KERNEL=0: no KernelCh events (no GPU time)
   std::string injectFault;  // NCCL_DCP_PROFILE_INJECT_FAULT=init|report: tests of the failure path
+  // A value the plugin refused (kept at its default), one line per variable.
+  std::vector<std::string> refused;
   static Settings fromEnv();
 };
+// A switch's value: 1/0, true/false, yes/no, on/off in any case; false
+// (and *out untouched) for anything else.
+bool parseBool(const char* value, bool* out);
 // The plugin's variables, for the README test.
 const std::vector<const char*>& pluginEnvNames();
 // `pattern` with %h -> short host name, %p -> pid (as NCCL_DEBUG_FILE).
@@ -49,6 +54,8 @@ class Registry {
 
   void setLogger(ncclDebugLogger_t logger);
   void log(ncclDebugLogLevel level, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+  // Settings::fromEnv(), each refused value warned once per process.
+  Settings settings();
 
   // A profile for a new communicator (null when out of memory).
   CommProfile* addComm(const CommIdentity& id, bool kernelTiming);
@@ -67,6 +74,8 @@ class Registry {
   struct DcpEntry;
   DcpEntry* dcpEntry(const ncclDcpProfilerCall_v1_t& call);
   void writeJson(const ReportInput& in);
+  // True the first time `what` is asked about.
+  bool firstWarning(const std::string& what);
 
   std::atomic<bool> disabled_{false};
   std::string disabledWhy_;
@@ -75,7 +84,7 @@ class Registry {
   std::mutex mutex_;  // the lists below
   std::vector<std::unique_ptr<CommProfile>> live_;
   std::vector<CommSnapshot> finished_;
-  std::vector<std::string> warnedFiles_;
+  std::vector<std::string> warned_;  // what was warned once: files that cannot be written, refused values
 
   std::atomic<DcpEntry*> dcp_[kDcpContexts] = {};
   std::atomic<uint64_t> dcpDropped_{0};

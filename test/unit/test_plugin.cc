@@ -327,6 +327,27 @@ TEST_F(PluginTest, InitAsksForPlansTasksAndKernelTimes) {
   EXPECT_EQ(plugin().v6->finalize(ctx6), ncclSuccess);
 }
 
+TEST_F(PluginTest, TheKernelSwitchTakesTheUsualBooleanSpellings) {
+  const int plans = ncclProfileGroup | ncclProfileColl | ncclProfileP2p;
+  for (const char* off : {"0", "false", "FALSE", "no", "No", "off", "OFF"}) {
+    setenv("NCCL_DCP_PROFILE_KERNEL", off, 1);
+    FakeComm c(0, 2);
+    EXPECT_EQ(c.mask, plans) << "NCCL_DCP_PROFILE_KERNEL=" << off;
+  }
+  for (const char* on : {"1", "true", "True", "yes", "YES", "on", "On", ""}) {
+    setenv("NCCL_DCP_PROFILE_KERNEL", on, 1);
+    FakeComm c(0, 2);
+    EXPECT_EQ(c.mask, plans | ncclProfileKernelCh) << "NCCL_DCP_PROFILE_KERNEL=" << on;
+  }
+  // Anything else: refused with one warning naming the variable; the default (on) stays.
+  for (int i = 0; i < 2; i++) {
+    setenv("NCCL_DCP_PROFILE_KERNEL", "disable", 1);
+    FakeComm c(0, 2);
+    EXPECT_EQ(c.mask, plans | ncclProfileKernelCh);
+  }
+  EXPECT_EQ(logLinesWith("WARN NCCL-DCP profiler: NCCL_DCP_PROFILE_KERNEL=\"disable\" is not a boolean"), 1);
+}
+
 // ---------------------------------------------------------------------------
 // Counting.
 
