@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include <locale>
 #include <sstream>
 
 #include "json.h"
@@ -32,13 +33,9 @@ const OpSnapshot* findOp(const CommSnapshot& c, OpKind kind) {
 
 const char* nvlinkName(int v) { return v > 0 ? "yes" : v == 0 ? "no" : "unknown"; }
 
-// JSON: a number, or null for "not measured".
-std::string numberOrNull(double v, bool present) {
-  if (!present) return "null";
-  std::ostringstream o;
-  o << v;
-  return o.str();
-}
+// JSON: a number, or null for "not measured" (json::number also writes
+// null for a value that is not finite).
+std::string numberOrNull(double v, bool present) { return present ? json::number(v) : "null"; }
 
 }  // namespace
 
@@ -147,7 +144,7 @@ namespace {
 
 void writeOp(std::ostringstream& o, const OpSnapshot& op, const char* indent) {
   o << indent << "{\"kind\": " << json::quote(opKindName(op.kind)) << ", \"calls\": " << op.calls
-    << ", \"bytes\": " << op.bytes << ", \"gpuUs\": " << op.gpuNs * 1e-3 << ", \"gpuCalls\": " << op.gpuCalls
+    << ", \"bytes\": " << op.bytes << ", \"gpuUs\": " << json::number(op.gpuNs * 1e-3) << ", \"gpuCalls\": " << op.gpuCalls
     << ", \"otherSizeCalls\": " << op.otherSizeCalls << ",\n"
     << indent << " \"histogram\": [";
   bool first = true;
@@ -160,7 +157,7 @@ void writeOp(std::ostringstream& o, const OpSnapshot& op, const char* indent) {
   o << "],\n" << indent << " \"sizes\": [";
   for (size_t i = 0; i < op.sizes.size(); i++) {
     const SizeSnapshot& z = op.sizes[i];
-    o << (i ? ", " : "") << "{\"bytes\": " << z.bytes << ", \"calls\": " << z.calls << ", \"gpuUs\": " << z.gpuNs * 1e-3
+    o << (i ? ", " : "") << "{\"bytes\": " << z.bytes << ", \"calls\": " << z.calls << ", \"gpuUs\": " << json::number(z.gpuNs * 1e-3)
       << ", \"gpuCalls\": " << z.gpuCalls << "}";
   }
   o << "]}";
@@ -178,7 +175,7 @@ void writeDcp(std::ostringstream& o, const DcpSnapshot& d, const char* indent) {
 }
 
 void writeAllToAll(std::ostringstream& o, const AllToAllSummary& a, const DomainVerdict& domain) {
-  o << "      \"alltoall\": {\"calls\": " << a.calls << ", \"gpuUs\": " << a.gpuUs << ", \"gpuCalls\": " << a.gpuCalls
+  o << "      \"alltoall\": {\"calls\": " << a.calls << ", \"gpuUs\": " << json::number(a.gpuUs) << ", \"gpuCalls\": " << a.gpuCalls
     << ", \"estimate\": " << json::quote(a.estimate)
     << ", \"assumesNvlink\": " << (std::string(domain.verdict) == "unknown" ? "true" : "false")
     << ", \"expectedSavingUs\": " << numberOrNull(a.expectedSavingUs, a.estimate == "ok") << ",\n        \"sizes\": [";
@@ -204,7 +201,7 @@ void writeComm(std::ostringstream& o, const CommSnapshot& c, const ReportInput& 
     << ", \"source\": " << json::quote(domain.source) << "},\n"
     << "      \"anomalies\": {\"tasksWithoutGroup\": " << n.tasksWithoutGroup << ", \"lateKernelEvents\": "
     << n.lateKernelEvents << ", \"unmatchedEvents\": " << n.unmatchedEvents << ", \"unknownDatatype\": "
-    << n.unknownDatatype << ", \"mixedPlans\": " << n.mixedPlans << ", \"mixedPlanGpuUs\": " << n.mixedPlanGpuNs * 1e-3
+    << n.unknownDatatype << ", \"mixedPlans\": " << n.mixedPlans << ", \"mixedPlanGpuUs\": " << json::number(n.mixedPlanGpuNs * 1e-3)
     << "},\n      \"ops\": [";
   for (size_t i = 0; i < c.ops.size(); i++) {
     o << (i ? "," : "") << "\n";
@@ -237,6 +234,7 @@ void writeCalibration(std::ostringstream& o, const ReportInput& in) {
 
 std::string reportJson(const ReportInput& in) {
   std::ostringstream o;
+  o.imbue(std::locale::classic());  // the host program's locale could group digits
   o << "{\n  \"tool\": \"nccl-dcp profiler plugin\",\n  \"format\": " << kReportFormatVersion
     << ",\n  \"host\": " << json::quote(in.host) << ",\n  \"pid\": " << in.pid
     << ",\n  \"disabled\": " << (in.disabled.empty() ? "null" : json::quote(in.disabled)) << ",\n  \"calibration\": ";

@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -879,6 +880,78 @@ TEST(PluginCalibration, BadTablesSayWhy) {
   EXPECT_NE(loadCalibration("/nonexistent/perf.json").error.find("cannot open"), std::string::npos);
 }
 
+// In a child, with an alarm: what would block a plain reader (a FIFO
+// waits for a writer, /dev/zero never ends) is refused at once.
+void expectRefusedAtOnce(const std::string& path, const char* why) {
+  alarm(10);
+  exit(loadCalibration(path).error.find(why) != std::string::npos ? 0 : 1);
+}
+
+std::string freshFifo(const char* name) {
+  const std::string path = ::testing::TempDir() + name + std::to_string(getpid());
+  unlink(path.c_str());
+  EXPECT_EQ(mkfifo(path.c_str(), 0600), 0) << path;
+  return path;
+}
+
+TEST(PluginCalibration, OnlyASmallRegularFileIsRead) {
+  const std::string fifo = freshFifo("dcp-calibration-fifo-");
+  EXPECT_EXIT(expectRefusedAtOnce(fifo, "not a regular file"), ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(expectRefusedAtOnce("/dev/zero", "not a regular file"), ::testing::ExitedWithCode(0), "");
+  unlink(fifo.c_str());
+  const std::string dir = ::testing::TempDir();
+  EXPECT_NE(loadCalibration(dir).error.find("not a regular file"), std::string::npos);
+  const std::string good = dir + "dcp-calibration-good.json";
+  std::ofstream(good) << perfJson(2, kRows);
+  EXPECT_TRUE(loadCalibration(good).usable()) << loadCalibration(good).error;
+  const std::string link = dir + "dcp-calibration-link.json";
+  unlink(link.c_str());
+  ASSERT_EQ(symlink(good.c_str(), link.c_str()), 0);
+  EXPECT_NE(loadCalibration(link).error.find("symbolic link"), std::string::npos);
+  const std::string big = dir + "dcp-calibration-big.json";
+  std::ofstream(big) << std::string(kMaxCalibrationBytes, ' ') << perfJson(2, kRows);
+  EXPECT_NE(loadCalibration(big).error.find("larger than 1024 KiB"), std::string::npos);
+}
+
+void finalizeWithCalibration(const std::string& path) {
+  alarm(10);
+  setenv("NCCL_DCP_PROFILE_CALIBRATION", path.c_str(), 1);
+  FakeComm c(0, 2);
+  c.allToAllPlan(125);
+  if (c.finalize() != ncclSuccess) exit(1);
+  const json::Value report = readReport();
+  const json::Value* calib = report.find("calibration");
+  exit(calib && calib->find("error")->string.find("not a regular file") != std::string::npos ? 0 : 2);
+}
+
+TEST_F(PluginTest, AFifoAsCalibrationDoesNotHoldUpFinalize) {
+  const std::string fifo = freshFifo("dcp-calibration-fifo-");
+  EXPECT_EXIT(finalizeWithCalibration(fifo), ::testing::ExitedWithCode(0), "");
+  unlink(fifo.c_str());
+}
+
+TEST_F(PluginTest, TheReportHoldsNoNumberJsonCannot) {
+  const std::string calib = ::testing::TempDir() + "dcp-plugin-calibration-huge.json";
+  std::ofstream(calib) << perfJson(2, "{\"rows\": 1, \"bytes\": 1000, \"fusedUs\": 1, \"baseUs\": 1.5e308}");
+  setenv("NCCL_DCP_PROFILE_CALIBRATION", calib.c_str(), 1);
+  FakeComm c(0, 2);
+  for (int i = 0; i < 4; i++) c.allToAllPlan(125);  // 1000 B
+  ASSERT_EQ(c.finalize(), ncclSuccess);
+  const json::Value report = readReport();  // fails on inf or nan
+  const json::Value* a2a = commIn(report, c.hash)->find("alltoall");
+  EXPECT_EQ(a2a->find("estimate")->string, "ok");
+  EXPECT_EQ(a2a->find("expectedSavingUs")->type, json::Value::Null) << "4 x 1.5e308 us is no finite number";
+  EXPECT_DOUBLE_EQ(number(&a2a->find("sizes")->array.at(0), "savingUsPerCall"), 1.5e308);
+
+  std::ofstream(calib) << perfJson(2, "{\"rows\": 1, \"bytes\": 1000, \"fusedUs\": 1, \"baseUs\": 1e999}");
+  FakeComm d(0, 2);
+  d.allToAllPlan(125);
+  ASSERT_EQ(d.finalize(), ncclSuccess);
+  const json::Value after = readReport();
+  EXPECT_NE(after.find("calibration")->find("error")->string.find("number out of range"), std::string::npos);
+  EXPECT_EQ(commIn(after, d.hash)->find("alltoall")->find("expectedSavingUs")->type, json::Value::Null);
+}
+
 TEST_F(PluginTest, ReportEstimatesTheSavingPerSize) {
   const std::string calib = ::testing::TempDir() + "dcp-plugin-calibration.json";
   std::ofstream(calib) << perfJson(2, kRows);
@@ -991,6 +1064,27 @@ TEST(PluginJson, ReadsWhatTheReportWritesAndRejectsTheRest) {
   for (const char* bad : {"", "{", "[1,]", "{\"a\" 1}", "tru", "\"open", "{} {}", "[\"\x01\"]"})
     EXPECT_FALSE(json::parse(bad, &v, &why)) << bad;
   EXPECT_FALSE(json::parse(std::string(1000, '['), &v, &why)) << "depth is bounded";
+}
+
+TEST(PluginJson, NumbersAreJsonNumbersAndFinite) {
+  json::Value v;
+  std::string why;
+  for (const auto& [text, want] : std::vector<std::pair<const char*, double>>{
+           {"0", 0}, {"-0", 0}, {"12", 12}, {"-1.5", -1.5}, {"1e3", 1000}, {"1E+3", 1000}, {"25e-1", 2.5}}) {
+    ASSERT_TRUE(json::parse(text, &v, &why)) << text << ": " << why;
+    EXPECT_EQ(v.number, want) << text;
+  }
+  for (const char* bad : {"1e999", "-1e999", "inf", "-inf", "nan", "-nan", "0x10", "+1", "1.", ".5", "-", "1e", "01"})
+    EXPECT_FALSE(json::parse(bad, &v, &why)) << bad << " read as " << v.number;
+  EXPECT_EQ(json::number(INFINITY), "null");
+  EXPECT_EQ(json::number(-INFINITY), "null");
+  EXPECT_EQ(json::number(NAN), "null");
+  EXPECT_EQ(json::number(8.0), "8");
+  EXPECT_EQ(json::number(0.1), "0.1");
+  for (double x : {1.5e308, -2.5e-300, 1234567.891, 1.0 / 3}) {
+    ASSERT_TRUE(json::parse(json::number(x), &v, &why)) << json::number(x);
+    EXPECT_EQ(v.number, x) << "read back exactly";
+  }
 }
 
 }  // namespace
