@@ -24,13 +24,6 @@ std::string envOr(const char* name, const char* fallback) {
   return v ? v : fallback;
 }
 
-std::string shortHostName() {
-  char host[256] = "";
-  gethostname(host, sizeof(host) - 1);
-  if (char* dot = strchr(host, '.')) *dot = '\0';
-  return host;
-}
-
 uint64_t idOf(const void* p) { return (uint64_t)(uintptr_t)p; }
 
 }  // namespace
@@ -73,23 +66,6 @@ const std::vector<const char*>& pluginEnvNames() {
   static const std::vector<const char*> names = {"NCCL_DCP_PROFILE_FILE", "NCCL_DCP_PROFILE_CALIBRATION",
                                                  "NCCL_DCP_PROFILE_KERNEL", "NCCL_DCP_PROFILE_INJECT_FAULT"};
   return names;
-}
-
-// The same expansion as the library's NCCL_DCP_DEBUG_FILE (src/log.cc); the
-// plugin links nothing of the library, so it keeps its own copy.
-std::string expandPath(const std::string& pattern) {
-  std::string out;
-  for (size_t i = 0; i < pattern.size(); i++) {
-    if (pattern[i] == '%' && i + 1 < pattern.size()) {
-      const char c = pattern[++i];
-      if (c == 'h') out += shortHostName();
-      else if (c == 'p') out += std::to_string(getpid());
-      else (out += '%') += c;
-      continue;
-    }
-    out += pattern[i];
-  }
-  return out;
 }
 
 struct Registry::DcpEntry {
@@ -165,6 +141,7 @@ bool Registry::finalizeComm(CommProfile* p) {
   }
   if (!enabled()) return true;
   if (Settings::fromEnv().injectFault == "report") throw std::runtime_error("injected report fault");
+  std::lock_guard<std::mutex> order(writeMutex_);
   const ReportInput in = collect();
   for (const std::string& line : reportTable(done, in)) log(NCCL_LOG_INFO, "%s", line.c_str());
   writeJson(in);
@@ -177,7 +154,9 @@ void Registry::writeAtExit() {
     std::lock_guard<std::mutex> lock(mutex_);
     anyLive = !live_.empty();
   }
-  if (anyLive && enabled()) writeJson(collect());
+  if (!anyLive || !enabled()) return;
+  std::lock_guard<std::mutex> order(writeMutex_);
+  writeJson(collect());
 }
 
 ReportInput Registry::collect() {
@@ -216,24 +195,19 @@ ReportInput Registry::collect() {
   return in;
 }
 
-// Written whole to a temporary name, then renamed over the report: a reader
-// never sees half a file. A file that cannot be written warns once.
+// One file per process (reportPath), replaced whole (replaceFile). A file
+// that cannot be written warns once.
 void Registry::writeJson(const ReportInput& in) {
   const std::string pattern = Settings::fromEnv().profileFile;
   if (pattern.empty()) return;
-  const std::string path = expandPath(pattern);
-  const std::string tmp = path + ".tmp";
+  const std::string path = reportPath(pattern);
   const std::string text = reportJson(in);
-  FILE* f = fopen(tmp.c_str(), "w");
-  bool ok = f != nullptr && fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (f != nullptr) ok = fclose(f) == 0 && ok;
-  ok = ok && rename(tmp.c_str(), path.c_str()) == 0;
-  if (ok) {
+  std::string why;
+  if (replaceFile(path, {&text}, &why)) {
     log(NCCL_LOG_INFO, "report written to %s", path.c_str());
     return;
   }
-  const int err = errno;
-  if (firstWarning(path)) log(NCCL_LOG_WARN, "cannot write NCCL_DCP_PROFILE_FILE %s: %s", path.c_str(), strerror(err));
+  if (firstWarning(path)) log(NCCL_LOG_WARN, "cannot write NCCL_DCP_PROFILE_FILE %s: %s", path.c_str(), why.c_str());
 }
 
 // The entry of a (context, comm) pair: found lock-free; the first call of

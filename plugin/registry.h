@@ -20,6 +20,7 @@
 #include "dcp_hook.h"
 #include "nccl_profiler_abi.h"
 #include "report.h"
+#include "report_file.h"
 
 namespace nccl_dcp {
 namespace plugin {
@@ -41,8 +42,6 @@ struct Settings {
 bool parseBool(const char* value, bool* out);
 // The plugin's variables, for the README test.
 const std::vector<const char*>& pluginEnvNames();
-// `pattern` with %h -> short host name, %p -> pid (as NCCL_DEBUG_FILE).
-std::string expandPath(const std::string& pattern);
 
 class Registry {
  public:
@@ -81,6 +80,9 @@ class Registry {
   std::string disabledWhy_;
   std::atomic<ncclDebugLogger_t> logger_{nullptr};
 
+  // Held from a report's collect() to its rename: the file always ends
+  // with the newest state, whichever thread finalizes last.
+  std::mutex writeMutex_;
   std::mutex mutex_;  // the lists below
   std::vector<std::unique_ptr<CommProfile>> live_;
   std::vector<CommSnapshot> finished_;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -20,6 +21,7 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -31,6 +33,7 @@
 #include "nccl_profiler_abi.h"
 #include "profiler_hook.h"
 #include "registry.h"
+#include "report_file.h"
 
 #ifndef DCP_PLUGIN_PATH
 #error "DCP_PLUGIN_PATH: the built libnccl-profiler-dcp.so (test/meson.build)"
@@ -226,17 +229,23 @@ class FakeComm {
 // ---------------------------------------------------------------------------
 // The report.
 
-std::string reportPath() { return ::testing::TempDir() + "dcp-plugin-report-" + std::to_string(getpid()) + ".json"; }
+std::string reportFile() { return ::testing::TempDir() + "dcp-plugin-report-" + std::to_string(getpid()) + ".json"; }
 
-json::Value readReport() {
-  std::ifstream in(reportPath());
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
+  return text.str();
+}
+
+json::Value readJson(const std::string& path) {
   json::Value v;
   std::string why;
-  EXPECT_TRUE(json::parse(text.str(), &v, &why)) << reportPath() << ": " << why;
+  EXPECT_TRUE(json::parse(slurp(path), &v, &why)) << path << ": " << why;
   return v;
 }
+
+json::Value readReport() { return readJson(reportFile()); }
 
 const json::Value* commIn(const json::Value& report, uint64_t hash) {
   const json::Value* comms = report.find("communicators");
@@ -992,10 +1001,128 @@ TEST_F(PluginTest, ReportEstimatesTheSavingPerSize) {
 // Files, environment, failures.
 
 TEST_F(PluginTest, ReportFileExpandsHostAndPid) {
-  EXPECT_EQ(expandPath("a-%p.json"), "a-" + std::to_string(getpid()) + ".json");
+  const std::string pid = std::to_string(getpid());
+  EXPECT_EQ(expandPath("a-%p.json"), "a-" + pid + ".json");
   EXPECT_EQ(expandPath("%x%"), "%x%");
+  EXPECT_EQ(expandPath("100%%-%%p"), "100%-%p") << "%% is a '%', as in NCCL_DEBUG_FILE";
   EXPECT_EQ(expandPath("%h").find('.'), std::string::npos);
   EXPECT_FALSE(expandPath("%h").empty());
+  // Without %p the pid goes in anyway, before the extension: ranks never share a file.
+  EXPECT_EQ(reportPath("/logs/dcp-%p.json"), "/logs/dcp-" + pid + ".json");
+  EXPECT_EQ(reportPath("/logs/dcp.json"), "/logs/dcp." + pid + ".json");
+  EXPECT_EQ(reportPath("/logs/dcp-%h.json"), "/logs/dcp-" + shortHostName() + "." + pid + ".json");
+  EXPECT_EQ(reportPath("/logs.d/dcp"), "/logs.d/dcp." + pid);
+  EXPECT_EQ(reportPath("/logs/.dcp"), "/logs/.dcp." + pid);
+  EXPECT_EQ(reportPath("dcp-%%p.json"), "dcp-%p." + pid + ".json");
+}
+
+// 8 ranks given one name without %p used to leave one report (the others
+// overwritten); each process now writes its own.
+TEST_F(PluginTest, ProcessesGivenOneNameWriteOneReportEach) {
+  const std::string dir = ::testing::TempDir();
+  const std::string shared = dir + "dcp-shared-report-" + std::to_string(getpid()) + ".json";
+  setenv("NCCL_DCP_PROFILE_FILE", shared.c_str(), 1);
+  std::vector<pid_t> ranks;
+  for (int r = 0; r < 4; r++) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      FakeComm c(r, 4);
+      c.allToAllPlan(8);
+      _exit(c.finalize() == ncclSuccess ? 0 : 1);
+    }
+    ranks.push_back(pid);
+  }
+  for (pid_t pid : ranks) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    const std::string own = shared.substr(0, shared.size() - 5) + "." + std::to_string(pid) + ".json";
+    const json::Value report = readJson(own);
+    EXPECT_EQ(number(&report, "pid"), pid) << own;
+    unlink(own.c_str());
+  }
+  EXPECT_NE(access(shared.c_str(), F_OK), 0) << shared << ": a report without the pid";
+  unlink(shared.c_str());
+}
+
+// A link planted where a writer puts its temporary file or at the report
+// itself, or a FIFO there: nothing is written through it, nothing but a
+// regular file is replaced.
+TEST_F(PluginTest, TheReportFollowsNoLinkAndReplacesNoSpecialFile) {
+  const std::string path = reportFile();
+  const std::string victim = ::testing::TempDir() + "dcp-plugin-victim-" + std::to_string(getpid());
+  std::ofstream(victim) << "precious";
+  const std::string tmpLink = path + ".tmp";
+  unlink(tmpLink.c_str());
+  ASSERT_EQ(symlink(victim.c_str(), tmpLink.c_str()), 0);
+  const mode_t umaskBefore = umask(027);
+  FakeComm a(0, 2);
+  EXPECT_EQ(a.finalize(), ncclSuccess);
+  umask(umaskBefore);
+  unlink(tmpLink.c_str());
+  EXPECT_EQ(slurp(victim), "precious");
+  struct stat st;
+  ASSERT_EQ(lstat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0644u) << "0644 whatever the umask";
+  EXPECT_NE(commIn(readReport(), a.hash), nullptr);
+
+  unlink(path.c_str());
+  ASSERT_EQ(symlink(victim.c_str(), path.c_str()), 0);
+  for (int i = 0; i < 2; i++) {
+    FakeComm b(0, 2);
+    EXPECT_EQ(b.finalize(), ncclSuccess);
+  }
+  EXPECT_EQ(slurp(victim), "precious");
+  ASSERT_EQ(lstat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the link is not replaced either";
+  EXPECT_EQ(logLinesWith("WARN NCCL-DCP profiler: cannot write NCCL_DCP_PROFILE_FILE " + path + ": a symbolic link"), 1);
+
+  unlink(path.c_str());
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  FakeComm c(0, 2);
+  EXPECT_EQ(c.finalize(), ncclSuccess);
+  ASSERT_EQ(lstat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  unlink(path.c_str());
+  unlink(victim.c_str());
+}
+
+// Threads finalizing communicators at once: every read of the report is
+// one whole report, and the last one written holds every communicator.
+TEST_F(PluginTest, ThreadsFinalizingAtOnceNeverTearTheReport) {
+  FakeComm(0, 2).finalize();  // the file exists before the first read
+  std::atomic<bool> done{false};
+  int reads = 0, torn = 0;
+  std::thread reader([&] {
+    for (; !done.load(); reads++) {
+      json::Value v;
+      std::string why;
+      torn += !json::parse(slurp(reportFile()), &v, &why);
+    }
+  });
+  std::mutex hashesMutex;
+  std::vector<uint64_t> hashes;
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 4; t++)
+    writers.emplace_back([&, t] {
+      for (int i = 0; i < 100; i++) {
+        FakeComm c(t, 4);
+        c.allToAllPlan(8);
+        EXPECT_EQ(c.finalize(), ncclSuccess);
+        std::lock_guard<std::mutex> lock(hashesMutex);
+        hashes.push_back(c.hash);
+      }
+    });
+  for (std::thread& w : writers) w.join();
+  done = true;
+  reader.join();
+  EXPECT_EQ(torn, 0) << "of " << reads << " reads";
+  const json::Value report = readReport();
+  int missing = 0;
+  for (uint64_t h : hashes) missing += commIn(report, h) == nullptr;
+  EXPECT_EQ(missing, 0) << "the newest report is written last";
 }
 
 TEST_F(PluginTest, AnUnwritableReportWarnsOnceAndTheJobGoesOn) {
