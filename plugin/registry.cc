@@ -74,6 +74,7 @@ struct Registry::DcpEntry {
   int rank, nRanks, cudaDev, headDim, localHeads, eltSize, path, protocol;
   std::atomic<int> nvlink;
   std::atomic<uint64_t> rows{0};
+  std::atomic<bool> listed{false};  // with a finished communicator (DcpSnapshot::listed)
   OpStats stats;
 };
 
@@ -126,9 +127,15 @@ CommProfile* Registry::addComm(const CommIdentity& id, bool kernelTiming) {
   if (!p) return nullptr;
   std::lock_guard<std::mutex> lock(mutex_);
   live_.push_back(std::move(p));
+  commsPerKey_[{id.cudaDev, id.rank, id.nRanks}]++;
   return live_.back().get();
 }
 
+// Each finalize renders its own communicator's element once and writes it
+// after those of the communicators finished before, kept as text: the
+// work per finalize does not grow with the job's communicators, and the
+// file holds every finished one as soon as it finishes (a job killed
+// later, when no exit handler runs, keeps them).
 bool Registry::finalizeComm(CommProfile* p) {
   CommSnapshot done;
   {
@@ -137,41 +144,38 @@ bool Registry::finalizeComm(CommProfile* p) {
     if (it == live_.end()) return false;
     done = (*it)->finish();
     live_.erase(it);  // frees the profile: NCCL sends no event after finalize
-    finished_.push_back(done);
   }
   if (!enabled()) return true;
   if (Settings::fromEnv().injectFault == "report") throw std::runtime_error("injected report fault");
   std::lock_guard<std::mutex> order(writeMutex_);
-  const ReportInput in = collect();
+  const ReportInput in = collect(false);
   for (const std::string& line : reportTable(done, in)) log(NCCL_LOG_INFO, "%s", line.c_str());
-  writeJson(in);
+  appendElement(&finishedJson_, reportComm(done, in));
+  for (const DcpSnapshot* d : dcpOf(done, in)) markListed(*d);
+  writeJson(in, finishedJson_);
   return true;
 }
 
+// Live communicators join the finished ones only here: rendering them at
+// every finalize would cost each finalize all the live ones.
 void Registry::writeAtExit() {
-  bool anyLive;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    anyLive = !live_.empty();
-  }
-  if (!anyLive || !enabled()) return;
-  std::lock_guard<std::mutex> order(writeMutex_);
-  writeJson(collect());
+  // A finalize in flight on another thread writes its own report.
+  std::unique_lock<std::mutex> order(writeMutex_, std::try_to_lock);
+  if (!order.owns_lock() || !enabled()) return;
+  const ReportInput in = collect(true);
+  if (in.comms.empty()) return;
+  std::string elements = finishedJson_;
+  for (const CommSnapshot& c : in.comms) appendElement(&elements, reportComm(c, in));
+  writeJson(in, elements);
 }
 
-ReportInput Registry::collect() {
+ReportInput Registry::collect(bool withLive) {
   ReportInput in;
   in.host = shortHostName();
   in.pid = (int)getpid();
   const Settings settings = Settings::fromEnv();
   in.hasCalibration = !settings.calibration.empty();
   if (in.hasCalibration) in.calibration = loadCalibration(settings.calibration);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    in.comms = finished_;
-    for (const auto& p : live_) in.comms.push_back(p->snapshot());
-    in.disabled = disabledWhy_;
-  }
   for (const std::atomic<DcpEntry*>& slot : dcp_) {
     const DcpEntry* e = slot.load(std::memory_order_acquire);
     if (e == nullptr) continue;
@@ -189,21 +193,40 @@ ReportInput Registry::collect() {
     d.nvlink = e->nvlink.load(relaxed);
     d.rows = e->rows.load(relaxed);
     d.op = e->stats.snapshot(OpKind::DcpA2aLseReduce);
+    d.listed = e->listed.load(relaxed);
     in.dcp.push_back(std::move(d));
   }
   in.dcpDropped = dcpDropped_.load(relaxed);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (withLive)
+    for (const auto& p : live_) in.comms.push_back(p->snapshot());
+  in.disabled = disabledWhy_;
+  for (DcpSnapshot& d : in.dcp) {
+    auto it = commsPerKey_.find({d.cudaDev, d.rank, d.nRanks});
+    d.commMatches = it == commsPerKey_.end() ? 0 : it->second;
+  }
   return in;
+}
+
+// A context listed with a finished communicator is not listed again as
+// unmatched when a later communicator of the same device, rank and size
+// makes the match ambiguous.
+void Registry::markListed(const DcpSnapshot& d) {
+  for (const std::atomic<DcpEntry*>& slot : dcp_) {
+    DcpEntry* e = slot.load(std::memory_order_acquire);
+    if (e != nullptr && idOf(e->context) == d.contextId && idOf(e->comm) == d.commId) e->listed.store(true, relaxed);
+  }
 }
 
 // One file per process (reportPath), replaced whole (replaceFile). A file
 // that cannot be written warns once.
-void Registry::writeJson(const ReportInput& in) {
+void Registry::writeJson(const ReportInput& in, const std::string& elements) {
   const std::string pattern = Settings::fromEnv().profileFile;
   if (pattern.empty()) return;
   const std::string path = reportPath(pattern);
-  const std::string text = reportJson(in);
+  const std::string head = reportHead(in), tail = reportTail(in);
   std::string why;
-  if (replaceFile(path, {&text}, &why)) {
+  if (replaceFile(path, {&head, &elements, &tail}, &why)) {
     log(NCCL_LOG_INFO, "report written to %s", path.c_str());
     return;
   }

@@ -11,9 +11,11 @@
 #define NCCL_DCP_PLUGIN_REGISTRY_H_
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "comm_profile.h"
@@ -58,21 +60,23 @@ class Registry {
 
   // A profile for a new communicator (null when out of memory).
   CommProfile* addComm(const CommIdentity& id, bool kernelTiming);
-  // Retires a live profile, writes the reports; false when `p` is not one
-  // (finalized already, or never created).
+  // Retires a live profile, writes the reports (its table to the log, the
+  // JSON of every finished communicator to the file); false when `p` is
+  // not one (finalized already, or never created).
   bool finalizeComm(CommProfile* p);
-  // Rewrites the JSON with what is live (process exit without finalize).
+  // Rewrites the JSON with the live communicators too (process exit
+  // without finalize); nothing when none is live.
   void writeAtExit();
 
   void recordDcpCall(const ncclDcpProfilerCall_v1_t& call);
-
-  ReportInput collect();
 
  private:
   Registry() = default;
   struct DcpEntry;
   DcpEntry* dcpEntry(const ncclDcpProfilerCall_v1_t& call);
-  void writeJson(const ReportInput& in);
+  ReportInput collect(bool withLive);
+  void markListed(const DcpSnapshot& d);
+  void writeJson(const ReportInput& in, const std::string& elements);
   // True the first time `what` is asked about.
   bool firstWarning(const std::string& what);
 
@@ -83,9 +87,13 @@ class Registry {
   // Held from a report's collect() to its rename: the file always ends
   // with the newest state, whichever thread finalizes last.
   std::mutex writeMutex_;
-  std::mutex mutex_;  // the lists below
+  std::string finishedJson_;  // (writeMutex_) the finished communicators' elements, rendered once each
+
+  std::mutex mutex_;  // the state below
   std::vector<std::unique_ptr<CommProfile>> live_;
-  std::vector<CommSnapshot> finished_;
+  // Communicators ever profiled per (device, rank, size): what links a
+  // nccl-dcp context to one (report.h dcpOf), without keeping them.
+  std::map<std::tuple<int, int, int>, int> commsPerKey_;
   std::vector<std::string> warned_;  // what was warned once: files that cannot be written, refused values
 
   std::atomic<DcpEntry*> dcp_[kDcpContexts] = {};

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include <atomic>
 #include <locale>
 #include <sstream>
 
@@ -47,18 +48,10 @@ DomainVerdict nvlinkDomainOf(const CommSnapshot& comm, const std::vector<const D
   return {"unknown", "NCCL gave no node count"};
 }
 
-bool dcpMatchesUniquely(const DcpSnapshot& d, const ReportInput& in) {
-  int matches = 0;
-  for (const CommSnapshot& c : in.comms)
-    matches += c.id.cudaDev == d.cudaDev && c.id.rank == d.rank && c.id.nRanks == d.nRanks;
-  return matches == 1;
-}
-
 std::vector<const DcpSnapshot*> dcpOf(const CommSnapshot& comm, const ReportInput& in) {
   std::vector<const DcpSnapshot*> out;
   for (const DcpSnapshot& d : in.dcp)
-    if (comm.id.cudaDev == d.cudaDev && comm.id.rank == d.rank && comm.id.nRanks == d.nRanks &&
-        dcpMatchesUniquely(d, in))
+    if (comm.id.cudaDev == d.cudaDev && comm.id.rank == d.rank && comm.id.nRanks == d.nRanks && d.commMatches == 1)
       out.push_back(&d);
   return out;
 }
@@ -230,9 +223,11 @@ void writeCalibration(std::ostringstream& o, const ReportInput& in) {
     << ", \"points\": " << c.points.size() << "}";
 }
 
+std::atomic<uint64_t> gCommsRendered{0};
+
 }  // namespace
 
-std::string reportJson(const ReportInput& in) {
+std::string reportHead(const ReportInput& in) {
   std::ostringstream o;
   o.imbue(std::locale::classic());  // the host program's locale could group digits
   o << "{\n  \"tool\": \"nccl-dcp profiler plugin\",\n  \"format\": " << kReportFormatVersion
@@ -240,14 +235,29 @@ std::string reportJson(const ReportInput& in) {
     << ",\n  \"disabled\": " << (in.disabled.empty() ? "null" : json::quote(in.disabled)) << ",\n  \"calibration\": ";
   writeCalibration(o, in);
   o << ",\n  \"communicators\": [";
-  for (size_t i = 0; i < in.comms.size(); i++) {
-    o << (i ? "," : "") << "\n";
-    writeComm(o, in.comms[i], in);
-  }
+  return o.str();
+}
+
+std::string reportComm(const CommSnapshot& c, const ReportInput& in) {
+  gCommsRendered.fetch_add(1, std::memory_order_relaxed);
+  std::ostringstream o;
+  o.imbue(std::locale::classic());
+  writeComm(o, c, in);
+  return o.str();
+}
+
+void appendElement(std::string* elements, const std::string& element) {
+  *elements += elements->empty() ? "\n" : ",\n";
+  *elements += element;
+}
+
+std::string reportTail(const ReportInput& in) {
+  std::ostringstream o;
+  o.imbue(std::locale::classic());
   o << "],\n  \"dcpUnmatched\": [";
   bool first = true;
   for (const DcpSnapshot& d : in.dcp) {
-    if (dcpMatchesUniquely(d, in)) continue;
+    if (d.commMatches == 1 || d.listed) continue;
     o << (first ? "" : ",") << "\n";
     writeDcp(o, d, "    ");
     first = false;
@@ -255,6 +265,8 @@ std::string reportJson(const ReportInput& in) {
   o << "],\n  \"dcpDropped\": " << in.dcpDropped << "\n}\n";
   return o.str();
 }
+
+uint64_t commsRendered() { return gCommsRendered.load(std::memory_order_relaxed); }
 
 }  // namespace plugin
 }  // namespace nccl_dcp

@@ -536,6 +536,41 @@ TEST_F(PluginTest, EventsAllocateNothing) {
   EXPECT_EQ(gAllocations.load(), 0) << "allocations on the event path";
 }
 
+// A job that creates many communicators: each finalize renders its own
+// communicator only (it used to render every one finished before: 3000
+// communicators, 13 ms per ncclCommDestroy), and the file holds every
+// finished one as soon as it finishes. Through the plugin's core linked
+// into this binary: a registry of its own, beside the dlopen'ed library's.
+TEST_F(PluginTest, EachFinalizeRendersOnlyItsOwnCommunicator) {
+  const std::string pattern = ::testing::TempDir() + "dcp-plugin-many-%p.json";
+  setenv("NCCL_DCP_PROFILE_FILE", pattern.c_str(), 1);
+  Registry& reg = Registry::instance();
+  reg.setLogger(captureLog);
+  CommIdentity id;
+  id.name = "many";
+  id.nRanks = 2;
+  id.nNodes = 1;
+  std::vector<CommProfile*> live;
+  for (int i = 0; i < 8; i++) {
+    id.commHash = freshHash();
+    live.push_back(reg.addComm(id, true));
+  }
+  for (int i = 0; i < 300; i++) {
+    id.commHash = freshHash();
+    CommProfile* p = reg.addComm(id, true);
+    ASSERT_NE(p, nullptr);
+    const uint64_t before = commsRendered();
+    ASSERT_TRUE(reg.finalizeComm(p));
+    ASSERT_EQ(commsRendered() - before, 1u) << "finalize " << i << " rendered other communicators";
+    if (i % 100 != 99) continue;
+    const json::Value report = readJson(reportPath(pattern));
+    EXPECT_EQ(report.find("communicators")->array.size(), (size_t)i + 1) << "every finished one, no live one";
+    EXPECT_NE(commIn(report, id.commHash), nullptr);
+  }
+  for (CommProfile* p : live) EXPECT_TRUE(reg.finalizeComm(p));
+  unlink(reportPath(pattern).c_str());
+}
+
 // ---------------------------------------------------------------------------
 // Malformed sequences: never a crash, never a count that is not there.
 
