@@ -1081,6 +1081,29 @@ TEST_F(PluginTest, ProcessesGivenOneNameWriteOneReportEach) {
   unlink(shared.c_str());
 }
 
+// A process that exits without destroying a communicator: the report at
+// exit adds it, marked not finalized, after the finished ones.
+TEST_F(PluginTest, AnExitWithLiveCommunicatorsReportsThemToo) {
+  FakeComm done(0, 2), live(1, 2);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    done.allToAllPlan(8);
+    live.allToAllPlan(8);
+    exit(done.finalize() == ncclSuccess ? 0 : 1);  // the plugin's destructor writes at exit
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const std::string path = ::testing::TempDir() + "dcp-plugin-report-" + std::to_string(pid) + ".json";
+  const json::Value report = readJson(path);
+  ASSERT_TRUE(commIn(report, done.hash) && commIn(report, live.hash));
+  EXPECT_TRUE(commIn(report, done.hash)->find("finalized")->boolean);
+  EXPECT_FALSE(commIn(report, live.hash)->find("finalized")->boolean);
+  EXPECT_EQ(opCalls(*commIn(report, live.hash), "AlltoAll"), 1u);
+  unlink(path.c_str());
+}
+
 // A link planted where a writer puts its temporary file or at the report
 // itself, or a FIFO there: nothing is written through it, nothing but a
 // regular file is replaced.
