@@ -1,10 +1,8 @@
 #include "registry.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <strings.h>
 #include <unistd.h>
 
@@ -32,8 +30,11 @@ bool parseBool(const char* value, bool* out) {
   static const char* const kTrue[] = {"1", "true", "yes", "on"};
   static const char* const kFalse[] = {"0", "false", "no", "off"};
   for (int i = 0; i < 4; i++) {
-    if (strcasecmp(value, kTrue[i]) == 0) return *out = true, true;
-    if (strcasecmp(value, kFalse[i]) == 0) return *out = false, true;
+    const bool yes = strcasecmp(value, kTrue[i]) == 0;
+    if (yes || strcasecmp(value, kFalse[i]) == 0) {
+      *out = yes;
+      return true;
+    }
   }
   return false;
 }

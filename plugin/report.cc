@@ -137,7 +137,8 @@ namespace {
 
 void writeOp(std::ostringstream& o, const OpSnapshot& op, const char* indent) {
   o << indent << "{\"kind\": " << json::quote(opKindName(op.kind)) << ", \"calls\": " << op.calls
-    << ", \"bytes\": " << op.bytes << ", \"gpuUs\": " << json::number(op.gpuNs * 1e-3) << ", \"gpuCalls\": " << op.gpuCalls
+    << ", \"bytes\": " << op.bytes << ", \"gpuUs\": " << json::number(op.gpuNs * 1e-3)
+    << ", \"gpuCalls\": " << op.gpuCalls
     << ", \"otherSizeCalls\": " << op.otherSizeCalls << ",\n"
     << indent << " \"histogram\": [";
   bool first = true;
@@ -150,8 +151,8 @@ void writeOp(std::ostringstream& o, const OpSnapshot& op, const char* indent) {
   o << "],\n" << indent << " \"sizes\": [";
   for (size_t i = 0; i < op.sizes.size(); i++) {
     const SizeSnapshot& z = op.sizes[i];
-    o << (i ? ", " : "") << "{\"bytes\": " << z.bytes << ", \"calls\": " << z.calls << ", \"gpuUs\": " << json::number(z.gpuNs * 1e-3)
-      << ", \"gpuCalls\": " << z.gpuCalls << "}";
+    o << (i ? ", " : "") << "{\"bytes\": " << z.bytes << ", \"calls\": " << z.calls
+      << ", \"gpuUs\": " << json::number(z.gpuNs * 1e-3) << ", \"gpuCalls\": " << z.gpuCalls << "}";
   }
   o << "]}";
 }
@@ -168,7 +169,8 @@ void writeDcp(std::ostringstream& o, const DcpSnapshot& d, const char* indent) {
 }
 
 void writeAllToAll(std::ostringstream& o, const AllToAllSummary& a, const DomainVerdict& domain) {
-  o << "      \"alltoall\": {\"calls\": " << a.calls << ", \"gpuUs\": " << json::number(a.gpuUs) << ", \"gpuCalls\": " << a.gpuCalls
+  o << "      \"alltoall\": {\"calls\": " << a.calls << ", \"gpuUs\": " << json::number(a.gpuUs)
+    << ", \"gpuCalls\": " << a.gpuCalls
     << ", \"estimate\": " << json::quote(a.estimate)
     << ", \"assumesNvlink\": " << (std::string(domain.verdict) == "unknown" ? "true" : "false")
     << ", \"expectedSavingUs\": " << numberOrNull(a.expectedSavingUs, a.estimate == "ok") << ",\n        \"sizes\": [";
@@ -194,7 +196,8 @@ void writeComm(std::ostringstream& o, const CommSnapshot& c, const ReportInput& 
     << ", \"source\": " << json::quote(domain.source) << "},\n"
     << "      \"anomalies\": {\"tasksWithoutGroup\": " << n.tasksWithoutGroup << ", \"lateKernelEvents\": "
     << n.lateKernelEvents << ", \"unmatchedEvents\": " << n.unmatchedEvents << ", \"unknownDatatype\": "
-    << n.unknownDatatype << ", \"mixedPlans\": " << n.mixedPlans << ", \"mixedPlanGpuUs\": " << json::number(n.mixedPlanGpuNs * 1e-3)
+    << n.unknownDatatype << ", \"mixedPlans\": " << n.mixedPlans
+    << ", \"mixedPlanGpuUs\": " << json::number(n.mixedPlanGpuNs * 1e-3)
     << "},\n      \"ops\": [";
   for (size_t i = 0; i < c.ops.size(); i++) {
     o << (i ? "," : "") << "\n";

@@ -1135,7 +1135,8 @@ TEST_F(PluginTest, TheReportFollowsNoLinkAndReplacesNoSpecialFile) {
   EXPECT_EQ(slurp(victim), "precious");
   ASSERT_EQ(lstat(path.c_str(), &st), 0);
   EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the link is not replaced either";
-  EXPECT_EQ(logLinesWith("WARN NCCL-DCP profiler: cannot write NCCL_DCP_PROFILE_FILE " + path + ": a symbolic link"), 1);
+  EXPECT_EQ(logLinesWith("WARN NCCL-DCP profiler: cannot write NCCL_DCP_PROFILE_FILE " + path + ": a symbolic link"),
+            1);
 
   unlink(path.c_str());
   ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
