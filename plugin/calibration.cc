@@ -1,8 +1,13 @@
 #include "calibration.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "json.h"
 
@@ -18,7 +23,43 @@ std::string stringField(const json::Value& v, const char* key) {
 
 int intField(const json::Value& v, const char* key) {
   const json::Value* f = v.find(key);
-  return f && f->isNumber() ? (int)f->number : 0;
+  return f && f->isNumber() && f->number >= 0 && f->number <= INT_MAX ? (int)f->number : 0;
+}
+
+// Up to `limit` bytes of `fd` into *text; false with *why past that.
+bool readAll(int fd, size_t limit, std::string* text, std::string* why) {
+  char buf[16384];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n == 0) return true;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *why = std::string("cannot read the file: ") + strerror(errno);
+      return false;
+    }
+    text->append(buf, n);
+    if (text->size() > limit) {
+      *why = "larger than " + std::to_string(limit >> 10) + " KiB: not a perf -J table";
+      return false;
+    }
+  }
+}
+
+// The text of a small regular file, or false with *why. Opened
+// non-blocking and without following a link, so that a FIFO (which would
+// wait for a writer), a device or a planted link costs finalize nothing.
+bool readSmallFile(const std::string& path, std::string* text, std::string* why) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    *why = errno == ELOOP ? "a symbolic link (not followed)" : std::string("cannot open the file: ") + strerror(errno);
+    return false;
+  }
+  struct stat st;
+  bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (!ok) *why = "not a regular file";
+  ok = ok && readAll(fd, kMaxCalibrationBytes, text, why);
+  close(fd);
+  return ok;
 }
 
 }  // namespace
@@ -65,16 +106,12 @@ Calibration parseCalibration(const std::string& text, const std::string& path) {
 }
 
 Calibration loadCalibration(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    Calibration c;
-    c.path = path;
-    c.error = "cannot open the file";
-    return c;
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  return parseCalibration(text.str(), path);
+  std::string text, why;
+  if (readSmallFile(path, &text, &why)) return parseCalibration(text, path);
+  Calibration c;
+  c.path = path;
+  c.error = why;
+  return c;
 }
 
 bool Calibration::at(double bytes, double* fusedUs, double* baseUs) const {

@@ -9,6 +9,7 @@
 #ifndef NCCL_DCP_PLUGIN_CALIBRATION_H_
 #define NCCL_DCP_PLUGIN_CALIBRATION_H_
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,12 @@ struct Calibration {
   bool at(double bytes, double* fusedUs, double* baseUs) const;
 };
 
+// A perf -J table is a few KiB; a larger file is refused unread.
+constexpr size_t kMaxCalibrationBytes = 1 << 20;
+
 // Reads a perf JSON file; on any problem the result names it in `error`.
+// Only a regular file, not through a symbolic link, of at most
+// kMaxCalibrationBytes: a FIFO, a device or a link is refused at once.
 Calibration loadCalibration(const std::string& path);
 // The same from the file's text (tests).
 Calibration parseCalibration(const std::string& text, const std::string& path);

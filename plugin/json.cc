@@ -4,6 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <charconv>
+#include <cmath>
+
 namespace nccl_dcp {
 namespace plugin {
 namespace json {
@@ -52,14 +55,34 @@ class Parser {
     }
   }
 
+  bool peek(const char* set) const { return pos_ < t_.size() && t_[pos_] != '\0' && strchr(set, t_[pos_]); }
+  size_t digits() {
+    const size_t from = pos_;
+    while (peek("0123456789")) pos_++;
+    return pos_ - from;
+  }
+
+  // -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, read without the
+  // locale (strtod would take inf, nan, hex and a locale's comma).
   bool number(Value* v) {
-    const char* begin = t_.c_str() + pos_;
-    if (!(*begin == '-' || (*begin >= '0' && *begin <= '9'))) return fail("unexpected character");
-    char* end = nullptr;
+    if (!peek("-0123456789")) return fail("unexpected character");
+    const size_t begin = pos_;
+    if (peek("-")) pos_++;
+    if (peek("0")) pos_++;
+    else if (digits() == 0) return fail("bad number");
+    if (peek(".")) {
+      pos_++;
+      if (digits() == 0) return fail("bad number");
+    }
+    if (peek("eE")) {
+      pos_++;
+      if (peek("+-")) pos_++;
+      if (digits() == 0) return fail("bad number");
+    }
     v->type = Value::Number;
-    v->number = strtod(begin, &end);
-    if (end == begin) return fail("bad number");
-    pos_ += end - begin;
+    const std::from_chars_result r = std::from_chars(t_.data() + begin, t_.data() + pos_, v->number);
+    if (r.ec == std::errc::result_out_of_range) return fail("number out of range");
+    if (r.ec != std::errc() || r.ptr != t_.data() + pos_) return fail("bad number");
     return true;
   }
 
@@ -159,6 +182,13 @@ std::string quote(const std::string& s) {
     }
   }
   return out + "\"";
+}
+
+std::string number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  const std::to_chars_result r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
 }
 
 }  // namespace json

@@ -1,7 +1,8 @@
 /*************************************************************************
  * The little JSON the plugin needs: a strict reader (the perf binary's
  * calibration table; the tests read the plugin's own report with it) and
- * a writer that escapes strings. Not on any event path.
+ * the writer's two leaves, strings and numbers, which keep every report
+ * valid JSON. Not on any event path.
  ************************************************************************/
 #ifndef NCCL_DCP_PLUGIN_JSON_H_
 #define NCCL_DCP_PLUGIN_JSON_H_
@@ -28,10 +29,15 @@ struct Value {
 };
 
 // Parses all of `text`; false with *error ("offset N: what") otherwise.
+// Numbers follow JSON's grammar exactly (no inf, nan, hex or leading +)
+// and must fit a double: 1e999 is refused, not read as infinity.
 bool parse(const std::string& text, Value* out, std::string* error);
 
 // `s` as a JSON string literal, quotes included.
 std::string quote(const std::string& s);
+// `v` as a JSON number, the shortest text that reads back to it, in any
+// locale; null when it is not finite (JSON has no inf or nan).
+std::string number(double v);
 
 }  // namespace json
 }  // namespace plugin

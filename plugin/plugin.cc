@@ -105,7 +105,7 @@ ncclResult_t initComm(void** context, uint64_t commId, int* eActivationMask, con
     reg.log(NCCL_LOG_WARN, "init: rank %d of nranks %d is no communicator; not profiled", rank, nranks);
     return ncclInvalidArgument;
   }
-  const Settings settings = Settings::fromEnv();
+  const Settings settings = reg.settings();
   if (settings.injectFault == "init") throw std::runtime_error("injected init fault");
   stayLoaded();
   CommIdentity id;

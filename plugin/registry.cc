@@ -1,10 +1,9 @@
 #include "registry.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,14 +22,35 @@ std::string envOr(const char* name, const char* fallback) {
   return v ? v : fallback;
 }
 
-std::string shortHostName() {
-  char host[256] = "";
-  gethostname(host, sizeof(host) - 1);
-  if (char* dot = strchr(host, '.')) *dot = '\0';
-  return host;
+uint64_t idOf(const void* p) { return (uint64_t)(uintptr_t)p; }
+
+}  // namespace
+
+bool parseBool(const char* value, bool* out) {
+  static const char* const kTrue[] = {"1", "true", "yes", "on"};
+  static const char* const kFalse[] = {"0", "false", "no", "off"};
+  for (int i = 0; i < 4; i++) {
+    const bool yes = strcasecmp(value, kTrue[i]) == 0;
+    if (yes || strcasecmp(value, kFalse[i]) == 0) {
+      *out = yes;
+      return true;
+    }
+  }
+  return false;
 }
 
-uint64_t idOf(const void* p) { return (uint64_t)(uintptr_t)p; }
+namespace {
+
+// A switch from the environment; unset or empty keeps `fallback`, a value
+// that is no boolean keeps it too and is named in *refused.
+bool envBool(const char* name, bool fallback, std::vector<std::string>* refused) {
+  const char* v = getenv(name);
+  bool out = fallback;
+  if (v == nullptr || *v == '\0' || parseBool(v, &out)) return out;
+  refused->push_back(std::string(name) + "=\"" + v + "\" is not a boolean (1/0, true/false, yes/no, on/off); using " +
+                     (fallback ? "1" : "0"));
+  return fallback;
+}
 
 }  // namespace
 
@@ -38,7 +58,7 @@ Settings Settings::fromEnv() {
   Settings s;
   s.profileFile = envOr("NCCL_DCP_PROFILE_FILE", "");
   s.calibration = envOr("NCCL_DCP_PROFILE_CALIBRATION", "");
-  s.kernelTiming = envOr("NCCL_DCP_PROFILE_KERNEL", "1") != "0";
+  s.kernelTiming = envBool("NCCL_DCP_PROFILE_KERNEL", true, &s.refused);
   s.injectFault = envOr("NCCL_DCP_PROFILE_INJECT_FAULT", "");
   return s;
 }
@@ -49,29 +69,13 @@ const std::vector<const char*>& pluginEnvNames() {
   return names;
 }
 
-// The same expansion as the library's NCCL_DCP_DEBUG_FILE (src/log.cc); the
-// plugin links nothing of the library, so it keeps its own copy.
-std::string expandPath(const std::string& pattern) {
-  std::string out;
-  for (size_t i = 0; i < pattern.size(); i++) {
-    if (pattern[i] == '%' && i + 1 < pattern.size()) {
-      const char c = pattern[++i];
-      if (c == 'h') out += shortHostName();
-      else if (c == 'p') out += std::to_string(getpid());
-      else (out += '%') += c;
-      continue;
-    }
-    out += pattern[i];
-  }
-  return out;
-}
-
 struct Registry::DcpEntry {
   const void* context;
   const void* comm;
   int rank, nRanks, cudaDev, headDim, localHeads, eltSize, path, protocol;
   std::atomic<int> nvlink;
   std::atomic<uint64_t> rows{0};
+  std::atomic<bool> listed{false};  // with a finished communicator (DcpSnapshot::listed)
   OpStats stats;
 };
 
@@ -96,6 +100,20 @@ void Registry::log(ncclDebugLogLevel level, const char* fmt, ...) {
     fprintf(stderr, "NCCL-DCP profiler WARN %s\n", msg);
 }
 
+bool Registry::firstWarning(const std::string& what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (std::find(warned_.begin(), warned_.end(), what) != warned_.end()) return false;
+  warned_.push_back(what);
+  return true;
+}
+
+Settings Registry::settings() {
+  Settings s = Settings::fromEnv();
+  for (const std::string& why : s.refused)
+    if (firstWarning(why)) log(NCCL_LOG_WARN, "%s", why.c_str());
+  return s;
+}
+
 void Registry::disable(const std::string& why) {
   if (disabled_.exchange(true)) return;
   {
@@ -110,9 +128,15 @@ CommProfile* Registry::addComm(const CommIdentity& id, bool kernelTiming) {
   if (!p) return nullptr;
   std::lock_guard<std::mutex> lock(mutex_);
   live_.push_back(std::move(p));
+  commsPerKey_[{id.cudaDev, id.rank, id.nRanks}]++;
   return live_.back().get();
 }
 
+// Each finalize renders its own communicator's element once and writes it
+// after those of the communicators finished before, kept as text: the
+// work per finalize does not grow with the job's communicators, and the
+// file holds every finished one as soon as it finishes (a job killed
+// later, when no exit handler runs, keeps them).
 bool Registry::finalizeComm(CommProfile* p) {
   CommSnapshot done;
   {
@@ -121,38 +145,38 @@ bool Registry::finalizeComm(CommProfile* p) {
     if (it == live_.end()) return false;
     done = (*it)->finish();
     live_.erase(it);  // frees the profile: NCCL sends no event after finalize
-    finished_.push_back(done);
   }
   if (!enabled()) return true;
   if (Settings::fromEnv().injectFault == "report") throw std::runtime_error("injected report fault");
-  const ReportInput in = collect();
+  std::lock_guard<std::mutex> order(writeMutex_);
+  const ReportInput in = collect(false);
   for (const std::string& line : reportTable(done, in)) log(NCCL_LOG_INFO, "%s", line.c_str());
-  writeJson(in);
+  appendElement(&finishedJson_, reportComm(done, in));
+  for (const DcpSnapshot* d : dcpOf(done, in)) markListed(*d);
+  writeJson(in, finishedJson_);
   return true;
 }
 
+// Live communicators join the finished ones only here: rendering them at
+// every finalize would cost each finalize all the live ones.
 void Registry::writeAtExit() {
-  bool anyLive;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    anyLive = !live_.empty();
-  }
-  if (anyLive && enabled()) writeJson(collect());
+  // A finalize in flight on another thread writes its own report.
+  std::unique_lock<std::mutex> order(writeMutex_, std::try_to_lock);
+  if (!order.owns_lock() || !enabled()) return;
+  const ReportInput in = collect(true);
+  if (in.comms.empty()) return;
+  std::string elements = finishedJson_;
+  for (const CommSnapshot& c : in.comms) appendElement(&elements, reportComm(c, in));
+  writeJson(in, elements);
 }
 
-ReportInput Registry::collect() {
+ReportInput Registry::collect(bool withLive) {
   ReportInput in;
   in.host = shortHostName();
   in.pid = (int)getpid();
   const Settings settings = Settings::fromEnv();
   in.hasCalibration = !settings.calibration.empty();
   if (in.hasCalibration) in.calibration = loadCalibration(settings.calibration);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    in.comms = finished_;
-    for (const auto& p : live_) in.comms.push_back(p->snapshot());
-    in.disabled = disabledWhy_;
-  }
   for (const std::atomic<DcpEntry*>& slot : dcp_) {
     const DcpEntry* e = slot.load(std::memory_order_acquire);
     if (e == nullptr) continue;
@@ -170,32 +194,44 @@ ReportInput Registry::collect() {
     d.nvlink = e->nvlink.load(relaxed);
     d.rows = e->rows.load(relaxed);
     d.op = e->stats.snapshot(OpKind::DcpA2aLseReduce);
+    d.listed = e->listed.load(relaxed);
     in.dcp.push_back(std::move(d));
   }
   in.dcpDropped = dcpDropped_.load(relaxed);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (withLive)
+    for (const auto& p : live_) in.comms.push_back(p->snapshot());
+  in.disabled = disabledWhy_;
+  for (DcpSnapshot& d : in.dcp) {
+    auto it = commsPerKey_.find({d.cudaDev, d.rank, d.nRanks});
+    d.commMatches = it == commsPerKey_.end() ? 0 : it->second;
+  }
   return in;
 }
 
-// Written whole to a temporary name, then renamed over the report: a reader
-// never sees half a file. A file that cannot be written warns once.
-void Registry::writeJson(const ReportInput& in) {
+// A context listed with a finished communicator is not listed again as
+// unmatched when a later communicator of the same device, rank and size
+// makes the match ambiguous.
+void Registry::markListed(const DcpSnapshot& d) {
+  for (const std::atomic<DcpEntry*>& slot : dcp_) {
+    DcpEntry* e = slot.load(std::memory_order_acquire);
+    if (e != nullptr && idOf(e->context) == d.contextId && idOf(e->comm) == d.commId) e->listed.store(true, relaxed);
+  }
+}
+
+// One file per process (reportPath), replaced whole (replaceFile). A file
+// that cannot be written warns once.
+void Registry::writeJson(const ReportInput& in, const std::string& elements) {
   const std::string pattern = Settings::fromEnv().profileFile;
   if (pattern.empty()) return;
-  const std::string path = expandPath(pattern);
-  const std::string tmp = path + ".tmp";
-  const std::string text = reportJson(in);
-  FILE* f = fopen(tmp.c_str(), "w");
-  bool ok = f != nullptr && fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (f != nullptr) ok = fclose(f) == 0 && ok;
-  ok = ok && rename(tmp.c_str(), path.c_str()) == 0;
-  if (ok) {
+  const std::string path = reportPath(pattern);
+  const std::string head = reportHead(in), tail = reportTail(in);
+  std::string why;
+  if (replaceFile(path, {&head, &elements, &tail}, &why)) {
     log(NCCL_LOG_INFO, "report written to %s", path.c_str());
     return;
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (std::find(warnedFiles_.begin(), warnedFiles_.end(), path) != warnedFiles_.end()) return;
-  warnedFiles_.push_back(path);
-  log(NCCL_LOG_WARN, "cannot write NCCL_DCP_PROFILE_FILE %s: %s", path.c_str(), strerror(errno));
+  if (firstWarning(path)) log(NCCL_LOG_WARN, "cannot write NCCL_DCP_PROFILE_FILE %s: %s", path.c_str(), why.c_str());
 }
 
 // The entry of a (context, comm) pair: found lock-free; the first call of

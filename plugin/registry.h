@@ -11,15 +11,18 @@
 #define NCCL_DCP_PLUGIN_REGISTRY_H_
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "comm_profile.h"
 #include "dcp_hook.h"
 #include "nccl_profiler_abi.h"
 #include "report.h"
+#include "report_file.h"
 
 namespace nccl_dcp {
 namespace plugin {
@@ -32,12 +35,15 @@ struct Settings {
   std::string calibration;  // NCCL_DCP_PROFILE_CALIBRATION: a perf -J file
   bool kernelTiming = true; // NCCL_DCP_PROFILE_KERNEL=0: no KernelCh events (no GPU time)
   std::string injectFault;  // NCCL_DCP_PROFILE_INJECT_FAULT=init|report: tests of the failure path
+  // A value the plugin refused (kept at its default), one line per variable.
+  std::vector<std::string> refused;
   static Settings fromEnv();
 };
+// A switch's value: 1/0, true/false, yes/no, on/off in any case; false
+// (and *out untouched) for anything else.
+bool parseBool(const char* value, bool* out);
 // The plugin's variables, for the README test.
 const std::vector<const char*>& pluginEnvNames();
-// `pattern` with %h -> short host name, %p -> pid (as NCCL_DEBUG_FILE).
-std::string expandPath(const std::string& pattern);
 
 class Registry {
  public:
@@ -49,33 +55,46 @@ class Registry {
 
   void setLogger(ncclDebugLogger_t logger);
   void log(ncclDebugLogLevel level, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+  // Settings::fromEnv(), each refused value warned once per process.
+  Settings settings();
 
   // A profile for a new communicator (null when out of memory).
   CommProfile* addComm(const CommIdentity& id, bool kernelTiming);
-  // Retires a live profile, writes the reports; false when `p` is not one
-  // (finalized already, or never created).
+  // Retires a live profile, writes the reports (its table to the log, the
+  // JSON of every finished communicator to the file); false when `p` is
+  // not one (finalized already, or never created).
   bool finalizeComm(CommProfile* p);
-  // Rewrites the JSON with what is live (process exit without finalize).
+  // Rewrites the JSON with the live communicators too (process exit
+  // without finalize); nothing when none is live.
   void writeAtExit();
 
   void recordDcpCall(const ncclDcpProfilerCall_v1_t& call);
-
-  ReportInput collect();
 
  private:
   Registry() = default;
   struct DcpEntry;
   DcpEntry* dcpEntry(const ncclDcpProfilerCall_v1_t& call);
-  void writeJson(const ReportInput& in);
+  ReportInput collect(bool withLive);
+  void markListed(const DcpSnapshot& d);
+  void writeJson(const ReportInput& in, const std::string& elements);
+  // True the first time `what` is asked about.
+  bool firstWarning(const std::string& what);
 
   std::atomic<bool> disabled_{false};
   std::string disabledWhy_;
   std::atomic<ncclDebugLogger_t> logger_{nullptr};
 
-  std::mutex mutex_;  // the lists below
+  // Held from a report's collect() to its rename: the file always ends
+  // with the newest state, whichever thread finalizes last.
+  std::mutex writeMutex_;
+  std::string finishedJson_;  // (writeMutex_) the finished communicators' elements, rendered once each
+
+  std::mutex mutex_;  // the state below
   std::vector<std::unique_ptr<CommProfile>> live_;
-  std::vector<CommSnapshot> finished_;
-  std::vector<std::string> warnedFiles_;
+  // Communicators ever profiled per (device, rank, size): what links a
+  // nccl-dcp context to one (report.h dcpOf), without keeping them.
+  std::map<std::tuple<int, int, int>, int> commsPerKey_;
+  std::vector<std::string> warned_;  // what was warned once: files that cannot be written, refused values
 
   std::atomic<DcpEntry*> dcp_[kDcpContexts] = {};
   std::atomic<uint64_t> dcpDropped_{0};

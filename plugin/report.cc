@@ -3,6 +3,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include <atomic>
+#include <locale>
 #include <sstream>
 
 #include "json.h"
@@ -32,13 +34,9 @@ const OpSnapshot* findOp(const CommSnapshot& c, OpKind kind) {
 
 const char* nvlinkName(int v) { return v > 0 ? "yes" : v == 0 ? "no" : "unknown"; }
 
-// JSON: a number, or null for "not measured".
-std::string numberOrNull(double v, bool present) {
-  if (!present) return "null";
-  std::ostringstream o;
-  o << v;
-  return o.str();
-}
+// JSON: a number, or null for "not measured" (json::number also writes
+// null for a value that is not finite).
+std::string numberOrNull(double v, bool present) { return present ? json::number(v) : "null"; }
 
 }  // namespace
 
@@ -50,18 +48,10 @@ DomainVerdict nvlinkDomainOf(const CommSnapshot& comm, const std::vector<const D
   return {"unknown", "NCCL gave no node count"};
 }
 
-bool dcpMatchesUniquely(const DcpSnapshot& d, const ReportInput& in) {
-  int matches = 0;
-  for (const CommSnapshot& c : in.comms)
-    matches += c.id.cudaDev == d.cudaDev && c.id.rank == d.rank && c.id.nRanks == d.nRanks;
-  return matches == 1;
-}
-
 std::vector<const DcpSnapshot*> dcpOf(const CommSnapshot& comm, const ReportInput& in) {
   std::vector<const DcpSnapshot*> out;
   for (const DcpSnapshot& d : in.dcp)
-    if (comm.id.cudaDev == d.cudaDev && comm.id.rank == d.rank && comm.id.nRanks == d.nRanks &&
-        dcpMatchesUniquely(d, in))
+    if (comm.id.cudaDev == d.cudaDev && comm.id.rank == d.rank && comm.id.nRanks == d.nRanks && d.commMatches == 1)
       out.push_back(&d);
   return out;
 }
@@ -147,7 +137,8 @@ namespace {
 
 void writeOp(std::ostringstream& o, const OpSnapshot& op, const char* indent) {
   o << indent << "{\"kind\": " << json::quote(opKindName(op.kind)) << ", \"calls\": " << op.calls
-    << ", \"bytes\": " << op.bytes << ", \"gpuUs\": " << op.gpuNs * 1e-3 << ", \"gpuCalls\": " << op.gpuCalls
+    << ", \"bytes\": " << op.bytes << ", \"gpuUs\": " << json::number(op.gpuNs * 1e-3)
+    << ", \"gpuCalls\": " << op.gpuCalls
     << ", \"otherSizeCalls\": " << op.otherSizeCalls << ",\n"
     << indent << " \"histogram\": [";
   bool first = true;
@@ -160,8 +151,8 @@ void writeOp(std::ostringstream& o, const OpSnapshot& op, const char* indent) {
   o << "],\n" << indent << " \"sizes\": [";
   for (size_t i = 0; i < op.sizes.size(); i++) {
     const SizeSnapshot& z = op.sizes[i];
-    o << (i ? ", " : "") << "{\"bytes\": " << z.bytes << ", \"calls\": " << z.calls << ", \"gpuUs\": " << z.gpuNs * 1e-3
-      << ", \"gpuCalls\": " << z.gpuCalls << "}";
+    o << (i ? ", " : "") << "{\"bytes\": " << z.bytes << ", \"calls\": " << z.calls
+      << ", \"gpuUs\": " << json::number(z.gpuNs * 1e-3) << ", \"gpuCalls\": " << z.gpuCalls << "}";
   }
   o << "]}";
 }
@@ -178,7 +169,8 @@ void writeDcp(std::ostringstream& o, const DcpSnapshot& d, const char* indent) {
 }
 
 void writeAllToAll(std::ostringstream& o, const AllToAllSummary& a, const DomainVerdict& domain) {
-  o << "      \"alltoall\": {\"calls\": " << a.calls << ", \"gpuUs\": " << a.gpuUs << ", \"gpuCalls\": " << a.gpuCalls
+  o << "      \"alltoall\": {\"calls\": " << a.calls << ", \"gpuUs\": " << json::number(a.gpuUs)
+    << ", \"gpuCalls\": " << a.gpuCalls
     << ", \"estimate\": " << json::quote(a.estimate)
     << ", \"assumesNvlink\": " << (std::string(domain.verdict) == "unknown" ? "true" : "false")
     << ", \"expectedSavingUs\": " << numberOrNull(a.expectedSavingUs, a.estimate == "ok") << ",\n        \"sizes\": [";
@@ -204,7 +196,8 @@ void writeComm(std::ostringstream& o, const CommSnapshot& c, const ReportInput& 
     << ", \"source\": " << json::quote(domain.source) << "},\n"
     << "      \"anomalies\": {\"tasksWithoutGroup\": " << n.tasksWithoutGroup << ", \"lateKernelEvents\": "
     << n.lateKernelEvents << ", \"unmatchedEvents\": " << n.unmatchedEvents << ", \"unknownDatatype\": "
-    << n.unknownDatatype << ", \"mixedPlans\": " << n.mixedPlans << ", \"mixedPlanGpuUs\": " << n.mixedPlanGpuNs * 1e-3
+    << n.unknownDatatype << ", \"mixedPlans\": " << n.mixedPlans
+    << ", \"mixedPlanGpuUs\": " << json::number(n.mixedPlanGpuNs * 1e-3)
     << "},\n      \"ops\": [";
   for (size_t i = 0; i < c.ops.size(); i++) {
     o << (i ? "," : "") << "\n";
@@ -233,23 +226,41 @@ void writeCalibration(std::ostringstream& o, const ReportInput& in) {
     << ", \"points\": " << c.points.size() << "}";
 }
 
+std::atomic<uint64_t> gCommsRendered{0};
+
 }  // namespace
 
-std::string reportJson(const ReportInput& in) {
+std::string reportHead(const ReportInput& in) {
   std::ostringstream o;
+  o.imbue(std::locale::classic());  // the host program's locale could group digits
   o << "{\n  \"tool\": \"nccl-dcp profiler plugin\",\n  \"format\": " << kReportFormatVersion
     << ",\n  \"host\": " << json::quote(in.host) << ",\n  \"pid\": " << in.pid
     << ",\n  \"disabled\": " << (in.disabled.empty() ? "null" : json::quote(in.disabled)) << ",\n  \"calibration\": ";
   writeCalibration(o, in);
   o << ",\n  \"communicators\": [";
-  for (size_t i = 0; i < in.comms.size(); i++) {
-    o << (i ? "," : "") << "\n";
-    writeComm(o, in.comms[i], in);
-  }
+  return o.str();
+}
+
+std::string reportComm(const CommSnapshot& c, const ReportInput& in) {
+  gCommsRendered.fetch_add(1, std::memory_order_relaxed);
+  std::ostringstream o;
+  o.imbue(std::locale::classic());
+  writeComm(o, c, in);
+  return o.str();
+}
+
+void appendElement(std::string* elements, const std::string& element) {
+  *elements += elements->empty() ? "\n" : ",\n";
+  *elements += element;
+}
+
+std::string reportTail(const ReportInput& in) {
+  std::ostringstream o;
+  o.imbue(std::locale::classic());
   o << "],\n  \"dcpUnmatched\": [";
   bool first = true;
   for (const DcpSnapshot& d : in.dcp) {
-    if (dcpMatchesUniquely(d, in)) continue;
+    if (d.commMatches == 1 || d.listed) continue;
     o << (first ? "" : ",") << "\n";
     writeDcp(o, d, "    ");
     first = false;
@@ -257,6 +268,8 @@ std::string reportJson(const ReportInput& in) {
   o << "],\n  \"dcpDropped\": " << in.dcpDropped << "\n}\n";
   return o.str();
 }
+
+uint64_t commsRendered() { return gCommsRendered.load(std::memory_order_relaxed); }
 
 }  // namespace plugin
 }  // namespace nccl_dcp

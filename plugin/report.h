@@ -27,12 +27,17 @@ struct DcpSnapshot {
   int headDim = 0, localHeads = 0, eltSize = 0, path = 0, protocol = 0, nvlink = -1;
   uint64_t rows = 0;
   OpSnapshot op;
+  int commMatches = 0;  // communicators of the process (finished or live) of its device, rank and size
+  bool listed = false;  // in the element of a finished communicator already
 };
 
+// What a report is rendered from. The registry renders a communicator's
+// element of communicators[] once, when it finishes, and keeps the text;
+// this holds what else the report needs.
 struct ReportInput {
   std::string host;
   int pid = 0;
-  std::vector<CommSnapshot> comms;  // finished, then live
+  std::vector<CommSnapshot> comms;  // live communicators (a report at exit)
   std::vector<DcpSnapshot> dcp;
   uint64_t dcpDropped = 0;
   bool hasCalibration = false;  // NCCL_DCP_PROFILE_CALIBRATION set
@@ -56,7 +61,6 @@ DomainVerdict nvlinkDomainOf(const CommSnapshot& comm, const std::vector<const D
 // NCCL gives a plugin no ncclComm_t, so this is the only link; a context
 // matching several communicators is listed apart, unmatched.
 std::vector<const DcpSnapshot*> dcpOf(const CommSnapshot& comm, const ReportInput& in);
-bool dcpMatchesUniquely(const DcpSnapshot& d, const ReportInput& in);
 
 struct AllToAllRow {
   uint64_t bytes = 0, calls = 0;
@@ -78,8 +82,18 @@ AllToAllSummary summarizeAllToAll(const CommSnapshot& comm, const DomainVerdict&
 
 // The human table of one communicator, one line per log call.
 std::vector<std::string> reportTable(const CommSnapshot& comm, const ReportInput& in);
-// The whole process's report.
-std::string reportJson(const ReportInput& in);
+
+// The process's JSON report in three parts: the head, up to
+// "communicators": [; one element per communicator, joined by
+// appendElement; the tail, from the closing ] (unmatched nccl-dcp
+// contexts, counters). Head and tail cost the same whatever the number of
+// communicators, so a finalize that renders one element stays linear.
+std::string reportHead(const ReportInput& in);
+std::string reportComm(const CommSnapshot& comm, const ReportInput& in);
+void appendElement(std::string* elements, const std::string& element);
+std::string reportTail(const ReportInput& in);
+// Elements reportComm has rendered in this process (tests: one per finalize).
+uint64_t commsRendered();
 
 }  // namespace plugin
 }  // namespace nccl_dcp

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Checks the profiler plugin's report against the nccl-tests run it watched.
 
-  check_plugin_report.py counts REPORT.json ALLTOALL_PERF.log
-      Every communicator of the process must report exactly the all-to-alls
-      alltoall_perf ran: per size swept, 2 x (1 sync + iters x agg +
-      validation) (out-of-place and in-place), plus the warm-up calls of
-      the sizes it warms up (minBytes doubling to maxBytes, as nccl-tests
-      does). A 1-rank communicator reports none: NCCL runs a 1-rank
-      collective as a copy, without profiler events.
-  check_plugin_report.py dcp REPORT.json
+  check_plugin_report.py counts REPORT.json [REPORT.json ...] ALLTOALL_PERF.log
+      Every communicator of each report (one per process) must report
+      exactly the all-to-alls alltoall_perf ran: per size swept, 2 x (1 sync
+      + iters x agg + validation) (out-of-place and in-place), plus the
+      warm-up calls of the sizes it warms up (minBytes doubling to maxBytes,
+      as nccl-tests does). A 1-rank communicator reports none: NCCL runs a
+      1-rank collective as a copy, without profiler events; so a run where
+      no communicator has 2 ranks checks nothing, and fails (status 2).
+  check_plugin_report.py dcp REPORT.json [REPORT.json ...]
       Some communicator carries nccl-dcp calls (the library hook reached
       the plugin).
   check_plugin_report.py overhead BASE.log PLUGIN.log [NOKERNEL.log]
@@ -87,16 +88,33 @@ def alltoall_sizes(comm):
     return {}, None
 
 
-def check_counts(report_path, log_path):
+def read_report(path):
+    try:
+        with open(path) as f:
+            report = json.load(f)
+    except (OSError, ValueError) as e:
+        fail("%s: no readable JSON report (%s)" % (path, e), 2)
+    if not isinstance(report, dict) or not isinstance(report.get("communicators"), list):
+        fail(path + ": no communicators[]: not a report of the profiler plugin", 2)
+    return report
+
+
+def check_counts(report_paths, log_path):
     header, rows = read_nccl_tests(log_path)
-    with open(report_path) as f:
-        report = json.load(f)
-    comms = report["communicators"]
+    reports = [(p, read_report(p)) for p in report_paths]
     ranks_here = header["nThread"] * header["nGpus"]
-    if report.get("disabled"):
-        fail("the plugin turned itself off: " + report["disabled"])
-    if len(comms) != ranks_here:
-        fail("%d communicators in the report, alltoall_perf ran %d ranks in this process" % (len(comms), ranks_here))
+    for path, report in reports:
+        if report.get("disabled"):
+            fail("%s: the plugin turned itself off: %s" % (path, report["disabled"]))
+        if len(report["communicators"]) != ranks_here:
+            fail("%s: %d communicators in the report, alltoall_perf ran %d ranks in each process" % (
+                path, len(report["communicators"]), ranks_here))
+    comms = [c for _, report in reports for c in report["communicators"]]
+    # A check that expects nothing passes whatever the plugin counted (one
+    # GPU: 1-rank communicators, no profiler event): refuse it.
+    if sum(sum(expected_alltoalls(header, rows, c["nRanks"]).values()) for c in comms) == 0:
+        fail("nothing to check: the run expects no all-to-all in any communicator (ranks %s); "
+             "run alltoall_perf on 2 or more GPUs" % sorted({c["nRanks"] for c in comms}), 2)
     bad = 0
     for c in comms:
         want = expected_alltoalls(header, rows, c["nRanks"])
@@ -127,17 +145,16 @@ def check_counts(report_path, log_path):
     print("check_plugin_report: %d communicators match the run" % len(comms))
 
 
-def check_dcp(report_path):
-    with open(report_path) as f:
-        report = json.load(f)
+def check_dcp(report_paths):
+    reports = [read_report(p) for p in report_paths]
     found = 0
-    for c in report["communicators"]:
+    for c in [c for r in reports for c in r["communicators"]]:
         for d in c.get("dcp", []):
             found += 1
             print("ok comm %s rank %d/%d: nccl-dcp context %s, %d calls, %d rows, path %s, nvlink %s" % (
                 c["commHash"], c["rank"], c["nRanks"], d["context"], d["op"]["calls"], d["rows"], d["path"],
                 d["nvlink"]))
-    for d in report.get("dcpUnmatched", []):
+    for d in [d for r in reports for d in r.get("dcpUnmatched", [])]:
         print("unmatched nccl-dcp context %s rank %d/%d dev %d: %d calls" % (
             d["context"], d["rank"], d["nRanks"], d["cudaDev"], d["op"]["calls"]))
     if found == 0:
@@ -164,10 +181,10 @@ def overhead(base_log, plugin_log, nokernel_log=None):
 
 
 def main(argv):
-    if len(argv) == 4 and argv[1] == "counts":
-        check_counts(argv[2], argv[3])
-    elif len(argv) == 3 and argv[1] == "dcp":
-        check_dcp(argv[2])
+    if len(argv) >= 4 and argv[1] == "counts":
+        check_counts(argv[2:-1], argv[-1])
+    elif len(argv) >= 3 and argv[1] == "dcp":
+        check_dcp(argv[2:])
     elif len(argv) in (4, 5) and argv[1] == "overhead":
         overhead(*argv[2:])
     else:

@@ -9,6 +9,9 @@
 #include <dlfcn.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,9 +19,9 @@
 #include <cstdio>
 #include <fstream>
 #include <mutex>
-#include <new>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -30,35 +33,43 @@
 #include "nccl_profiler_abi.h"
 #include "profiler_hook.h"
 #include "registry.h"
+#include "report_file.h"
 
 #ifndef DCP_PLUGIN_PATH
 #error "DCP_PLUGIN_PATH: the built libnccl-profiler-dcp.so (test/meson.build)"
 #endif
 
 // ---------------------------------------------------------------------------
-// Allocation counter: the executable's operator new interposes the plugin's
-// (both resolve it through the dynamic linker), so events that allocate show.
+// Allocation counter: the executable's malloc, calloc and realloc interpose
+// the C library's for every library in the process (the dynamic linker
+// looks in the executable first), the plugin's operator new included
+// (libstdc++'s calls malloc), so an event that allocates shows.
+extern "C" {
+void* __libc_malloc(size_t n);
+void* __libc_calloc(size_t n, size_t size);
+void* __libc_realloc(void* p, size_t n);
+}
 namespace {
 std::atomic<bool> gCountAllocations{false};
 std::atomic<long> gAllocations{0};
-void* countedAlloc(size_t n) {
-  if (gCountAllocations.load(std::memory_order_relaxed)) gAllocations.fetch_add(1);
-  return malloc(n ? n : 1);
+void countAllocation() {
+  if (gCountAllocations.load(std::memory_order_relaxed)) gAllocations.fetch_add(1, std::memory_order_relaxed);
 }
 }  // namespace
-// GCC pairs the replaced operators' malloc/free as if they were new/delete.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void* operator new(size_t n) {
-  if (void* p = countedAlloc(n)) return p;
-  throw std::bad_alloc();
+extern "C" {
+void* malloc(size_t n) {
+  countAllocation();
+  return __libc_malloc(n);
 }
-void* operator new[](size_t n) { return operator new(n); }
-void* operator new(size_t n, const std::nothrow_t&) noexcept { return countedAlloc(n); }
-void* operator new[](size_t n, const std::nothrow_t&) noexcept { return countedAlloc(n); }
-void operator delete(void* p) noexcept { free(p); }
-void operator delete[](void* p) noexcept { free(p); }
-void operator delete(void* p, size_t) noexcept { free(p); }
-void operator delete[](void* p, size_t) noexcept { free(p); }
+void* calloc(size_t n, size_t size) {
+  countAllocation();
+  return __libc_calloc(n, size);
+}
+void* realloc(void* p, size_t n) {
+  countAllocation();
+  return __libc_realloc(p, n);
+}
+}  // extern "C"
 
 namespace nccl_dcp {
 namespace plugin {
@@ -218,17 +229,23 @@ class FakeComm {
 // ---------------------------------------------------------------------------
 // The report.
 
-std::string reportPath() { return ::testing::TempDir() + "dcp-plugin-report-" + std::to_string(getpid()) + ".json"; }
+std::string reportFile() { return ::testing::TempDir() + "dcp-plugin-report-" + std::to_string(getpid()) + ".json"; }
 
-json::Value readReport() {
-  std::ifstream in(reportPath());
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
+  return text.str();
+}
+
+json::Value readJson(const std::string& path) {
   json::Value v;
   std::string why;
-  EXPECT_TRUE(json::parse(text.str(), &v, &why)) << reportPath() << ": " << why;
+  EXPECT_TRUE(json::parse(slurp(path), &v, &why)) << path << ": " << why;
   return v;
 }
+
+json::Value readReport() { return readJson(reportFile()); }
 
 const json::Value* commIn(const json::Value& report, uint64_t hash) {
   const json::Value* comms = report.find("communicators");
@@ -318,6 +335,27 @@ TEST_F(PluginTest, InitAsksForPlansTasksAndKernelTimes) {
   ASSERT_EQ(plugin().v6->init(&ctx6, freshHash(), &mask6, "v6", 1, 2, 1, captureLog), ncclSuccess);
   EXPECT_EQ(mask6, ncclProfileGroup | ncclProfileColl | ncclProfileP2p | ncclProfileKernelCh | ncclProfileCeColl);
   EXPECT_EQ(plugin().v6->finalize(ctx6), ncclSuccess);
+}
+
+TEST_F(PluginTest, TheKernelSwitchTakesTheUsualBooleanSpellings) {
+  const int plans = ncclProfileGroup | ncclProfileColl | ncclProfileP2p;
+  for (const char* off : {"0", "false", "FALSE", "no", "No", "off", "OFF"}) {
+    setenv("NCCL_DCP_PROFILE_KERNEL", off, 1);
+    FakeComm c(0, 2);
+    EXPECT_EQ(c.mask, plans) << "NCCL_DCP_PROFILE_KERNEL=" << off;
+  }
+  for (const char* on : {"1", "true", "True", "yes", "YES", "on", "On", ""}) {
+    setenv("NCCL_DCP_PROFILE_KERNEL", on, 1);
+    FakeComm c(0, 2);
+    EXPECT_EQ(c.mask, plans | ncclProfileKernelCh) << "NCCL_DCP_PROFILE_KERNEL=" << on;
+  }
+  // Anything else: refused with one warning naming the variable; the default (on) stays.
+  for (int i = 0; i < 2; i++) {
+    setenv("NCCL_DCP_PROFILE_KERNEL", "disable", 1);
+    FakeComm c(0, 2);
+    EXPECT_EQ(c.mask, plans | ncclProfileKernelCh);
+  }
+  EXPECT_EQ(logLinesWith("WARN NCCL-DCP profiler: NCCL_DCP_PROFILE_KERNEL=\"disable\" is not a boolean"), 1);
 }
 
 // ---------------------------------------------------------------------------
@@ -454,6 +492,27 @@ TEST_F(PluginTest, KernelEventsOfAReusedSlotAreDropped) {
   EXPECT_EQ(opCalls(*comm, "AlltoAll"), (uint64_t)kGroupSlots + 1);
 }
 
+// The counter itself: C allocations made in another library count.
+TEST(PluginAllocationCounter, SeesMallocCallocReallocAndNew) {
+  // Through pointers, so that the compiler cannot pair and drop them.
+  void* (*volatile m)(size_t) = malloc;
+  void* (*volatile c)(size_t, size_t) = calloc;
+  void* (*volatile r)(void*, size_t) = realloc;
+  gAllocations = 0;
+  gCountAllocations = true;
+  void* a = m(24);
+  void* b = c(3, 8);
+  a = r(a, 4096);
+  char* d = strdup("in libc");  // libc's own call to malloc
+  std::string* e = new std::string(100, 'x');  // libstdc++'s operator new
+  gCountAllocations = false;
+  free(a);
+  free(b);
+  free(d);
+  delete e;
+  EXPECT_GE(gAllocations.load(), 6);
+}
+
 TEST_F(PluginTest, EventsAllocateNothing) {
   FakeComm c(0, 8);
   std::vector<void*> warm = c.allToAllPlan(8);  // first touches (size tables) happen here
@@ -475,6 +534,41 @@ TEST_F(PluginTest, EventsAllocateNothing) {
   }
   gCountAllocations = false;
   EXPECT_EQ(gAllocations.load(), 0) << "allocations on the event path";
+}
+
+// A job that creates many communicators: each finalize renders its own
+// communicator only (it used to render every one finished before: 3000
+// communicators, 13 ms per ncclCommDestroy), and the file holds every
+// finished one as soon as it finishes. Through the plugin's core linked
+// into this binary: a registry of its own, beside the dlopen'ed library's.
+TEST_F(PluginTest, EachFinalizeRendersOnlyItsOwnCommunicator) {
+  const std::string pattern = ::testing::TempDir() + "dcp-plugin-many-%p.json";
+  setenv("NCCL_DCP_PROFILE_FILE", pattern.c_str(), 1);
+  Registry& reg = Registry::instance();
+  reg.setLogger(captureLog);
+  CommIdentity id;
+  id.name = "many";
+  id.nRanks = 2;
+  id.nNodes = 1;
+  std::vector<CommProfile*> live;
+  for (int i = 0; i < 8; i++) {
+    id.commHash = freshHash();
+    live.push_back(reg.addComm(id, true));
+  }
+  for (int i = 0; i < 300; i++) {
+    id.commHash = freshHash();
+    CommProfile* p = reg.addComm(id, true);
+    ASSERT_NE(p, nullptr);
+    const uint64_t before = commsRendered();
+    ASSERT_TRUE(reg.finalizeComm(p));
+    ASSERT_EQ(commsRendered() - before, 1u) << "finalize " << i << " rendered other communicators";
+    if (i % 100 != 99) continue;
+    const json::Value report = readJson(reportPath(pattern));
+    EXPECT_EQ(report.find("communicators")->array.size(), (size_t)i + 1) << "every finished one, no live one";
+    EXPECT_NE(commIn(report, id.commHash), nullptr);
+  }
+  for (CommProfile* p : live) EXPECT_TRUE(reg.finalizeComm(p));
+  unlink(reportPath(pattern).c_str());
 }
 
 // ---------------------------------------------------------------------------
@@ -830,6 +924,78 @@ TEST(PluginCalibration, BadTablesSayWhy) {
   EXPECT_NE(loadCalibration("/nonexistent/perf.json").error.find("cannot open"), std::string::npos);
 }
 
+// In a child, with an alarm: what would block a plain reader (a FIFO
+// waits for a writer, /dev/zero never ends) is refused at once.
+void expectRefusedAtOnce(const std::string& path, const char* why) {
+  alarm(10);
+  exit(loadCalibration(path).error.find(why) != std::string::npos ? 0 : 1);
+}
+
+std::string freshFifo(const char* name) {
+  const std::string path = ::testing::TempDir() + name + std::to_string(getpid());
+  unlink(path.c_str());
+  EXPECT_EQ(mkfifo(path.c_str(), 0600), 0) << path;
+  return path;
+}
+
+TEST(PluginCalibration, OnlyASmallRegularFileIsRead) {
+  const std::string fifo = freshFifo("dcp-calibration-fifo-");
+  EXPECT_EXIT(expectRefusedAtOnce(fifo, "not a regular file"), ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(expectRefusedAtOnce("/dev/zero", "not a regular file"), ::testing::ExitedWithCode(0), "");
+  unlink(fifo.c_str());
+  const std::string dir = ::testing::TempDir();
+  EXPECT_NE(loadCalibration(dir).error.find("not a regular file"), std::string::npos);
+  const std::string good = dir + "dcp-calibration-good.json";
+  std::ofstream(good) << perfJson(2, kRows);
+  EXPECT_TRUE(loadCalibration(good).usable()) << loadCalibration(good).error;
+  const std::string link = dir + "dcp-calibration-link.json";
+  unlink(link.c_str());
+  ASSERT_EQ(symlink(good.c_str(), link.c_str()), 0);
+  EXPECT_NE(loadCalibration(link).error.find("symbolic link"), std::string::npos);
+  const std::string big = dir + "dcp-calibration-big.json";
+  std::ofstream(big) << std::string(kMaxCalibrationBytes, ' ') << perfJson(2, kRows);
+  EXPECT_NE(loadCalibration(big).error.find("larger than 1024 KiB"), std::string::npos);
+}
+
+void finalizeWithCalibration(const std::string& path) {
+  alarm(10);
+  setenv("NCCL_DCP_PROFILE_CALIBRATION", path.c_str(), 1);
+  FakeComm c(0, 2);
+  c.allToAllPlan(125);
+  if (c.finalize() != ncclSuccess) exit(1);
+  const json::Value report = readReport();
+  const json::Value* calib = report.find("calibration");
+  exit(calib && calib->find("error")->string.find("not a regular file") != std::string::npos ? 0 : 2);
+}
+
+TEST_F(PluginTest, AFifoAsCalibrationDoesNotHoldUpFinalize) {
+  const std::string fifo = freshFifo("dcp-calibration-fifo-");
+  EXPECT_EXIT(finalizeWithCalibration(fifo), ::testing::ExitedWithCode(0), "");
+  unlink(fifo.c_str());
+}
+
+TEST_F(PluginTest, TheReportHoldsNoNumberJsonCannot) {
+  const std::string calib = ::testing::TempDir() + "dcp-plugin-calibration-huge.json";
+  std::ofstream(calib) << perfJson(2, "{\"rows\": 1, \"bytes\": 1000, \"fusedUs\": 1, \"baseUs\": 1.5e308}");
+  setenv("NCCL_DCP_PROFILE_CALIBRATION", calib.c_str(), 1);
+  FakeComm c(0, 2);
+  for (int i = 0; i < 4; i++) c.allToAllPlan(125);  // 1000 B
+  ASSERT_EQ(c.finalize(), ncclSuccess);
+  const json::Value report = readReport();  // fails on inf or nan
+  const json::Value* a2a = commIn(report, c.hash)->find("alltoall");
+  EXPECT_EQ(a2a->find("estimate")->string, "ok");
+  EXPECT_EQ(a2a->find("expectedSavingUs")->type, json::Value::Null) << "4 x 1.5e308 us is no finite number";
+  EXPECT_DOUBLE_EQ(number(&a2a->find("sizes")->array.at(0), "savingUsPerCall"), 1.5e308);
+
+  std::ofstream(calib) << perfJson(2, "{\"rows\": 1, \"bytes\": 1000, \"fusedUs\": 1, \"baseUs\": 1e999}");
+  FakeComm d(0, 2);
+  d.allToAllPlan(125);
+  ASSERT_EQ(d.finalize(), ncclSuccess);
+  const json::Value after = readReport();
+  EXPECT_NE(after.find("calibration")->find("error")->string.find("number out of range"), std::string::npos);
+  EXPECT_EQ(commIn(after, d.hash)->find("alltoall")->find("expectedSavingUs")->type, json::Value::Null);
+}
+
 TEST_F(PluginTest, ReportEstimatesTheSavingPerSize) {
   const std::string calib = ::testing::TempDir() + "dcp-plugin-calibration.json";
   std::ofstream(calib) << perfJson(2, kRows);
@@ -870,10 +1036,152 @@ TEST_F(PluginTest, ReportEstimatesTheSavingPerSize) {
 // Files, environment, failures.
 
 TEST_F(PluginTest, ReportFileExpandsHostAndPid) {
-  EXPECT_EQ(expandPath("a-%p.json"), "a-" + std::to_string(getpid()) + ".json");
+  const std::string pid = std::to_string(getpid());
+  EXPECT_EQ(expandPath("a-%p.json"), "a-" + pid + ".json");
   EXPECT_EQ(expandPath("%x%"), "%x%");
+  EXPECT_EQ(expandPath("100%%-%%p"), "100%-%p") << "%% is a '%', as in NCCL_DEBUG_FILE";
   EXPECT_EQ(expandPath("%h").find('.'), std::string::npos);
   EXPECT_FALSE(expandPath("%h").empty());
+  // Without %p the pid goes in anyway, before the extension: ranks never share a file.
+  EXPECT_EQ(reportPath("/logs/dcp-%p.json"), "/logs/dcp-" + pid + ".json");
+  EXPECT_EQ(reportPath("/logs/dcp.json"), "/logs/dcp." + pid + ".json");
+  EXPECT_EQ(reportPath("/logs/dcp-%h.json"), "/logs/dcp-" + shortHostName() + "." + pid + ".json");
+  EXPECT_EQ(reportPath("/logs.d/dcp"), "/logs.d/dcp." + pid);
+  EXPECT_EQ(reportPath("/logs/.dcp"), "/logs/.dcp." + pid);
+  EXPECT_EQ(reportPath("dcp-%%p.json"), "dcp-%p." + pid + ".json");
+}
+
+// 8 ranks given one name without %p used to leave one report (the others
+// overwritten); each process now writes its own.
+TEST_F(PluginTest, ProcessesGivenOneNameWriteOneReportEach) {
+  const std::string dir = ::testing::TempDir();
+  const std::string shared = dir + "dcp-shared-report-" + std::to_string(getpid()) + ".json";
+  setenv("NCCL_DCP_PROFILE_FILE", shared.c_str(), 1);
+  std::vector<pid_t> ranks;
+  for (int r = 0; r < 4; r++) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      FakeComm c(r, 4);
+      c.allToAllPlan(8);
+      _exit(c.finalize() == ncclSuccess ? 0 : 1);
+    }
+    ranks.push_back(pid);
+  }
+  for (pid_t pid : ranks) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    const std::string own = shared.substr(0, shared.size() - 5) + "." + std::to_string(pid) + ".json";
+    const json::Value report = readJson(own);
+    EXPECT_EQ(number(&report, "pid"), pid) << own;
+    unlink(own.c_str());
+  }
+  EXPECT_NE(access(shared.c_str(), F_OK), 0) << shared << ": a report without the pid";
+  unlink(shared.c_str());
+}
+
+// A process that exits without destroying a communicator: the report at
+// exit adds it, marked not finalized, after the finished ones.
+TEST_F(PluginTest, AnExitWithLiveCommunicatorsReportsThemToo) {
+  FakeComm done(0, 2), live(1, 2);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    done.allToAllPlan(8);
+    live.allToAllPlan(8);
+    exit(done.finalize() == ncclSuccess ? 0 : 1);  // the plugin's destructor writes at exit
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const std::string path = ::testing::TempDir() + "dcp-plugin-report-" + std::to_string(pid) + ".json";
+  const json::Value report = readJson(path);
+  ASSERT_TRUE(commIn(report, done.hash) && commIn(report, live.hash));
+  EXPECT_TRUE(commIn(report, done.hash)->find("finalized")->boolean);
+  EXPECT_FALSE(commIn(report, live.hash)->find("finalized")->boolean);
+  EXPECT_EQ(opCalls(*commIn(report, live.hash), "AlltoAll"), 1u);
+  unlink(path.c_str());
+}
+
+// A link planted where a writer puts its temporary file or at the report
+// itself, or a FIFO there: nothing is written through it, nothing but a
+// regular file is replaced.
+TEST_F(PluginTest, TheReportFollowsNoLinkAndReplacesNoSpecialFile) {
+  const std::string path = reportFile();
+  const std::string victim = ::testing::TempDir() + "dcp-plugin-victim-" + std::to_string(getpid());
+  std::ofstream(victim) << "precious";
+  const std::string tmpLink = path + ".tmp";
+  unlink(tmpLink.c_str());
+  ASSERT_EQ(symlink(victim.c_str(), tmpLink.c_str()), 0);
+  const mode_t umaskBefore = umask(027);
+  FakeComm a(0, 2);
+  EXPECT_EQ(a.finalize(), ncclSuccess);
+  umask(umaskBefore);
+  unlink(tmpLink.c_str());
+  EXPECT_EQ(slurp(victim), "precious");
+  struct stat st;
+  ASSERT_EQ(lstat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0644u) << "0644 whatever the umask";
+  EXPECT_NE(commIn(readReport(), a.hash), nullptr);
+
+  unlink(path.c_str());
+  ASSERT_EQ(symlink(victim.c_str(), path.c_str()), 0);
+  for (int i = 0; i < 2; i++) {
+    FakeComm b(0, 2);
+    EXPECT_EQ(b.finalize(), ncclSuccess);
+  }
+  EXPECT_EQ(slurp(victim), "precious");
+  ASSERT_EQ(lstat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the link is not replaced either";
+  EXPECT_EQ(logLinesWith("WARN NCCL-DCP profiler: cannot write NCCL_DCP_PROFILE_FILE " + path + ": a symbolic link"),
+            1);
+
+  unlink(path.c_str());
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  FakeComm c(0, 2);
+  EXPECT_EQ(c.finalize(), ncclSuccess);
+  ASSERT_EQ(lstat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  unlink(path.c_str());
+  unlink(victim.c_str());
+}
+
+// Threads finalizing communicators at once: every read of the report is
+// one whole report, and the last one written holds every communicator.
+TEST_F(PluginTest, ThreadsFinalizingAtOnceNeverTearTheReport) {
+  FakeComm(0, 2).finalize();  // the file exists before the first read
+  std::atomic<bool> done{false};
+  int reads = 0, torn = 0;
+  std::thread reader([&] {
+    for (; !done.load(); reads++) {
+      json::Value v;
+      std::string why;
+      torn += !json::parse(slurp(reportFile()), &v, &why);
+    }
+  });
+  std::mutex hashesMutex;
+  std::vector<uint64_t> hashes;
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 4; t++)
+    writers.emplace_back([&, t] {
+      for (int i = 0; i < 100; i++) {
+        FakeComm c(t, 4);
+        c.allToAllPlan(8);
+        EXPECT_EQ(c.finalize(), ncclSuccess);
+        std::lock_guard<std::mutex> lock(hashesMutex);
+        hashes.push_back(c.hash);
+      }
+    });
+  for (std::thread& w : writers) w.join();
+  done = true;
+  reader.join();
+  EXPECT_EQ(torn, 0) << "of " << reads << " reads";
+  const json::Value report = readReport();
+  int missing = 0;
+  for (uint64_t h : hashes) missing += commIn(report, h) == nullptr;
+  EXPECT_EQ(missing, 0) << "the newest report is written last";
 }
 
 TEST_F(PluginTest, AnUnwritableReportWarnsOnceAndTheJobGoesOn) {
@@ -942,6 +1250,27 @@ TEST(PluginJson, ReadsWhatTheReportWritesAndRejectsTheRest) {
   for (const char* bad : {"", "{", "[1,]", "{\"a\" 1}", "tru", "\"open", "{} {}", "[\"\x01\"]"})
     EXPECT_FALSE(json::parse(bad, &v, &why)) << bad;
   EXPECT_FALSE(json::parse(std::string(1000, '['), &v, &why)) << "depth is bounded";
+}
+
+TEST(PluginJson, NumbersAreJsonNumbersAndFinite) {
+  json::Value v;
+  std::string why;
+  for (const auto& [text, want] : std::vector<std::pair<const char*, double>>{
+           {"0", 0}, {"-0", 0}, {"12", 12}, {"-1.5", -1.5}, {"1e3", 1000}, {"1E+3", 1000}, {"25e-1", 2.5}}) {
+    ASSERT_TRUE(json::parse(text, &v, &why)) << text << ": " << why;
+    EXPECT_EQ(v.number, want) << text;
+  }
+  for (const char* bad : {"1e999", "-1e999", "inf", "-inf", "nan", "-nan", "0x10", "+1", "1.", ".5", "-", "1e", "01"})
+    EXPECT_FALSE(json::parse(bad, &v, &why)) << bad << " read as " << v.number;
+  EXPECT_EQ(json::number(INFINITY), "null");
+  EXPECT_EQ(json::number(-INFINITY), "null");
+  EXPECT_EQ(json::number(NAN), "null");
+  EXPECT_EQ(json::number(8.0), "8");
+  EXPECT_EQ(json::number(0.1), "0.1");
+  for (double x : {1.5e308, -2.5e-300, 1234567.891, 1.0 / 3}) {
+    ASSERT_TRUE(json::parse(json::number(x), &v, &why)) << json::number(x);
+    EXPECT_EQ(v.number, x) << "read back exactly";
+  }
 }
 
 }  // namespace

@@ -1,0 +1,43 @@
+/*************************************************************************
+ * Where the JSON report goes and how it gets there. The plugin runs in
+ * other people's jobs, often one process per GPU, so:
+ * - NCCL_DCP_PROFILE_FILE is expanded as NCCL expands NCCL_DEBUG_FILE
+ *   (%h short host name, %p pid, %% a '%'), and a pattern without %p gets
+ *   the pid anyway: ranks never share one file;
+ * - a report replaces the last one atomically (a fresh temporary file
+ *   beside it, renamed over it): a reader sees one whole report or the
+ *   one before, never a torn one;
+ * - nothing that is not a regular file is written through or replaced: a
+ *   symbolic link (planted or not), a FIFO, a device, /dev/null.
+ ************************************************************************/
+#ifndef NCCL_DCP_PLUGIN_REPORT_FILE_H_
+#define NCCL_DCP_PLUGIN_REPORT_FILE_H_
+
+#include <string>
+#include <vector>
+
+namespace nccl_dcp {
+namespace plugin {
+
+// The host name up to its first '.', as NCCL's %h.
+std::string shortHostName();
+// `pattern` with %h -> short host name, %p -> pid, %% -> %; any other
+// %x is kept as it is (as NCCL_DEBUG_FILE). *hasPid: a %p was expanded.
+std::string expandPath(const std::string& pattern, bool* hasPid = nullptr);
+// The report's path for this process: expandPath(pattern), plus
+// ".<pid>" before the file name's extension (after its last '.', a leading
+// dot not counting; at the end if it has none) when the pattern has no %p:
+// "dcp.json" -> "dcp.<pid>.json", "dcp" -> "dcp.<pid>".
+std::string reportPath(const std::string& pattern);
+
+// Replaces the file `path` with `parts`, concatenated, mode 0644: written
+// to a new file that mkstemp creates beside it (never through a link),
+// then renamed over it. False with *why when `path` exists and is no
+// regular file (a symbolic link above all: it is neither followed nor
+// replaced) or when any step fails; the temporary file is then removed.
+bool replaceFile(const std::string& path, const std::vector<const std::string*>& parts, std::string* why);
+
+}  // namespace plugin
+}  // namespace nccl_dcp
+
+#endif  // NCCL_DCP_PLUGIN_REPORT_FILE_H_
