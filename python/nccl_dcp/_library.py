@@ -7,6 +7,10 @@ Search order (the first that exists wins):
   3. pkg-config's libdir of nccl-dcp (a `meson install`);
   4. the dynamic loader's own search ("libnccl_dcp.so").
 
+A library whose version (ncclDcpGetVersion) is not this package's
+major.minor (nccl_dcp.__version__) is refused with the reason: the ctypes
+mirror of the structs (_abi.py) belongs to one version of nccl_dcp.h.
+
 The library is loaded on first use, after PyTorch when PyTorch is
 installed: torch loads its libnccl.so.2 first, and the library's own
 dependency on libnccl.so.2 then resolves to that same NCCL (one NCCL in
@@ -42,6 +46,21 @@ class NcclVersionError(RuntimeError):
     """libnccl_dcp.so and the NCCL of this process (PyTorch's) do not match."""
 
 
+class LibraryVersionError(OSError):
+    """libnccl_dcp.so is another nccl-dcp version than this package."""
+
+
+def check_library_version(path, code):
+    """Raises LibraryVersionError unless the library's version code has this
+    package's major.minor (the patch level may differ)."""
+    want = _abi.NCCL_DCP_VERSION_CODE
+    if code // 100 != want // 100:
+        raise LibraryVersionError(
+            f"{path} is nccl-dcp {_abi.version_text(code)} (version code {code}), but this Python package is "
+            f"nccl_dcp {_abi.version_text(want)}: they must share major.minor (the structs of nccl_dcp.h differ). "
+            f"Build the library from the same source tree (meson, or pip install ./python)")
+
+
 def _candidates():
     env = os.environ.get("NCCL_DCP_LIB")
     if env:
@@ -74,8 +93,15 @@ class Library:
 
     def __init__(self, path):
         self.path = path
-        self.cdll = _abi.bind(ctypes.CDLL(path))
-        self.version = self._get_int(self.cdll.ncclDcpGetVersion, "ncclDcpGetVersion")
+        cdll = ctypes.CDLL(path)
+        version = ctypes.c_int(0)
+        get_version = cdll.ncclDcpGetVersion  # first: a library of another version may lack newer functions
+        get_version.restype, get_version.argtypes = ctypes.c_int, [ctypes.POINTER(ctypes.c_int)]
+        if get_version(ctypes.byref(version)) != 0:
+            raise OSError(f"{path}: ncclDcpGetVersion failed")
+        check_library_version(path, version.value)
+        self.cdll = _abi.bind(cdll)
+        self.version = version.value
         self.nccl_version = split_nccl_version(self._get_int(self.cdll.ncclGetVersion, "ncclGetVersion"))
         self.built_nccl_version = built_nccl_version(path)
 
