@@ -8,7 +8,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from . import _abi, _ops  # noqa: F401 -- registers torch.ops.nccl_dcp.*
+from . import _abi, _ops  # noqa: F401 -- importing _ops registers torch.ops.nccl_dcp.*
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
