@@ -597,6 +597,19 @@ def add_failures(suite, group):
             ctx.abort()  # local on both ranks: never waits on the peer
         return bad
 
+    def close_after_group_destroyed():
+        """A context on a subgroup, the subgroup destroyed first: close() refuses
+        (NcclDcpError) without touching the freed communicator."""
+        sub = dist.new_group(list(range(suite.cp)))
+        ctx = nccl_dcp.Context(sub, head_dim=d, local_heads=hl, dtype=dtype, lse_base=2)
+        x = fresh(suite, "packed", 4, hl, d, dtype, seed=1600)
+        bad = call_and_compare(ctx, x, 2, sub, "return_lse")
+        torch.cuda.synchronize()
+        dist.destroy_process_group(sub)
+        bad += expect(nccl_dcp.NcclDcpError, "its process group was destroyed or aborted", ctx.close)
+        return bad + int(not ctx.closed)
+
+    suite.case("lifetime/close_after_group_destroyed", close_after_group_destroyed)
     suite.case("failure/silent_peer", silent_peer)
 
 

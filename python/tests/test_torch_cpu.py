@@ -172,6 +172,14 @@ class CpuLibrary:
                 merged_lse)
         return 0
 
+    def ncclDcpContextDestroy(self, handle):
+        self.calls.append(("destroy", handle))
+        return 0
+
+    def ncclDcpContextAbort(self, handle):
+        self.calls.append(("abort", handle))
+        return 0
+
     def check(self, result, what):
         from nccl_dcp import NcclDcpError
         if result:
@@ -361,3 +369,28 @@ def test_group_timeout_and_liveness(tmp_path):
     finally:
         dist.destroy_process_group()
     assert _torch.group_destroyed(group).startswith("torch.distributed is no longer initialized")
+
+
+def test_close_and_abort_after_the_group_is_destroyed(cpu_context, tmp_path):
+    """The library is never called once the group's communicator is gone:
+    close() raises, abort() warns; both drop the handle."""
+    import torch.distributed as dist
+    from nccl_dcp import NcclDcpError
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        sub_a, sub_b = dist.new_group([0]), dist.new_group([0])
+        ctx_a, ctx_b = cpu_context(), cpu_context()
+        ctx_a._group, ctx_b._group = sub_a, sub_b
+        dist.destroy_process_group(sub_a)
+        dist.destroy_process_group(sub_b)
+        with pytest.raises(NcclDcpError, match=r"^close\(\): its process group was destroyed or aborted, so the "
+                                               r"context cannot be destroyed"):
+            ctx_a.close()
+        with pytest.warns(RuntimeWarning, match=r"abort\(\): its process group was destroyed or aborted"):
+            ctx_b.abort()
+        assert ctx_a.closed and ctx_b.closed
+        assert ctx_a._lib.calls == [] and ctx_b._lib.calls == []
+        ctx_a.close()  # idempotent now
+    finally:
+        dist.destroy_process_group()
