@@ -14,10 +14,15 @@ mirror of the structs (_abi.py) belongs to one version of nccl_dcp.h.
 The library is loaded on first use, after PyTorch when PyTorch is
 installed: torch loads its libnccl.so.2 first, and the library's own
 dependency on libnccl.so.2 then resolves to that same NCCL (one NCCL in
-the process, so PyTorch's ncclComm_t is valid here).
+the process, so PyTorch's ncclComm_t is valid here). Without PyTorch,
+libnccl.so.2 and libcudart of the nvidia-* wheels of this environment are
+loaded first when they are installed (the bundled library's RUNPATH is
+only $ORIGIN), else the dynamic loader's search finds them.
 """
 
 import ctypes
+import glob
+import importlib
 import os
 import re
 import shutil
@@ -85,7 +90,23 @@ def _import_torch_first():
     try:
         import torch  # noqa: F401 -- loads PyTorch's libnccl.so.2 before ours
     except ImportError:
-        pass
+        _preload_nvidia_wheels()
+
+
+def _preload_nvidia_wheels():
+    """libnccl.so.2 and libcudart.so.* from the nvidia-* wheels of this
+    environment, when installed (what PyTorch's own libraries use)."""
+    for module, pattern in (("nvidia.nccl", "libnccl.so.2"), ("nvidia.cu13", "libcudart.so.*"),
+                            ("nvidia.cuda_runtime", "libcudart.so.*")):
+        try:
+            paths = list(importlib.import_module(module).__path__)
+        except ImportError:
+            continue
+        for path in sorted(glob.glob(os.path.join(paths[0], "lib", pattern))):
+            try:
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            except OSError:
+                pass
 
 
 class Library:
@@ -181,6 +202,12 @@ def built_nccl_version(lib_path):
     libdir = os.path.dirname(os.path.realpath(lib_path)) if os.sep in lib_path else None
     if libdir is None:
         return None
+    recorded = os.path.join(libdir, "nccl-version.txt")  # written by setup.py into the wheel
+    if os.path.exists(recorded):
+        with open(recorded, encoding="utf-8") as f:
+            parts = f.read().strip().split(".")
+        if len(parts) == 3 and all(p.isdigit() for p in parts):
+            return tuple(int(p) for p in parts)
     for pc in (os.path.join(libdir, "nccl-dcp.pc"), os.path.join(libdir, "meson-private", "nccl-dcp.pc"),
                os.path.join(libdir, "pkgconfig", "nccl-dcp.pc")):
         if os.path.exists(pc):
@@ -243,7 +270,7 @@ def rebuild_hint():
         home = list(m.__path__)[0]
     except ImportError:
         home = "<prefix of the NCCL PyTorch loads>"
-    return (f"rebuild nccl-dcp against that NCCL: NCCL_HOME={home} pip install --no-build-isolation ./python, "
+    return (f"rebuild nccl-dcp against that NCCL: NCCL_HOME={home} pip install ./python, "
             f"or meson setup build -Dnccl_home={home} && ninja -C build and NCCL_DCP_LIB=build/libnccl_dcp.so")
 
 
