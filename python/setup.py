@@ -2,31 +2,61 @@
 meson builds from the source tree around python/ (only the library target:
 no tests, no perf binaries).
 
-    pip install --no-build-isolation ./python      # in the environment that has torch
+    pip install ./python                            # builds the library, bundles it
+    NCCL_DCP_LIB=build/libnccl_dcp.so pip install ./python   # pure Python: uses that library
+
+The wheel is tagged py3-none-linux_x86_64 (ctypes, no CPython extension:
+one wheel for every Python 3) and carries no absolute RUNPATH: the bundled
+library's RUNPATH is $ORIGIN, and nccl_dcp loads NCCL and the CUDA runtime
+before it (PyTorch's, or the nvidia-nccl / nvidia-cuda-runtime wheels of
+the environment, else the system's): see nccl_dcp/_library.py. The target
+machine needs libhwloc.so.15 (Debian/Ubuntu: libhwloc15).
 
 Environment:
   NCCL_DCP_LIB=<path>    use an already built library instead: nothing is
                          compiled or bundled, and the package finds the
                          library through the same variable at run time
   NCCL_HOME=<prefix>     the NCCL to compile against; default: the
-                         nvidia.nccl package of this Python (PyTorch's NCCL)
-                         when it is importable, else meson's own search
+                         nvidia.nccl package of the target environment
+                         (PyTorch's NCCL; found also from an isolated
+                         build), else meson's own search (the CUDA toolkit's)
   NCCL_DCP_SOURCE_ROOT   the source tree, when python/ was copied elsewhere
 
---no-build-isolation matters twice: the build sees this environment's
-nvidia.nccl (so the library is compiled against the NCCL PyTorch loads),
-and pip fetches nothing (setuptools and wheel must be installed).
+Build isolation (pip's default) needs PyPI for setuptools >= 70.1. Without
+network, `pip install --no-build-isolation ./python` uses this
+environment's setuptools, which must be >= 70.1 (bdist_wheel built in) or
+come with the `wheel` package.
 """
 
 import os
+import re
 import shutil
+import struct
 import subprocess
+import sys
 
+import setuptools
 from setuptools import setup
 from setuptools.command.build_py import build_py
 from setuptools.dist import Distribution
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _bdist_wheel_class():
+    try:
+        from setuptools.command.bdist_wheel import bdist_wheel  # setuptools >= 70.1
+        return bdist_wheel
+    except ImportError:
+        pass
+    try:
+        from wheel.bdist_wheel import bdist_wheel
+        return bdist_wheel
+    except ImportError:
+        raise RuntimeError(
+            f"building the nccl_dcp wheel needs setuptools >= 70.1 or the wheel package; this environment has "
+            f"setuptools {setuptools.__version__} and no wheel (pip's --no-build-isolation uses them): "
+            f"pip install -U 'setuptools>=70.1', or build without --no-build-isolation") from None
 
 
 def source_root():
@@ -37,15 +67,28 @@ def source_root():
     return root
 
 
+_FIND_NCCL = "import nvidia.nccl as m; print(list(m.__path__)[0])"
+
+
 def nccl_home():
+    """NCCL_HOME, else the target environment's nvidia.nccl (PyTorch's NCCL):
+    imported here, else from a child interpreter without pip's isolation
+    (PYTHONPATH and PYTHONNOUSERSITE dropped), else None."""
     if os.environ.get("NCCL_HOME"):
         return os.environ["NCCL_HOME"]
+    candidates = []
     try:
-        import nvidia.nccl as m  # PyTorch's pip NCCL, when this Python has it
+        import nvidia.nccl as m
+        candidates.append(list(m.__path__)[0])
     except ImportError:
-        return None
-    home = list(m.__path__)[0]
-    return home if os.path.exists(os.path.join(home, "include", "nccl.h")) else None
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE", "PYTHONHOME")}
+        r = subprocess.run([sys.executable, "-c", _FIND_NCCL], capture_output=True, text=True, env=env)
+        if r.returncode == 0:
+            candidates.append(r.stdout.strip())
+    for home in candidates:
+        if os.path.exists(os.path.join(home, "include", "nccl.h")):
+            return home
+    return None
 
 
 def run(cmd, env):
@@ -53,9 +96,52 @@ def run(cmd, env):
     subprocess.run(cmd, check=True, env=env)
 
 
+def set_runpath_origin(path):
+    """Rewrites the DT_RUNPATH / DT_RPATH string of an ELF64 little-endian
+    shared library in place to "$ORIGIN" (NUL-padded to its old length), so
+    the wheel carries no path of the build machine. No patchelf needed:
+    the new string is never longer than the old one."""
+    with open(path, "r+b") as f:
+        data = bytearray(f.read())
+        if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+            raise RuntimeError(f"{path} is not an ELF64 little-endian file")
+        phoff, = struct.unpack_from("<Q", data, 0x20)
+        phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+        loads, dynamic = [], None
+        for i in range(phnum):
+            p_type, _, p_offset, p_vaddr, _, p_filesz, _, _ = struct.unpack_from("<IIQQQQQQ", data, phoff + i * phentsize)
+            if p_type == 1:  # PT_LOAD
+                loads.append((p_vaddr, p_offset, p_filesz))
+            elif p_type == 2:  # PT_DYNAMIC
+                dynamic = (p_offset, p_filesz)
+        if dynamic is None:
+            raise RuntimeError(f"{path} has no dynamic section")
+        entries = []
+        for off in range(dynamic[0], dynamic[0] + dynamic[1], 16):
+            tag, value = struct.unpack_from("<qQ", data, off)
+            if tag == 0:
+                break
+            entries.append((tag, value))
+        strtab = next(v for t, v in entries if t == 5)  # DT_STRTAB (a virtual address)
+        strtab_off = next(off + strtab - vaddr for vaddr, off, size in loads if vaddr <= strtab < vaddr + size)
+        changed = False
+        for tag, value in entries:
+            if tag in (15, 29):  # DT_RPATH, DT_RUNPATH
+                start = strtab_off + value
+                end = data.index(b"\0", start)
+                new = b"$ORIGIN"
+                if end - start < len(new):
+                    new = b""
+                data[start:end] = new + b"\0" * (end - start - len(new))
+                changed = True
+        if changed:
+            f.seek(0)
+            f.write(data)
+
+
 def build_library(build_dir, dest):
-    """meson setup + compile of the library; copies it and its nccl-dcp.pc
-    (which names the NCCL it was compiled against) into dest."""
+    """meson setup + compile of the library; copies it into dest with its
+    RUNPATH set to $ORIGIN, and records the NCCL it was compiled against."""
     env = dict(os.environ)
     if shutil.which("nvcc", path=env.get("PATH")) is None and os.path.exists("/usr/local/cuda/bin/nvcc"):
         env["PATH"] = "/usr/local/cuda/bin" + os.pathsep + env.get("PATH", "")
@@ -67,9 +153,25 @@ def build_library(build_dir, dest):
         run(cmd, env)
     run(["meson", "compile", "-C", build_dir, "nccl_dcp"], env)
     os.makedirs(dest, exist_ok=True)
-    shutil.copyfile(os.path.realpath(os.path.join(build_dir, "libnccl_dcp.so")), os.path.join(dest, "libnccl_dcp.so"))
-    os.chmod(os.path.join(dest, "libnccl_dcp.so"), 0o755)
-    shutil.copyfile(os.path.join(build_dir, "meson-private", "nccl-dcp.pc"), os.path.join(dest, "nccl-dcp.pc"))
+    lib = os.path.join(dest, "libnccl_dcp.so")
+    shutil.copyfile(os.path.realpath(os.path.join(build_dir, "libnccl_dcp.so")), lib)
+    os.chmod(lib, 0o755)
+    set_runpath_origin(lib)
+    # The .pc names the NCCL headers of THIS machine; the package reads the
+    # version it was compiled against from nccl-version.txt instead.
+    with open(os.path.join(build_dir, "meson-private", "nccl-dcp.pc"), encoding="utf-8") as f:
+        cflags = next((line for line in f if line.startswith("Cflags:")), "")
+    for include_dir in re.findall(r"-I(\S+)", cflags):
+        try:
+            with open(os.path.join(include_dir, "nccl.h"), encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        parts = [re.search(rf"^#define NCCL_{p}\s+(\d+)", text, re.M) for p in ("MAJOR", "MINOR", "PATCH")]
+        if all(parts):
+            with open(os.path.join(dest, "nccl-version.txt"), "w", encoding="utf-8") as out:
+                out.write(".".join(m.group(1) for m in parts) + "\n")
+            break
 
 
 class BuildPyWithLibrary(build_py):
@@ -83,11 +185,29 @@ class BuildPyWithLibrary(build_py):
         build_library(os.path.join(HERE, "build", "meson"), dest)
 
 
+def platform_wheel():
+    """bdist_wheel tagged py3-none-<platform>: the wheel carries a compiled
+    library but no CPython extension (the library is loaded with ctypes).
+    Pure Python (py3-none-any) when NCCL_DCP_LIB names an outside library."""
+
+    class PlatformWheel(_bdist_wheel_class()):
+        def finalize_options(self):
+            super().finalize_options()
+            self.root_is_pure = bool(os.environ.get("NCCL_DCP_LIB"))
+
+        def get_tag(self):
+            python, abi, plat = super().get_tag()
+            return (python, abi, plat) if self.root_is_pure else ("py3", "none", plat)
+
+    return PlatformWheel
+
+
 class BinaryDistribution(Distribution):
-    """The wheel carries a compiled library: platform-specific."""
+    """The wheel carries a compiled library: platlib, not purelib."""
 
     def has_ext_modules(self):
-        return True
+        return not os.environ.get("NCCL_DCP_LIB")
 
 
-setup(cmdclass={"build_py": BuildPyWithLibrary}, distclass=BinaryDistribution)
+if __name__ == "__main__":  # pip runs it so; the tests import set_runpath_origin
+    setup(cmdclass={"build_py": BuildPyWithLibrary, "bdist_wheel": platform_wheel()}, distclass=BinaryDistribution)

@@ -283,21 +283,48 @@ if has sanitize-context; then
   echo "== sanitize-context took $((SECONDS - start)) s"
 fi
 
-# The PyTorch binding (python/): the torchrun tests on every GPU, then the
-# decode example.
+# The PyTorch binding (python/), with PyTorch's venv (TORCH_PYTHON, default
+# /opt/torch/.venv/bin/python): its pytest suite (the CPU tests that need
+# torch included; the GPU suite runs next, not through pytest), the torchrun
+# tests on every GPU, again with NCCL_CUMEM_ENABLE=0 exported (vLLM's
+# setting: the contexts must land on cuda-ipc from library 0.2 on), the two
+# examples, and the host cost of one eager call (world size 1).
 if has python; then
   start=$SECONDS
-  torchrun=(env NCCL_DCP_LIB="$ROOT/$BUILD/libnccl_dcp.so" PYTHONPATH="$ROOT/python"
-    "${TORCH_PYTHON:-/opt/torch/.venv/bin/python}" -m torch.distributed.run --standalone
+  torch_python=${TORCH_PYTHON:-/opt/torch/.venv/bin/python}
+  py_env=(env NCCL_DCP_LIB="$ROOT/$BUILD/libnccl_dcp.so" PYTHONPATH="$ROOT/python")
+  torchrun=("${py_env[@]}" "$torch_python" -m torch.distributed.run --standalone
     --nproc-per-node "$NCCL_DCP_REQUIRE_GPU")
-  "${torchrun[@]}" python/tests/gpu_torchrun.py --junit "$LOGS/python-gpu.junit.xml" > "$LOGS/python-gpu.log" 2>&1
-  status=$?
-  line=$(grep -E "^[0-9]+ passed, [0-9]+ failed$" "$LOGS/python-gpu.log" | tail -1)
-  record "$status" "python tests (torchrun, $NCCL_DCP_REQUIRE_GPU rank(s)): ${line:-no count} ($((SECONDS - start)) s)"
-  grep -E "^ *FAIL" "$LOGS/python-gpu.log" | head -20
+  py_count='^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$'
+  if "$torch_python" -c 'import pytest' 2> /dev/null; then
+    "${py_env[@]}" "$torch_python" -m pytest python/tests -q -rs -p no:cacheprovider \
+      --ignore=python/tests/test_gpu.py --junitxml="$LOGS/python-pytest.junit.xml" > "$LOGS/python-pytest.log" 2>&1
+    record $? "python pytest ($torch_python): $(tail -1 "$LOGS/python-pytest.log")"
+  else
+    record 1 "python pytest: pytest is not importable in $torch_python (install it there)"
+  fi
+  for cumem in default 0; do
+    log=$LOGS/python-gpu${cumem/default/}.log
+    junit=$LOGS/python-gpu${cumem/default/}.junit.xml
+    run=("${torchrun[@]}")
+    [ "$cumem" = default ] || run=(env NCCL_CUMEM_ENABLE=0 "${torchrun[@]}")
+    "${run[@]}" python/tests/gpu_torchrun.py --junit "$junit" > "$log" 2>&1
+    status=$?
+    line=$(grep -E "$py_count" "$log" | tail -1)
+    record "$status" "python tests (torchrun, $NCCL_DCP_REQUIRE_GPU rank(s), NCCL_CUMEM_ENABLE=$cumem): ${line:-no count}"
+    grep -E "^ *(FAIL|SKIP)|topology:" "$log" | head -20
+  done
   "${torchrun[@]}" examples/torch_dcp_decode.py > "$LOGS/python-example.log" 2>&1
   record $? "python example torch_dcp_decode.py (table in python-example.log)"
   tail -8 "$LOGS/python-example.log"
+  "${torchrun[@]}" examples/torch_dcp_engine.py > "$LOGS/python-engine.log" 2>&1
+  record $? "python example torch_dcp_engine.py: $(grep -E '^check' "$LOGS/python-engine.log" | tail -1)"
+  tail -6 "$LOGS/python-engine.log"
+  "${py_env[@]}" "$torch_python" -m torch.distributed.run --standalone --nproc-per-node 1 \
+    python/bench_host_cost.py > "$LOGS/python-host-cost.log" 2>&1
+  record $? "python host cost (python-host-cost.log): $(grep -E '^ratio' "$LOGS/python-host-cost.log" | tail -1)"
+  grep -E " us  |^ratio" "$LOGS/python-host-cost.log"
+  echo "== python stage took $((SECONDS - start)) s"
 fi
 
 # Our baseline's all-to-all alone (-B 2) against NCCL's own alltoall_perf

@@ -10,7 +10,8 @@ import ctypes
 from ctypes import POINTER, c_char, c_char_p, c_float, c_int, c_int64, c_size_t, c_uint, c_void_p
 
 # nccl_dcp.h: version and limits.
-NCCL_DCP_VERSION_CODE = 100  # NCCL_DCP_VERSION(0, 1, 0)
+NCCL_DCP_VERSION_CODE = 200  # NCCL_DCP_VERSION(0, 2, 0)
+NCCL_DCP_MIN_VERSION_CODE = 100  # the oldest struct version the library accepts
 NCCL_DCP_MAX_RANKS = 64
 NCCL_DCP_CPUSET_CHARS = 128
 
@@ -22,16 +23,23 @@ NCCL_RESULT_NAMES = (
 )
 NCCL_SUCCESS = 0
 NCCL_INVALID_ARGUMENT = 4
+NCCL_REMOTE_ERROR = 6
+
+# C integer ranges: a Python int outside them would wrap silently in ctypes.
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+INT64_MAX = 2**63 - 1
+SIZE_MAX = 2**64 - 1
 
 # ncclDataType_t of the supported element types, by canonical name.
 NCCL_DTYPES = {"bfloat16": 9, "float16": 6, "float32": 7}
 
-# ncclDcpLseBase_t, ncclDcpProtocol_t, ncclDcpPath_t, ncclDcpLink_t
+# ncclDcpLseBase_t, ncclDcpProtocol_t, ncclDcpPath_t, ncclDcpLink_t, ncclDcpProvider_t
 LSE_BASE_2 = 0
 LSE_BASE_E = 1
 PROTOCOLS = {"AUTO": 0, "LL": 1, "LL128": 2, "SIMPLE": 3}
 PATHS = ("fused", "fallback")
 LINKS = ("unknown", "self", "nvlink", "pcie", "network")
+PROVIDERS = ("auto", "nccl-window", "cuda-ipc", "fallback")  # auto: a request only (NCCL_DCP_PROVIDER)
 
 CONFIG_MAGIC = 0xDC9C0F16
 STRIDES_MAGIC = 0xDC95721D
@@ -98,17 +106,24 @@ class Topology(_Versioned):
         ("numaNode", c_int * NCCL_DCP_MAX_RANKS),
         ("cpuset", (c_char * NCCL_DCP_CPUSET_CHARS) * NCCL_DCP_MAX_RANKS),
         ("simpleMinRows", c_int),
+        ("provider", c_int), ("pathNote", c_char * 256),
     ]
 
 
-# name: (restype, argtypes). ncclComm_t, ncclDcpContext_t, cudaStream_t and
-# device pointers travel as c_void_p.
+# name: (restype, argtypes). ncclComm_t, ncclWindow_t, ncclDcpContext_t,
+# cudaStream_t and device pointers travel as c_void_p. Every function
+# nccl_dcp.h declares is here (tests/test_abi.py checks it).
 _INT_P = POINTER(c_int)
 FUNCTIONS = {
     "ncclDcpGetVersion": (c_int, [_INT_P]),
     "ncclDcpWorkspaceSize": (c_int, [POINTER(Config), c_int, POINTER(c_size_t)]),
     "ncclDcpContextCreate": (c_int, [c_void_p, POINTER(Config), POINTER(c_void_p)]),
+    "ncclDcpContextCreateGroup": (c_int, [c_int, POINTER(c_void_p), POINTER(Config), POINTER(c_void_p)]),
+    "ncclDcpContextCreateInWindow": (c_int, [c_void_p, c_void_p, c_size_t, c_size_t, POINTER(Config),
+                                             POINTER(c_void_p)]),
     "ncclDcpContextDestroy": (c_int, [c_void_p]),
+    "ncclDcpContextAbort": (c_int, [c_void_p]),
+    "ncclDcpContextDestroyGroup": (c_int, [c_int, POINTER(c_void_p)]),
     "ncclDcpA2aLseReduce": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int,
                                     POINTER(Strides), c_void_p]),
     "ncclDcpContextBindStream": (c_int, [c_void_p, c_void_p]),
@@ -131,6 +146,11 @@ def bind(cdll):
         fn.restype = restype
         fn.argtypes = argtypes
     return cdll
+
+
+def version_text(code):
+    """"X.Y.Z" of an NCCL_DCP_VERSION_CODE."""
+    return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
 
 
 def result_name(code):

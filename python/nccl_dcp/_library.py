@@ -7,13 +7,22 @@ Search order (the first that exists wins):
   3. pkg-config's libdir of nccl-dcp (a `meson install`);
   4. the dynamic loader's own search ("libnccl_dcp.so").
 
+A library whose version (ncclDcpGetVersion) is not this package's
+major.minor (nccl_dcp.__version__) is refused with the reason: the ctypes
+mirror of the structs (_abi.py) belongs to one version of nccl_dcp.h.
+
 The library is loaded on first use, after PyTorch when PyTorch is
 installed: torch loads its libnccl.so.2 first, and the library's own
 dependency on libnccl.so.2 then resolves to that same NCCL (one NCCL in
-the process, so PyTorch's ncclComm_t is valid here).
+the process, so PyTorch's ncclComm_t is valid here). Without PyTorch,
+libnccl.so.2 and libcudart of the nvidia-* wheels of this environment are
+loaded first when they are installed (the bundled library's RUNPATH is
+only $ORIGIN), else the dynamic loader's search finds them.
 """
 
 import ctypes
+import glob
+import importlib
 import os
 import re
 import shutil
@@ -42,6 +51,21 @@ class NcclVersionError(RuntimeError):
     """libnccl_dcp.so and the NCCL of this process (PyTorch's) do not match."""
 
 
+class LibraryVersionError(OSError):
+    """libnccl_dcp.so is another nccl-dcp version than this package."""
+
+
+def check_library_version(path, code):
+    """Raises LibraryVersionError unless the library's version code has this
+    package's major.minor (the patch level may differ)."""
+    want = _abi.NCCL_DCP_VERSION_CODE
+    if code // 100 != want // 100:
+        raise LibraryVersionError(
+            f"{path} is nccl-dcp {_abi.version_text(code)} (version code {code}), but this Python package is "
+            f"nccl_dcp {_abi.version_text(want)}: they must share major.minor (the structs of nccl_dcp.h differ). "
+            f"Build the library from the same source tree (meson, or pip install ./python)")
+
+
 def _candidates():
     env = os.environ.get("NCCL_DCP_LIB")
     if env:
@@ -66,7 +90,23 @@ def _import_torch_first():
     try:
         import torch  # noqa: F401 -- loads PyTorch's libnccl.so.2 before ours
     except ImportError:
-        pass
+        _preload_nvidia_wheels()
+
+
+def _preload_nvidia_wheels():
+    """libnccl.so.2 and libcudart.so.* from the nvidia-* wheels of this
+    environment, when installed (what PyTorch's own libraries use)."""
+    for module, pattern in (("nvidia.nccl", "libnccl.so.2"), ("nvidia.cu13", "libcudart.so.*"),
+                            ("nvidia.cuda_runtime", "libcudart.so.*")):
+        try:
+            paths = list(importlib.import_module(module).__path__)
+        except ImportError:
+            continue
+        for path in sorted(glob.glob(os.path.join(paths[0], "lib", pattern))):
+            try:
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            except OSError:
+                pass
 
 
 class Library:
@@ -74,8 +114,15 @@ class Library:
 
     def __init__(self, path):
         self.path = path
-        self.cdll = _abi.bind(ctypes.CDLL(path))
-        self.version = self._get_int(self.cdll.ncclDcpGetVersion, "ncclDcpGetVersion")
+        cdll = ctypes.CDLL(path)
+        version = ctypes.c_int(0)
+        get_version = cdll.ncclDcpGetVersion  # first: a library of another version may lack newer functions
+        get_version.restype, get_version.argtypes = ctypes.c_int, [ctypes.POINTER(ctypes.c_int)]
+        if get_version(ctypes.byref(version)) != 0:
+            raise OSError(f"{path}: ncclDcpGetVersion failed")
+        check_library_version(path, version.value)
+        self.cdll = _abi.bind(cdll)
+        self.version = version.value
         self.nccl_version = split_nccl_version(self._get_int(self.cdll.ncclGetVersion, "ncclGetVersion"))
         self.built_nccl_version = built_nccl_version(path)
 
@@ -155,6 +202,12 @@ def built_nccl_version(lib_path):
     libdir = os.path.dirname(os.path.realpath(lib_path)) if os.sep in lib_path else None
     if libdir is None:
         return None
+    recorded = os.path.join(libdir, "nccl-version.txt")  # written by setup.py into the wheel
+    if os.path.exists(recorded):
+        with open(recorded, encoding="utf-8") as f:
+            parts = f.read().strip().split(".")
+        if len(parts) == 3 and all(p.isdigit() for p in parts):
+            return tuple(int(p) for p in parts)
     for pc in (os.path.join(libdir, "nccl-dcp.pc"), os.path.join(libdir, "meson-private", "nccl-dcp.pc"),
                os.path.join(libdir, "pkgconfig", "nccl-dcp.pc")):
         if os.path.exists(pc):
@@ -217,7 +270,7 @@ def rebuild_hint():
         home = list(m.__path__)[0]
     except ImportError:
         home = "<prefix of the NCCL PyTorch loads>"
-    return (f"rebuild nccl-dcp against that NCCL: NCCL_HOME={home} pip install --no-build-isolation ./python, "
+    return (f"rebuild nccl-dcp against that NCCL: NCCL_HOME={home} pip install ./python, "
             f"or meson setup build -Dnccl_home={home} && ninja -C build and NCCL_DCP_LIB=build/libnccl_dcp.so")
 
 

@@ -95,6 +95,8 @@ def _dims(name, names, sizes, strides, user_dims, elt_bytes, align16):
         if size <= 1:
             out[field] = 0
             continue
+        if stride > _abi.INT64_MAX // max(elt_bytes, 1):
+            raise ValueError(f"{name} has stride {stride} in dim {dim}: out of range of a byte offset (int64)")
         if stride <= 0:
             raise ValueError(
                 f"{name} has stride {stride} in dim {dim} (size {size}): a broadcast or reversed view cannot be "
@@ -138,7 +140,7 @@ def check_call(spec, partial_out, partial_lse, out, out_lse):
     cp, hl, d = spec.cp, spec.local_heads, spec.head_dim
     elt = ELEMENT_BYTES[spec.dtype]
     for name, t in (("partial_out", partial_out), ("partial_lse", partial_lse), ("out", out), ("out_lse", out_lse)):
-        if t is not None and not all(hasattr(t, a) for a in ("shape", "stride", "dtype", "device", "data_ptr")):
+        if (t is not None or name != "out_lse") and not all(hasattr(t, a) for a in ("shape", "stride", "dtype", "device", "data_ptr")):
             raise ValueError(f"{name} must be a tensor, got {type(t).__name__}")
 
     # partial_out: [B, cp*Hl, D] or [B, cp, Hl, D] of the context's dtype.

@@ -2,26 +2,36 @@
 called on torch tensors.
 
     ctx = nccl_dcp.Context(group, head_dim=512, local_heads=16, dtype=torch.bfloat16, lse_base=2)
-    out = ctx(partial_out, partial_lse)            # [B, Hl, D]; graph-capturable
+    out = ctx(partial_out, partial_lse)            # [B, Hl, D]; any stream; graph-capturable
     out, out_lse = ctx(partial_out, partial_lse, return_lse=True)
-    ctx.close()                                    # collective, like creation
+    ctx.check()                                    # raises if a peer failed (graph replays)
+    ctx.close()                                    # collective, like creation (ctx.abort() after a failure)
 
-A call does only Python checks and one library call: no host sync, no
-allocation beyond `out` / `out_lse` when they are not given, so it can be
-captured by torch.cuda.graph and replayed.
+Streams work as in NCCL: a call runs on the stream given (default:
+PyTorch's current stream, under torch.cuda.graph the capturing one) and the
+library orders it after the context's previous call, whatever stream that
+one ran on, eagerly and under stream capture. Ordering the DATA is the
+caller's job, as for any CUDA op: inputs must be ready on the call's stream.
+
+An eager call costs one cached layout lookup and one ctypes call: the
+tensors' layout (shapes, strides, dtypes, devices) is checked once and its
+ncclDcpStrides_t kept; no host sync, no allocation beyond `out` / `out_lse`
+when they are not given.
 """
 
 import ctypes
 import math
+import os
 import warnings
 
 from . import _abi
 from ._library import NcclDcpError, check_nccl_versions, library, loaded_nccl_paths, torch_nccl_version
-from ._validate import CallSpec, check_call, dtype_name, layout_key, make_strides
+from ._validate import CallSpec, check_call, dtype_name, make_strides
 
 # The library's config fields under the names of Context's arguments.
 _CONFIG_ARGS = {"headDim": "head_dim", "localHeads": "local_heads", "dtype": "dtype", "lseBase": "lse_base",
                 "maxBatch": "max_batch", "protocol": "protocol", "timeoutMs": "timeout_ms"}
+_NCCL_INVALID_USAGE = 5
 
 
 def lse_base_code(lse_base):
@@ -43,12 +53,23 @@ def protocol_code(protocol):
     return code
 
 
-def _optional_int(name, value):
+def c_int_arg(name, value, lo=_abi.INT_MIN + 1, hi=_abi.INT_MAX, what=""):
+    """value, checked to be an int in [lo, hi] (by default: a C int other
+    than INT_MIN, which the config reads as "unset"): ctypes would wrap
+    anything else silently (2**32 -> 0)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an int, got {value!r}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} {value} is out of range [{lo}, {hi}]{what}")
+    return value
+
+
+def _optional_int(name, value, lo=_abi.INT_MIN + 1, what=""):
     if value is None:
         return _abi.NCCL_CONFIG_UNDEF_INT
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an int or None, got {value!r}")
-    return value
+    return c_int_arg(name, value, lo=lo, what=what)
 
 
 def make_config(head_dim, local_heads, dtype, lse_base, max_batch=None, protocol=None, timeout_ms=None):
@@ -58,21 +79,36 @@ def make_config(head_dim, local_heads, dtype, lse_base, max_batch=None, protocol
     name = dtype_name(dtype)
     if name not in _abi.NCCL_DTYPES:
         raise ValueError(f"dtype must be bfloat16, float16 or float32, got {dtype!r}")
-    for arg, value in (("head_dim", head_dim), ("local_heads", local_heads)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{arg} must be an int, got {value!r}")
+    c_int_arg("head_dim", head_dim)
+    c_int_arg("local_heads", local_heads)
     cfg = _abi.Config(headDim=head_dim, localHeads=local_heads, dtype=_abi.NCCL_DTYPES[name],
                       lseBase=lse_base_code(lse_base), maxBatch=_optional_int("max_batch", max_batch),
-                      protocol=protocol_code(protocol), timeoutMs=_optional_int("timeout_ms", timeout_ms))
+                      protocol=protocol_code(protocol),
+                      timeoutMs=_optional_int("timeout_ms", timeout_ms, lo=0,
+                                              what=" (milliseconds; 0 waits forever)"))
+    _workspace_size(cfg, 1)
+    return cfg
+
+
+def _workspace_size(cfg, n_ranks):
     lib = library()
     size = ctypes.c_size_t(0)
     try:
-        lib.check(lib.cdll.ncclDcpWorkspaceSize(ctypes.byref(cfg), 1, ctypes.byref(size)), "ncclDcpWorkspaceSize")
+        lib.check(lib.cdll.ncclDcpWorkspaceSize(ctypes.byref(cfg), n_ranks, ctypes.byref(size)),
+                  "ncclDcpWorkspaceSize")
     except NcclDcpError as e:
         field = next((f for f in _CONFIG_ARGS if f"config->{f}" in str(e)), None)
-        arg = _CONFIG_ARGS.get(field, "config")
+        arg = _CONFIG_ARGS.get(field, "n_ranks" if "nRanks" in str(e) else "config")
         raise ValueError(f"{arg}: {e}") from e
-    return cfg
+    return size.value
+
+
+def workspace_size(n_ranks, head_dim, local_heads, dtype, lse_base, max_batch=None, protocol=None):
+    """Bytes of symmetric workspace one rank of n_ranks needs for this
+    configuration (ncclDcpWorkspaceSize): what Context allocates, and the
+    least a window region given to Context(window=...) must hold."""
+    cfg = make_config(head_dim, local_heads, dtype, lse_base, max_batch, protocol)
+    return _workspace_size(cfg, c_int_arg("n_ranks", n_ranks))
 
 
 class Context:
@@ -83,31 +119,80 @@ class Context:
     (its communicator on the current CUDA device), or a raw ncclComm_t as an
     int. head_dim (D) and local_heads (Hl) shape the tensors; dtype is
     bfloat16, float16 or float32 (a torch.dtype or a name); lse_base is 2 or
-    'e'. max_batch (rows per chunk of the workspace), protocol ('AUTO',
-    'LL', 'LL128', 'SIMPLE') and timeout_ms default to NCCL_DCP_* / the
-    library's defaults when None.
+    'e'. max_batch (rows per chunk of the workspace) and protocol ('AUTO',
+    'LL', 'LL128', 'SIMPLE') default to NCCL_DCP_MAX_BATCH / NCCL_DCP_PROTO,
+    else the library's defaults, when None.
+
+    timeout_ms bounds every device-side wait of a call (a peer that never
+    calls): past it the kernel stops waiting, records ncclRemoteError and
+    the context is POISONED: that call's outputs are undefined, and every
+    later call, eager or replayed from a CUDA graph, writes NaN into all of
+    its out / out_lse and returns at once; an eager call then raises
+    NcclDcpError, and ctx.check() raises it for engines that only replay
+    graphs. Nothing recovers a poisoned context: abort() it (and usually the
+    communicator). 0 waits forever. Default (None): NCCL_DCP_TIMEOUT_MS when
+    set, else the ProcessGroup's own timeout (init_process_group(timeout=),
+    PyTorch's 10 minutes for NCCL when not given), else, for a raw
+    ncclComm_t, the library's default (60000 ms). At most 2**31 - 1 ms. All
+    ranks must use the same value (checked at creation).
+
+    window, window_offset, window_bytes: carve the workspace from an
+    ncclWindow_t (an int) that the application registered on the
+    communicator, [window_offset, window_offset + window_bytes), instead of
+    allocating one (ncclDcpContextCreateInWindow); window_bytes defaults to
+    workspace_size(). The window must outlive the context.
     """
 
     def __init__(self, group_or_comm_ptr, head_dim, local_heads, dtype, lse_base, max_batch=None, protocol=None,
-                 timeout_ms=None):
-        self._handle = None
+                 timeout_ms=None, *, window=None, window_offset=0, window_bytes=None):
+        self._h = None
+        self._op_id = None
         self._lib = lib = library()
         # PyTorch may have been imported after the library was loaded.
         check_nccl_versions(lib.path, lib.built_nccl_version, lib.nccl_version, torch_nccl_version(),
                             loaded_nccl_paths())
         cfg = make_config(head_dim, local_heads, dtype, lse_base, max_batch, protocol, timeout_ms)
-        self._group = None if isinstance(group_or_comm_ptr, int) else group_or_comm_ptr  # keeps the comm alive
+        if window is not None:
+            c_int_arg("window", window, lo=1, hi=_abi.SIZE_MAX, what=" (an ncclWindow_t)")
+            c_int_arg("window_offset", window_offset, lo=0, hi=_abi.SIZE_MAX)
+            if window_bytes is not None:
+                c_int_arg("window_bytes", window_bytes, lo=0, hi=_abi.SIZE_MAX)
+        self._group = None if isinstance(group_or_comm_ptr, int) else group_or_comm_ptr  # keeps the group alive
         comm = self._comm_ptr(group_or_comm_ptr)
-        rank, n_ranks, device = self._lib.comm_info(comm)
-        self.rank, self.n_ranks = rank, n_ranks
+        from . import _torch
+        if timeout_ms is None and self._group is not None and not os.environ.get("NCCL_DCP_TIMEOUT_MS"):
+            group_ms = _torch.timeout_ms_of(_torch.group_timeout(self._group))
+            if group_ms is not None:
+                cfg.timeoutMs = group_ms
+        self.timeout_ms = None if cfg.timeoutMs == _abi.NCCL_CONFIG_UNDEF_INT else cfg.timeoutMs
+        rank, n_ranks, device = lib.comm_info(comm)
+        self.rank, self.n_ranks, self._comm = rank, n_ranks, comm
         self.spec = CallSpec(cp=n_ranks, local_heads=local_heads, head_dim=head_dim, dtype=dtype_name(dtype),
                              device=device)
         handle = ctypes.c_void_p(None)
-        self._lib.check(self._lib.cdll.ncclDcpContextCreate(comm, ctypes.byref(cfg), ctypes.byref(handle)),
-                        "ncclDcpContextCreate")
-        self._handle = handle
-        self._stream = None  # bound by the first call, as in the library
-        self._checked = {}   # layout keys of the four tensors -> (batch, Strides): eager calls repeat layouts
+        if window is None:
+            lib.check(lib.cdll.ncclDcpContextCreate(comm, ctypes.byref(cfg), ctypes.byref(handle)),
+                      "ncclDcpContextCreate")
+        else:
+            if window_bytes is None:
+                window_bytes = _workspace_size(cfg, n_ranks)
+            lib.check(lib.cdll.ncclDcpContextCreateInWindow(comm, window, window_offset, window_bytes,
+                                                            ctypes.byref(cfg), ctypes.byref(handle)),
+                      "ncclDcpContextCreateInWindow")
+        self._adopt(handle.value)
+
+    def _adopt(self, handle):
+        """Takes ownership of a created ncclDcpContext_t: the fast path's state."""
+        from . import _ops, _torch
+        self._h = handle
+        self._op_id = _ops.register(self)
+        self._fn = self._lib.cdll.ncclDcpA2aLseReduce      # argtypes bound once (_abi.bind)
+        self._raw_stream = _torch.current_raw_stream        # cudaStream_t of the current stream, an int
+        self._stream_handle = _torch.stream_handle
+        self._compiling = _is_compiling_fn()
+        self._device = self.spec.device
+        self._out_shape = (self.spec.local_heads, self.spec.head_dim)
+        self._layouts = {}  # layout key of the four tensors -> (batch, pointer to ncclDcpStrides_t)
 
     @staticmethod
     def _comm_ptr(group_or_comm_ptr):
@@ -116,88 +201,131 @@ class Context:
         if isinstance(group_or_comm_ptr, int):
             if group_or_comm_ptr == 0:
                 raise ValueError("group_or_comm_ptr is 0 (a NULL ncclComm_t)")
-            return group_or_comm_ptr
+            return c_int_arg("group_or_comm_ptr", group_or_comm_ptr, lo=1, hi=_abi.SIZE_MAX,
+                             what=" (an ncclComm_t; 0 is NULL)")
         if not hasattr(group_or_comm_ptr, "_get_backend"):
             raise ValueError(f"group_or_comm_ptr must be a ProcessGroup or an ncclComm_t int, got "
                              f"{type(group_or_comm_ptr).__name__}")
         from . import _torch
         return _torch.comm_ptr_of(group_or_comm_ptr)
 
+    @property
+    def op_id(self):
+        """The int that names this context to torch.ops.nccl_dcp.* (see _ops.py)."""
+        if self._op_id is None:
+            raise ValueError("the context is closed")
+        return self._op_id
+
     # ---- the collective
 
     def __call__(self, partial_out, partial_lse, out=None, out_lse=None, stream=None, *, return_lse=False):
         """Merges every rank's partials of this rank's heads: returns out
         [B, Hl, D], or (out, out_lse) when out_lse is given or return_lse.
-        Enqueued on stream (default: PyTorch's current stream); every rank
-        must call with the same batch, in the same order."""
-        from . import _torch
-        handle = self._live_handle()
-        spec = self.spec
-        batch = _rows(partial_out)
+        Enqueued on stream (default: PyTorch's current stream); any stream,
+        any mix of streams: the library orders the calls of one context.
+        Every rank must call with the same batch, in the same order.
+        Raises NcclDcpError when the context is poisoned (see Context)."""
+        if self._compiling():
+            if stream is not None:
+                raise ValueError("stream= is not supported under torch.compile: the op runs on the current stream")
+            from . import _ops
+            return _ops.call(self, partial_out, partial_lse, out, out_lse, return_lse)
         if out is None:
-            out = _torch.empty((batch, spec.local_heads, spec.head_dim), spec.dtype, spec.device)
+            try:
+                out = partial_out.new_empty((partial_out.shape[0],) + self._out_shape)
+            except (AttributeError, IndexError, TypeError):
+                pass  # not a tensor: _launch's check says which argument
         if out_lse is None and return_lse:
-            out_lse = _torch.empty((batch, spec.local_heads), "float32", spec.device)
-        batch, strides = self._check(partial_out, partial_lse, out, out_lse)
-        s = _torch.stream_handle(stream, spec.device)
-        if self._stream is not None and s != self._stream:
-            raise ValueError(
-                f"stream {s:#x} is not the stream {self._stream:#x} this context is bound to (its first call's): "
-                f"calls on one context must be ordered. Order the old stream's work before the new one (e.g. "
-                f"torch.cuda.synchronize()), then ctx.bind_stream(stream)")
-        self._lib.check(self._lib.cdll.ncclDcpA2aLseReduce(
-            handle, partial_out.data_ptr(), partial_lse.data_ptr(), out.data_ptr(),
-            out_lse.data_ptr() if out_lse is not None else None, batch, ctypes.byref(strides), s),
-            "ncclDcpA2aLseReduce")
-        self._stream = s
+            try:
+                out_lse = partial_lse.new_empty((partial_lse.shape[0], self._out_shape[0]))
+            except (AttributeError, IndexError, TypeError):
+                pass
+        self._launch(partial_out, partial_lse, out, out_lse, stream)
         return (out, out_lse) if out_lse is not None else out
 
-    def _check(self, partial_out, partial_lse, out, out_lse):
-        """(batch, ncclDcpStrides_t) of a call, checked once per layout."""
+    def _launch(self, partial_out, partial_lse, out, out_lse, stream):
+        """One library call on checked tensors (the layout checked once)."""
+        h = self._h
+        if h is None:
+            raise ValueError("the context is closed")
         try:
-            key = tuple(layout_key(t) for t in (partial_out, partial_lse, out, out_lse))
+            p0, p1, p2 = partial_out.data_ptr(), partial_lse.data_ptr(), out.data_ptr()
+            if out_lse is None:
+                p3 = None
+                key = (partial_out.shape, partial_out.stride(), partial_out.dtype, partial_out.get_device(),
+                       partial_lse.shape, partial_lse.stride(), partial_lse.dtype, partial_lse.get_device(),
+                       out.shape, out.stride(), out.dtype, out.get_device())
+                misaligned = (p0 | p2) & 15 or p1 & 3
+            else:
+                p3 = out_lse.data_ptr()
+                key = (partial_out.shape, partial_out.stride(), partial_out.dtype, partial_out.get_device(),
+                       partial_lse.shape, partial_lse.stride(), partial_lse.dtype, partial_lse.get_device(),
+                       out.shape, out.stride(), out.dtype, out.get_device(),
+                       out_lse.shape, out_lse.stride(), out_lse.dtype, out_lse.get_device())
+                misaligned = (p0 | p2) & 15 or (p1 | p3) & 3
+            layout = self._layouts.get(key)
         except (AttributeError, TypeError):
-            key = None  # not tensors: check_call says which
-        hit = self._checked.get(key)
-        if hit is None:
-            args = check_call(self.spec, partial_out, partial_lse, out, out_lse)
-            if len(self._checked) >= 64:
-                self._checked.clear()
-            hit = self._checked[key] = (args.batch, make_strides(args))
-        return hit
+            key, layout, misaligned = None, None, True  # not torch tensors: check_call says what is wrong
+        if layout is None or misaligned:
+            args = check_call(self.spec, partial_out, partial_lse, out, out_lse)  # raises ValueError
+            p0, p1, p2 = partial_out.data_ptr(), partial_lse.data_ptr(), out.data_ptr()
+            p3 = out_lse.data_ptr() if out_lse is not None else None
+            layout = (args.batch, ctypes.pointer(make_strides(args)))
+            if key is not None:
+                if len(self._layouts) >= 256:
+                    self._layouts.clear()
+                self._layouts[key] = layout
+        s = self._raw_stream(self._device) if stream is None else self._stream_handle(stream, self._device)
+        result = self._fn(h, p0, p1, p2, p3, layout[0], layout[1], s)
+        if result:
+            self._lib.check(result, "ncclDcpA2aLseReduce")
 
     def bind_stream(self, stream):
-        """Rebinds the context to stream (ncclDcpContextBindStream). The caller
-        guarantees that work on the previous stream is ordered before it."""
+        """No-op kept for compatibility: since 0.2 a context takes calls on
+        any stream (the library orders them). Checks stream and the handle."""
         from . import _torch
         s = _torch.stream_handle(stream, self.spec.device)
         self._lib.check(self._lib.cdll.ncclDcpContextBindStream(self._live_handle(), s), "ncclDcpContextBindStream")
-        self._stream = s
 
     # ---- state
 
     def async_error(self):
         """None, or the NcclDcpError a device-side wait recorded (a peer that
-        did not take part): the context is then poisoned. No synchronization."""
+        did not take part in time): the context is then poisoned. Reads
+        host-mapped memory; no synchronization."""
         err = ctypes.c_int(0)
         self._lib.check(self._lib.cdll.ncclDcpGetAsyncError(self._live_handle(), ctypes.byref(err)),
                         "ncclDcpGetAsyncError")
         if err.value == _abi.NCCL_SUCCESS:
             return None
-        return NcclDcpError(err.value, f"asynchronous error on the context: {_abi.result_name(err.value)}")
+        return NcclDcpError(err.value, f"nccl_dcp context (rank {self.rank} of {self.n_ranks}) is poisoned: "
+                                       f"{_abi.result_name(err.value)} (a device-side wait timed out after "
+                                       f"{self.timeout_ms if self.timeout_ms is not None else 'the default'} ms, "
+                                       f"or a peer is gone); its calls now write NaN. abort() it")
+
+    def check(self):
+        """Raises the context's asynchronous error (NcclDcpError) if a call
+        failed on the GPU: for engines that only replay CUDA graphs and so
+        never see an eager call fail. Call it once per step or so; it does
+        not synchronize, so it sees what finished so far."""
+        err = self.async_error()
+        if err is not None:
+            raise err
 
     def topology(self):
-        """The context's path, protocol and links (ncclDcpGetTopology), as a dict."""
+        """The context's path, provider, protocol and links (ncclDcpGetTopology), as a dict."""
         topo = _abi.Topology()
         self._lib.check(self._lib.cdll.ncclDcpGetTopology(self._live_handle(), ctypes.byref(topo)),
                         "ncclDcpGetTopology")
         n = topo.nRanks
         return {
             "rank": topo.rank, "n_ranks": n, "lsa_size": topo.lsaSize,
-            "path": _abi.PATHS[topo.path] if 0 <= topo.path < len(_abi.PATHS) else topo.path,
+            "path": _name(_abi.PATHS, topo.path),
+            "provider": _name(_abi.PROVIDERS, topo.provider),
+            "path_note": topo.pathNote.decode(errors="replace"),
             "protocol": next((k for k, v in _abi.PROTOCOLS.items() if v == topo.protocol), topo.protocol),
             "classified": bool(topo.classified),
-            "links": [_abi.LINKS[x] if 0 <= x < len(_abi.LINKS) else x for x in topo.link[:n]],
+            "links": [_name(_abi.LINKS, x) for x in topo.link[:n]],
             "nvlink_gbps": list(topo.nvlinkGBps[:n]),
             "bus_ids": [topo.busId[i].value.decode() for i in range(n)],
             "numa_nodes": list(topo.numaNode[:n]),
@@ -207,13 +335,63 @@ class Context:
         }
 
     # ---- lifetime
+    #
+    # close() and abort() need the communicator (destroy and abort
+    # deregister the workspace's window on it), and torch.distributed frees
+    # it in destroy_process_group() / abort: the context cannot keep it
+    # alive. So both first ask torch.distributed whether the group still
+    # holds the communicator the context was made on (_torch.group_gone),
+    # and if not, never call the library: close() raises NcclDcpError and
+    # abort() warns; either way the handle is dropped and its GPU memory
+    # stays allocated until the process exits (freeing it would need the
+    # communicator). Close contexts before destroying their group. For a
+    # raw ncclComm_t nothing can be checked: close before ncclCommDestroy.
 
     def close(self):
-        """Destroys the context: COLLECTIVE, every rank calls it. Idempotent."""
-        if self._handle is None:
+        """Destroys the context: COLLECTIVE, every rank calls it, before the
+        process group is destroyed. Idempotent."""
+        h = self._detach()
+        if h is None:
             return
-        handle, self._handle = self._handle, None
-        self._lib.check(self._lib.cdll.ncclDcpContextDestroy(handle), "ncclDcpContextDestroy")
+        gone = self._group_gone()
+        if gone:
+            raise NcclDcpError(_NCCL_INVALID_USAGE, f"close(): {gone}, so the context cannot be destroyed (that "
+                                                    f"needs the communicator); it is dropped and its GPU memory "
+                                                    f"stays allocated until the process exits. Close contexts "
+                                                    f"before destroy_process_group()")
+        self._lib.check(self._lib.cdll.ncclDcpContextDestroy(h), "ncclDcpContextDestroy")
+
+    def abort(self):
+        """Abandons the context after a failure (ctx.check() raised, a peer
+        died): LOCAL, never waits on a peer (ncclDcpContextAbort). Call it
+        before aborting or destroying the process group. Idempotent."""
+        h = self._detach()
+        if h is None:
+            return
+        gone = self._group_gone()
+        if gone:
+            warnings.warn(f"nccl_dcp.Context.abort(): {gone}; the context is dropped without calling the library "
+                          f"(its GPU memory stays allocated until the process exits)", RuntimeWarning, stacklevel=2)
+            return
+        self._lib.check(self._lib.cdll.ncclDcpContextAbort(h), "ncclDcpContextAbort")
+
+    def _detach(self):
+        h, self._h = self._h, None
+        if self._op_id is not None:
+            from . import _ops
+            _ops.unregister(self._op_id)
+            self._op_id = None
+        return h
+
+    def _group_gone(self):
+        if self._group is None:
+            return None
+        from . import _torch
+        return _torch.group_gone(self._group, self._comm, self.spec.device)
+
+    @property
+    def closed(self):
+        return self._h is None
 
     def __enter__(self):
         return self
@@ -223,20 +401,61 @@ class Context:
 
     def __del__(self):
         # Destroy is collective: never run it from the garbage collector.
-        if getattr(self, "_handle", None) is not None:
+        if getattr(self, "_h", None) is not None:
             warnings.warn("nccl_dcp.Context was not closed: its workspace stays registered on the communicator "
                           "(call close() on every rank)", ResourceWarning, stacklevel=2)
 
     def _live_handle(self):
-        if self._handle is None:
+        if self._h is None:
             raise ValueError("the context is closed")
-        return self._handle
+        return self._h
 
 
-def _rows(partial_out):
-    shape = getattr(partial_out, "shape", None)
-    if shape is None or len(shape) < 1:
-        raise ValueError(f"partial_out must be a tensor [B, cp*Hl, D] or [B, cp, Hl, D], got "
-                         f"{type(partial_out).__name__}")
-    return int(shape[0])
+def _name(names, code):
+    return names[code] if 0 <= code < len(names) else code
 
+
+def _is_compiling_fn():
+    """torch.compiler.is_compiling (True while Dynamo traces), or a constant False."""
+    try:
+        import torch
+        return torch.compiler.is_compiling
+    except (ImportError, AttributeError):
+        return lambda: False
+
+
+def create_group(comm_ptrs, head_dim, local_heads, dtype, lse_base, max_batch=None, protocol=None, timeout_ms=None):
+    """Contexts for several communicators driven by this thread, one per GPU
+    (e.g. from ncclCommInitAll), created together (ncclDcpContextCreateGroup):
+    a list of Context, the i-th on comm_ptrs[i] (raw ncclComm_t ints).
+    Call each on its own GPU's tensors; destroy them with destroy_group."""
+    comms = [Context._comm_ptr(c) for c in comm_ptrs]
+    if not comms:
+        raise ValueError("comm_ptrs is empty")
+    c_int_arg("len(comm_ptrs)", len(comms), lo=1)
+    lib = library()
+    cfg = make_config(head_dim, local_heads, dtype, lse_base, max_batch, protocol, timeout_ms)
+    infos = [lib.comm_info(c) for c in comms]
+    handles = (ctypes.c_void_p * len(comms))()
+    lib.check(lib.cdll.ncclDcpContextCreateGroup(len(comms), (ctypes.c_void_p * len(comms))(*comms),
+                                                 ctypes.byref(cfg), handles), "ncclDcpContextCreateGroup")
+    contexts = []
+    for comm, (rank, n_ranks, device), handle in zip(comms, infos, handles):
+        ctx = object.__new__(Context)
+        ctx._lib, ctx._group, ctx._comm, ctx._h, ctx._op_id = lib, None, comm, None, None
+        ctx.rank, ctx.n_ranks = rank, n_ranks
+        ctx.timeout_ms = None if cfg.timeoutMs == _abi.NCCL_CONFIG_UNDEF_INT else cfg.timeoutMs
+        ctx.spec = CallSpec(cp=n_ranks, local_heads=local_heads, head_dim=head_dim, dtype=dtype_name(dtype),
+                            device=device)
+        ctx._adopt(handle)
+        contexts.append(ctx)
+    return contexts
+
+
+def destroy_group(contexts):
+    """Destroys contexts made by create_group (ncclDcpContextDestroyGroup);
+    closed ones are skipped."""
+    handles = [ctx._detach() for ctx in contexts]
+    array = (ctypes.c_void_p * len(handles))(*handles)
+    lib = library()
+    lib.check(lib.cdll.ncclDcpContextDestroyGroup(len(handles), array), "ncclDcpContextDestroyGroup")

@@ -21,13 +21,14 @@ from .context import lse_base_code
 _EPSILON = {torch.bfloat16: 1.0 / 128, torch.float16: 1.0 / 1024, torch.float32: 1e-5}
 
 
-def merge(parts, lses, lse_base):
+def merge(parts, lses, lse_base, dtype=torch.float32):
     """Merges cp sources: parts [cp, B, Hl, D], lses [cp, B, Hl] (source
-    first). Returns (out [B, Hl, D] fp32, lse [B, Hl] fp32)."""
+    first). Returns (out [B, Hl, D], lse [B, Hl]) in dtype: float32 as the
+    library accumulates, or float64 for an oracle."""
     base2 = lse_base_code(lse_base) == _abi.LSE_BASE_2
     exp = torch.exp2 if base2 else torch.exp
     log = torch.log2 if base2 else torch.log
-    l = lses.float()
+    l = lses.to(dtype)
     # No host tensor: the reference also runs inside CUDA graph capture.
     l = torch.where(torch.isnan(l) | (l == float("inf")), torch.full_like(l, float("-inf")), l)
     m = l.amax(dim=0)
@@ -37,10 +38,10 @@ def merge(parts, lses, lse_base):
     for s in range(l.shape[0]):
         total = total + w[s]
     weight = torch.where(total > 0, w / total, torch.zeros_like(w))
-    out = torch.zeros(parts.shape[1:], dtype=torch.float32, device=parts.device)
+    out = torch.zeros(parts.shape[1:], dtype=dtype, device=parts.device)
     for s in range(parts.shape[0]):
         ws = weight[s].unsqueeze(-1)
-        out = torch.where(ws != 0, out + ws * parts[s].float(), out)
+        out = torch.where(ws != 0, out + ws * parts[s].to(dtype), out)
     lse = torch.where(total > 0, m + log(total), torch.full_like(m, float("-inf")))
     return out, lse
 

@@ -7,8 +7,15 @@ and LSEs, then the merge in fp32). One process per GPU:
 
 Every rank runs the same cases in the same order. A case's verdict is the
 all-reduced (max) count of mismatches and failures, so the ranks agree and
-stay in step. Rank 0 prints one line per case, then `N passed, N failed`;
-the exit status is 1 when anything failed.
+stay in step; a case that cannot run here (e.g. needs 2 ranks) raises Skip
+on every rank. Every result is compared with the float64 merge (on the
+CPU) of the partials exchanged by torch's all_to_all_single, on fresh random
+data, with the outputs poisoned (NaN) first. Rank 0 prints one line per
+case, then `N passed, N failed, N skipped`; the exit status is 1 when
+anything failed.
+
+Run the suite again with NCCL_CUMEM_ENABLE=0 exported (vLLM's setting):
+the context must then land on the cuda-ipc provider (library >= 0.2).
 """
 
 import argparse
@@ -77,8 +84,14 @@ class Inputs:
         pl[rows % 4 == 3] += 80
 
     def reference(self, lse_base, group):
+        """The float64 merge of the exchanged partials, on the CPU, returned on the inputs' device."""
         parts, lses = reference.exchange(self.po, self.pl, self.hl, group)
-        return reference.merge(parts, lses, lse_base)
+        out, lse = reference.merge(parts.cpu().double(), lses.cpu().double(), lse_base, dtype=torch.float64)
+        return out.to(self.po.device), lse.to(self.po.device)
+
+    def refill(self, seed, rank):
+        """Fresh random data in the same tensors (captured graphs read them)."""
+        self.fill(torch.Generator(device=self.po.device).manual_seed(seed * 1009 + rank), rank)
 
 
 def strided_outputs(batch, hl, d, dtype):
@@ -96,6 +109,10 @@ def poison(*tensors):
 
 # ---- cases: each returns this rank's count of mismatches (0 = pass)
 
+class Skip(Exception):
+    """Raised by a case, on every rank alike, that cannot run here."""
+
+
 class Suite:
     def __init__(self, group):
         self.group = group
@@ -106,24 +123,34 @@ class Suite:
         self.cases.append((name, fn))
 
     def run(self):
+        """[(name, wrong, detail, seconds, skipped)]"""
         results = []
         for name, fn in self.cases:
             start = time.perf_counter()
-            detail = ""
+            detail, skipped = "", 0
             try:
                 bad = int(fn())
+            except Skip as e:
+                bad, skipped, detail = 0, 1, f"skipped: {e}"
             except Exception as e:  # a failure on one rank is this rank's verdict, not a crash
                 bad, detail = 1, f"{type(e).__name__}: {e}"
                 traceback.print_exc()
-            verdict = torch.tensor([bad], device=DEVICE)
+            verdict = torch.tensor([bad, skipped], device=DEVICE)
             dist.all_reduce(verdict, op=dist.ReduceOp.MAX, group=self.group)
-            results.append((name, verdict.item(), detail, time.perf_counter() - start))
+            wrong, skipped = verdict.tolist()
+            results.append((name, wrong, detail, time.perf_counter() - start, skipped))
             if self.rank == 0:
-                status = "PASS" if verdict.item() == 0 else f"FAIL ({verdict.item()} wrong)"
+                status = f"FAIL ({wrong} wrong)" if wrong else "SKIP" if skipped else "PASS"
                 print(f"{status:>10}  {name}{'  ' + detail if detail else ''}", flush=True)
-            elif detail:
+            elif detail and not skipped:
                 print(f"[rank {self.rank}] {name}: {detail}", flush=True)
         return results
+
+
+def compare(inputs, out, out_lse, lse_base, group):
+    """Mismatches of (out, out_lse) against the float64 reference of inputs (out_lse may be None)."""
+    want, want_lse = inputs.reference(lse_base, group)
+    return reference.count_mismatches(out, out_lse, want, want_lse if out_lse is not None else None).item()
 
 
 def call_and_compare(ctx, inputs, lse_base, group, out_mode):
@@ -265,18 +292,26 @@ def add_api(suite, group):
             x = Inputs("packed", 4, suite.cp, hl, d, torch.bfloat16, seed=3, rank=suite.rank)
             bad += expect(ValueError, "partial_out is on cpu", lambda: ctx(x.po.cpu(), x.pl))
             bad += expect(ValueError, "partial_out has dtype float16", lambda: ctx(x.po.half(), x.pl))
-            ctx(x.po, x.pl)  # binds the current stream
-            other = torch.cuda.Stream()
-            bad += expect(ValueError, "ctx.bind_stream(stream)", lambda: ctx(x.po, x.pl, stream=other))
+            bad += expect(ValueError, "out is on cpu", lambda: ctx(x.po, x.pl, out=torch.empty(
+                4, hl, d, dtype=torch.bfloat16)))
             # out inside partial_out: only the library sees the overlap.
             bad += expect(nccl_dcp.NcclDcpArgumentError, "out overlaps partialOut",
                           lambda: ctx(x.po, x.pl, out=x.po[:, :hl]))
-            torch.cuda.synchronize()
+            # Another stream, with no bind_stream (a documented no-op now) and no synchronization.
+            ctx(x.po, x.pl)
+            other = torch.cuda.Stream()
+            other.wait_stream(torch.cuda.current_stream())
             ctx.bind_stream(other)
             with torch.cuda.stream(other):
-                bad += call_and_compare(ctx, x, 2, group, "alloc")
-            torch.cuda.synchronize()
+                out = ctx(x.po, x.pl)
+            torch.cuda.current_stream().wait_stream(other)
+            bad += compare(x, out, None, 2, group)
+            ctx.check()
+            if not os.environ.get("NCCL_DCP_TIMEOUT_MS"):
+                bad += int(ctx.timeout_ms != 120000)  # the process group's timeout (main(): 120 s)
         bad += expect(ValueError, "the context is closed", lambda: ctx(x.po, x.pl))
+        ctx.close()  # idempotent
+        ctx.abort()
         return bad
 
     def batch_zero():
@@ -293,14 +328,27 @@ def add_api(suite, group):
             return call_and_compare(ctx, x, 2, group, "strided")
 
     def path():
-        """One node: the fused path, unless NCCL_DCP_FORCE_FALLBACK=1 asks for the fallback."""
-        want = "fallback" if os.environ.get("NCCL_DCP_FORCE_FALLBACK") == "1" else "fused"
+        """One node: the fused path, unless NCCL_DCP_FORCE_FALLBACK=1 or NCCL_DCP_PROVIDER=fallback
+        asks for the fallback. From library 0.2 on, the provider too: the one NCCL_DCP_PROVIDER
+        names, else cuda-ipc under NCCL_CUMEM_ENABLE=0 (no NCCL window then), else nccl-window."""
+        provider = os.environ.get("NCCL_DCP_PROVIDER", "auto")
+        fallback = os.environ.get("NCCL_DCP_FORCE_FALLBACK") == "1" or provider == "fallback"
+        want = "fallback" if fallback else "fused"
+        if provider == "auto":
+            provider = ("fallback" if fallback else "cuda-ipc" if os.environ.get("NCCL_CUMEM_ENABLE") == "0"
+                        else "nccl-window")
         with nccl_dcp.Context(group, head_dim=d, local_heads=hl, dtype="bf16", lse_base=2) as ctx:
             topo = ctx.topology()
             if suite.rank == 0:
-                print(f"            topology: {topo['path']} path, protocol {topo['protocol']}, "
-                      f"lsa_size {topo['lsa_size']}, links {topo['links']}", flush=True)
-            return int(topo["path"] != want or topo["n_ranks"] != suite.cp or topo["rank"] != suite.rank)
+                print(f"            topology: {topo['path']} path, provider {topo['provider']}, protocol "
+                      f"{topo['protocol']}, lsa_size {topo['lsa_size']}, links {topo['links']}"
+                      f"{', note: ' + topo['path_note'] if topo['path_note'] else ''} "
+                      f"(NCCL_CUMEM_ENABLE={os.environ.get('NCCL_CUMEM_ENABLE', 'unset')})", flush=True)
+            bad = int(topo["path"] != want or topo["n_ranks"] != suite.cp or topo["rank"] != suite.rank)
+            if nccl_dcp.library().version >= 200 and topo["provider"] != provider:
+                print(f"[rank {suite.rank}] provider {topo['provider']}, expected {provider}", flush=True)
+                bad += 1
+            return bad
 
     suite.case("api/errors", errors)
     suite.case("api/batch0", batch_zero)
@@ -308,15 +356,274 @@ def add_api(suite, group):
     suite.case("api/path_on_one_node", path)
 
 
+# ---- streams, as in NCCL: any stream, no bind_stream (issue 24)
+
+def fresh(suite, layout, batch, hl, d, dtype, seed):
+    return Inputs(layout, batch, suite.cp, hl, d, dtype, seed=seed, rank=suite.rank)
+
+
+def add_streams(suite, group):
+    hl, d, dtype = 4, 128, torch.bfloat16
+
+    def context(**kwargs):
+        return nccl_dcp.Context(group, head_dim=d, local_heads=hl, dtype=dtype, lse_base=2, max_batch=64, **kwargs)
+
+    def graph_recipe():
+        """PyTorch's documented recipe: an eager call on the current stream,
+        warm-up on a side stream, then `with torch.cuda.graph(g)` (its own
+        capture stream); replays with fresh data."""
+        bad = 0
+        with context() as ctx:
+            x = fresh(suite, "transposed", 70, hl, d, dtype, seed=11)  # 70 > max_batch: two chunks
+            out, lse = strided_outputs(70, hl, d, dtype)
+            ctx(x.po, x.pl, out=out, out_lse=lse)
+            bad += compare(x, out, lse, 2, group)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    ctx(x.po, x.pl, out=out, out_lse=lse)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                ctx(x.po, x.pl, out=out, out_lse=lse)
+            for i in range(3):
+                x.refill(500 + i, suite.rank)
+                poison(out, lse)
+                graph.replay()
+                torch.cuda.synchronize()
+                bad += compare(x, out, lse, 2, group)
+                # an eager call right after the replay, on the current stream, no sync between
+                y = fresh(suite, "packed", 5, hl, d, dtype, seed=600 + i)
+                out_y, lse_y = ctx(y.po, y.pl, return_lse=True)
+                bad += compare(y, out_y, lse_y, 2, group)
+            ctx.check()
+            del graph
+        return bad
+
+    def replay_on_another_stream():
+        """Warm-up on one stream, capture on a second, replays on a third,
+        each followed at once by an eager call on the current stream."""
+        bad = 0
+        with context() as ctx:
+            warm, cap, play = torch.cuda.Stream(), torch.cuda.Stream(), torch.cuda.Stream()
+            x = fresh(suite, "padded", 9, hl, d, dtype, seed=21)
+            out, lse = strided_outputs(9, hl, d, dtype)
+            for s in (warm, cap, play):
+                s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(warm):
+                ctx(x.po, x.pl, out=out, out_lse=lse)
+            warm.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=cap):
+                ctx(x.po, x.pl, out=out, out_lse=lse)
+            for i in range(3):
+                x.refill(700 + i, suite.rank)
+                poison(out, lse)
+                y = fresh(suite, "packed", 33, hl, d, dtype, seed=800 + i)
+                out_y, lse_y = strided_outputs(33, hl, d, dtype)
+                play.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(play):
+                    graph.replay()
+                ctx(y.po, y.pl, out=out_y, out_lse=lse_y)  # current stream, not ordered after `play` by us
+                torch.cuda.current_stream().wait_stream(play)
+                torch.cuda.synchronize()
+                bad += compare(x, out, lse, 2, group) + compare(y, out_y, lse_y, 2, group)
+            ctx.check()
+            del graph
+        return bad
+
+    def alternating_streams():
+        """Eager calls alternating between two streams with no synchronization
+        between them: only the library orders them on the context."""
+        bad = 0
+        with context() as ctx:
+            streams = (torch.cuda.Stream(), torch.cuda.Stream())
+            batches = (3, 100, 1, 64, 37, 2, 129, 8)
+            inputs = [fresh(suite, ("packed", "transposed", "padded")[i % 3], b, hl, d, dtype, seed=900 + i)
+                      for i, b in enumerate(batches)]
+            outs = [strided_outputs(b, hl, d, dtype) for b in batches]  # NaN
+            for s in streams:
+                s.wait_stream(torch.cuda.current_stream())
+            for i, (x, (out, lse)) in enumerate(zip(inputs, outs)):
+                with torch.cuda.stream(streams[i % 2]):
+                    ctx(x.po, x.pl, out=out, out_lse=lse)
+            for s in streams:
+                torch.cuda.current_stream().wait_stream(s)
+            torch.cuda.synchronize()
+            for x, (out, lse) in zip(inputs, outs):
+                bad += compare(x, out, lse, 2, group)
+            ctx.check()
+        return bad
+
+    def dual_batch_overlap():
+        """Two contexts on one communicator, one per micro-batch stream, in
+        flight at once: eagerly, then captured in one graph (fork/join)."""
+        bad = 0
+        with context() as ctx_a, context() as ctx_b:
+            sa, sb = torch.cuda.Stream(), torch.cuda.Stream()
+            xa = [fresh(suite, "transposed", 48, hl, d, dtype, seed=1000 + i) for i in range(4)]
+            xb = [fresh(suite, "transposed", 80, hl, d, dtype, seed=1100 + i) for i in range(4)]
+            oa = [strided_outputs(48, hl, d, dtype) for _ in range(4)]
+            ob = [strided_outputs(80, hl, d, dtype) for _ in range(4)]
+            for s in (sa, sb):
+                s.wait_stream(torch.cuda.current_stream())
+            for i in range(4):
+                with torch.cuda.stream(sa):
+                    ctx_a(xa[i].po, xa[i].pl, out=oa[i][0], out_lse=oa[i][1])
+                with torch.cuda.stream(sb):
+                    ctx_b(xb[i].po, xb[i].pl, out=ob[i][0], out_lse=ob[i][1])
+            for s in (sa, sb):
+                torch.cuda.current_stream().wait_stream(s)
+            torch.cuda.synchronize()
+            for i in range(4):
+                bad += compare(xa[i], *oa[i], 2, group) + compare(xb[i], *ob[i], 2, group)
+
+            cap = torch.cuda.Stream()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=cap):
+                for s in (sa, sb):
+                    s.wait_stream(cap)
+                for layer in range(2):  # two "layers", each micro-batch on its own stream and context
+                    with torch.cuda.stream(sa):
+                        ctx_a(xa[layer].po, xa[layer].pl, out=oa[layer][0], out_lse=oa[layer][1])
+                    with torch.cuda.stream(sb):
+                        ctx_b(xb[layer].po, xb[layer].pl, out=ob[layer][0], out_lse=ob[layer][1])
+                for s in (sa, sb):
+                    cap.wait_stream(s)
+            for i in range(3):
+                for layer in range(2):
+                    xa[layer].refill(1200 + 10 * i + layer, suite.rank)
+                    xb[layer].refill(1300 + 10 * i + layer, suite.rank)
+                    poison(*oa[layer], *ob[layer])
+                graph.replay()
+                torch.cuda.synchronize()
+                for layer in range(2):
+                    bad += compare(xa[layer], *oa[layer], 2, group) + compare(xb[layer], *ob[layer], 2, group)
+            ctx_a.check()
+            ctx_b.check()
+            del graph
+        return bad
+
+    suite.case("streams/graph_recipe", graph_recipe)
+    suite.case("streams/replay_on_another_stream", replay_on_another_stream)
+    suite.case("streams/alternating", alternating_streams)
+    suite.case("streams/dual_batch_overlap", dual_batch_overlap)
+
+
+# ---- torch.compile: the torch.library op, no graph break
+
+def add_compile(suite, group):
+    hl, d, dtype = 4, 128, torch.bfloat16
+
+    def compiled(mode):
+        bad = 0
+        with nccl_dcp.Context(group, head_dim=d, local_heads=hl, dtype=dtype, lse_base="e") as ctx:
+            if mode == "default":
+                def step(po, pl, out):
+                    merged, lse = ctx(po, pl, return_lse=True)  # torch.ops.nccl_dcp.a2a_lse_reduce
+                    ctx(po, pl, out=out)                         # torch.ops.nccl_dcp.a2a_lse_reduce_out
+                    return merged * 2, lse
+            else:  # CUDA graphs (cudagraph trees): the functional op only
+                def step(po, pl, out):
+                    merged, lse = ctx(po, pl, return_lse=True)
+                    return merged * 2, lse
+            fn = torch.compile(step, fullgraph=True, mode=None if mode == "default" else mode)
+            for i in range(4):  # reduce-overhead: warm-up, record, then replays
+                x = fresh(suite, "transposed", 24, hl, d, dtype, seed=1400 + i)
+                out = torch.full((24, hl, d), float("nan"), dtype=dtype, device=DEVICE)
+                merged, lse = fn(x.po, x.pl, out)
+                merged, lse = (merged.float() / 2).to(dtype), lse.clone()  # before the next replay reuses them
+                want, want_lse = x.reference("e", group)
+                bad += reference.count_mismatches(merged, lse, want, want_lse).item()
+                if mode == "default":
+                    bad += reference.count_mismatches(out, None, want, None).item()
+            ctx.check()
+        return bad
+
+    suite.case("compile/fullgraph", lambda: compiled("default"))
+    suite.case("compile/reduce-overhead", lambda: compiled("reduce-overhead"))
+
+
+# ---- failures cannot hide: a silent peer, a short timeout (runs last)
+
+def add_failures(suite, group):
+    hl, d, dtype = 4, 128, torch.bfloat16
+
+    def silent_peer():
+        """Rank 1 stays silent; rank 0's graph replay times out (1 s): ctx.check()
+        raises, later replays write NaN at once, an eager call raises; both abort."""
+        if suite.cp < 2:
+            raise Skip("needs 2 ranks (rank 1 stays silent while rank 0 times out)")
+        bad = 0
+        ctx = nccl_dcp.Context(group, head_dim=d, local_heads=hl, dtype=dtype, lse_base=2, timeout_ms=1000)
+        graph = None
+        try:
+            if ctx.timeout_ms != 1000:
+                raise AssertionError(f"timeout_ms {ctx.timeout_ms}")
+            if ctx.topology()["path"] != "fused":
+                raise Skip("the context is on the fallback path: an ncclAlltoAll has no timeout")
+            x = fresh(suite, "packed", 8, hl, d, dtype, seed=1500)
+            out, lse = strided_outputs(8, hl, d, dtype)
+            ctx(x.po, x.pl, out=out, out_lse=lse)  # a correct call first, on every rank
+            bad += compare(x, out, lse, 2, group)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=side):
+                ctx(x.po, x.pl, out=out, out_lse=lse)
+            torch.cuda.synchronize()
+            if suite.rank == 0:
+                graph.replay()  # rank 1 never calls: the device-side waits time out
+                torch.cuda.synchronize()
+                bad += expect(nccl_dcp.NcclDcpError, "ncclRemoteError", ctx.check)
+                out.zero_()
+                lse.zero_()
+                start = time.perf_counter()
+                graph.replay()  # poisoned: NaN at once
+                torch.cuda.synchronize()
+                seconds = time.perf_counter() - start
+                not_nan = int((~torch.isnan(out)).sum()) + int((~torch.isnan(lse)).sum())
+                if not_nan or seconds > 0.5:
+                    print(f"[rank 0] poisoned replay: {not_nan} entries not NaN, {seconds:.3f} s", flush=True)
+                bad += not_nan + int(seconds > 0.5)
+                out.zero_()
+                lse.zero_()
+                bad += expect(nccl_dcp.NcclDcpError, "ncclRemoteError", lambda: ctx(x.po, x.pl, out=out, out_lse=lse))
+                torch.cuda.synchronize()
+                bad += int((~torch.isnan(out)).sum()) + int((~torch.isnan(lse)).sum())
+        finally:
+            graph = None
+            ctx.abort()  # local on both ranks: never waits on the peer
+        return bad
+
+    def close_after_group_destroyed():
+        """A context on a subgroup, the subgroup destroyed first: close() refuses
+        (NcclDcpError) without touching the freed communicator."""
+        sub = dist.new_group(list(range(suite.cp)))
+        ctx = nccl_dcp.Context(sub, head_dim=d, local_heads=hl, dtype=dtype, lse_base=2)
+        x = fresh(suite, "packed", 4, hl, d, dtype, seed=1600)
+        bad = call_and_compare(ctx, x, 2, sub, "return_lse")
+        torch.cuda.synchronize()
+        dist.destroy_process_group(sub)
+        bad += expect(nccl_dcp.NcclDcpError, "its process group was destroyed or aborted", ctx.close)
+        return bad + int(not ctx.closed)
+
+    suite.case("lifetime/close_after_group_destroyed", close_after_group_destroyed)
+    suite.case("failure/silent_peer", silent_peer)
+
+
 # ---- main
 
 def write_junit(path, results):
     suite = et.Element("testsuite", name="python_gpu", tests=str(len(results)),
-                       failures=str(sum(1 for r in results if r[1])))
-    for name, bad, detail, seconds in results:
+                       failures=str(sum(1 for r in results if r[1])), skipped=str(sum(1 for r in results if r[4])))
+    for name, bad, detail, seconds, skipped in results:
         case = et.SubElement(suite, "testcase", classname="python_gpu", name=name, time=f"{seconds:.3f}")
         if bad:
             et.SubElement(case, "failure", message=detail or f"{bad} wrong")
+        elif skipped:
+            et.SubElement(case, "skipped", message=detail)
     root = et.Element("testsuites")
     root.append(suite)
     et.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
@@ -342,12 +649,16 @@ def main():
     add_mla_shape(suite, group)
     add_protocols(suite, group)
     add_graphs(suite, group)
+    add_streams(suite, group)
+    add_compile(suite, group)
+    add_failures(suite, group)  # last: it leaves aborted contexts behind
     results = suite.run()
     failed = sum(1 for r in results if r[1])
+    skipped = sum(1 for r in results if r[4] and not r[1])
     if suite.rank == 0:
         if args.junit:
             write_junit(args.junit, results)
-        print(f"{len(results) - failed} passed, {failed} failed", flush=True)
+        print(f"{len(results) - failed - skipped} passed, {failed} failed, {skipped} skipped", flush=True)
     dist.destroy_process_group()
     return 1 if failed else 0
 

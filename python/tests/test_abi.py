@@ -1,6 +1,8 @@
 """The ctypes mirror (nccl_dcp._abi) against include/nccl_dcp.h: struct
-fields in order, magic numbers, enum values, limits. Reads the header of
-this source tree; no library, no GPU."""
+fields in order, magic numbers, enum values, limits, and a binding with the
+right number of arguments for every function the header declares. Reads
+the header of this source tree (NCCL_DCP_HEADER=<path> names another, e.g.
+the installed one of the library under test); no library, no GPU."""
 
 import ctypes
 import os
@@ -11,7 +13,7 @@ import pytest
 from conftest import SOURCE_ROOT
 from nccl_dcp import _abi
 
-HEADER = os.path.join(SOURCE_ROOT, "include", "nccl_dcp.h")
+HEADER = os.environ.get("NCCL_DCP_HEADER") or os.path.join(SOURCE_ROOT, "include", "nccl_dcp.h")
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +52,9 @@ def test_struct_sizes():
     # size_t + 2 x unsigned + the fields, as the C compiler lays them out on x86-64.
     assert ctypes.sizeof(_abi.Config) == 48
     assert ctypes.sizeof(_abi.Strides) == 16 + 10 * 8
-    assert ctypes.sizeof(_abi.Topology) == 16 + 6 * 4 + 64 * 4 + 64 * 4 + 64 * 16 + 4 + 128 + 64 * 4 + 64 * 4 + 64 * 128 + 4
+    topology = (16 + 6 * 4 + 64 * 4 + 64 * 4 + 64 * 16 + 4 + 128 + 64 * 4 + 64 * 4 + 64 * 128 + 4
+                + 4 + 256)  # provider, pathNote
+    assert ctypes.sizeof(_abi.Topology) == (topology + 7) // 8 * 8  # padded to size_t's alignment
 
 
 def test_magics_and_limits(header):
@@ -74,6 +78,35 @@ def test_enums(header):
     assert [name.lower() for name, _ in sorted(paths.items(), key=lambda kv: kv[1])] == list(_abi.PATHS)
     links = enum_values(header, "ncclDcpLink")
     assert [name.lower() for name, _ in sorted(links.items(), key=lambda kv: kv[1])] == list(_abi.LINKS)
+    # ncclDcpProviderNcclWindow -> "nccl-window", the name NCCL_DCP_PROVIDER takes
+    providers = enum_values(header, "ncclDcpProvider")
+    assert [re.sub(r"(?<!^)([A-Z])", r"-\1", name).lower()
+            for name, _ in sorted(providers.items(), key=lambda kv: kv[1])] == list(_abi.PROVIDERS)
+
+
+def declared_functions(header):
+    """{name: number of parameters} of every function the header declares."""
+    found = {}
+    for name, params in re.findall(r"^\s*(?:ncclResult_t|const char\*)\s+(ncclDcp\w+)\s*\(([^)]*)\)\s*;",
+                                   header, flags=re.M):
+        params = params.strip()
+        found[name] = 0 if params in ("", "void") else params.count(",") + 1
+    return found
+
+
+def test_every_declared_function_is_bound(header):
+    declared = declared_functions(header)
+    assert len(declared) >= 13, declared  # the parse found the API
+    bound = {name: len(argtypes) for name, (_, argtypes) in _abi.FUNCTIONS.items() if name.startswith("ncclDcp")}
+    assert bound == declared
+
+
+def test_version_code_is_the_package_version():
+    import nccl_dcp
+    assert nccl_dcp.__version__ == _abi.version_text(_abi.NCCL_DCP_VERSION_CODE)
+    pyproject = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml")
+    with open(pyproject, encoding="utf-8") as f:
+        assert f'version = "{nccl_dcp.__version__}"' in f.read()
 
 
 def test_config_starts_unset():

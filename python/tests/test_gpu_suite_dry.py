@@ -71,7 +71,7 @@ def worker(rank, port, broken, verdicts):
         suite_module.add_protocols(suite, group)
         results = suite.run()
         if rank == 0:
-            for name, bad, detail, _ in results:
+            for name, bad, detail, _, _ in results:
                 verdicts.put((name, bad, detail))
     finally:
         dist.destroy_process_group()

@@ -3,7 +3,11 @@ messages through Python, and Context's argument checks that come before
 any communicator is touched. Needs the library (CPU only, no GPU)."""
 
 import ctypes
+import importlib.util
 import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -52,7 +56,14 @@ def test_config_is_accepted_by_the_library(lib):
     ("max_batch", 0, r"^max_batch: .*config->maxBatch 0 is out of range"),
     ("max_batch", "8", r"^max_batch must be an int or None"),
     ("protocol", "NVLS", r"^protocol must be one of AUTO, LL, LL128, SIMPLE"),
-    ("timeout_ms", -1, r"^timeout_ms: .*negative"),
+    ("timeout_ms", -1, r"^timeout_ms -1 is out of range \[0, 2147483647\] \(milliseconds; 0 waits forever\)"),
+    # ctypes would wrap these silently: 2**32 -> 0 (wait forever), -2**31 -> "unset"
+    ("timeout_ms", 2**32, r"^timeout_ms 4294967296 is out of range \[0, 2147483647\]"),
+    ("timeout_ms", 1.5, r"^timeout_ms must be an int or None"),
+    ("head_dim", 2**32 + 512, r"^head_dim 4294967808 is out of range \[-2147483647, 2147483647\]"),
+    ("local_heads", -2**31, r"^local_heads -2147483648 is out of range"),
+    ("max_batch", -2**31, r"^max_batch -2147483648 is out of range"),
+    ("max_batch", 2**31, r"^max_batch 2147483648 is out of range"),
 ])
 def test_context_arguments_are_checked_before_the_communicator(lib, arg, value, pattern):
     kwargs = dict(VALID, **{arg: value})
@@ -68,6 +79,65 @@ def test_context_arguments_are_checked_before_the_communicator(lib, arg, value, 
 def test_context_refuses_what_is_not_a_communicator(lib, comm, pattern):
     with pytest.raises(ValueError, match=pattern):
         Context(comm, **VALID)
+
+
+@pytest.mark.parametrize("kwargs, pattern", [
+    (dict(window=0), r"^window 0 is out of range \[1, 18446744073709551615\] \(an ncclWindow_t\)"),
+    (dict(window=1, window_offset=-1), r"^window_offset -1 is out of range"),
+    (dict(window=1, window_offset=2**64), r"^window_offset 18446744073709551616 is out of range"),
+    (dict(window=1, window_bytes=2**64), r"^window_bytes 18446744073709551616 is out of range"),
+])
+def test_window_arguments_are_checked_before_the_communicator(lib, kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        Context(0xDEAD, **VALID, **kwargs)
+
+
+def test_raw_comm_pointer_out_of_range(lib):
+    with pytest.raises(ValueError, match=r"^group_or_comm_ptr 18446744073709551616 is out of range"):
+        Context(2**64, **VALID)
+
+
+def test_workspace_size(lib):
+    from nccl_dcp import workspace_size
+    one, eight = workspace_size(1, **VALID), workspace_size(8, **VALID)
+    assert 0 < one < eight
+    assert workspace_size(8, **VALID, max_batch=512) > eight
+    with pytest.raises(ValueError, match=r"^n_ranks 4294967304 is out of range"):
+        workspace_size(2**32 + 8, **VALID)
+    with pytest.raises(ValueError, match=r"^n_ranks: .*ncclInvalidArgument"):
+        workspace_size(0, **VALID)
+
+
+def test_every_function_is_bound_in_the_library(lib):
+    for name, (restype, argtypes) in _abi.FUNCTIONS.items():
+        fn = getattr(lib.cdll, name)
+        assert fn.restype is restype and list(fn.argtypes) == list(argtypes), name
+
+
+def test_stale_handles_never_reach_the_library(lib):
+    """A closed or aborted Context refuses every call in Python; a NULL
+    handle is a no-op or ncclInvalidArgument in the library itself."""
+    from nccl_dcp.context import Context as C
+    ctx = object.__new__(C)
+    ctx._lib, ctx._h, ctx._op_id, ctx._group = lib, None, None, None
+    for call in (lambda: ctx.topology(), lambda: ctx.async_error(), lambda: ctx.check(), lambda: ctx.op_id,
+                 lambda: ctx._launch(None, None, None, None, None)):
+        with pytest.raises(ValueError, match="the context is closed"):
+            call()
+    ctx.close()
+    ctx.abort()  # idempotent: nothing to do
+    assert lib.cdll.ncclDcpContextDestroy(None) == 0
+    assert lib.cdll.ncclDcpContextAbort(None) == 0
+    err = ctypes.c_int(0)
+    assert lib.cdll.ncclDcpGetAsyncError(None, ctypes.byref(err)) == _abi.NCCL_INVALID_ARGUMENT
+
+
+def test_library_of_another_version_is_refused(tmp_path):
+    with pytest.raises(_library.LibraryVersionError,
+                       match=r"^/x/libnccl_dcp.so is nccl-dcp 0\.1\.0 \(version code 100\), but this Python "
+                             r"package is nccl_dcp 0\.2\.0: they must share major\.minor"):
+        _library.check_library_version("/x/libnccl_dcp.so", 100)
+    _library.check_library_version("/x/libnccl_dcp.so", _abi.NCCL_DCP_VERSION_CODE + 3)  # a patch level
 
 
 def test_lse_base_spellings(lib):
@@ -129,3 +199,25 @@ def test_nccl_header_version_of_a_non_header(tmp_path):
     (tmp_path / "x.h").write_text("#define NCCL_MAJOR 2\n")
     assert _library.nccl_header_version(str(tmp_path / "x.h")) is None
     assert _library.nccl_header_version(os.path.join(str(tmp_path), "missing.h")) is None
+
+
+# ---- the wheel (setup.py): the bundled library carries no build-machine path
+
+def test_wheel_library_runpath_becomes_origin(lib, tmp_path):
+    if shutil.which("readelf") is None:
+        pytest.skip("readelf not found")
+    spec = importlib.util.spec_from_file_location(
+        "nccl_dcp_setup", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "setup.py"))
+    setup_py = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(setup_py)  # defines, does not build: setup() runs only as __main__
+    copy = str(tmp_path / "libnccl_dcp.so")
+    shutil.copyfile(os.path.realpath(lib.path), copy)
+    before = subprocess.run(["readelf", "-d", copy], capture_output=True, text=True, check=True).stdout
+    setup_py.set_runpath_origin(copy)
+    after = subprocess.run(["readelf", "-d", copy], capture_output=True, text=True, check=True).stdout
+    paths = [line for line in after.splitlines() if "RUNPATH" in line or "RPATH" in line]
+    assert paths and all("[$ORIGIN]" in line for line in paths), (before, after)
+    probe = ("import ctypes, sys; v = ctypes.c_int(); "
+             "ctypes.CDLL(sys.argv[1]).ncclDcpGetVersion(ctypes.byref(v)); print(v.value)")
+    r = subprocess.run([sys.executable, "-c", probe, copy], capture_output=True, text=True)
+    assert r.returncode == 0 and int(r.stdout) == lib.version, r.stderr

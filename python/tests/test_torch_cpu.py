@@ -127,57 +127,270 @@ def test_count_mismatches():
     assert reference.count_mismatches(got, None, want, None).item() == 1
 
 
-# ---- Context.__call__ checks before the library
+# ---- Context.__call__ on CPU: the fast path, against a library stand-in
+#
+# CpuLibrary stands in for libnccl_dcp.so on one rank (cp = 1): its
+# ncclDcpA2aLseReduce reads the tensors back from the raw pointers and the
+# ncclDcpStrides_t it is given, and writes the merge (nccl_dcp.reference)
+# through the out pointers. So the pointers, strides and batch that the
+# Python side passes are checked end to end, on CPU tensors.
 
-class StubLibrary:
-    def __init__(self):
+HL1, D1 = 4, 32
+SPEC1 = CallSpec(cp=1, local_heads=HL1, head_dim=D1, dtype="bfloat16", device=0)
+DTYPE_OF = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def strided_view(ptr, dtype, sizes, strides):
+    import ctypes
+    if 0 in sizes:
+        return torch.empty(sizes, dtype=dtype)
+    extent = 1 + sum((n - 1) * st for n, st in zip(sizes, strides))
+    buf = (ctypes.c_char * (extent * torch.tensor([], dtype=dtype).element_size())).from_address(ptr)
+    return torch.frombuffer(buf, dtype=dtype).as_strided(sizes, strides)
+
+
+class CpuLibrary:
+    def __init__(self, spec, lse_base=2, result=0):
+        self.spec, self.base, self.result = spec, lse_base, result
         self.calls = []
         self.cdll = self
+        self.ncclDcpA2aLseReduce = self.reduce
 
-    def ncclDcpA2aLseReduce(self, *args):
-        self.calls.append(args)
+    def reduce(self, handle, po, pl, out, out_lse, batch, strides, stream):
+        self.calls.append((handle, po, pl, out, out_lse, batch, strides.contents, stream))
+        if self.result:
+            return self.result
+        st, hl, d = strides.contents, self.spec.local_heads, self.spec.head_dim
+        dt = DTYPE_OF[self.spec.dtype]
+        s = lambda v, packed: v or packed  # noqa: E731 -- 0 = packed
+        x = strided_view(po, dt, (batch, 1, hl, d), (s(st.inRow, hl * d), s(st.inPeer, hl * d), s(st.inHead, d), 1))
+        lse = strided_view(pl, torch.float32, (batch, 1, hl), (s(st.lseRow, hl), s(st.lsePeer, hl), s(st.lseHead, 1)))
+        merged, merged_lse = reference.merge(x.transpose(0, 1), lse.transpose(0, 1), self.base)
+        strided_view(out, dt, (batch, hl, d), (s(st.outRow, hl * d), s(st.outHead, d), 1)).copy_(merged)
+        if out_lse is not None:
+            strided_view(out_lse, torch.float32, (batch, hl), (s(st.outLseRow, hl), s(st.outLseHead, 1))).copy_(
+                merged_lse)
+        return 0
+
+    def ncclDcpContextDestroy(self, handle):
+        self.calls.append(("destroy", handle))
+        return 0
+
+    def ncclDcpContextAbort(self, handle):
+        self.calls.append(("abort", handle))
         return 0
 
     def check(self, result, what):
-        assert result == 0, what
+        from nccl_dcp import NcclDcpError
+        if result:
+            raise NcclDcpError(result, f"{what} failed: ncclRemoteError: poisoned")
 
 
-def stub_context():
-    from nccl_dcp import Context
-    ctx = object.__new__(Context)
-    ctx._lib, ctx._handle, ctx._stream, ctx._checked, ctx.spec = StubLibrary(), 1, None, {}, SPEC
-    return ctx
+@pytest.fixture
+def cpu_context(monkeypatch):
+    """A Context over CpuLibrary whose tensors may live on the CPU."""
+    from nccl_dcp import Context, _validate
+    monkeypatch.setattr(_validate, "_check_device", lambda name, t, spec: None)
+    made = []
+
+    def make(spec=SPEC1, **kwargs):
+        ctx = object.__new__(Context)
+        ctx._lib, ctx._group, ctx._comm, ctx.spec = CpuLibrary(spec, **kwargs), None, 0, spec
+        ctx.rank, ctx.n_ranks, ctx.timeout_ms = 0, spec.cp, None
+        ctx._adopt(0xC0)
+        ctx._raw_stream = lambda device: 0x5
+        made.append(ctx)
+        return ctx
+    yield make
+    for ctx in made:
+        ctx._detach()
 
 
-def test_call_refuses_cpu_tensors_before_the_library():
-    ctx = stub_context()
-    po, pl = torch.zeros(B, CP * HL, D, dtype=torch.bfloat16), torch.zeros(B, CP * HL)
-    out, out_lse = torch.zeros(B, HL, D, dtype=torch.bfloat16), torch.zeros(B, HL)
-    with pytest.raises(ValueError, match=r"^partial_out is on cpu"):
-        ctx(po, pl, out=out, out_lse=out_lse)
-    assert ctx._lib.calls == []
-    ctx._handle = None
-    with pytest.raises(ValueError, match=r"^the context is closed"):
+def random_inputs(batch, layout="packed", dtype=torch.bfloat16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if layout == "packed":
+        po = torch.randn(batch, HL1, D1, generator=g).to(dtype)
+        pl = torch.randn(batch, HL1, generator=g)
+    else:  # [B, Hl, cp, D] seen as [B, cp, Hl, D], and padded LSE rows
+        po = torch.randn(batch, HL1, 1, D1, generator=g).to(dtype).transpose(1, 2)
+        pl = torch.randn(batch, HL1 + 3, generator=g)[:, :HL1]
+    pl[0, 0] = float("-inf")
+    return po, pl
+
+
+def expected(po, pl, base=2):
+    out, lse = reference.merge(po.reshape(1, po.shape[0], HL1, D1), pl.reshape(1, pl.shape[0], HL1), base)
+    return out.to(po.dtype), lse
+
+
+def test_call_merges_through_pointers_and_strides(cpu_context):
+    ctx = cpu_context()
+    for layout in ("packed", "transposed"):
+        po, pl = random_inputs(5, layout)
+        out, out_lse = ctx(po, pl, return_lse=True)
+        want, want_lse = expected(po, pl)
+        assert out.shape == (5, HL1, D1) and out.dtype == torch.bfloat16 and out_lse.dtype == torch.float32
+        assert torch.equal(out, want) and torch.equal(out_lse, want_lse)
+    out = torch.full((5, HL1, D1 + 8), float("nan"), dtype=torch.bfloat16)[..., :D1]  # strided out
+    assert ctx(po, pl, out=out) is out
+    assert torch.equal(out, expected(po, pl)[0])
+
+
+def test_call_checks_each_layout_once(cpu_context, monkeypatch):
+    from nccl_dcp import context
+    checks = []
+    real = context.check_call
+    monkeypatch.setattr(context, "check_call", lambda *a: checks.append(1) or real(*a))
+    ctx = cpu_context()
+    po, pl = random_inputs(3)
+    out = torch.empty(3, HL1, D1, dtype=torch.bfloat16)
+    for _ in range(3):
         ctx(po, pl, out=out)
-
-
-def test_call_passes_pointers_and_strides_and_checks_each_layout_once():
-    ctx = stub_context()
-    po, pl, out, out_lse = tensors()
-    for _ in range(2):
-        got = ctx(po, pl, out=out, out_lse=out_lse, stream=0)
-    assert got == (out, out_lse)
-    assert len(ctx._lib.calls) == 2 and len(ctx._checked) == 1
-    handle, *ptrs, batch, strides, stream = ctx._lib.calls[0]
-    assert ptrs == [po.data_ptr(), pl.data_ptr(), out.data_ptr(), out_lse.data_ptr()]
-    assert (handle, batch, stream) == (1, B, 0)
-    assert (strides._obj.inRow, strides._obj.inPeer, strides._obj.outLseRow) == (CP * HL * D, HL * D, HL)
-    # Another layout is checked on its own, and a bad one is still refused.
-    transposed = OnGpu0(torch.zeros(B, HL, CP, D, dtype=torch.bfloat16).transpose(1, 2))
-    ctx(transposed, pl, out=out, stream=0)
-    assert ctx._lib.calls[-1][6]._obj.inHead == CP * D and len(ctx._checked) == 2
+    assert len(checks) == 1 and len(ctx._layouts) == 1
+    ctx(po, pl)                      # another layout: out_lse None but out allocated: same key as above
+    ctx(po, pl, return_lse=True)     # out_lse given: a new key
+    po2, pl2 = random_inputs(4)      # another batch: a new key
+    ctx(po2, pl2)
+    assert len(checks) == 3
+    # A cached layout at a misaligned address is still refused.
+    flat = torch.zeros(3 * HL1 * D1 + 1, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"^partial_out.data_ptr\(\) .* is not 16-byte aligned"):
+        ctx(flat[1:].view(3, 1, HL1, D1).view(3, HL1, D1), pl, out=out)
     with pytest.raises(ValueError, match=r"^out has dtype float32"):
-        ctx(po, pl, out=OnGpu0(torch.zeros(B, HL, D)), stream=0)
-    with pytest.raises(ValueError, match=r"stream 0x1 is not the stream 0x0 this context is bound to"):
-        ctx(po, pl, out=out, stream=1)
-    ctx._handle = None
+        ctx(po, pl, out=torch.zeros(3, HL1, D1))
+
+
+def test_call_takes_any_stream_and_passes_it(cpu_context):
+    ctx = cpu_context()
+    po, pl = random_inputs(2)
+    ctx(po, pl)
+    ctx(po, pl, stream=0x77)
+    ctx(po, pl, stream=0x5)
+    assert [c[-1] for c in ctx._lib.calls] == [0x5, 0x77, 0x5]
+    with pytest.raises(ValueError, match=r"^stream must be a torch.cuda.Stream or a cudaStream_t int"):
+        ctx(po, pl, stream=-1)
+
+
+def test_call_raises_the_library_error(cpu_context):
+    from nccl_dcp import NcclDcpError
+    ctx = cpu_context(result=_abi_remote_error())
+    po, pl = random_inputs(2)
+    with pytest.raises(NcclDcpError, match="poisoned") as e:
+        ctx(po, pl)
+    assert e.value.result == _abi_remote_error()
+
+
+def _abi_remote_error():
+    from nccl_dcp import _abi
+    return _abi.NCCL_REMOTE_ERROR
+
+
+def test_closed_context_refuses_calls(cpu_context):
+    ctx = cpu_context()
+    po, pl = random_inputs(2)
+    op_id = ctx.op_id
+    ctx._detach()
+    with pytest.raises(ValueError, match=r"^the context is closed"):
+        ctx(po, pl)
+    with pytest.raises(ValueError, match=rf"^ctx_id {op_id} names no open nccl_dcp.Context"):
+        torch.ops.nccl_dcp.a2a_lse_reduce(op_id, po, pl)
+    assert ctx._lib.calls == []
+
+
+def test_not_a_tensor_is_named(cpu_context):
+    ctx = cpu_context()
+    with pytest.raises(ValueError, match=r"^partial_out must be a tensor, got list"):
+        ctx([1.0], torch.zeros(1, HL1))
+
+
+# ---- torch.library ops and torch.compile
+
+def test_ops_fake_implementation_on_meta(cpu_context):
+    ctx = cpu_context()
+    po = torch.empty(7, 1, HL1, D1, dtype=torch.bfloat16, device="meta")
+    pl = torch.empty(7, HL1, device="meta")
+    out, lse = torch.ops.nccl_dcp.a2a_lse_reduce(ctx.op_id, po, pl)
+    assert (out.shape, out.dtype, out.device.type) == ((7, HL1, D1), torch.bfloat16, "meta")
+    assert (lse.shape, lse.dtype) == ((7, HL1), torch.float32)
+    assert ctx._lib.calls == []
+
+
+def test_ops_pass_opcheck(cpu_context):
+    ctx = cpu_context()
+    po, pl = random_inputs(3)
+    torch.library.opcheck(torch.ops.nccl_dcp.a2a_lse_reduce, (ctx.op_id, po, pl))
+    out, out_lse = torch.empty(3, HL1, D1, dtype=torch.bfloat16), torch.empty(3, HL1)
+    torch.library.opcheck(torch.ops.nccl_dcp.a2a_lse_reduce_out, (ctx.op_id, po, pl, out, out_lse))
+    torch.library.opcheck(torch.ops.nccl_dcp.a2a_lse_reduce_out, (ctx.op_id, po, pl, out, None))
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compile_fullgraph_gives_the_eager_result(cpu_context, backend):
+    ctx = cpu_context()
+    torch._dynamo.reset()
+    torch._inductor.config.compile_threads = 1  # no pool of compile workers left behind on a 2-core CI machine
+
+    def step(po, pl, out):
+        merged, lse = ctx(po, pl, return_lse=True)    # functional op
+        ctx(po, pl, out=out)                           # in-place op, no out_lse
+        return merged.float() * 2 + 1, lse - 1
+
+    compiled = torch.compile(step, fullgraph=True, backend=backend)
+    for seed in range(2):
+        po, pl = random_inputs(6, "transposed", seed=seed)
+        want_out = torch.full((6, HL1, D1), float("nan"), dtype=torch.bfloat16)
+        got_out = want_out.clone()
+        want = step(po, pl, want_out)
+        got = compiled(po, pl, got_out)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        assert torch.equal(got_out, want_out) and not torch.isnan(got_out).any()
+
+
+# ---- ProcessGroup helpers on a one-rank gloo group
+
+def test_group_timeout_and_liveness(tmp_path):
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    from nccl_dcp import _torch
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1, timeout=timedelta(seconds=77))
+    try:
+        group = dist.group.WORLD
+        assert _torch.group_timeout(group, torch.device("cpu")) == timedelta(seconds=77)
+        assert _torch.timeout_ms_of(timedelta(seconds=77)) == 77000
+        assert _torch.timeout_ms_of(timedelta(days=365)) == 2**31 - 1
+        assert _torch.timeout_ms_of(None) is None
+        assert _torch.group_destroyed(group) is None
+        sub = dist.new_group([0])
+        assert _torch.group_destroyed(sub) is None
+        dist.destroy_process_group(sub)
+        assert _torch.group_destroyed(sub) == "its process group was destroyed or aborted"
+    finally:
+        dist.destroy_process_group()
+    assert _torch.group_destroyed(group).startswith("torch.distributed is no longer initialized")
+
+
+def test_close_and_abort_after_the_group_is_destroyed(cpu_context, tmp_path):
+    """The library is never called once the group's communicator is gone:
+    close() raises, abort() warns; both drop the handle."""
+    import torch.distributed as dist
+    from nccl_dcp import NcclDcpError
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        sub_a, sub_b = dist.new_group([0]), dist.new_group([0])
+        ctx_a, ctx_b = cpu_context(), cpu_context()
+        ctx_a._group, ctx_b._group = sub_a, sub_b
+        dist.destroy_process_group(sub_a)
+        dist.destroy_process_group(sub_b)
+        with pytest.raises(NcclDcpError, match=r"^close\(\): its process group was destroyed or aborted, so the "
+                                               r"context cannot be destroyed"):
+            ctx_a.close()
+        with pytest.warns(RuntimeWarning, match=r"abort\(\): its process group was destroyed or aborted"):
+            ctx_b.abort()
+        assert ctx_a.closed and ctx_b.closed
+        assert ctx_a._lib.calls == [] and ctx_b._lib.calls == []
+        ctx_a.close()  # idempotent now
+    finally:
+        dist.destroy_process_group()
