@@ -128,7 +128,7 @@ __device__ void writeStep(const FusedParams<Peers>& p, const RankIo& io, const S
 // those steps, a lane per item; publishes how many steps are flagged.
 template <class Peers>
 __device__ void signalSteps(const FusedParams<Peers>& p, const SendPlan& plan, const int* progress,
-                            volatile int* flagged, int rank, int localBlock, int slot, uint32_t flag, int writers,
+                            int* flagged, int rank, int localBlock, int slot, uint32_t flag, int writers,
                             int lane) {
   for (int done = 0; done < plan.steps;) {
     const int written = simple::awaitProgress(progress, writers, done + 1, lane);
@@ -141,7 +141,7 @@ __device__ void signalSteps(const FusedParams<Peers>& p, const SendPlan& plan, c
     }
     done = written;
     __syncwarp();
-    if (lane == 0) *flagged = done;
+    if (lane == 0) simple::publishProgress(flagged, done);
     stamp(p.timeline, kStageFirstSend);
   }
 }

@@ -81,14 +81,21 @@ __device__ __forceinline__ void copyShare(const char* src, char* dst, int units,
 // block scope orders the warp's payload stores (after a __syncwarp) before
 // it; the signalling warp's acquire, then its system-scope fence and flag
 // store, carry them to the peer (cumulativity), without the writer ever
-// waiting for NVLink.
+// waiting for NVLink. Both sides are atomics (an exchange, an OR of 0):
+// compute-sanitizer's racecheck does not model plain release/acquire
+// accesses between warps and reports them as hazards; atomics it accepts.
 __device__ __forceinline__ void publishProgress(int* progress, int steps) {
-  asm volatile("st.release.cta.shared.u32 [%0], %1;" ::"r"((unsigned)__cvta_generic_to_shared(progress)), "r"(steps)
+  int old;
+  asm volatile("atom.release.cta.shared.exch.b32 %0, [%1], %2;"
+               : "=r"(old)
+               : "r"((unsigned)__cvta_generic_to_shared(progress)), "r"(steps)
                : "memory");
 }
 __device__ __forceinline__ int loadProgress(const int* progress) {
   int v;
-  asm volatile("ld.acquire.cta.shared.u32 %0, [%1];" : "=r"(v) : "r"((unsigned)__cvta_generic_to_shared(progress))
+  asm volatile("atom.acquire.cta.shared.or.b32 %0, [%1], 0;"
+               : "=r"(v)
+               : "r"((unsigned)__cvta_generic_to_shared(progress))
                : "memory");
   return v;
 }
@@ -116,9 +123,10 @@ constexpr int kSendBytesInFlight = 32768;
 constexpr int kSendStepBytes = 16384;
 constexpr int kMinStepsAhead = 2;
 
-// A writer's wait for the signalling warp: until `steps` steps are flagged.
-__device__ __forceinline__ void awaitFlagged(const volatile int* flagged, int steps) {
-  while (*flagged < steps) __nanosleep(32);
+// A writer's wait for the signalling warp: until `steps` steps are flagged
+// (published with publishProgress; atomics for the same reason).
+__device__ __forceinline__ void awaitFlagged(const int* flagged, int steps) {
+  while (loadProgress(flagged) < steps) __nanosleep(32);
 }
 
 // One poll of the flags of up to 32 sources (a lane each; `mine` false for
