@@ -4,11 +4,13 @@
  ************************************************************************/
 #include <stddef.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <mutex>
 #include <vector>
 
 #include "context.h"
+#include "env.h"
 #include "error.h"
 #include "log.h"
 #include "nccl_dcp.h"
@@ -20,10 +22,14 @@ using namespace nccl_dcp;
 
 namespace {
 
-// The VERSION line, once per process (as NCCL prints its own).
+// The VERSION line and a WARN for misspelt NCCL_DCP_* variables, once per
+// process, at the first create (as NCCL prints its version).
 void logVersion() {
   static std::once_flag once;
   std::call_once(once, [] {
+    for (const std::string& name : unknownVariables(environ))
+      WARN("%s is set but nothing of nccl-dcp reads it (misspelt? README.md lists the NCCL_DCP_* variables)",
+           name.c_str());
     int nccl = 0;
     if (ncclGetVersion(&nccl) != ncclSuccess) nccl = 0;
     NCCL_DCP_LOG(LogLevel::Version, "nccl-dcp version %d.%d.%d (NCCL headers %d.%d.%d, library %d.%d.%d)",

@@ -24,6 +24,7 @@
 #include "context.h"
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,6 +199,8 @@ ncclResult_t checkMemberArguments(const Config& cfg, const Member& m, const AppW
   if (w->window == nullptr) return fail(ncclInvalidArgument, "win is NULL");
   if (w->offset % NCCL_WIN_REQUIRED_ALIGNMENT != 0)
     return fail(ncclInvalidArgument, "offset %zu is not a multiple of %d", w->offset, NCCL_WIN_REQUIRED_ALIGNMENT);
+  if (w->bytes > SIZE_MAX - w->offset)
+    return fail(ncclInvalidArgument, "offset %zu + bytes %zu overflows", w->offset, w->bytes);
   const size_t need = workspaceBound(cfg, m.nRanks);
   if (w->bytes < need)
     return fail(ncclInvalidArgument, "bytes %zu is less than ncclDcpWorkspaceSize() = %zu", w->bytes, need);

@@ -8,9 +8,15 @@
 namespace nccl_dcp {
 
 size_t workspaceBound(const Config& c, int nRanks) {
-  if (c.protocol != ncclDcpProtoAuto)
+  // LL128 forced over PCIe runs as LL (protocol.cc): cover both.
+  if (c.protocol != ncclDcpProtoAuto && c.protocol != ncclDcpProtoLL128)
     return makeWorkspaceLayout((Proto)c.protocol, false, nRanks, c.localHeads, c.headDim, c.eltSize,
                                c.maxBatch).totalBytes;
+  if (c.protocol == ncclDcpProtoLL128)
+    return std::max(makeWorkspaceLayout(Proto::LL128, false, nRanks, c.localHeads, c.headDim, c.eltSize, c.maxBatch)
+                        .totalBytes,
+                    makeWorkspaceLayout(Proto::LL, false, nRanks, c.localHeads, c.headDim, c.eltSize, c.maxBatch)
+                        .totalBytes);
   // AUTO settles on LL or LL128 once the topology is known, and may add
   // SIMPLE for large rounds: cover every outcome.
   size_t bound = 0;

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 
 #include <mutex>
@@ -123,6 +124,24 @@ const Env& env() {
     for (const std::string& w : warnings) fprintf(stderr, "NCCL-DCP WARN %s\n", w.c_str());
   });
   return e;
+}
+
+std::vector<std::string> unknownVariables(const char* const* environ) {
+  // Read by the profiler plugin, the Python package and the tools.
+  static const char* const kOthers[] = {"NCCL_DCP_PROFILE_FILE", "NCCL_DCP_PROFILE_CALIBRATION",
+                                        "NCCL_DCP_PROFILE_KERNEL", "NCCL_DCP_PROFILE_INJECT_FAULT",
+                                        "NCCL_DCP_LIB", "NCCL_DCP_HEADER"};
+  std::vector<std::string> unknown;
+  for (const char* const* e = environ; e && *e; e++) {
+    const char* eq = strchr(*e, '=');
+    const std::string name(*e, eq ? (size_t)(eq - *e) : strlen(*e));
+    if (name.compare(0, 9, "NCCL_DCP_") != 0) continue;
+    bool known = false;
+    for (const char* n : envVariableNames()) known = known || name == n;
+    for (const char* n : kOthers) known = known || name == n;
+    if (!known) unknown.push_back(name);
+  }
+  return unknown;
 }
 
 const std::vector<const char*>& envVariableNames() {

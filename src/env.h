@@ -50,6 +50,11 @@ void setThreadEnvForTesting(const Env* e);
 // Names of every variable the library or its tests read, for the README test.
 const std::vector<const char*>& envVariableNames();
 
+// The NCCL_DCP_* names in `environ` (NAME=value entries, NULL-terminated)
+// that nothing of nccl-dcp reads (the library, its plugin, its tools): a
+// misspelt variable is otherwise ignored without a word.
+std::vector<std::string> unknownVariables(const char* const* environ);
+
 }  // namespace nccl_dcp
 
 #endif  // NCCL_DCP_ENV_H_

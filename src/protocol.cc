@@ -9,12 +9,20 @@ namespace nccl_dcp {
 
 bool ll128Proven(const LinkSummary& links) { return links.oneGpu || (links.classified && links.allNvlink); }
 
+// A forced protocol is used as is, but for LL128 over a link proven to be
+// PCIe: 128-byte stores may arrive torn there, so LL carries it instead.
 static ProtocolPolicy forced(ncclDcpProtocol_t requested, const LinkSummary& links) {
   ProtocolPolicy p = {(Proto)requested, false, 0};
-  if (requested == ncclDcpProtoLL128 && links.oneLsaTeam && !ll128Proven(links))
-    WARN("protocol LL128 forced (config->protocol or NCCL_DCP_PROTO) but NVLink is not proven between every "
-         "pair of ranks (%s): LL128 relies on 128-byte stores arriving whole, which PCIe does not guarantee",
-         links.classified ? "some peer is reached over PCIe" : "some link is unknown");
+  if (requested != ncclDcpProtoLL128 || !links.oneLsaTeam || ll128Proven(links)) return p;
+  if (links.classified) {
+    WARN("protocol LL128 forced (config->protocol or NCCL_DCP_PROTO), but a peer is reached over PCIe, where "
+         "128-byte stores may arrive torn: LL is used instead");
+    p.small = Proto::LL;
+  } else {
+    WARN("protocol LL128 forced (config->protocol or NCCL_DCP_PROTO), but NVLink is not proven between every pair "
+         "of ranks (some link is unknown): LL128 relies on 128-byte stores arriving whole, which PCIe does not "
+         "guarantee");
+  }
   return p;
 }
 

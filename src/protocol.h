@@ -8,8 +8,9 @@
  *   - P2P over PCIe, or links not proven: LL, SIMPLE for rounds of at least
  *     kLlSimpleMinRows rows (LL128 needs 128-byte stores arriving whole,
  *     which NVLink gives and PCIe does not);
- *   - a protocol forced by the config or NCCL_DCP_PROTO is used as is;
- *     LL128 forced where NVLink is not proven logs a WARN.
+ *   - a protocol forced by the config or NCCL_DCP_PROTO is used as is,
+ *     but LL128 forced over a link proven PCIe runs as LL (a WARN says
+ *     so); LL128 forced where a link is unknown runs with a WARN.
  ************************************************************************/
 #ifndef NCCL_DCP_PROTOCOL_H_
 #define NCCL_DCP_PROTOCOL_H_

@@ -142,6 +142,11 @@ TEST_F(CreateUnwind, BadArgumentsAreRefusedInTheFirstStep) {
   EXPECT_NE(std::string(ncclDcpGetLastError()).find("step 'arguments' failed on rank 0: win is NULL"),
             std::string::npos)
       << ncclDcpGetLastError();
+  // A window region whose end wraps around: refused before anything reads it.
+  int notAWindow = 0;
+  EXPECT_EQ(ncclDcpContextCreateInWindow(comm_, (ncclWindow_t)&notAWindow, 4096, SIZE_MAX - 100, &good, &ctx),
+            ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclDcpGetLastError()).find("overflows"), std::string::npos) << ncclDcpGetLastError();
   ncclDcpConfig_t bad = good;
   bad.headDim = NCCL_CONFIG_UNDEF_INT;
   EXPECT_EQ(ncclDcpContextCreate(comm_, &bad, &ctx), ncclInvalidArgument);

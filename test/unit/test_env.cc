@@ -225,6 +225,21 @@ TEST_F(EnvParse, ForceFallbackIsTheFallbackProvider) {
   EXPECT_EQ(cfg.provider, ncclDcpProviderCudaIpc);
 }
 
+TEST(EnvNames, MisspeltVariablesAreFound) {
+  const char* environ[] = {"PATH=/bin", "NCCL_DCP_PROTO=LL", "NCCL_DCP_PROTOCOL=LL", "NCCL_DCP_PROFILE_FILE=x",
+                           "NCCL_DCP_TIMEOUT=5", "NCCL_DEBUG=INFO", "NCCL_DCP_LIB=/x.so", nullptr};
+  const std::vector<std::string> unknown = unknownVariables(environ);
+  ASSERT_EQ(unknown.size(), 2u);
+  EXPECT_EQ(unknown[0], "NCCL_DCP_PROTOCOL");
+  EXPECT_EQ(unknown[1], "NCCL_DCP_TIMEOUT");
+  EXPECT_TRUE(unknownVariables(nullptr).empty());
+  for (const char* name : envVariableNames()) {
+    const std::string entry = std::string(name) + "=1";
+    const char* one[] = {entry.c_str(), nullptr};
+    EXPECT_TRUE(unknownVariables(one).empty()) << name;
+  }
+}
+
 TEST_F(EnvParse, EveryVariableAtOnce) {
   gTable = {{"NCCL_DCP_DEBUG", "info"},          {"NCCL_DCP_DEBUG_FILE", "dcp.log"},
             {"NCCL_DCP_PROTO", "ll128"},         {"NCCL_DCP_TIMEOUT_MS", "250"},

@@ -1,6 +1,7 @@
 // The protocol policy (src/protocol.h): which protocol a requested one and
 // the proven links give, when AUTO adds SIMPLE for large rounds
 // (NCCL_DCP_SIMPLE_MIN_ROWS), and which protocol each round then runs.
+#include "engine.h"
 #include "env.h"
 #include "protocol.h"
 #include "test_util.h"
@@ -25,11 +26,29 @@ TEST(ChooseProtocols, ExplicitProtocolIsKeptWhateverTheLinks) {
   for (auto [requested, proto] : explicitOnes)
     for (const LinkSummary& links : kEveryLinkSummary)
       for (int minRows : {kEnvUnset, 0, 1, 64}) {
+        if (requested == ncclDcpProtoLL128 && links.oneLsaTeam && links.classified && !links.allNvlink &&
+            !links.oneGpu)
+          continue;  // LL128 over proven PCIe: the next test
         const ProtocolPolicy p = chooseProtocols(requested, links, withSimpleMinRows(minRows));
         EXPECT_EQ(p.small, proto) << protocolName(requested);
         EXPECT_FALSE(p.simpleForLarge) << protocolName(requested) << " with NCCL_DCP_SIMPLE_MIN_ROWS " << minRows;
         for (int rows : {1, 64, 1 << 20}) EXPECT_EQ(protocolForRound(p, rows), proto) << rows << " rows";
       }
+}
+
+// 128-byte stores may arrive torn over PCIe: LL128 forced there runs as
+// LL, and the workspace bound covers that.
+TEST(ChooseProtocols, Ll128ForcedOverPcieRunsAsLl) {
+  EXPECT_EQ(chooseProtocols(ncclDcpProtoLL128, kPcieInTeam, kEnvUnset).small, Proto::LL);
+  EXPECT_EQ(chooseProtocols(ncclDcpProtoLL128, kLsaTeamUnclassified, kEnvUnset).small, Proto::LL128) << "unknown";
+  Config c = {};
+  c.headDim = 512;
+  c.localHeads = 16;
+  c.eltSize = 2;
+  c.maxBatch = 64;
+  c.protocol = ncclDcpProtoLL128;
+  const size_t ll = makeWorkspaceLayout(Proto::LL, false, 2, 16, 512, 2, 64).totalBytes;
+  EXPECT_GE(workspaceBound(c, 2), ll);
 }
 
 TEST(ChooseProtocols, AutoTrustsLl128OnlyWhereItIsSafe) {

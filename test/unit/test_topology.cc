@@ -472,12 +472,13 @@ TEST(Policy, ForcedProtocolIsUsedAndLl128WithoutNvlinkWarns) {
   const Env e;
   for (ncclDcpProtocol_t p : {ncclDcpProtoLL, ncclDcpProtoLL128, ncclDcpProtoSimple}) {
     const ProtocolPolicy pol = chooseProtocols(p, summary(true, true, false), e.simpleMinRows);
-    EXPECT_EQ((int)pol.small, (int)p);
+    EXPECT_EQ((int)pol.small, p == ncclDcpProtoLL128 ? (int)Proto::LL : (int)p) << "LL128 over PCIe runs as LL";
     EXPECT_FALSE(pol.simpleForLarge);
   }
   const std::string pcie = warningsOf([] { chooseProtocols(ncclDcpProtoLL128, summary(true, true, false), kEnvUnset); });
   EXPECT_NE(pcie.find("WARN protocol LL128 forced"), std::string::npos) << pcie;
   EXPECT_NE(pcie.find("PCIe"), std::string::npos) << pcie;
+  EXPECT_NE(pcie.find("LL is used instead"), std::string::npos) << pcie;
   const std::string unknown =
       warningsOf([] { chooseProtocols(ncclDcpProtoLL128, summary(true, false, false), kEnvUnset); });
   EXPECT_NE(unknown.find("some link is unknown"), std::string::npos) << unknown;
