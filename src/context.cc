@@ -70,13 +70,17 @@ void keepFirst(ncclResult_t* res, ncclResult_t r, const char* what) {
 ncclResult_t releaseContext(Context* ctx, FreeMode mode) {
   ncclResult_t res = ncclSuccess;
   if (ctx->cudaDev >= 0) cudaSetDevice(ctx->cudaDev);
-  if (ctx->ownsWindow) keepFirst(&res, ncclCommWindowDeregister(ctx->comm, ctx->window), "ncclCommWindowDeregister");
+  if (ctx->ownsWindow)
+    keepFirst(&res, settle(ctx->comm, ncclCommWindowDeregister(ctx->comm, ctx->window), "ncclCommWindowDeregister"),
+              "ncclCommWindowDeregister");
   for (int r = 0; r < ctx->nRanks && r < NCCL_DCP_MAX_RANKS; r++)
     if (ctx->ipcMapped[r]) freeMemory(MemoryKind::IpcImport, ctx->cudaDev, ctx->lsa[r], mode);
   freeMemory(ctx->ownedKind, ctx->cudaDev, ctx->ownedMemory, mode);
   freeFallbackBuffers(&ctx->fallback, ctx->cudaDev, mode);
   ctx->engine.release(mode);
-  if (ctx->hasDevComm) keepFirst(&res, ncclDevCommDestroy(ctx->comm, &ctx->devComm), "ncclDevCommDestroy");
+  if (ctx->hasDevComm)
+    keepFirst(&res, settle(ctx->comm, ncclDevCommDestroy(ctx->comm, &ctx->devComm), "ncclDevCommDestroy"),
+              "ncclDevCommDestroy");
   delete ctx;
   return res;
 }
@@ -116,6 +120,7 @@ struct Creation {
     for (int i = 0; i < n; i++) {
       Member& m = members[i];
       m.comm = comms[i];
+      DCPCHECK(waitForComm(m.comm, "the communicator"));  // a nonblocking one may still be initialising
       NCCLCHECK(ncclCommUserRank(m.comm, &m.rank));
       NCCLCHECK(ncclCommCount(m.comm, &m.nRanks));
       NCCLCHECK(ncclCommCuDevice(m.comm, &m.dev));
@@ -155,7 +160,8 @@ struct Creation {
         NCCLCHECK(r);
       }
     }
-    NCCLCHECK(ncclGroupEnd());
+    const ncclResult_t end = ncclGroupEnd();
+    for (Member& m : members) DCPCHECK(settle(m.comm, end, "the all-gather of create's records"));
     for (Member& m : members) {
       CUDACHECK(cudaSetDevice(m.dev));
       CUDACHECK(cudaMemcpyAsync(m.all.data(), m.scratch, m.nRanks * bytes, cudaMemcpyDeviceToHost, m.stream));
@@ -255,7 +261,8 @@ void createDevComms(Creation* c) {
   for (size_t i = 0; i < c->members.size(); i++) {
     Member& m = c->members[i];
     m.mine.devComm.tried = 1;
-    if (rc[i] != ncclSuccess || end != ncclSuccess) {
+    if (rc[i] == ncclSuccess && end == ncclInProgress) rc[i] = waitForComm(m.comm, "ncclDevCommCreate");
+    if (rc[i] != ncclSuccess || (end != ncclSuccess && end != ncclInProgress)) {
       INFO("rank %d: ncclDevCommCreate failed (%s: %s): no symmetric memory support (e.g. NCCL_CUMEM_ENABLE=0 "
            "or no P2P)",
            m.rank, ncclGetErrorString(rc[i] != ncclSuccess ? rc[i] : end), ncclGetLastError(m.comm));
@@ -434,7 +441,8 @@ void registerWindows(Creation* c) {
   const ncclResult_t end = start == ncclSuccess ? ncclGroupEnd() : start;
   for (size_t i = 0; i < owners.size(); i++) {
     Context* ctx = owners[i]->ctx;
-    if (rc[i] == ncclSuccess && end == ncclSuccess && ctx->window != nullptr) {
+    if (rc[i] == ncclSuccess && end == ncclInProgress) rc[i] = waitForComm(ctx->comm, "ncclCommWindowRegister");
+    if (rc[i] == ncclSuccess && (end == ncclSuccess || end == ncclInProgress) && ctx->window != nullptr) {
       ctx->ownsWindow = true;
       continue;
     }

@@ -143,6 +143,25 @@ bool Engine::stopAndDrain(uint32_t* statusWord, int drainMs) const {
   return drained;
 }
 
+ncclResult_t waitForComm(ncclComm_t comm, const char* what) {
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+    if (r != ncclSuccess) return fail(r, "%s: ncclCommGetAsyncError failed: %s", what, ncclGetErrorString(r));
+    if (state == ncclSuccess) return ncclSuccess;
+    if (state != ncclInProgress)
+      return fail(state, "%s failed on the communicator: %s (%s)", what, ncclGetErrorString(state),
+                  ncclGetLastError(comm));
+    std::this_thread::yield();
+  }
+}
+
+ncclResult_t settle(ncclComm_t comm, ncclResult_t r, const char* what) {
+  if (r == ncclInProgress) return waitForComm(comm, what);
+  if (r != ncclSuccess) return fail(r, "%s failed: %s (%s)", what, ncclGetErrorString(r), ncclGetLastError(comm));
+  return ncclSuccess;
+}
+
 bool waitIdle(cudaStream_t stream, cudaEvent_t event, int ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
   for (int i = 0; i < 2; i++) {

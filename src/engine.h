@@ -154,6 +154,15 @@ inline CallBuffers buffersAtRow(const CallBuffers& b, const Strides& s, int eltS
           (char*)b.out + row0 * s.outRow * e, b.outLse ? b.outLse + row0 * s.outLseRow : nullptr};
 }
 
+// A nonblocking communicator (ncclConfig_t.blocking = 0) answers
+// ncclInProgress while NCCL finishes an operation in the background:
+// waits the way NCCL documents (ncclCommGetAsyncError until it is not in
+// progress) and returns what the operation came to. Blocking: a no-op.
+ncclResult_t waitForComm(ncclComm_t comm, const char* what);
+// What an NCCL call's result r comes to: a nonblocking communicator's
+// ncclInProgress waited for; a failure with its message set.
+ncclResult_t settle(ncclComm_t comm, ncclResult_t r, const char* what);
+
 // Fallback path (fallback_path.cc): ncclAlltoAll buffers of maxBatch rows.
 struct FallbackBuffers {
   char* sendData = nullptr;

@@ -37,9 +37,11 @@ ncclResult_t enqueueFallback(const Engine& engine, const FallbackBuffers& fb, nc
     NCCLCHECK(ncclGroupStart());
     const ncclResult_t data = ncclAlltoAll(fb.sendData, fb.recvData, units * c.headDim, c.dtype, comm, stream);
     const ncclResult_t lse = ncclAlltoAll(fb.sendLse, fb.recvLse, units, ncclFloat32, comm, stream);
-    NCCLCHECK(ncclGroupEnd());
+    const ncclResult_t end = ncclGroupEnd();
     NCCLCHECK(data);
     NCCLCHECK(lse);
+    // Nonblocking communicators: the all-to-all is on the stream once NCCL is done with it.
+    DCPCHECK(settle(comm, end, "the fallback's ncclAlltoAll"));
     return launchCombine(combineLaunch(c, nRanks, rows, fb.recvData, fb.recvLse, (char*)b.out, b.outLse, s), stream);
   });
 }

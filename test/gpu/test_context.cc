@@ -438,6 +438,36 @@ TEST_F(OneRankContext, DestroyWaitsForCallsInFlight) {
   }
 }
 
+// A nonblocking communicator (ncclConfig_t.blocking = 0) answers
+// ncclInProgress: create, calls and destroy wait for NCCL the way NCCL
+// documents, on every provider; the results are the reference's.
+TEST_F(OneRankContext, NonblockingCommunicator) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclUniqueId id;
+  NCCL_TEST_ASSERT(ncclGetUniqueId(&id));
+  ncclComm_t comm = nullptr;
+  const ncclResult_t init = ncclCommInitRankConfig(&comm, 1, id, 0, &config);
+  ASSERT_TRUE(init == ncclSuccess || init == ncclInProgress) << ncclGetErrorString(init);
+  std::swap(comm, comm_);  // create waits for the initialisation itself
+  for (int provider : {ncclDcpProviderNcclWindow, ncclDcpProviderCudaIpc, ncclDcpProviderFallback}) {
+    SCOPED_TRACE(providerName(provider));
+    Env e;
+    e.provider = provider;
+    ScopedEnv env(e);
+    const ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBaseE, 8);
+    ncclDcpContext_t ctx = nullptr;
+    DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &ctx));
+    for (int batch : {3, 20}) callAndCheck(ctx, c, batch);
+    DCP_ASSERT(ncclDcpContextDestroy(ctx));
+  }
+  std::swap(comm, comm_);
+  ncclResult_t state = ncclInProgress;
+  while (state == ncclInProgress) NCCL_TEST_ASSERT(ncclCommGetAsyncError(comm, &state));
+  EXPECT_EQ(state, ncclSuccess);
+  ncclCommDestroy(comm);
+}
+
 // The group calls on one communicator: DestroyGroup skips NULL entries and
 // clears the ones it destroyed.
 TEST_F(OneRankContext, GroupCallsSkipNullEntries) {
