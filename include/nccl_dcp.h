@@ -79,7 +79,11 @@ typedef struct ncclDcpConfig_v1 {
                              NCCL_DCP_MAX_BATCH, else 256 */
   int protocol;           /* ncclDcpProtocol_t. Default: NCCL_DCP_PROTO, else AUTO */
   int timeoutMs;          /* bound on every device-side wait, 0 = forever.
-                             Default: NCCL_DCP_TIMEOUT_MS, else 5000 */
+                             Default: NCCL_DCP_TIMEOUT_MS, else 60000: long
+                             enough for a healthy peer that is merely late (a
+                             compilation, a checkpoint load, a GC pause). At
+                             the bound the context is poisoned (see
+                             ncclDcpA2aLseReduce) */
 } ncclDcpConfig_t;
 
 #define NCCL_DCP_CONFIG_MAGIC 0xdc9c0f16u
@@ -247,8 +251,11 @@ ncclResult_t ncclDcpContextCreateGroup(int nComms, const ncclComm_t* comms,
 
 /* Like ncclDcpContextCreate, but the workspace is carved from a window the
  * application already registered on comm: [offset, offset + bytes) of win.
- * offset must be a multiple of 4096 and bytes at least ncclDcpWorkspaceSize.
- * Nothing is allocated or registered; the window must outlive the context.
+ * offset must be a multiple of 4096, bytes at least ncclDcpWorkspaceSize,
+ * and offset + bytes must not overflow (checked). NCCL does not tell the
+ * library a window's size: that [offset, offset + bytes) lies inside win is
+ * the caller's. Nothing is allocated or registered; the window must outlive
+ * the context. The provider is nccl-window (the window is NCCL's).
  * COLLECTIVE, same rules as ncclDcpContextCreate; a NULL win is invalid. */
 ncclResult_t ncclDcpContextCreateInWindow(ncclComm_t comm, ncclWindow_t win, size_t offset,
                                           size_t bytes, const ncclDcpConfig_t* cfg,
@@ -258,7 +265,13 @@ ncclResult_t ncclDcpContextCreateInWindow(ncclComm_t comm, ncclWindow_t win, siz
  * it owns. Every rank destroys its context after its last call. Blocking:
  * waits for all work on the context's GPU (calls in flight) to finish; it
  * exchanges nothing with the peers. After a peer failed (a call timed out,
- * ncclDcpGetAsyncError), use ncclDcpContextAbort instead. NULL: a no-op. */
+ * ncclDcpGetAsyncError), use ncclDcpContextAbort instead: on the fallback
+ * path a dead peer leaves NCCL's all-to-all waiting (its bound is NCCL's
+ * own: ncclCommAbort), and destroy would wait for it. cuda-ipc: the
+ * workspace is freed while peers may still map it; no peer reads or writes
+ * it after its own last call (receivers read only local memory), and CUDA
+ * keeps an imported allocation until its last mapping is closed.
+ * NULL: a no-op. */
 ncclResult_t ncclDcpContextDestroy(ncclDcpContext_t ctx);
 
 /* Abandons a context after a peer failed, for instance when a call timed out
@@ -267,8 +280,8 @@ ncclResult_t ncclDcpContextDestroy(ncclDcpContext_t ctx);
  * well under a second:
  *  - every device-side wait of the context's kernels is stopped (a context
  *    in an application's window: its kernels stop at their timeout);
- *  - it waits at most 500 ms for the work on the context's bound stream to
- *    finish (the stream must still exist), then deregisters the window and
+ *  - it waits at most 500 ms for the context's last call to finish (the
+ *    stream it was made on may be gone), then deregisters the window and
  *    destroys the device communicator (both local), and frees the host
  *    state; its device memory is freed by the next create or destroy on the
  *    same GPU (freeing now could wait for NCCL kernels stuck on the dead
@@ -278,7 +291,14 @@ ncclResult_t ncclDcpContextDestroy(ncclDcpContext_t ctx);
  *    ncclCommAbort and the process exit, and a WARN says so.
  * The NCCL communicator is left to the application: call ncclCommAbort on it
  * after this (never before: this still deregisters the window on it).
- * ctx is invalid afterwards; NULL is a no-op. */
+ * ctx is invalid afterwards; NULL is a no-op.
+ * Handles: every function taking a context is defined on every handle the
+ * library ever returned. One that was destroyed or aborted (a second abort,
+ * destroy after abort, the same context twice in ncclDcpContextDestroyGroup)
+ * gets ncclInvalidArgument and a message, never a crash. Abort may be called
+ * from another thread (a watchdog) while a call on ctx is being enqueued:
+ * it waits for that call's host side (microseconds), and later calls are
+ * refused as stale. */
 ncclResult_t ncclDcpContextAbort(ncclDcpContext_t ctx);
 
 /* ncclDcpContextDestroy for contexts of several GPUs driven by the calling
@@ -294,26 +314,63 @@ ncclResult_t ncclDcpContextDestroyGroup(int nCtxs, ncclDcpContext_t* ctxs);
  *  - out: B x Hl x D of dtype, 16-byte aligned; outLse: B x Hl fp32 or NULL.
  *  - strides: NULL = packed (see ncclDcpStrides_t).
  *  - batch >= 0; 0 is a no-op; batch > maxBatch runs in chunks.
- *  - stream: the first call binds the context to its stream; later calls
- *    on another stream are refused (ncclInvalidUsage) unless rebound with
- *    ncclDcpContextBindStream. Outputs must not overlap inputs.
- * Arguments are checked on the host before anything is enqueued. A context
- * whose device-side wait timed out is poisoned: this returns the async error.
- * Not thread-safe on one context. */
+ *  - Outputs must not overlap inputs.
+ * Streams, as NCCL orders a communicator's operations: any stream will do,
+ * and the library orders a call after the previous call on ctx with CUDA
+ * events, eagerly and under stream capture (the first call captured in a
+ * graph waits, at each replay, for whatever call on ctx was launched before
+ * the replay: an eager call or another graph's replay; each replay then
+ * counts as ctx's last call). So PyTorch's recipe -- an eager call, a
+ * capture on a side stream, replays on a third -- and micro-batches
+ * alternating between streams need nothing of the caller. The caller's:
+ * the order of the data (the inputs written before the call, the outputs
+ * read after it, on whatever stream), calls on one ctx from several threads
+ * at once (not thread-safe on one context), and launching a graph while
+ * another thread calls on the same ctx. Contexts are independent: two
+ * contexts (e.g. two micro-batches) run concurrently on two streams; their
+ * kernels wait on peers, so two calls in flight at once must both fit on
+ * the GPUs of every rank (small decode batches do; a call of many rows can
+ * fill a GPU).
+ * Arguments are checked on the host before anything is enqueued.
+ * A poisoned context (a device-side wait timed out: a peer did not take
+ * part; or, on the fallback path, NCCL's asynchronous error) never hides
+ * it: every later call, eager or replayed from a graph, writes NaN into
+ * every out row and outLse entry it owns, at once and without waiting on
+ * peers, and the eager call returns the async error (ncclRemoteError for a
+ * timeout). Engines that only replay graphs call ncclDcpGetAsyncError.
+ * Inside ncclDcpGroupStart/End the call is checked now and enqueued at
+ * ncclDcpGroupEnd. Never call it inside the application's
+ * ncclGroupStart/End: the fallback path's all-to-all would be deferred past
+ * the combine that reads it; one thread driving several GPUs groups its
+ * calls with ncclDcpGroupStart/End instead. */
 ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* partialOut,
                                  const float* partialLse, void* out, float* outLse, int batch,
                                  const ncclDcpStrides_t* strides, cudaStream_t stream);
 
-/* Rebinds ctx to stream. The caller guarantees that work on the previous
- * stream is ordered before later calls (event or synchronize). Local. */
+/* Kept for source compatibility with 0.1, when a context was bound to one
+ * stream: calls may now come on any stream (see ncclDcpA2aLseReduce), so
+ * this only checks ctx. Local. */
 ncclResult_t ncclDcpContextBindStream(ncclDcpContext_t ctx, cudaStream_t stream);
+
+/* Groups the calls of a thread that drives several GPUs (one context per
+ * GPU, e.g. made by ncclDcpContextCreateGroup), as ncclGroupStart/End
+ * groups NCCL's collectives: ncclDcpA2aLseReduce between them is checked at
+ * once and enqueued by the outermost ncclDcpGroupEnd, the fallback path's
+ * all-to-alls of every context in one ncclGroupStart/End (without it one
+ * thread cannot drive the ranks of a communicator on the fallback path).
+ * At most one call per context in a group (ncclInvalidUsage for a second).
+ * Nestable, thread-local; capturable like the calls themselves. A context
+ * destroyed before ncclDcpGroupEnd fails it with nothing enqueued. */
+ncclResult_t ncclDcpGroupStart(void);
+ncclResult_t ncclDcpGroupEnd(void);
 
 /* Topology report of the context (peers, links, path, protocol, and where
  * each rank's GPU sits: PCIe path, NUMA node, CPUs). Local. */
 ncclResult_t ncclDcpGetTopology(ncclDcpContext_t ctx, ncclDcpTopology_t* topo);
 
 /* Asynchronous error of the context: ncclSuccess, or the error a device-side
- * wait recorded (ncclRemoteError on a timeout: a peer did not take part).
+ * wait recorded (ncclRemoteError on a timeout: a peer did not take part),
+ * or on the fallback path the communicator's (ncclCommGetAsyncError).
  * Reads host-mapped memory; does not synchronize. Thread-safe. */
 ncclResult_t ncclDcpGetAsyncError(ncclDcpContext_t ctx, ncclResult_t* asyncError);
 

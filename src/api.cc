@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -48,7 +49,52 @@ ncclResult_t createHandles(int nComms, const ncclComm_t* comms, const ncclDcpCon
   return ncclSuccess;
 }
 
+// ncclDcpGroupStart/End of this thread: the depth, and the calls made
+// inside, enqueued by the outermost ncclDcpGroupEnd.
+struct PendingCall {
+  ncclDcpContext_t handle;
+  CallBuffers buf;
+  int batch;
+  Strides strides;
+  cudaStream_t stream;
+};
+thread_local int groupDepth = 0;
+thread_local std::vector<PendingCall> pendingCalls;
+
+ncclResult_t deferToGroup(ncclDcpContext_t ctx, const CallBuffers& buf, int batch, const Strides& strides,
+                          cudaStream_t stream) {
+  for (const PendingCall& p : pendingCalls)
+    if (p.handle == ctx)
+      return fail(ncclInvalidUsage, "ctx %p already has a call in this ncclDcpGroupStart/End: one call per "
+                                    "context per group (end the group, or start another)",
+                  (void*)ctx);
+  pendingCalls.push_back({ctx, buf, batch, strides, stream});
+  return ncclSuccess;
+}
+
 }  // namespace
+
+NCCL_DCP_API ncclResult_t ncclDcpGroupStart(void) {
+  clearLastError();
+  groupDepth++;
+  return ncclSuccess;
+}
+
+NCCL_DCP_API ncclResult_t ncclDcpGroupEnd(void) {
+  clearLastError();
+  if (groupDepth == 0) return fail(ncclInvalidUsage, "ncclDcpGroupEnd without ncclDcpGroupStart");
+  if (--groupDepth > 0) return ncclSuccess;
+  std::vector<PendingCall> pending;
+  pending.swap(pendingCalls);
+  std::vector<std::unique_ptr<ContextUse>> uses;
+  std::vector<GroupedCall> calls;
+  for (const PendingCall& p : pending) {
+    uses.emplace_back(new ContextUse(p.handle, "a grouped call's ctx"));
+    if (uses.back()->get() == nullptr) return ncclInvalidArgument;  // destroyed since: nothing enqueued
+    calls.push_back({uses.back()->get(), p.buf, p.batch, p.strides, p.stream});
+  }
+  return contextEnqueueGroup(calls);
+}
 
 NCCL_DCP_API ncclResult_t ncclDcpGetVersion(int* version) {
   clearLastError();
@@ -130,6 +176,7 @@ NCCL_DCP_API ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* 
   Strides strides;
   DCPCHECK(c->engine.admit(&buf, 1, batch, stridesIn, &strides));
   if (batch == 0) return contextAsyncError(c.get());
+  if (groupDepth > 0) return deferToGroup(ctx, buf, batch, strides, stream);
   return contextEnqueue(c.get(), buf, batch, strides, stream);
 }
 

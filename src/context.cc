@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -664,6 +665,76 @@ ncclResult_t contextEnqueue(Context* ctx, const CallBuffers& buf, int batch, con
   }));
   profilerRecordCall(ctx, batch);
   return ncclSuccess;
+}
+
+namespace {
+
+// The fallback calls of a group: each ordered after its context's last
+// call; a poisoned context writes NaN and takes no part in the exchange.
+ncclResult_t enqueueFallbackGroup(const std::vector<const GroupedCall*>& calls) {
+  std::vector<CallOrder::Call> order(calls.size());
+  std::vector<const GroupedCall*> live;
+  ncclResult_t poisoned = ncclSuccess;
+  std::string message;
+  int rounds = 0;
+  for (size_t i = 0; i < calls.size(); i++) {
+    const GroupedCall& g = *calls[i];
+    CUDACHECK(cudaSetDevice(g.ctx->cudaDev));
+    DCPCHECK(g.ctx->engine.order.before(g.stream, &order[i]));
+    const ncclResult_t e = contextAsyncError(g.ctx);
+    if (e != ncclSuccess) {
+      if (poisoned == ncclSuccess) message = lastError();
+      if (poisoned == ncclSuccess) poisoned = e;
+      DCPCHECK(g.ctx->engine.enqueuePoison(&g.buf, 1, g.batch, g.strides, g.stream));
+      continue;
+    }
+    live.push_back(&g);
+    rounds = std::max(rounds, (g.batch + g.ctx->engine.cfg.maxBatch - 1) / g.ctx->engine.cfg.maxBatch);
+  }
+  for (int r = 0; r < rounds; r++) {
+    std::vector<FallbackRound> rs;
+    for (const GroupedCall* g : live) {
+      const int maxBatch = g->ctx->engine.cfg.maxBatch, row0 = r * maxBatch;
+      if (row0 < g->batch)
+        rs.push_back({&g->ctx->engine, &g->ctx->fallback, g->ctx->comm, &g->buf, &g->strides, g->stream, row0,
+                      std::min(maxBatch, g->batch - row0)});
+    }
+    for (const FallbackRound& f : rs) {
+      CUDACHECK(cudaSetDevice(f.engine->cudaDev));
+      DCPCHECK(f.pack());
+    }
+    NCCLCHECK(ncclGroupStart());
+    ncclResult_t exchanged = ncclSuccess;
+    for (const FallbackRound& f : rs)
+      if (exchanged == ncclSuccess) exchanged = f.exchange();
+    const ncclResult_t end = ncclGroupEnd();
+    DCPCHECK(exchanged);
+    for (const FallbackRound& f : rs) DCPCHECK(settle(f.comm, end, "the fallback's ncclAlltoAll (grouped)"));
+    for (const FallbackRound& f : rs) {
+      CUDACHECK(cudaSetDevice(f.engine->cudaDev));
+      DCPCHECK(f.combine());
+    }
+  }
+  for (size_t i = 0; i < calls.size(); i++) {
+    const GroupedCall& g = *calls[i];
+    CUDACHECK(cudaSetDevice(g.ctx->cudaDev));
+    DCPCHECK(g.ctx->engine.order.after(g.stream, order[i]));
+    profilerRecordCall(g.ctx, g.batch);
+  }
+  if (poisoned != ncclSuccess) restoreLastError(message.c_str());
+  return poisoned;
+}
+
+}  // namespace
+
+ncclResult_t contextEnqueueGroup(const std::vector<GroupedCall>& calls) {
+  DeviceGuard guard;
+  std::vector<const GroupedCall*> fallback;
+  for (const GroupedCall& g : calls) {
+    if (g.ctx->path == ncclDcpPathFallback) fallback.push_back(&g);
+    else DCPCHECK(contextEnqueue(g.ctx, g.buf, g.batch, g.strides, g.stream));
+  }
+  return fallback.empty() ? ncclSuccess : enqueueFallbackGroup(fallback);
 }
 
 }  // namespace nccl_dcp

@@ -11,6 +11,9 @@
 #define NCCL_DCP_CONTEXT_H_
 
 #include <cuda_runtime_api.h>
+
+#include <vector>
+
 #include "device/nccl_compat.h"
 
 #include "engine.h"
@@ -73,6 +76,19 @@ ncclResult_t contextAsyncError(Context* ctx);
 // stream, ordered after the context's previous call (CallOrder).
 ncclResult_t contextEnqueue(Context* ctx, const CallBuffers& buf, int batch, const Strides& strides,
                             cudaStream_t stream);
+
+// A call made between ncclDcpGroupStart and ncclDcpGroupEnd, admitted.
+struct GroupedCall {
+  Context* ctx;
+  CallBuffers buf;
+  int batch;
+  Strides strides;
+  cudaStream_t stream;
+};
+// ncclDcpGroupEnd's work: every call enqueued (one per context), the
+// all-to-alls of the fallback ones, round by round, in one
+// ncclGroupStart/End, so one thread can drive every GPU of a communicator.
+ncclResult_t contextEnqueueGroup(const std::vector<GroupedCall>& calls);
 
 // How long abort waits for the context's kernels to leave once their waits
 // were told to stop: far above the microseconds they need, and bounded.

@@ -171,6 +171,23 @@ struct FallbackBuffers {
   float* recvLse = nullptr;
 };
 
+// One round of a fallback call, in its three phases: the all-to-alls of
+// several communicators driven by one thread go in one ncclGroupStart/End
+// between their packs and their combines (ncclDcpGroupEnd).
+struct FallbackRound {
+  const Engine* engine;
+  const FallbackBuffers* fb;
+  ncclComm_t comm;
+  const CallBuffers* buf;  // the call's, at row 0
+  const Strides* strides;
+  cudaStream_t stream;
+  int row0, rows;
+
+  ncclResult_t pack() const;      // strided partials -> send buffers
+  ncclResult_t exchange() const;  // the two ncclAlltoAll (the caller groups them)
+  ncclResult_t combine() const;   // recv buffers -> outputs
+};
+
 // On the current device.
 ncclResult_t allocFallbackBuffers(const Config& cfg, int nRanks, FallbackBuffers* b);
 void freeFallbackBuffers(FallbackBuffers* b, int dev, FreeMode mode);

@@ -25,24 +25,42 @@ void freeFallbackBuffers(FallbackBuffers* b, int dev, FreeMode mode) {
   *b = FallbackBuffers();
 }
 
+ncclResult_t FallbackRound::pack() const {
+  const Config& c = engine->cfg;
+  const CallBuffers b = buffersAtRow(*buf, *strides, c.eltSize, row0);
+  return launchPack(packLaunch(c, engine->nRanks, rows, (const char*)b.partialOut, b.partialLse, fb->sendData,
+                               fb->sendLse, *strides),
+                    stream);
+}
+
+// Inside the caller's ncclGroupStart/End: enqueued by its ncclGroupEnd.
+ncclResult_t FallbackRound::exchange() const {
+  const Config& c = engine->cfg;
+  const size_t units = (size_t)rows * c.localHeads;
+  NCCLCHECK(ncclAlltoAll(fb->sendData, fb->recvData, units * c.headDim, c.dtype, comm, stream));
+  NCCLCHECK(ncclAlltoAll(fb->sendLse, fb->recvLse, units, ncclFloat32, comm, stream));
+  return ncclSuccess;
+}
+
+ncclResult_t FallbackRound::combine() const {
+  const Config& c = engine->cfg;
+  const CallBuffers b = buffersAtRow(*buf, *strides, c.eltSize, row0);
+  return launchCombine(
+      combineLaunch(c, engine->nRanks, rows, fb->recvData, fb->recvLse, (char*)b.out, b.outLse, *strides), stream);
+}
+
 ncclResult_t enqueueFallback(const Engine& engine, const FallbackBuffers& fb, ncclComm_t comm, const CallBuffers& buf,
                              int batch, const Strides& s, cudaStream_t stream) {
-  const Config& c = engine.cfg;
-  const int nRanks = engine.nRanks;
-  return forEachRound(batch, c.maxBatch, [&](int row0, int rows) {
-    const CallBuffers b = buffersAtRow(buf, s, c.eltSize, row0);
-    DCPCHECK(launchPack(packLaunch(c, nRanks, rows, (const char*)b.partialOut, b.partialLse, fb.sendData, fb.sendLse, s),
-                        stream));
-    const size_t units = (size_t)rows * c.localHeads;
+  return forEachRound(batch, engine.cfg.maxBatch, [&](int row0, int rows) {
+    const FallbackRound round = {&engine, &fb, comm, &buf, &s, stream, row0, rows};
+    DCPCHECK(round.pack());
     NCCLCHECK(ncclGroupStart());
-    const ncclResult_t data = ncclAlltoAll(fb.sendData, fb.recvData, units * c.headDim, c.dtype, comm, stream);
-    const ncclResult_t lse = ncclAlltoAll(fb.sendLse, fb.recvLse, units, ncclFloat32, comm, stream);
+    const ncclResult_t exchanged = round.exchange();
     const ncclResult_t end = ncclGroupEnd();
-    NCCLCHECK(data);
-    NCCLCHECK(lse);
+    DCPCHECK(exchanged);
     // Nonblocking communicators: the all-to-all is on the stream once NCCL is done with it.
     DCPCHECK(settle(comm, end, "the fallback's ncclAlltoAll"));
-    return launchCombine(combineLaunch(c, nRanks, rows, fb.recvData, fb.recvLse, (char*)b.out, b.outLse, s), stream);
+    return round.combine();
   });
 }
 

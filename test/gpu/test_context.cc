@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "context.h"
+#include "device_problem.h"
 #include "enums.h"
 #include "live_resources.h"
 #include "loopback.h"
@@ -466,6 +467,60 @@ TEST_F(OneRankContext, NonblockingCommunicator) {
   while (state == ncclInProgress) NCCL_TEST_ASSERT(ncclCommGetAsyncError(comm, &state));
   EXPECT_EQ(state, ncclSuccess);
   ncclCommDestroy(comm);
+}
+
+// ncclDcpGroupStart/End on one thread: a fused and a fallback context, one
+// call each, enqueued at the end (eagerly and under capture); a second call
+// on a context in one group, an end without a start and a context
+// destroyed before the end are refused.
+TEST_F(OneRankContext, GroupedCallsOnBothPaths) {
+  const ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8);
+  ncclDcpContext_t fused = nullptr, fallback = nullptr;
+  DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &fused));
+  {
+    ScopedEnv env(forcedFallbackEnv());
+    DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &fallback));
+  }
+  Config cfg;
+  ASSERT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess);
+  EXPECT_EQ(ncclDcpGroupEnd(), ncclInvalidUsage);
+  for (bool capture : {false, true}) {
+    SCOPED_TRACE(capture ? "captured" : "eager");
+    DeviceProblem a(cfg, 1, 19, LseMix::Special, freshSeed()), b(cfg, 1, 7, LseMix::Normal, freshSeed());
+    const CallBuffers ba = a.buffers(0), bb = b.buffers(0);
+    cudaGraph_t graph = nullptr;
+    if (capture) CUDA_ASSERT(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    DCP_ASSERT(ncclDcpGroupStart());
+    DCP_ASSERT(ncclDcpGroupStart());  // nested
+    DCP_ASSERT(ncclDcpA2aLseReduce(fallback, ba.partialOut, ba.partialLse, ba.out, ba.outLse, 19, nullptr, stream_));
+    DCP_ASSERT(ncclDcpGroupEnd());  // the inner end enqueues nothing
+    DCP_ASSERT(ncclDcpA2aLseReduce(fused, bb.partialOut, bb.partialLse, bb.out, bb.outLse, 7, nullptr, stream_));
+    EXPECT_EQ(ncclDcpA2aLseReduce(fallback, ba.partialOut, ba.partialLse, ba.out, ba.outLse, 19, nullptr, stream_),
+              ncclInvalidUsage);
+    EXPECT_NE(std::string(ncclDcpGetLastError()).find("one call per context per group"), std::string::npos);
+    if (!capture) EXPECT_EQ(cudaStreamQuery(stream_), cudaSuccess) << "a grouped call was enqueued before the end";
+    DCP_ASSERT(ncclDcpGroupEnd());
+    if (capture) {
+      CUDA_ASSERT(cudaStreamEndCapture(stream_, &graph));
+      cudaGraphExec_t exec;
+      CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
+      CUDA_ASSERT(cudaGraphLaunch(exec, stream_));
+      CUDA_ASSERT(cudaStreamSynchronize(stream_));
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    }
+    CUDA_ASSERT(cudaStreamSynchronize(stream_));
+    EXPECT_EQ(a.check(0).count, 0u) << a.check(0).first;
+    EXPECT_EQ(b.check(0).count, 0u) << b.check(0).first;
+  }
+  DeviceProblem a(cfg, 1, 3, LseMix::Normal, freshSeed());
+  const CallBuffers ba = a.buffers(0);
+  DCP_ASSERT(ncclDcpGroupStart());
+  DCP_ASSERT(ncclDcpA2aLseReduce(fused, ba.partialOut, ba.partialLse, ba.out, ba.outLse, 3, nullptr, stream_));
+  DCP_ASSERT(ncclDcpContextDestroy(fused));
+  EXPECT_EQ(ncclDcpGroupEnd(), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclDcpGetLastError()).find("destroyed"), std::string::npos) << ncclDcpGetLastError();
+  DCP_ASSERT(ncclDcpContextDestroy(fallback));
 }
 
 // The group calls on one communicator: DestroyGroup skips NULL entries and
