@@ -498,7 +498,9 @@ TEST_F(OneRankContext, GroupedCallsOnBothPaths) {
     EXPECT_EQ(ncclDcpA2aLseReduce(fallback, ba.partialOut, ba.partialLse, ba.out, ba.outLse, 19, nullptr, stream_),
               ncclInvalidUsage);
     EXPECT_NE(std::string(ncclDcpGetLastError()).find("one call per context per group"), std::string::npos);
-    if (!capture) EXPECT_EQ(cudaStreamQuery(stream_), cudaSuccess) << "a grouped call was enqueued before the end";
+    if (!capture) {
+      EXPECT_EQ(cudaStreamQuery(stream_), cudaSuccess) << "a grouped call was enqueued before the end";
+    }
     DCP_ASSERT(ncclDcpGroupEnd());
     if (capture) {
       CUDA_ASSERT(cudaStreamEndCapture(stream_, &graph));
