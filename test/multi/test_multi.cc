@@ -18,6 +18,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -65,10 +66,15 @@ ncclResult_t callOn(RankBuffers& b, ncclDcpContext_t ctx, const Collective& x, c
     if (e_ != cudaSuccess) return threads_.addFailure(r, std::string(#cmd) + ": " + cudaGetErrorString(e_)); \
   } while (0)
 
-class Ranks : public testing::TestWithParam<int> {
+// The suite runs once per workspace provider of the fused path: NCCL's
+// window, and CUDA IPC mappings of our own (threads of one process: peer
+// access; processes: the perf binary's mpirun cases).
+class Ranks : public testing::TestWithParam<std::tuple<int, int>> {
  protected:
   void SetUp() override {
-    nRanks_ = GetParam();
+    nRanks_ = std::get<0>(GetParam());
+    provider_.provider = std::get<1>(GetParam());
+    setEnvForTesting(&provider_);  // tests that set an environment of their own replace it
     DCP_REQUIRE_GPUS(nRanks_);
     ASSERT_EQ(ncclGetUniqueId(&id_), ncclSuccess);
     comms_.assign(nRanks_, nullptr);
@@ -225,13 +231,19 @@ class Ranks : public testing::TestWithParam<int> {
   }
 
   int nRanks_ = 0;
+  Env provider_;
   ncclUniqueId id_;
   std::vector<ncclComm_t> comms_;
   RankThreads threads_{kHangSeconds};
 };
 
-INSTANTIATE_TEST_SUITE_P(Cp, Ranks, testing::Values(2, 3, 4, 6, 8),
-                         [](const testing::TestParamInfo<int>& i) { return "cp" + std::to_string(i.param); });
+INSTANTIATE_TEST_SUITE_P(Cp, Ranks,
+                         testing::Combine(testing::Values(2, 3, 4, 6, 8),
+                                          testing::Values(ncclDcpProviderNcclWindow, ncclDcpProviderCudaIpc)),
+                         [](const testing::TestParamInfo<std::tuple<int, int>>& i) {
+                           return "cp" + std::to_string(std::get<0>(i.param)) +
+                                  (std::get<1>(i.param) == ncclDcpProviderCudaIpc ? "_ipc" : "");
+                         });
 
 TEST_P(Ranks, EveryProtocolMatchesReference) {
   for (int proto : {ncclDcpProtoAuto, ncclDcpProtoLL, ncclDcpProtoLL128, ncclDcpProtoSimple})
@@ -241,6 +253,10 @@ TEST_P(Ranks, EveryProtocolMatchesReference) {
       auto ctxs = createAll([&](int) { return c; });
       if (HasFailure()) return;
       EXPECT_EQ(pathOf(ctxs[0]), ncclDcpPathFused) << "ranks of one node should share an LSA team";
+      ncclDcpTopology_t t = NCCL_DCP_TOPOLOGY_INITIALIZER;
+      DCP_ASSERT(ncclDcpGetTopology(ctxs[0], &t));
+      EXPECT_EQ(t.provider, provider_.provider);
+      EXPECT_EQ(t.lsaSize, nRanks_);
       for (int batch : {1, 3, 8, 9, 40}) callAndCheck(ctxs, c, batch);
       destroyAll(ctxs);
     }
@@ -530,6 +546,79 @@ TEST_P(Ranks, OneThreadDrivesEveryGpu) {
   for (int r = 0; r < nRanks_; r++) withGaps[2 * r + 1] = ctxs[r];
   DCP_ASSERT(ncclDcpContextDestroyGroup((int)withGaps.size(), withGaps.data()));
   for (ncclDcpContext_t ctx : withGaps) EXPECT_EQ(ctx, nullptr);
+  for (int r = 0; r < nRanks_; r++) ncclCommDestroy(comms[r]);
+}
+
+// One thread calls every GPU's context inside ncclDcpGroupStart/End, on the
+// fused and on the forced fallback path (whose all-to-alls must be grouped),
+// eagerly and captured (each GPU's stream its own capture).
+TEST_P(Ranks, OneThreadCallsEveryGpuInAGroup) {
+  std::vector<ncclComm_t> comms(nRanks_);
+  std::vector<int> devs(nRanks_);
+  for (int r = 0; r < nRanks_; r++) devs[r] = r;
+  ASSERT_EQ(ncclCommInitAll(comms.data(), nRanks_, devs.data()), ncclSuccess);
+  const ncclDcpConfig_t c = makeConfig(256, 4, ncclBfloat16, ncclDcpLseBaseE, 8);
+  for (bool fallback : {false, true}) {
+    SCOPED_TRACE(fallback ? "fallback" : "fused");
+    std::unique_ptr<ScopedEnv> env(fallback ? new ScopedEnv(forcedFallbackEnv()) : nullptr);
+    std::vector<ncclDcpContext_t> ctxs(nRanks_);
+    DCP_ASSERT(ncclDcpContextCreateGroup(nRanks_, comms.data(), &c, ctxs.data()));
+    EXPECT_EQ(pathOf(ctxs[0]), fallback ? ncclDcpPathFallback : ncclDcpPathFused);
+    std::vector<cudaStream_t> streams(nRanks_);
+    for (int r = 0; r < nRanks_; r++) {
+      CUDA_ASSERT(cudaSetDevice(r));
+      CUDA_ASSERT(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
+    }
+    for (bool capture : {false, true}) {
+      SCOPED_TRACE(capture ? "captured" : "eager");
+      Collective x = prepare(c, 21);
+      std::vector<std::unique_ptr<RankBuffers>> bufs;
+      for (int r = 0; r < nRanks_; r++) {
+        CUDA_ASSERT(cudaSetDevice(r));
+        bufs.emplace_back(new RankBuffers(x.host[r]));
+        CUDA_ASSERT(bufs[r]->upload(x.host[r], streams[r]));
+        CUDA_ASSERT(cudaStreamSynchronize(streams[r]));
+      }
+      std::vector<cudaGraph_t> graphs(nRanks_, nullptr);
+      for (int r = 0; capture && r < nRanks_; r++) {
+        CUDA_ASSERT(cudaSetDevice(r));
+        CUDA_ASSERT(cudaStreamBeginCapture(streams[r], cudaStreamCaptureModeThreadLocal));
+      }
+      DCP_ASSERT(ncclDcpGroupStart());
+      for (int r = 0; r < nRanks_; r++) {
+        CUDA_ASSERT(cudaSetDevice(r));
+        x.called[r] = callOn(*bufs[r], ctxs[r], x, streams[r]);
+      }
+      DCP_ASSERT(ncclDcpGroupEnd());
+      for (int r = 0; capture && r < nRanks_; r++) {
+        CUDA_ASSERT(cudaSetDevice(r));
+        CUDA_ASSERT(cudaStreamEndCapture(streams[r], &graphs[r]));
+      }
+      std::vector<cudaGraphExec_t> execs(nRanks_, nullptr);
+      for (int r = 0; capture && r < nRanks_; r++) {  // every rank launched before any is waited for
+        CUDA_ASSERT(cudaSetDevice(r));
+        CUDA_ASSERT(cudaGraphInstantiate(&execs[r], graphs[r], 0));
+        CUDA_ASSERT(cudaGraphLaunch(execs[r], streams[r]));
+      }
+      for (int r = 0; capture && r < nRanks_; r++) {
+        CUDA_ASSERT(cudaSetDevice(r));
+        CUDA_ASSERT(cudaStreamSynchronize(streams[r]));
+        cudaGraphExecDestroy(execs[r]);
+        cudaGraphDestroy(graphs[r]);
+      }
+      for (int r = 0; r < nRanks_; r++) {
+        CUDA_ASSERT(cudaSetDevice(r));
+        CUDA_ASSERT(bufs[r]->download(&x.got[r], streams[r]));
+        DCP_ASSERT(ncclDcpGetAsyncError(ctxs[r], &x.async[r]));
+      }
+      expectCorrect(x);
+    }
+    for (int r = 0; r < nRanks_; r++) {
+      cudaSetDevice(r);
+      cudaStreamDestroy(streams[r]);
+    }
+    DCP_ASSERT(ncclDcpContextDestroyGroup(nRanks_, ctxs.data()));
+  }
   for (int r = 0; r < nRanks_; r++) ncclCommDestroy(comms[r]);
 }
 
