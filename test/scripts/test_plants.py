@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Checks of the planted breaks (test/plants/plants.py) that need no GPU:
-each still applies to the library as it is (a stale one is reported as a
-skip naming it: update its text), each names tests of binaries the build
-makes. Whether the tests fail against them is gpu-check.sh's `plants`
+each still applies to the library as it is (a stale one fails, naming
+it: a plant that no longer applies proves nothing, so update its text),
+each names tests of binaries the build makes. Whether the tests fail against them is gpu-check.sh's `plants`
 stage. Speaks TAP. Run by hand: python3 test/scripts/test_plants.py
 """
 
@@ -75,13 +75,16 @@ class ApplyAndRevert(unittest.TestCase):
 
 
 class PlantsApply(unittest.TestCase):
-    """One case per plant: its text is in its file exactly once."""
+    """One case per plant: its text is in its file exactly once. A plant
+    that rotted is a failure, not a skip: CI must not stay green while the
+    break it stood for goes unchecked."""
 
 
 def _applies_case(plant):
     def case(self):
         if not plants.applies(plant):
-            self.skipTest(f"plant {plant.name} no longer applies to {plant.path}: update test/plants/plants.py")
+            self.fail(f"plant {plant.name} no longer applies to {plant.path}: its text is not there exactly "
+                      "once; update test/plants/plants.py")
     return case
 
 
