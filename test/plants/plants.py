@@ -270,6 +270,8 @@ def judge(tap, status, out, timeout=600):
     else:
         ran = len(re.findall(r"^\[ RUN      \] ", out, re.M))
         failed = len(re.findall(r"^\[  FAILED  \] .* \(\d+ ms\)$", out, re.M))
+    if status is not None and status < 0:
+        status = f"killed by signal {-status}"
     if ran == 0:
         return False, f"the filter matched no test (status {status}): it proves nothing"
     if status is None:
