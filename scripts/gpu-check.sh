@@ -13,7 +13,7 @@
 #       nccl-latest (NCCL 2.30.7 from source, the suites against it).
 #     plants: each planted break of test/plants/plants.py whose tests fit
 #       this machine's GPUs must make them fail (a rebuild per plant, then
-#       one of the whole build). baseline, plugin and nccl-latest need the
+#       of the binaries concerned without plants). baseline, plugin and nccl-latest need the
 #       sources carried in .deps/ (scripts/build-nccl-tests.sh, scripts/build-nccl.sh).
 #     --plant-failure: the tests stage adds one failing case to every test
 #       binary (test_main.cc's --dcp_plant_failure), to show that a failing
@@ -423,8 +423,8 @@ fi
 # Planted breaks (test/plants/plants.py run): each breaks the library in
 # one place; the tests listed with it must fail against it (having run at
 # least one case). One at a time: apply, rebuild the binaries concerned,
-# run, revert; the whole build is redone at the end. Only plants whose
-# tests fit this machine's GPUs run; each plant's rebuild is what costs.
+# run, revert; those binaries are rebuilt without plants at the end. Only
+# plants whose tests fit this machine's GPUs run; the rebuilds are the cost.
 if has plants; then
   start=$SECONDS
   python3 test/plants/plants.py run --build "$BUILD" --gpus "$NCCL_DCP_REQUIRE_GPU" --logs "$LOGS/plants" \
