@@ -5,15 +5,16 @@
 # Logs go under $OUT when it is set (else build-gpu/logs).
 #
 #   scripts/gpu-check.sh [--plant-failure] [stage...]
-#     default stages: build tests topology sanitize perf python
+#     default stages: build tests topology sanitize perf python plants
 #     also: nopdl reread (LL128 variants), timeline (-Dtimeline=true
 #       build, perf -T), stress (PDL / LL128 re-read stress), soak,
 #       sanitize-context, baseline (our all-to-all vs nccl-tests'
 #       alltoall_perf), plugin (the profiler plugin in alltoall_perf),
-#       nccl-latest (NCCL 2.30.7 from source, the suites against it),
-#       plants (each planted break of test/plants/plants.py must make its
-#       tests fail). baseline, plugin and nccl-latest need the sources
-#       carried in .deps/ (scripts/build-nccl-tests.sh, scripts/build-nccl.sh).
+#       nccl-latest (NCCL 2.30.7 from source, the suites against it).
+#     plants: each planted break of test/plants/plants.py whose tests fit
+#       this machine's GPUs must make them fail (a rebuild per plant, then
+#       of the binaries concerned without plants). baseline, plugin and nccl-latest need the
+#       sources carried in .deps/ (scripts/build-nccl-tests.sh, scripts/build-nccl.sh).
 #     --plant-failure: the tests stage adds one failing case to every test
 #       binary (test_main.cc's --dcp_plant_failure), to show that a failing
 #       case makes the whole run exit non-zero.
@@ -42,7 +43,7 @@ for a in "$@"; do
     *) stage_args+=("$a") ;;
   esac
 done
-stages=${stage_args[*]:-build tests topology sanitize perf python}
+stages=${stage_args[*]:-build tests topology sanitize perf python plants}
 asked=" "  # every stage name a block asked about: the ones this script knows
 has() {
   asked+="$1 "
@@ -63,10 +64,17 @@ record() {  # record <status> <what...>
   fi
   echo "== ${summary[-1]}"
 }
-planted=""  # the plant applied right now (plants stage), reverted on any exit
+# The number N of "[  PASSED  ] N tests." in a GoogleTest log, 0 if none: a
+# filter that matches no test passes with 0, which proves nothing.
+gtest_passed() {
+  local n
+  n=$(sed -n 's/^\[  PASSED  \] \([0-9][0-9]*\) tests\{0,1\}\..*/\1/p' "$1" | tail -1)
+  echo "${n:-0}"
+}
 finish() {
   local status=$?
-  [ -z "$planted" ] || python3 test/plants/plants.py revert "$planted"
+  # A planted break left in the tree (the plants stage killed) goes.
+  python3 test/plants/plants.py revert-all
   [ "$status" -eq 0 ] || [ "$failures" -gt 0 ] || record "$status" "gpu-check.sh stopped early"
   echo
   echo "==== summary"
@@ -80,9 +88,10 @@ finish() {
 }
 trap finish EXIT
 
-# Every GPU this machine has must be usable: tests needing up to that many
-# fail instead of skipping (multi-rank tests needing more still skip).
-export NCCL_DCP_REQUIRE_GPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+# Every GPU this process may use (CUDA_VISIBLE_DEVICES counts) must work:
+# tests needing up to that many fail instead of skipping (multi-rank tests
+# needing more still skip).
+export NCCL_DCP_REQUIRE_GPU=$(scripts/visible-gpus.sh)
 [ "$NCCL_DCP_REQUIRE_GPU" -ge 1 ] || NCCL_DCP_REQUIRE_GPU=1
 export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared hosts
 
@@ -97,11 +106,19 @@ cat "$LOGS/env.txt"
 PERF=$BUILD/perf/dcp_a2a_lse_reduce_perf
 PERF_ARGS=(-V 8 -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 10 -c 1)
 
+# With 2 GPUs required, the perf binary's MPI launch must be tested too
+# (test/multi/test_perf_binary.cc fails its mpi2 cases without it): MPI is
+# required at configure.
+mpi=auto
+[ "$NCCL_DCP_REQUIRE_GPU" -lt 2 ] || mpi=enabled
 if has build; then
   start=$SECONDS
   status=0
   if [ ! -f "$BUILD/build.ninja" ]; then
-    meson setup "$BUILD" --buildtype=release > "$LOGS/configure.log" 2>&1 || { status=$?; cat "$LOGS/configure.log"; }
+    meson setup "$BUILD" --buildtype=release -Dmpi=$mpi > "$LOGS/configure.log" 2>&1 ||
+      { status=$?; cat "$LOGS/configure.log"; }
+  elif [ "$mpi" = enabled ]; then  # a build directory of an earlier run: the next ninja reconfigures
+    meson configure "$BUILD" -Dmpi=enabled > "$LOGS/configure.log" 2>&1 || { status=$?; cat "$LOGS/configure.log"; }
   fi
   grep -E "^Message: NCCL" "$LOGS/configure.log" 2>/dev/null
   if [ "$status" -eq 0 ]; then
@@ -168,6 +185,9 @@ if has sanitize; then
     status=$?
     errs=$(grep -E "(ERROR|RACECHECK) SUMMARY" "$LOGS/sanitize-$tool.log" | tail -1)
     passed=$(grep -E "^\[  PASSED  \]" "$LOGS/sanitize-$tool.log" | tail -1)
+    if [ "$status" -eq 0 ] && [ "$(gtest_passed "$LOGS/sanitize-$tool.log")" -lt 1 ]; then
+      status=1 passed="no test passed: the filter matches none"
+    fi
     record "$status" "compute-sanitizer $tool: ${errs:-no summary}; ${passed:-gtest did not pass}"
   done
   echo "== sanitize took $((SECONDS - start)) s"
@@ -277,6 +297,9 @@ if has sanitize-context; then
       status=$?
       errs=$(grep -E "(ERROR|RACECHECK|SYNCCHECK) SUMMARY" "$log" | tail -1)
       passed=$(grep -E "^\[  PASSED  \]" "$log" | tail -1)
+      if [ "$status" -eq 0 ] && [ "$(gtest_passed "$log")" -lt 1 ]; then
+        status=1 passed="no test passed: the filter matches none"
+      fi
       record "$status" "compute-sanitizer $tool $bin: ${errs:-no summary}; ${passed:-gtest did not pass}"
     done
   done
@@ -424,41 +447,20 @@ if has nccl-latest; then
   fi
 fi
 
-# Planted breaks (test/plants/plants.py): each breaks the library in one
-# place; the tests listed with it must fail against it. One at a time:
-# apply, rebuild the binaries concerned, run, revert; the real library is
-# rebuilt at the end. Only plants whose tests fit this machine's GPUs run.
+# Planted breaks (test/plants/plants.py run): each breaks the library in
+# one place; the tests listed with it must fail against it (having run at
+# least one case). One at a time: apply, rebuild the binaries concerned,
+# run, revert; those binaries are rebuilt without plants at the end. Only
+# plants whose tests fit this machine's GPUs run; the rebuilds are the cost.
 if has plants; then
   start=$SECONDS
-  while read -r -a plant; do  # name, then pairs of test binary and gtest filter
-    name=${plant[0]}
-    log=$LOGS/plant-$name.log
-    planted=$name
-    if ! python3 test/plants/plants.py apply "$name" > "$log" 2>&1; then
-      record 1 "plant $name: $(tail -1 "$log")"
-      planted=""
-      continue
-    fi
-    for ((i = 1; i + 1 < ${#plant[@]}; i += 2)); do
-      binary=${plant[i]} filter=${plant[i + 1]}
-      if ! ninja -C "$BUILD" "test/$binary" >> "$log" 2>&1; then
-        record 1 "plant $name: test/$binary does not build with the plant"
-        continue
-      fi
-      timeout 600 "$BUILD/test/$binary" --gtest_filter="$filter" > "$log.$binary" 2>&1
-      status=$?
-      failed=$(grep -c '^\[  FAILED  \] .*(' "$log.$binary")
-      if [ "$status" -ne 0 ]; then
-        record 0 "plant $name: $binary $filter failed as it must (status $status, $failed failed)"
-      else
-        record 1 "plant $name: $binary $filter PASSED against the planted break"
-      fi
-    done
-    python3 test/plants/plants.py revert "$name" >> "$log" 2>&1
-    planted=""
-  done < <(python3 test/plants/plants.py list --gpus "$NCCL_DCP_REQUIRE_GPU")
-  ninja -C "$BUILD" > "$LOGS/plants-rebuild.log" 2>&1
-  record $? "rebuild without plants ($((SECONDS - start)) s for the plants stage)"
+  python3 test/plants/plants.py run --build "$BUILD" --gpus "$NCCL_DCP_REQUIRE_GPU" --logs "$LOGS/plants" \
+    --junit "$LOGS/plants.junit.xml" > "$LOGS/plants.log" 2>&1
+  status=$?
+  while read -r verdict what; do
+    record "$([ "$verdict" = ok ] && echo 0 || echo 1)" "plant $what"
+  done < <(sed -n 's/^PLANT //p' "$LOGS/plants.log")
+  record "$status" "$(tail -1 "$LOGS/plants.log") ($((SECONDS - start)) s; plants.log)"
 fi
 
 # A stage named on the command line that no block knows ran nothing.

@@ -7,29 +7,71 @@
 # exits with 3.
 #
 #   scripts/main-job.sh [extra perf flags, e.g. -P LL128 -e 256]
-#   LAUNCH=mpi scripts/main-job.sh    one process per GPU (mpirun -np <GPUs>;
-#                                     needs MPI at build time: libopenmpi-dev)
+#   LAUNCH=mpi scripts/main-job.sh    one process per GPU (mpirun -np <GPUs>):
+#                                     installs Open MPI if missing, builds with -Dmpi=enabled
+# GPUs: every one CUDA_VISIBLE_DEVICES leaves visible.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BUILD=${BUILD:-build-main}
 export PATH="/usr/local/cuda/bin:$PATH"
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 
-if command -v apt-get >/dev/null && ! command -v meson >/dev/null; then
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq meson ninja-build pkg-config libhwloc-dev libgtest-dev >/dev/null
+launch=${LAUNCH:-threads}
+case $launch in threads | mpi) ;; *) echo "LAUNCH=$launch: use threads or mpi"; exit 2 ;; esac
+
+# Packages: the build's, and Open MPI (headers and mpirun) for LAUNCH=mpi.
+# Another apt (unattended-upgrades, cloud-init) may hold the locks: wait,
+# 300 s at most (DPkg::Lock::Timeout for dpkg's lock; retries for the lists
+# and archives locks, which apt-get does not wait for).
+apt_get() {
+  local deadline=$((SECONDS + 300)) out rc
+  while :; do
+    rc=0
+    out=$($sudo apt-get -o DPkg::Lock::Timeout=300 "$@" 2>&1) || rc=$?
+    if [ "$rc" -eq 0 ] || ! grep -qE "Could not get lock|Unable to lock|Unable to acquire" <<< "$out" ||
+      [ "$SECONDS" -ge "$deadline" ]; then
+      break
+    fi
+    echo "== apt-get $1: another apt holds a lock; waiting ($((deadline - SECONDS)) s left)"
+    sleep 5
+  done
+  [ "$rc" -eq 0 ] || printf '%s\n' "$out" >&2
+  return "$rc"
+}
+missing=()
+command -v meson >/dev/null || missing+=(meson ninja-build pkg-config libhwloc-dev libgtest-dev)
+if [ "$launch" = mpi ]; then
+  command -v mpirun >/dev/null || missing+=(openmpi-bin)
+  dpkg-query -W -f='${Status}' libopenmpi-dev 2>/dev/null | grep -q "install ok installed" || missing+=(libopenmpi-dev)
 fi
-[ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" --buildtype=release -Dtests=false
+if [ "${#missing[@]}" -gt 0 ] && command -v apt-get >/dev/null; then
+  echo "== installing ${missing[*]}"
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  apt_get update -qq
+  apt_get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# LAUNCH=mpi needs the perf binary built with MPI: required at configure
+# (meson fails if it finds none), also in a build directory made without.
+mpi=auto
+[ "$launch" != mpi ] || mpi=enabled
+if [ ! -f "$BUILD/build.ninja" ]; then
+  meson setup "$BUILD" --buildtype=release -Dtests=false -Dmpi=$mpi
+elif [ "$mpi" = enabled ]; then
+  meson configure "$BUILD" -Dmpi=enabled
+fi
 ninja -C "$BUILD" perf/dcp_a2a_lse_reduce_perf
 
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+# The GPUs this job may use: CUDA_VISIBLE_DEVICES counts.
+gpus=$(scripts/visible-gpus.sh)
 launcher=()
-if [ "${gpus:-0}" -gt 1 ] && [ "${LAUNCH:-threads}" = mpi ]; then
+if [ "$gpus" -gt 1 ] && [ "$launch" = mpi ]; then
+  command -v mpirun >/dev/null || { echo "LAUNCH=mpi: mpirun not found (openmpi-bin)"; exit 1; }
   launcher=(mpirun -np "$gpus" --bind-to none)
   [ "$(id -u)" -ne 0 ] || launcher+=(--allow-run-as-root)
   ranks=(-t 1 -g 1)             # one process per GPU, real ranks
-elif [ "${gpus:-0}" -gt 1 ]; then
+elif [ "$gpus" -gt 1 ]; then
   ranks=(-t "$gpus" -g 1)       # one thread per GPU, real ranks
 else
   ranks=(-V 8)                  # one GPU (or none: the binary reports it)

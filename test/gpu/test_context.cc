@@ -540,14 +540,21 @@ TEST_F(OneRankContext, GroupCallsSkipNullEntries) {
 
 // The counting wrappers (live_resources.h) see libnccl_dcp.so's calls, so
 // the leak test below can fail. Runs without a GPU too: a call that fails
-// for want of a driver is still seen.
+// for want of a driver is still seen. A failed create passes only where no
+// GPU is there nor required (NCCL_DCP_REQUIRE_GPU, as DCP_REQUIRE_GPUS).
 TEST(LiveResourceCounting, SeesTheLibrarysCalls) {
   const LiveResources before = liveResources();
   const ncclDcpConfig_t c = makeConfig(64, 2, ncclBfloat16, ncclDcpLseBase2, 4);
   std::unique_ptr<Loopback> lb;
   const ncclResult_t r = Loopback::create(&c, 2, &lb);
   EXPECT_GT(liveResources().calls, before.calls) << "Loopback::create made no counted call";
-  if (r != ncclSuccess) return;  // no GPU: nothing was allocated
+  if (r != ncclSuccess) {
+    const std::string why = ncclDcpGetLastError();
+    const GpuGate gate = gateGpus(1);
+    ASSERT_EQ(gate.verdict, GpuGate::Skip) << "Loopback::create failed: " << why
+                                           << (gate.verdict == GpuGate::Fail ? "; " + gate.message : "");
+    return;  // no GPU: nothing was allocated
+  }
   EXPECT_NE(resourceDifference(before, liveResources()), "") << "a live loopback holds no counted resource";
   lb.reset();
   EXPECT_EQ(resourceDifference(before, liveResources()), "");

@@ -10,6 +10,7 @@
 #include <memory>
 #include <random>
 #include <sstream>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -295,22 +296,37 @@ TEST_P(LoopbackProto, StridedEqualsPackedBitwise) {
   }
 }
 
-// Same inputs, same bits, run after run (and across chunkings).
+// Same inputs, same bits: run after run on one loopback (13 rows at
+// capacity 5: rounds of 5, 5 and 3), and across chunkings: loopbacks of
+// capacity 13 (the batch in one round) and 4 (four rounds) give the same
+// bits, since every row is merged alone, its sources in a fixed order.
 TEST_P(LoopbackProto, BitwiseDeterministic) {
+  const int cp = 8, B = 13;
   const ncclDcpConfig_t c = makeConfig(512, 8, ncclBfloat16, ncclDcpLseBase2, 5, GetParam());
   const Config cfg = resolved(c);
-  auto lb = makeLoopback(c, 8);
+  auto lb = makeLoopback(c, cp);
   ASSERT_TRUE(lb);
-  Problem p(cfg, 8, 13, packedStrides(cfg, 8), LseMix::Special, freshSeed());
-  DCP_ASSERT(lb->call(p.buffers().data(), 13, nullptr, nullptr));
+  Problem p(cfg, cp, B, packedStrides(cfg, cp), LseMix::Special, freshSeed());
+  DCP_ASSERT(lb->call(p.buffers().data(), B, nullptr, nullptr));
   CUDA_ASSERT(cudaDeviceSynchronize());
   const auto first = p.outputBytes();
   EXPECT_EQ(p.check().count, 0u);
   for (int i = 0; i < 3; i++) {
     p.poison(nullptr);
-    DCP_ASSERT(lb->call(p.buffers().data(), 13, nullptr, nullptr));
+    DCP_ASSERT(lb->call(p.buffers().data(), B, nullptr, nullptr));
     CUDA_ASSERT(cudaDeviceSynchronize());
     EXPECT_EQ(p.outputBytes(), first) << "run " << i;
+  }
+  DCP_ASSERT(lb->asyncError());
+  for (int capacity : {B, 4}) {
+    SCOPED_TRACE(testing::Message() << "maxBatch " << capacity << " against maxBatch 5");
+    auto other = makeLoopback(makeConfig(512, 8, ncclBfloat16, ncclDcpLseBase2, capacity, GetParam()), cp);
+    ASSERT_TRUE(other);
+    p.poison(nullptr);
+    DCP_ASSERT(other->call(p.buffers().data(), B, nullptr, nullptr));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    DCP_ASSERT(other->asyncError());
+    EXPECT_EQ(p.outputBytes(), first);
   }
 }
 
@@ -334,25 +350,31 @@ std::string rowsDiffer(const Config& cfg, int batch, const std::vector<RankTenso
 
 // Many consecutive calls with random batches (chunked ones too), 8 of them
 // at a time with no host sync between them: slots, flags and the round
-// counter stay consistent. Every call is checked whole (rowsDiffer), out
-// and outLse.
+// counter stay consistent. Each of the 8 sets has inputs of its own (its
+// own seed) and its own golden result, so consecutive calls carry
+// different data: a receiver that read a slot before its sender wrote it
+// would find another call's data there, not the right answer. Every call
+// is checked whole (rowsDiffer), out and outLse.
 TEST_P(LoopbackProto, TenThousandRandomBatches) {
   const int cp = 4, maxRows = 20, calls = 10000, inFlight = 8;
   const ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, kCap, GetParam());
   const Config cfg = resolved(c);
   auto lb = makeLoopback(c, cp);
   ASSERT_TRUE(lb);
-  const uint64_t seed = freshSeed();
-  // inFlight output sets over the same inputs.
+  // inFlight sets, each with its inputs and its full-batch result checked
+  // against the reference.
   std::vector<std::unique_ptr<Problem>> sets;
-  for (int k = 0; k < inFlight; k++)
-    sets.emplace_back(new Problem(cfg, cp, maxRows, packedStrides(cfg, cp), LseMix::Special, seed));
-  DCP_ASSERT(lb->call(sets[0]->buffers().data(), maxRows, nullptr, nullptr));
-  CUDA_ASSERT(cudaDeviceSynchronize());
-  ASSERT_EQ(sets[0]->check().count, 0u) << sets[0]->check().first;
-  const std::vector<RankTensors> golden = sets[0]->download();
-  std::mt19937 rng(seed);
-  uint64_t rounds = (maxRows + kCap - 1) / kCap;
+  std::vector<std::vector<RankTensors>> golden;
+  for (int k = 0; k < inFlight; k++) {
+    sets.emplace_back(new Problem(cfg, cp, maxRows, packedStrides(cfg, cp), LseMix::Special, freshSeed()));
+    DCP_ASSERT(lb->call(sets[k]->buffers().data(), maxRows, nullptr, nullptr));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    const Mismatch m = sets[k]->check();
+    ASSERT_EQ(m.count, 0u) << "set " << k << ": " << m.first;
+    golden.push_back(sets[k]->download());
+  }
+  std::mt19937 rng(freshSeed());
+  uint64_t rounds = inFlight * ((maxRows + kCap - 1) / kCap);
   for (int i = 0; i < calls; i += inFlight) {
     int batch[inFlight];
     for (int k = 0; k < inFlight; k++) {
@@ -363,8 +385,8 @@ TEST_P(LoopbackProto, TenThousandRandomBatches) {
     }
     CUDA_ASSERT(cudaDeviceSynchronize());
     for (int k = 0; k < inFlight; k++) {
-      const std::string d = rowsDiffer(cfg, batch[k], golden, sets[k]->download());
-      ASSERT_EQ(d, "") << "call " << i + k << " batch " << batch[k];
+      const std::string d = rowsDiffer(cfg, batch[k], golden[k], sets[k]->download());
+      ASSERT_EQ(d, "") << "call " << i + k << " (set " << k << ") batch " << batch[k];
     }
   }
   DCP_ASSERT(lb->asyncError());
@@ -502,13 +524,54 @@ TEST_P(LoopbackProto, PdlOnOffBitwiseEqual) {
   DCP_ASSERT(lb->asyncError());
 }
 
-// timeoutMs = 0 waits as long as it takes, never "gives up at once": calls
-// whose receivers wait for their peers' data complete, correct, with no
-// error recorded.
+// timeoutMs = 0 waits as long as it takes, whatever the default bound.
+// With the default made short (NCCL_DCP_TIMEOUT_MS = 500 through the
+// environment override): receivers whose peer (a silent virtual rank)
+// never comes are still waiting, no error recorded, after 4 times that
+// bound; abort then stops them. The control: timeoutMs unset under the same
+// environment gives up within it. So a build that reads 0 as "the default"
+// (the environment's, or a built-in one shorter than the wait) fails. And
+// calls whose peers do come complete, correct, with no error.
 TEST_P(LoopbackProto, TimeoutZeroWaitsForever) {
+  constexpr int kEnvTimeoutMs = 500, kWaitMs = 4 * kEnvTimeoutMs, kDrainMs = 10000, cp = 4;
+  Env e;
+  e.timeoutMs = kEnvTimeoutMs;
+  ScopedEnv scoped(e);
+  cudaStream_t stream;
+  CUDA_ASSERT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (bool forever : {false, true}) {
+    SCOPED_TRACE(forever ? "timeoutMs 0" : "timeoutMs unset: NCCL_DCP_TIMEOUT_MS applies");
+    ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, kCap, GetParam());
+    if (forever) c.timeoutMs = 0;  // else unset (NCCL_DCP_CONFIG_INITIALIZER)
+    auto lb = makeLoopback(c, cp);
+    ASSERT_TRUE(lb);
+    EXPECT_EQ(lb->config().timeoutMs, forever ? 0 : kEnvTimeoutMs);
+    Problem p(lb->config(), cp, 5, packedStrides(lb->config(), cp), LseMix::Normal, freshSeed());
+    CUDA_ASSERT(cudaDeviceSynchronize());  // the inputs are in place
+    lb->setSilentRank(2);
+    DCP_ASSERT(lb->call(p.buffers().data(), 5, nullptr, stream));
+    const auto t0 = std::chrono::steady_clock::now();
+    while (cudaStreamQuery(stream) == cudaErrorNotReady && secondsSince(t0) * 1000 < kWaitMs)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const double waited = secondsSince(t0);
+    const bool stillWaiting = cudaStreamQuery(stream) == cudaErrorNotReady;
+    const ncclResult_t error = lb->asyncError();
+    // Whatever happened, the waits end here: a kernel left waiting forever
+    // would hang the process.
+    EXPECT_EQ(lb->abort(kDrainMs), ncclSuccess) << ncclDcpGetLastError();
+    if (forever) {
+      EXPECT_TRUE(stillWaiting) << "timeoutMs = 0 gave up after " << waited << " s";
+      EXPECT_EQ(error, ncclSuccess) << "timeoutMs = 0 recorded an error";
+    } else {
+      EXPECT_FALSE(stillWaiting) << "NCCL_DCP_TIMEOUT_MS = " << kEnvTimeoutMs << " did not bound the wait: the "
+                                 << "test shows nothing";
+      EXPECT_EQ(error, ncclRemoteError);
+    }
+    CUDA_ASSERT(cudaGetLastError());
+  }
+  cudaStreamDestroy(stream);
   ncclDcpConfig_t c = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 64, GetParam());
   c.timeoutMs = 0;
-  ASSERT_EQ(resolved(c).timeoutMs, 0);
   runAndCheck(c, 8, 64);
   runAndCheck(c, 16, 3, LseMix::Special);
 }

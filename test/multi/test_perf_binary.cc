@@ -3,7 +3,8 @@
  * -b 1 -e 64 -G 10 -B 1 -c 1 for every protocol, in each launch mode the
  * machine has GPUs for: one rank (-t 1, so the 1-GPU machine runs it too),
  * one thread per GPU (-t 2), one thread driving two GPUs (-g 2), one
- * process per GPU (mpirun -np 2, when built with MPI), and loopback (-V 4).
+ * process per GPU (mpirun -np 2, when built with MPI: it skips without, or
+ * fails where NCCL_DCP_REQUIRE_GPU requires 2 GPUs), and loopback (-V 4).
  * A run fails on a non-zero exit, a missing row, a table printed by more
  * than one process, or any #wrong. DCP_PERF_BINARY names the binary (set
  * by meson test).
@@ -82,12 +83,26 @@ TEST_P(PerfBinary, RunsEverySizeWithoutWrongResults) {
   const char* proto = std::get<1>(GetParam());
   const char* binary = getenv("DCP_PERF_BINARY");
   ASSERT_NE(binary, nullptr) << "DCP_PERF_BINARY is not set (run through meson test)";
-  DCP_REQUIRE_GPUS(l.gpus);
-  std::string launcher = "timeout 900 ";
+  // What the MPI launch lacks here, if anything. Where the GPUs it needs are
+  // required (NCCL_DCP_REQUIRE_GPU), it is required too: a skip would leave
+  // the MPI path untested on the GPU machine.
+  std::string noMpi;
   if (l.mpi) {
     const char* built = getenv("DCP_PERF_MPI");
-    if (!built || std::string(built) != "1") GTEST_SKIP() << "perf binary built without MPI (meson -Dmpi)";
-    if (system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun not on PATH";
+    if (!built || std::string(built) != "1")
+      noMpi = "the perf binary was built without MPI (meson -Dmpi=enabled, with libopenmpi-dev)";
+    else if (system("command -v mpirun >/dev/null 2>&1") != 0)
+      noMpi = "mpirun is not on PATH (openmpi-bin)";
+    int required = 0;
+    std::string why;
+    if (!noMpi.empty() && parseRequiredGpus(getenv("NCCL_DCP_REQUIRE_GPU"), &required, &why) && required >= l.gpus)
+      FAIL() << "NCCL_DCP_REQUIRE_GPU=" << required << " requires the MPI launch (mpirun -np " << l.gpus << "), but "
+             << noMpi;
+  }
+  DCP_REQUIRE_GPUS(l.gpus);
+  if (!noMpi.empty()) GTEST_SKIP() << noMpi;
+  std::string launcher = "timeout 900 ";
+  if (l.mpi) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);  // containers run as root
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);

@@ -3,23 +3,43 @@
 the tests listed with it must fail against it. A test that passes against
 the break it exists to catch cannot fail, and is not trusted.
 
-scripts/gpu-check.sh's `plants` stage applies them one at a time to the
-source tree, rebuilds the binaries concerned, runs the listed tests
-(expecting them to fail), and reverts. By hand:
+`run` applies them one at a time to the source tree, rebuilds the binaries
+concerned, runs the listed tests (expecting them to fail), and reverts;
+then it rebuilds those binaries from the real sources:
+scripts/gpu-check.sh's `plants` stage runs every plant its GPUs allow,
+.ci/run every plant whose tests need no GPU. By hand:
 
   test/plants/plants.py list [--gpus N]  one line per plant: name, then
                                           'binary filter' pairs runnable on N GPUs
+  test/plants/plants.py run --build DIR [--gpus N] [--junit FILE] [--logs DIR] [NAME...]
+                                          each plant (or those named) with its tests
+                                          for N GPUs (default 0); one line per result,
+                                          'PLANT ok|FAIL name: ...'; exit 1 on any FAIL
   test/plants/plants.py apply NAME        edits the source (a backup is kept)
   test/plants/plants.py revert NAME       restores it
+  test/plants/plants.py revert-all        restores every file left planted (a run killed
+                                          outright); exit 1 if one was
   test/plants/plants.py check             every plant still applies (exit 1 if not)
 
+A listed test "fails as it must" only when its binary exits non-zero after
+running at least one test case: a filter that matches nothing proves
+nothing. A binary is a GoogleTest executable of the build (BUILD/test/NAME),
+or one of the Python TAP tests (TAP_TESTS, filter = unittest names).
+
 Each break is an exact text replacement: when the library changes under
-it, `apply` says it no longer applies and the plant must be updated.
+it, `apply` says it no longer applies and the plant must be updated
+(test/scripts/test_plants.py fails until it is).
 """
 
+import argparse
 import os
+import re
 import shutil
+import signal
+import subprocess
 import sys
+import time
+import xml.etree.ElementTree as et
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
@@ -77,7 +97,8 @@ PLANTS = [
           "a call under stream capture records nothing: replays are empty graphs"),
     Plant("dtype_not_agreed", "src/agreement.cc",
           '    NCCL_DCP_FIELD("config->dtype", dtype),\n', "",
-          [("multi_ranks", "Cp/Ranks.ConfigMismatchFailsEveryRankAlike/cp2", 2)],
+          [("unit_agreement", "Agreement.EveryInputMismatchNamesInputAndFirstDifferingRank", 0),
+           ("multi_ranks", "Cp/Ranks.ConfigMismatchFailsEveryRankAlike/cp2", 2)],
           "ranks with different dtypes are not refused"),
     Plant("env_protocol_ignored", "src/validate.cc",
           "int proto = pick(cfg->protocol, env.protocol, ncclDcpProtoAuto);",
@@ -94,7 +115,62 @@ PLANTS = [
           "const bool ok = std::isinf(w) ? !std::isnan(g)\n",
           [("unit_reference", "AllTypes/CountMismatches.EmptyRowsNeedMinusInfinityExactly/*", 0)],
           "the comparison accepts any finite outLse where an empty row must give -inf"),
+    Plant("timeout_zero_read_as_default", "src/validate.cc",
+          "c.timeoutMs = pick(cfg->timeoutMs, env.timeoutMs, kDefaultTimeoutMs);",
+          "c.timeoutMs = pick(cfg->timeoutMs == 0 ? NCCL_CONFIG_UNDEF_INT : cfg->timeoutMs, env.timeoutMs,\n"
+          "                   kDefaultTimeoutMs);",
+          [("unit_validation", "ConfigTimeout.ZeroMeansForeverAndIsAccepted", 0),
+           ("gpu_loopback", "Transports/LoopbackProto.TimeoutZeroWaitsForever/*", 1)],
+          "config->timeoutMs = 0 read as unset: NCCL_DCP_TIMEOUT_MS or the built-in bound applies"),
+    Plant("timeout_zero_launched_as_the_env_default", "src/fused_path.cc",
+          "l.timeoutNs = (uint64_t)cfg.timeoutMs * 1000000ull;",
+          "l.timeoutNs = (uint64_t)(cfg.timeoutMs ? cfg.timeoutMs\n"
+          "                                       : env().timeoutMs > 0 ? env().timeoutMs : kDefaultTimeoutMs) *\n"
+          "              1000000ull;",
+          [("gpu_loopback", "Transports/LoopbackProto.TimeoutZeroWaitsForever/*", 1)],
+          "the kernel bounds a timeoutMs = 0 wait by NCCL_DCP_TIMEOUT_MS (else the built-in default)"),
+    Plant("overlap_seen_one_way", "src/validate.cc",
+          "bool overlaps(Extent a, Extent b) { return a.lo < b.hi && b.lo < a.hi; }",
+          "bool overlaps(Extent a, Extent b) { return a.lo <= b.lo && b.lo < a.hi; }",
+          [("unit_validation", "CallFixture.*Overlapping*:CallFixture.OverlapCheckCoversStridedExtent", 0)],
+          "an output that starts inside an input (rather than before it) is accepted"),
+    Plant("same_gpu_check_ignores_the_host", "src/agreement.cc",
+          "      if (all[p].view.links.hostHash == all[q].view.links.hostHash &&\n          strncmp(",
+          "      if (strncmp(",
+          [("unit_agreement", "Agreement.SameBusIdOnAnotherHostIsAnotherGpu", 0)],
+          "ranks of two hosts whose GPUs have the same bus id are refused as sharing one GPU"),
+    Plant("env_names_case_sensitive", "src/env.cc",
+          "    if (strcasecmp(s, names[i]) == 0) {", "    if (std::string(s) == names[i]) {",
+          [("unit_env", "EnvParse.DebugLevelsAreCaseInsensitive", 0)],
+          "NCCL_DCP_DEBUG=info is refused (NCCL's levels are case-insensitive)"),
+    Plant("log_file_ignored", "src/log.cc",
+          "  const std::string& path = env().debugFile;\n", "  const std::string path;\n",
+          [("unit_log", "LogFile.*", 0)],
+          "NCCL_DCP_DEBUG_FILE is parsed but the log stays on stdout"),
+    Plant("reference_weights_from_its_own_lse", "src/reference.cc",
+          "weight[src] = ranks[src].partialLse[", "weight[src] = ranks[r].partialLse[",
+          [("unit_reference", "AllTypes/ReferenceSweep.MatchesFp64Oracle/*", 0)],
+          "the CPU reference weighs every source by the receiving rank's own LSE"),
+    Plant("nan_lse_not_sanitized", "src/device/merge.h",
+          "return (l != l || l == INFINITY) ? -INFINITY : l;", "return l == INFINITY ? -INFINITY : l;",
+          [("unit_reference", "MergeWeights.*:AllTypes/ReferenceExact.NanPayloadsBehindEmptySourcesDoNotLeak/*", 0),
+           ("gpu_loopback", "Transports/LoopbackMatrix.SpecialLseValues/LL128_bf16_base2", 1)],
+          "a NaN LSE (an empty KV shard) is not read as -inf, in the kernels and the reference alike"),
+    Plant("count_passes_a_run_of_skips", "scripts/count_tests.py",
+          "    if passed + len(failed) == 0:\n", "    if passed + len(failed) + len(skipped) == 0:\n",
+          [("unit_count_tests", "NothingRan.test_only_skips_fail", 0)],
+          "CI counts a run in which every case skipped (no GPU, say) as a pass"),
 ]
+
+
+# Binaries that are Python TAP tests (test/meson.build), by their module in
+# test/scripts; their filters are unittest names ("Class.test_x").
+TAP_TESTS = {
+    "unit_count_tests": "test_count_tests",
+    "unit_plants": "test_plants",
+    "unit_compare_alltoall": "test_compare_alltoall",
+}
+BACKUP = ".plant-orig"
 
 
 def find(name):
@@ -114,27 +190,178 @@ def applies(plant):
 
 
 def apply(plant):
+    path = os.path.join(ROOT, plant.path)
+    if os.path.exists(path + BACKUP):
+        # Another plant's edit is still in place: its backup is the only
+        # copy of the real file, and a second backup would overwrite it.
+        print(f"plant {plant.name} not applied: {plant.path}{BACKUP} exists (a plant left in place): "
+              "run plants.py revert-all first")
+        return 2
     text = source(plant)
     if text.count(plant.old) != 1:
         print(f"plant {plant.name} no longer applies: {plant.path} does not hold its text exactly once")
         return 2
-    path = os.path.join(ROOT, plant.path)
-    shutil.copy(path, path + ".plant-orig")
+    shutil.copy(path, path + BACKUP)
     with open(path, "w", encoding="utf-8") as f:
         f.write(text.replace(plant.old, plant.new))
     print(f"planted {plant.name} in {plant.path}: {plant.why}")
     return 0
 
 
-def revert(plant):
-    path = os.path.join(ROOT, plant.path)
-    if not os.path.exists(path + ".plant-orig"):
-        print(f"plant {plant.name} is not applied")
-        return 2
-    os.replace(path + ".plant-orig", path)
+def restore(path):
+    os.replace(path + BACKUP, path)
     # Newer than anything built with the plant, so the build redoes it.
     os.utime(path)
+
+
+def revert(plant):
+    path = os.path.join(ROOT, plant.path)
+    if not os.path.exists(path + BACKUP):
+        print(f"plant {plant.name} is not applied")
+        return 2
+    restore(path)
     return 0
+
+
+def revert_all():
+    """Restores every plant's file that still has a backup; 1 if one had."""
+    restored = 0
+    for rel in sorted({p.path for p in PLANTS}):
+        path = os.path.join(ROOT, rel)
+        if os.path.exists(path + BACKUP):
+            restore(path)
+            print(f"restored {rel} (a plant was left in place)")
+            restored += 1
+    return 1 if restored else 0
+
+
+def run_test(build, binary, flt, log_path, timeout):
+    """Builds and runs one listed test against the applied plant. Returns
+    (ok, what happened): ok when it ran at least one case and failed."""
+    with open(log_path, "w", encoding="utf-8") as log:
+        if binary in TAP_TESTS:
+            cmd = [sys.executable, "-m", "unittest", "-v"] + [f"{TAP_TESTS[binary]}.{f}" for f in flt.split(":")]
+            cwd = os.path.join(ROOT, "test", "scripts")
+        else:
+            build_cmd = ["ninja", "-C", build, f"test/{binary}"]
+            log.write("$ " + " ".join(build_cmd) + "\n")
+            log.flush()
+            if subprocess.run(build_cmd, stdout=log, stderr=subprocess.STDOUT).returncode != 0:
+                return False, f"test/{binary} does not build with the plant (log {log_path})"
+            cmd = [os.path.join(build, "test", binary), f"--gtest_filter={flt}"]
+            cwd = None
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        try:
+            status = subprocess.run(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            status = None
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        return judge(binary in TAP_TESTS, status, f.read(), timeout)
+
+
+def judge(tap, status, out, timeout=600):
+    """(ok, what happened) of one listed test run against a plant: ok only
+    when it ran at least one case and failed. status None: timed out."""
+    if tap:
+        counts = re.findall(r"^Ran (\d+) tests?", out, re.M)
+        # A name that matches no test is reported as one test that errs.
+        ran = int(counts[-1]) if counts and "unittest.loader._FailedTest" not in out else 0
+        failed = len(re.findall(r" \.\.\. (?:FAIL|ERROR)$", out, re.M))
+    else:
+        ran = len(re.findall(r"^\[ RUN      \] ", out, re.M))
+        failed = len(re.findall(r"^\[  FAILED  \] .* \(\d+ ms\)$", out, re.M))
+    if status is not None and status < 0:
+        status = f"killed by signal {-status}"
+    if ran == 0:
+        return False, f"the filter matched no test (status {status}): it proves nothing"
+    if status is None:
+        return True, f"timed out after {timeout} s ({ran} ran, {failed} failed)"
+    if status == 0:
+        return False, f"PASSED against the planted break ({ran} ran)"
+    return True, f"failed as it must (status {status}, {ran} ran, {failed} failed)"
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _interrupt(signum, _frame):
+    raise Interrupted(f"signal {signum}")
+
+
+def write_junit(path, results, suite_name):
+    suites = et.Element("testsuites")
+    suite = et.SubElement(suites, "testsuite", name=suite_name, tests=str(len(results)),
+                          failures=str(sum(1 for r in results if not r["ok"])))
+    for r in results:
+        case = et.SubElement(suite, "testcase", classname=f"{suite_name}.{r['plant']}",
+                             name=f"{r['binary']} {r['filter']}", time=f"{r['seconds']:.1f}")
+        if not r["ok"]:
+            et.SubElement(case, "failure", message=r["what"]).text = r["what"]
+    et.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def run(args):
+    """Every plant (or those named) with its tests runnable on args.gpus:
+    apply, build and run each test, revert (on any exit, signals included)."""
+    chosen = [find(n) for n in args.names] if args.names else PLANTS
+    logs = args.logs or os.path.join(args.build, "meson-logs", "plants")
+    os.makedirs(logs, exist_ok=True)
+    build = os.path.abspath(args.build)
+    results = []
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, _interrupt)
+    try:
+        for plant in chosen:
+            tests = [(b, f) for b, f, need in plant.tests if need <= args.gpus]
+            if not tests:
+                continue
+            start = time.time()
+            planted = apply(plant) == 0
+            try:
+                for binary, flt in tests:
+                    t0 = time.time()
+                    if planted:
+                        log = os.path.join(logs, f"plant-{plant.name}.{binary}.log")
+                        ok, what = run_test(build, binary, flt, log, args.timeout)
+                    else:
+                        ok, what = False, f"the plant does not apply to {plant.path}: update test/plants/plants.py"
+                    results.append({"plant": plant.name, "binary": binary, "filter": flt, "ok": ok,
+                                    "what": what, "seconds": time.time() - t0})
+                    print(f"PLANT {'ok' if ok else 'FAIL'} {plant.name}: {binary} {flt}: {what}", flush=True)
+                    if not ok and planted:
+                        with open(log, encoding="utf-8", errors="replace") as f:
+                            tail = f.read().splitlines()[-15:]
+                        print("\n".join("    " + line for line in tail), flush=True)
+            finally:
+                if planted:
+                    revert(plant)
+            print(f"  ({plant.name}: {time.time() - start:.0f} s)", flush=True)
+    except Interrupted as e:
+        print(f"plants run interrupted ({e}): the plant in place was reverted", flush=True)
+        return 1
+    finally:
+        revert_all()
+        if args.junit:
+            write_junit(args.junit, results, "plants")
+    # The binaries built with plants (and the library they link) back to the
+    # real sources. Only those: every other target still holds what it was
+    # built from (ninja sees it out of date, as the reverted files are newer,
+    # and redoes it at the next build), and a plant in a header most files
+    # include (src/device/merge.h) would cost a full rebuild.
+    targets = sorted({f"test/{b}" for p in chosen for b, _, need in p.tests
+                      if need <= args.gpus and b not in TAP_TESTS})
+    if targets:
+        rebuilt = subprocess.run(["ninja", "-C", build] + targets, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True)
+        if rebuilt.returncode != 0:
+            print(rebuilt.stdout[-3000:])
+            print(f"plants: the binaries without plants do not build (ninja -C {build} {' '.join(targets)})")
+            return 1
+    failed = sum(1 for r in results if not r["ok"])
+    print(f"plants: {len(results) - failed} of {len(results)} planted breaks caught")
+    return 1 if failed or not results else 0
 
 
 def main(argv):
@@ -145,11 +372,22 @@ def main(argv):
             if runnable:
                 print(p.name, *runnable)
         return 0
+    if len(argv) >= 1 and argv[0] == "run":
+        parser = argparse.ArgumentParser(prog="plants.py run")
+        parser.add_argument("--build", required=True, help="the meson build directory")
+        parser.add_argument("--gpus", type=int, default=0, help="run the tests that need at most this many GPUs")
+        parser.add_argument("--junit", help="write one JUnit case per plant and test here")
+        parser.add_argument("--logs", help="per-test logs (default BUILD/meson-logs/plants)")
+        parser.add_argument("--timeout", type=int, default=600, help="seconds per test run")
+        parser.add_argument("names", nargs="*", help="only these plants")
+        return run(parser.parse_args(argv[1:]))
     if len(argv) == 1 and argv[0] == "check":
         stale = [p.name for p in PLANTS if not applies(p)]
         for name in stale:
             print(f"plant {name} no longer applies")
         return 1 if stale else 0
+    if len(argv) == 1 and argv[0] == "revert-all":
+        return revert_all()
     if len(argv) == 2 and argv[0] == "apply":
         return apply(find(argv[1]))
     if len(argv) == 2 and argv[0] == "revert":

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Checks of the planted breaks (test/plants/plants.py) that need no GPU:
-each still applies to the library as it is (a stale one is reported as a
-skip naming it: update its text), each names tests of binaries the build
-makes. Whether the tests fail against them is gpu-check.sh's `plants`
-stage. Speaks TAP. Run by hand: python3 test/scripts/test_plants.py
+how a run is judged, that a plant left in place is never backed up over,
+each still applies to the library as it is (a stale one fails, naming
+it: a plant that no longer applies proves nothing, so update its text),
+each names tests of binaries the build makes. Whether the tests fail
+against them is `plants.py run`'s (.ci/run: the plants whose tests need no
+GPU; gpu-check.sh's `plants` stage: all). Speaks TAP. Run by hand:
+python3 test/scripts/test_plants.py
 """
 
 import contextlib
@@ -43,6 +46,46 @@ class PlantList(unittest.TestCase):
             for binary, _, _ in p.tests:
                 self.assertIn(binary, built, f"plant {p.name}")
 
+    def test_python_binaries_are_known_tap_tests(self):
+        # A Python test not in TAP_TESTS would be run as BUILD/test/NAME.
+        with open(os.path.join(plants.ROOT, "test", "meson.build"), encoding="utf-8") as f:
+            tap = set(re.findall(r"test\('(\w+)', python3, args: files\('scripts/(\w+)\.py'\)", f.read()))
+        self.assertEqual(set(plants.TAP_TESTS.items()), tap)
+
+
+class Judging(unittest.TestCase):
+    """A listed test catches its plant only when it ran a case and failed."""
+
+    def test_gtest_failure_catches(self):
+        ok, what = plants.judge(False, 1, "[ RUN      ] A.b\n[  FAILED  ] A.b (3 ms)\n")
+        self.assertTrue(ok, what)
+        self.assertIn("1 ran, 1 failed", what)
+
+    def test_gtest_pass_does_not(self):
+        ok, what = plants.judge(False, 0, "[ RUN      ] A.b\n[       OK ] A.b (3 ms)\n")
+        self.assertFalse(ok)
+        self.assertIn("PASSED against the planted break", what)
+
+    def test_gtest_filter_matching_nothing_does_not_even_when_the_binary_fails(self):
+        for status in (0, 1, None):
+            ok, what = plants.judge(False, status, "[==========] 0 tests from 0 test suites ran.\n")
+            self.assertFalse(ok, status)
+            self.assertIn("matched no test", what)
+
+    def test_crash_inside_a_case_catches(self):
+        self.assertTrue(plants.judge(False, 139, "[ RUN      ] A.b\n")[0])
+
+    def test_unittest_failure_catches(self):
+        out = "test_x (m.C.test_x) ... FAIL\n\nRan 1 test in 0.001s\n\nFAILED (failures=1)\n"
+        self.assertTrue(plants.judge(True, 1, out)[0])
+
+    def test_unittest_name_matching_nothing_does_not(self):
+        out = ("test_y (unittest.loader._FailedTest.test_y) ... ERROR\n\nRan 1 test in 0.000s\n"
+               "\nFAILED (errors=1)\n")
+        ok, what = plants.judge(True, 1, out)
+        self.assertFalse(ok)
+        self.assertIn("matched no test", what)
+
 
 class ApplyAndRevert(unittest.TestCase):
     """On a copy of one plant's file: apply changes it, revert restores it
@@ -74,14 +117,42 @@ class ApplyAndRevert(unittest.TestCase):
             self.assertGreater(os.stat(path).st_mtime, 1)
 
 
+class Backups(unittest.TestCase):
+    """A plant left in place (a run killed outright) is never backed up
+    over: apply refuses, revert-all restores the real file."""
+
+    def test_apply_refuses_and_revert_all_restores(self):
+        plant = plants.PLANTS[0]
+        saved_root = plants.ROOT
+        with tempfile.TemporaryDirectory() as root:
+            os.makedirs(os.path.join(root, os.path.dirname(plant.path)))
+            path = os.path.join(root, plant.path)
+            shutil.copy2(os.path.join(saved_root, plant.path), path)
+            original = open(path, encoding="utf-8").read()
+            plants.ROOT = root
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    self.assertEqual(plants.apply(plant), 0)
+                    self.assertEqual(plants.apply(plant), 2, "a second apply would back up the planted file")
+                    self.assertEqual(plants.revert_all(), 1, "revert-all found nothing to restore")
+                    self.assertEqual(plants.revert_all(), 0)
+            finally:
+                plants.ROOT = saved_root
+            self.assertEqual(open(path, encoding="utf-8").read(), original)
+            self.assertFalse(os.path.exists(path + plants.BACKUP))
+
+
 class PlantsApply(unittest.TestCase):
-    """One case per plant: its text is in its file exactly once."""
+    """One case per plant: its text is in its file exactly once. A plant
+    that rotted is a failure, not a skip: CI must not stay green while the
+    break it stood for goes unchecked."""
 
 
 def _applies_case(plant):
     def case(self):
         if not plants.applies(plant):
-            self.skipTest(f"plant {plant.name} no longer applies to {plant.path}: update test/plants/plants.py")
+            self.fail(f"plant {plant.name} no longer applies to {plant.path}: its text is not there exactly "
+                      "once; update test/plants/plants.py")
     return case
 
 
