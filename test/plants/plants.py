@@ -88,10 +88,10 @@ PLANTS = [
           [("gpu_context", "OneRankContext.InsideTheApplicationsWindow", 1)],
           "the kernel addresses the application's window from its start, not at the offset given"),
     Plant("captured_calls_enqueue_nothing", "src/api.cc",
-          "  if (batch == 0) return ncclSuccess;\n",
+          "  if (batch == 0) return contextAsyncError(c.get());\n",
           "  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;\n"
           "  cudaStreamIsCapturing(stream, &capturing);\n"
-          "  if (batch == 0 || capturing != cudaStreamCaptureStatusNone) return ncclSuccess;\n",
+          "  if (batch == 0 || capturing != cudaStreamCaptureStatusNone) return contextAsyncError(c.get());\n",
           [("gpu_context", "OneRankContext.GraphCaptureReplays", 1),
            ("multi_ranks", "Cp/Ranks.GraphReplaysOnRealRanks/cp2", 2)],
           "a call under stream capture records nothing: replays are empty graphs"),
@@ -160,6 +160,37 @@ PLANTS = [
           "    if passed + len(failed) == 0:\n", "    if passed + len(failed) + len(skipped) == 0:\n",
           [("unit_count_tests", "NothingRan.test_only_skips_fail", 0)],
           "CI counts a run in which every case skipped (no GPU, say) as a pass"),
+    Plant("calls_not_ordered_across_streams", "src/engine.cc",
+          "  if (!hasLast) return ncclSuccess;\n", "  if (hasLast || !hasLast) return ncclSuccess;\n",
+          [("gpu_streams", "Streamed.EagerCallsOnAnotherStreamWaitForThePreviousCall:"
+                           "Streamed.CaptureOnASideStreamIsOrderedAfterTheEagerCall:"
+                           "Streamed.EagerCallAfterAReplayWaitsForIt:Streamed.ReplaysOfTwoGraphsRunInLaunchOrder", 1)],
+          "a call on another stream (or a graph's replay) is not ordered after the previous call on the context"),
+    Plant("poisoned_line_call_leaves_outputs", "src/device/a2a_lse_reduce.h",
+          "      poisonGroup<T, Transport>(p, io, row, head, g);\n", "      (void)0;\n",
+          [("gpu_streams", "Streamed.PoisonedContextWritesNanEagerAndReplayed", 1)],
+          "a poisoned context's line-protocol call leaves its old outputs in place (stale, no error on replay)"),
+    Plant("poisoned_simple_call_leaves_outputs", "src/device/a2a_lse_reduce_simple.h",
+          "    else poisonUnits<T>(p, io, first, count, warps, lane);\n", "    else (void)0;\n",
+          [("gpu_streams", "Streamed.PoisonedContextWritesNanEagerAndReplayed", 1)],
+          "a poisoned context's SIMPLE call leaves its old outputs in place"),
+    Plant("stale_destroy_accepted_as_noop", "src/handles.cc",
+          "    if (liveEntry(handles[i]) == nullptr) return notLive(handles[i], what);\n",
+          "    if (liveEntry(handles[i]) == nullptr) return ncclSuccess;\n",
+          [("gpu_context", "OneRankContext.StaleAndRepeatedHandlesAreRefused", 1)],
+          "a second destroy or abort of one handle is silently accepted"),
+    Plant("provider_choice_ignores_cumem", "src/agreement.cc",
+          "  } else if (noIpc.empty()) {\n", "  } else if (false) {\n",
+          [("unit_agreement", "Provider.*", 0), ("gpu_no_cumem", "NoCumem.ContextLandsOnCudaIpcAndSaysSoOnce", 1)],
+          "without NCCL's symmetric memory (NCCL_CUMEM_ENABLE=0) the context falls back instead of using cuda-ipc"),
+    Plant("unknown_env_names_unwarned", "src/env.cc",
+          "    if (!known) unknown.push_back(name);\n", "",
+          [("unit_env", "EnvNames.MisspeltVariablesAreFound", 0)],
+          "a misspelt NCCL_DCP_* variable is ignored without a word"),
+    Plant("grouped_calls_enqueued_at_once", "src/api.cc",
+          "  if (groupDepth > 0) return deferToGroup(ctx, buf, batch, strides, stream);\n", "",
+          [("gpu_context", "OneRankContext.GroupedCallsOnBothPaths", 1)],
+          "a call inside ncclDcpGroupStart/End is enqueued at once: the fallback's all-to-alls are not grouped"),
 ]
 
 
@@ -169,6 +200,7 @@ TAP_TESTS = {
     "unit_count_tests": "test_count_tests",
     "unit_plants": "test_plants",
     "unit_compare_alltoall": "test_compare_alltoall",
+    "unit_check_plugin_report": "test_check_plugin_report",
 }
 BACKUP = ".plant-orig"
 
