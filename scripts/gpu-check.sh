@@ -176,14 +176,15 @@ fi
 
 if has sanitize; then
   start=$SECONDS
-  # Sanitizer runs are slow: give the device-side waits room. The strided
-  # test covers every dtype and base: LL128 only here.
+  # Sanitizer runs are slow: give the device-side waits room. Every
+  # protocol (BitwiseDeterministic and SpecialLseValues run each); the
+  # strided test covers every dtype and base: LL128 only here.
   filter='Transports/LoopbackMatrix.SpecialLseValues/*bf16_base2:Transports/LoopbackProto.BitwiseDeterministic/*:Transports/LoopbackProto.StridedEqualsPackedBitwise/LL128:Transports/LoopbackProto.RoundCounterWraps/LL128'
-  for tool in memcheck racecheck; do
+  for tool in memcheck racecheck synccheck; do
     NCCL_DCP_TIMEOUT_MS=120000 compute-sanitizer --tool $tool --error-exitcode 99 "$BUILD/test/gpu_loopback" \
       --gtest_filter="$filter" > "$LOGS/sanitize-$tool.log" 2>&1
     status=$?
-    errs=$(grep -E "(ERROR|RACECHECK) SUMMARY" "$LOGS/sanitize-$tool.log" | tail -1)
+    errs=$(grep -E "(ERROR|RACECHECK|SYNCCHECK) SUMMARY" "$LOGS/sanitize-$tool.log" | tail -1)
     passed=$(grep -E "^\[  PASSED  \]" "$LOGS/sanitize-$tool.log" | tail -1)
     if [ "$status" -eq 0 ] && [ "$(gtest_passed "$LOGS/sanitize-$tool.log")" -lt 1 ]; then
       status=1 passed="no test passed: the filter matches none"
