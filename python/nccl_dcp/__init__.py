@@ -14,12 +14,12 @@ Under torch.compile, ctx(...) becomes torch.ops.nccl_dcp.a2a_lse_reduce
 """
 
 from ._library import LibraryVersionError, NcclDcpArgumentError, NcclDcpError, NcclVersionError, library
-from .context import Context, create_group, destroy_group, workspace_size
+from .context import Context, create_group, destroy_group, group, workspace_size
 
 __version__ = "0.2.0"  # the library's NCCL_DCP_VERSION_CODE must be 0.2.x (checked at load)
 
 __all__ = ["Context", "NcclDcpError", "NcclDcpArgumentError", "NcclVersionError", "LibraryVersionError",
-           "create_group", "destroy_group", "library", "version", "workspace_size", "__version__"]
+           "create_group", "destroy_group", "group", "library", "version", "workspace_size", "__version__"]
 
 
 def version():

@@ -124,6 +124,8 @@ FUNCTIONS = {
     "ncclDcpContextDestroy": (c_int, [c_void_p]),
     "ncclDcpContextAbort": (c_int, [c_void_p]),
     "ncclDcpContextDestroyGroup": (c_int, [c_int, POINTER(c_void_p)]),
+    "ncclDcpGroupStart": (c_int, []),
+    "ncclDcpGroupEnd": (c_int, []),
     "ncclDcpA2aLseReduce": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int,
                                     POINTER(Strides), c_void_p]),
     "ncclDcpContextBindStream": (c_int, [c_void_p, c_void_p]),

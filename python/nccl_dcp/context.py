@@ -452,6 +452,27 @@ def create_group(comm_ptrs, head_dim, local_heads, dtype, lse_base, max_batch=No
     return contexts
 
 
+class group:
+    """ncclDcpGroupStart/End as a context manager, for one thread that calls
+    the contexts of several GPUs (made by create_group): the calls inside are
+    checked at once and enqueued when the outermost group ends, the fallback
+    path's all-to-alls in one NCCL group.
+
+        with nccl_dcp.group():
+            for ctx, (po, pl) in zip(contexts, inputs):
+                outs.append(ctx(po, pl))
+    """
+
+    def __enter__(self):
+        lib = library()
+        lib.check(lib.cdll.ncclDcpGroupStart(), "ncclDcpGroupStart")
+        return self
+
+    def __exit__(self, *exc):
+        lib = library()
+        lib.check(lib.cdll.ncclDcpGroupEnd(), "ncclDcpGroupEnd")
+
+
 def destroy_group(contexts):
     """Destroys contexts made by create_group (ncclDcpContextDestroyGroup);
     closed ones are skipped."""

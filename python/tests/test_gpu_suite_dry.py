@@ -73,6 +73,7 @@ def worker(rank, port, broken, verdicts):
         if rank == 0:
             for name, bad, detail, _, _ in results:
                 verdicts.put((name, bad, detail))
+        dist.barrier()  # no rank tears gloo down under another's last collective
     finally:
         dist.destroy_process_group()
 
