@@ -61,11 +61,11 @@ TEST(EnvironmentAtCreate, WorkspaceSizeFollowsIt) {
   DCP_ASSERT(ncclDcpWorkspaceSize(&c, 4, &bytes));
   EXPECT_EQ(bytes, makeWorkspaceLayout(Proto::LL, false, 4, 4, 128, 2, kEnvMaxBatch).totalBytes)
       << "NCCL_DCP_PROTO=LL and NCCL_DCP_MAX_BATCH=" << kEnvMaxBatch << " not applied";
-  // Values in the config win over the environment.
-  c.protocol = ncclDcpProtoLL128;
+  // Values in the config win over the environment (SIMPLE: its layout alone).
+  c.protocol = ncclDcpProtoSimple;
   c.maxBatch = 64;
   DCP_ASSERT(ncclDcpWorkspaceSize(&c, 4, &bytes));
-  EXPECT_EQ(bytes, makeWorkspaceLayout(Proto::LL128, false, 4, 4, 128, 2, 64).totalBytes);
+  EXPECT_EQ(bytes, makeWorkspaceLayout(Proto::Simple, false, 4, 4, 128, 2, 64).totalBytes);
 }
 
 // Loopback takes the same path through the environment: AUTO (asked for
