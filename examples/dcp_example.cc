@@ -3,7 +3,15 @@
  * process driving every local GPU:
  *   NCCL init -> context -> calls captured in a CUDA graph -> replay ->
  *   destroy, every result checked as we recommend.
- * Run: ./dcp_example   (uses every visible GPU; exits 3 without one)
+ * Run: ./dcp_example   (uses every visible GPU; says "no GPU" and exits 3
+ * without one)
+ * Built by meson with the rest (build/examples/dcp_example), or against an
+ * installed nccl-dcp (meson install), as .ci/run does:
+ *   g++ -std=c++17 dcp_example.cc $(pkg-config --cflags --libs nccl-dcp) \
+ *       -Wl,-rpath,$(pkg-config --variable=libdir nccl-dcp) -o dcp_example
+ *   cmake -S examples -B build-example -DCMAKE_PREFIX_PATH=<prefix>   (CMakeLists.txt:
+ *       find_package(nccl_dcp), target nccl_dcp::nccl_dcp); cmake --build build-example
+ * Either brings NCCL's and the CUDA runtime's headers and libraries too.
  ************************************************************************/
 #include <cuda_runtime.h>
 #include <nccl.h>

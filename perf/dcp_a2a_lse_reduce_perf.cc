@@ -5,7 +5,7 @@
  *
  *   real ranks: processes (mpirun, built with -Dmpi) x threads (-t) x GPUs
  *               per thread (-g), one NCCL communicator over all of them
- *   loopback:   -V N virtual ranks on one GPU (one cooperative launch)
+ *   loopback:   --virtual-ranks N on one GPU (one cooperative launch)
  *
  * main only places the ranks and starts the threads; the sweep (sweep.cc)
  * runs over the hooks of the mode (loopback_mode.cc, rank_mode.cc).
@@ -38,7 +38,16 @@ Config resolvedConfig(const Args& a) {
   return cfg;
 }
 
-int runLoopback(const Args& a, const ProcessGroup& g) {
+// Sizes given in bytes become rows now that the rank count is known.
+bool resolved(Args* a, int nRanks, const ProcessGroup& g, const char* program) {
+  std::string error;
+  if (resolveSizes(a, nRanks, &error)) return true;
+  if (g.process == 0) fprintf(stderr, "%s: %s\n", program, error.c_str());
+  return false;
+}
+
+int runLoopback(Args a, const ProcessGroup& g, const char* program) {
+  if (!resolved(&a, a.virtualRanks, g, program)) return kExitBadArgs;
   Inputs inputs(resolvedConfig(a), a.virtualRanks, std::max<int64_t>(a.maxRows, 1));
   Team team(g, 1);
   std::unique_ptr<Mode> mode = makeLoopbackMode(a, inputs);
@@ -65,8 +74,9 @@ Placement placeRanks(const Args& a, const ProcessGroup& g, int nDevices) {
 }
 
 // Thread 0 runs on the main thread (the one MPI may be called from).
-int runRanks(const Args& a, const ProcessGroup& g, int nDevices) {
+int runRanks(Args a, const ProcessGroup& g, int nDevices, const char* program) {
   const Placement p = placeRanks(a, g, nDevices);
+  if (!resolved(&a, p.nRanks(), g, program)) return kExitBadArgs;
   Inputs inputs(resolvedConfig(a), p.nRanks(), std::max<int64_t>(a.maxRows, 1));
   Team team(g, a.threads);
   std::vector<int> rc(a.threads, kExitOk);
@@ -89,15 +99,25 @@ int run(int argc, char** argv, const ProcessGroup& g) {
     case ParseResult::Help:
       if (printer) printf("%s", usage(argv[0]).c_str());
       return kExitOk;
+    case ParseResult::Version: {
+      int dcp = 0, nccl = 0;  // neither call needs a GPU
+      ncclDcpGetVersion(&dcp);
+      ncclGetVersion(&nccl);
+      if (printer) printf("%s", versionText(dcp, nccl).c_str());
+      return kExitOk;
+    }
     case ParseResult::Error:
-      if (printer) fprintf(stderr, "%s: %s\n%s", argv[0], error.c_str(), usage(argv[0]).c_str());
+      if (printer) fprintf(stderr, "%s: %s (--help lists the options)\n", argv[0], error.c_str());
       return kExitBadArgs;
     case ParseResult::Ok: break;
   }
   // Before the library's first call: it reads its environment once.
   if (!a.provider.empty()) setenv("NCCL_DCP_PROVIDER", a.provider.c_str(), 1);
+  if (a.timeoutS >= 0) setenv("NCCL_DCP_TIMEOUT_MS", std::to_string(a.timeoutS * 1000LL).c_str(), 1);
   if (a.virtualRanks > 0 && g.processes > 1) {
-    if (printer) fprintf(stderr, "%s: -V runs every virtual rank in one process: launch it without mpirun\n", argv[0]);
+    if (printer)
+      fprintf(stderr, "%s: --virtual-ranks runs every virtual rank in one process: launch it without mpirun\n",
+              argv[0]);
     return kExitBadArgs;
   }
   int nDevices = 0;  // left unwritten without a driver
@@ -108,7 +128,7 @@ int run(int argc, char** argv, const ProcessGroup& g) {
               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     return kExitNoGpu;
   }
-  return a.virtualRanks > 0 ? runLoopback(a, g) : runRanks(a, g, nDevices);
+  return a.virtualRanks > 0 ? runLoopback(a, g, argv[0]) : runRanks(a, g, nDevices, argv[0]);
 }
 
 }  // namespace

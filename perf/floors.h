@@ -72,7 +72,7 @@ cudaError_t launchCopyEngine(const CopyPlan& p, int64_t rows, cudaStream_t strea
 cudaError_t launchRoundTrips(const FlagPlan& p, RoundTripState* state, cudaStream_t stream);
 
 // The least step of %globaltimer on the current device (the resolution of
-// the in-kernel timeline, -T); synchronises it.
+// the in-kernel timeline, --timeline); synchronises it.
 cudaError_t globalTimerStepNs(uint64_t* ns);
 
 // Rank p's address of a registered window's offset 0, for every rank of an

@@ -1,8 +1,9 @@
 /*************************************************************************
- * The perf harness's pure host part, nccl-tests style: flags, the size
- * sweep, which GPU each rank uses, the aggregation across ranks, the rows,
- * the table and the JSON report. No CUDA calls: unit-tested in CI. The
- * sweep loop (sweep.h) and the launch modes (mode.h) add the GPU hooks.
+ * The perf harness's pure host part, nccl-tests style: the options
+ * (options.cc), the size sweep, which GPU each rank uses, the aggregation
+ * across ranks, the rows, the table (harness.cc) and the JSON report
+ * (report.cc). No CUDA calls: unit-tested in CI. The sweep loop (sweep.h)
+ * and the launch modes (mode.h) add the GPU hooks.
  ************************************************************************/
 #ifndef NCCL_DCP_PERF_HARNESS_H_
 #define NCCL_DCP_PERF_HARNESS_H_
@@ -30,37 +31,67 @@ constexpr int kBaselineOff = 0;
 constexpr int kBaselineFull = 1;      // ncclAlltoAll (data + LSE) + the combine kernel
 constexpr int kBaselineAllToAll = 2;  // the same all-to-all alone (compare with alltoall_perf)
 
-struct Args {
-  int64_t minRows = 1, maxRows = 1024;  // -b -e
-  double factor = 2;                    // -f
-  int64_t step = 0;                     // -i (overrides -f when > 0)
-  int gpusPerThread = 1;                // -g
-  int threads = 1;                      // -t
-  int iters = 20;                       // -n timed graph launches per size
-  int warmup = 5;                       // -w
-  int check = 1;                        // -c passes against the CPU reference
-  int graphCalls = 10;                  // -G calls per CUDA graph; 0 = eager launches
-  int aggregate = 1;                    // -a 0 rank 0, 1 avg, 2 min, 3 max across ranks
-  ncclDataType_t dtype = ncclBfloat16;  // -d
-  int headDim = 512;                    // -D
-  int localHeads = 16;                  // -H
-  int protocol = 0;                     // -P AUTO|LL|LL128|SIMPLE
-  int lseBase = 0;                      // -L 2|e
-  int virtualRanks = 0;                 // -V N loopback ranks on one GPU (0: real ranks)
-  int maxBatch = 0;                     // -m workspace rows (0: = -e)
-  int baseline = kBaselineFull;         // -B 0|1|2
-  int floors = 1;                       // -F 0 skips the floors
-  int timeline = 0;                     // -T 1: the in-kernel timeline per size (-Dtimeline=true builds)
-  std::string json;                     // -J file
-  std::string provider;                 // --provider: NCCL_DCP_PROVIDER for this run ("" = as set)
+// A size flag (-b -e -i): batch rows, or bytes of one rank's partials
+// (rows * ranks * Hl * D * element size), turned into rows once the rank
+// count is known (resolveSizes).
+struct Size {
+  int64_t value = 0;
+  bool bytes = false;
 };
 
-enum class ParseResult { Ok, Help, Error };
+// The flags, nccl-tests' letters with nccl-tests' meanings, ours as long
+// options (usage() lists them).
+struct Args {
+  Size minSize{1, false}, maxSize{1024, false}, stepSize{0, false};  // -b -e -i as given
+  int64_t minRows = 1, maxRows = 1024;  // -b -e in rows (resolveSizes)
+  double factor = 2;                    // -f
+  int64_t step = 0;                     // -i in rows (overrides -f when > 0)
+  int gpusPerThread = 1;                // -g
+  int threads = 1;                      // -t
+  int iters = 20;                       // -n timed samples per size (the median is reported)
+  int warmup = 5;                       // -w warm-up samples per size
+  int aggIters = 10;                    // -m calls per sample (captured in one graph with -G >= 1)
+  int graphLaunches = 1;                // -G launches of that graph per sample; 0 = eager calls
+  int check = 1;                        // -c checked calls per size against the CPU reference
+  int aggregate = 1;                    // -a 0 rank 0, 1 avg, 2 min, 3 max across ranks
+  int timeoutS = -1;                    // -T seconds -> NCCL_DCP_TIMEOUT_MS (-1: as the environment says)
+  ncclDataType_t dtype = ncclBfloat16;  // -d
+  int headDim = 512;                    // --head-dim
+  int localHeads = 16;                  // --local-heads (-H)
+  int protocol = 0;                     // --protocol (-P) AUTO|LL|LL128|SIMPLE
+  int lseBase = 0;                      // --lse-base (-L) 2|e
+  int virtualRanks = 0;                 // --virtual-ranks N loopback ranks on one GPU (0: real ranks)
+  int maxBatch = 0;                     // --max-batch workspace rows (0: = -e); larger batches run in chunks
+  int baseline = kBaselineFull;         // --baseline (-B) 0|1|2
+  int floors = 1;                       // --floors (-F) 0 skips the floors
+  int timeline = 0;                     // --timeline: the in-kernel timeline per size (-Dtimeline=true builds)
+  std::string json;                     // -J file
+  std::string provider;                 // --provider: NCCL_DCP_PROVIDER for this run ("" = as set)
+  std::vector<std::string> argv;        // the command line as given (the JSON's "args")
+};
 
-// Parses argv (nccl-tests flags plus ours). On Error, *error says why,
-// naming the flag.
+enum class ParseResult { Ok, Help, Version, Error };
+
+// Parses argv (getopt_long: nccl-tests' letters plus our long options).
+// On Error, *error says why, naming the option.
 ParseResult parseArgs(int argc, char** argv, Args* args, std::string* error);
 std::string usage(const char* program);
+// --version: this binary's nccl-dcp and NCCL, built against and loaded.
+std::string versionText(int dcpLoaded, int ncclLoaded);
+// "2.28.9" from NCCL_VERSION_CODE-style 22809 (nccl-dcp uses the same code).
+std::string versionString(int code);
+
+// A size as -b / -e / -i take it: a plain integer is rows (bytes when
+// plainIsBytes: --minbytes...); a B, K, M or G suffix (K = 1024, as
+// nccl-tests) makes it bytes: "32K", "1.5M", "4096B".
+bool parseSize(const char* text, bool plainIsBytes, Size* out);
+// Bytes of one row of one rank's partials: ranks * Hl * D * element size.
+int64_t bytesPerRow(const Args& a, int nRanks);
+// Sizes given in bytes become rows (rounded down; at least 1 row for a
+// non-zero size); false with *error when the sweep is then empty or too large.
+bool resolveSizes(Args* a, int nRanks, std::string* error);
+// Header line saying how the byte sizes became rows ("" when none was).
+std::string sizeNote(const Args& a, int nRanks);
 
 // The batch sizes of the sweep: -b to -e by factor -f, or by step -i.
 std::vector<int64_t> batchSweep(const Args& a);
@@ -101,6 +132,7 @@ struct Samples {
 // One line of the table. Times in microseconds; bandwidths in GB/s.
 struct Row {
   int64_t rows = 0;
+  std::string protocol;  // what the fused call ran: "LL128", "LL128+SIMPLE" (chunks), "fallback", "-"
   int64_t bytes = 0;  // partial outputs each rank holds: rows * cp * Hl * D * elt
   double fusedUs = 0, fusedAlgBw = 0, fusedBusBw = 0;
   int64_t fusedWrong = -1;  // -1: not checked
@@ -130,8 +162,26 @@ struct Columns {
 };
 Columns columnsOf(const Args& a, bool loopback, bool floorsMeasured);
 
-std::string tableHeader(const Args& a, const Columns& c);
+// The run's settings (nccl-tests' line) and the column names.
+std::string tableHeader(const Args& a, int nRanks, const Columns& c);
 std::string formatRow(const Row& r, const Columns& c);
+// The figures nccl-tests closes its table with, and ours.
+struct Summary {
+  int64_t wrong = 0;   // fused + baseline wrong values of every checked size
+  double busBw = 0;    // fused: average over the sizes that were timed
+  double baseBusBw = 0;
+  double speedup = 0;  // geometric mean over the sizes with both times
+  int sizes = 0, baseSizes = 0;
+};
+Summary summarize(const std::vector<Row>& rows);
+// After the table, as nccl-tests closes it: the wrong values, the average
+// bus bandwidth (fused; the baseline's and the speed-up beside it).
+std::string tableFooter(const std::vector<Row>& rows, bool baseline);
+
+// The protocol(s) the fused call runs a batch of `rows` with: rounds of at
+// most `capacity` rows, each SIMPLE from simpleMinRows rows (0: never),
+// else `small` (ncclDcpProtocol_t, AUTO resolved). "-" for 0 rows.
+std::string protocolsOfBatch(int64_t rows, int capacity, int small, int simpleMinRows);
 
 // The floors measured in the same run, for the header and the JSON.
 struct Floors {
@@ -146,6 +196,14 @@ struct Floors {
 // Header lines: each floor at the first and the last size of the sweep.
 std::string floorHeader(const Floors& f, const std::vector<Row>& rows, int nRanks);
 
+// One rank's GPU, for the JSON's config.devices (nccl-tests' fields).
+struct DeviceInfo {
+  int rank = 0, pid = 0, device = 0;
+  char hostname[64] = "";
+  char busId[16] = "";  // "0000:00:00.0"
+  char name[256] = "";  // cudaDeviceProp::name
+};
+
 // What the JSON names the run by.
 struct RunInfo {
   std::string mode;     // "loopback" or "ranks"
@@ -155,10 +213,27 @@ struct RunInfo {
   double copyGBps = 0;  // loopback: device-to-device copy bandwidth
   int ncclVersion = 0;
   std::string provider;  // the workspace provider the contexts chose (ranks), "loopback"
+  // Filled by the sweep for the JSON:
+  int dcpVersion = 0;                // the loaded nccl-dcp (ncclDcpGetVersion)
+  std::string host;                  // the leader's
+  std::string startTime, endTime;    // local time, nccl-tests' format
+  std::vector<std::string> env;      // relevantEnvironment()
+  std::vector<DeviceInfo> devices;   // every rank, in rank order
 };
+// Valid JSON (numbers finite, else null): nccl-tests' -J fields (version,
+// start_time, args, env, nccl_version, config, results, out_of_bounds,
+// average_bus_bandwidth, end_time) and ours beside them (rows[] with every
+// figure, the floors, the shape, the versions as strings).
 std::string jsonReport(const Args& a, const RunInfo& run, const Floors& floors, const std::vector<Row>& rows);
+// The variables that shape a run (NCCL_*, CUDA_*, NVIDIA_*, launchers'
+// OMPI_* / PMIX_* / SLURM_* / UCX_*, LD_LIBRARY_PATH, LD_PRELOAD), sorted;
+// the rest of the environment (tokens, paths) stays out of a results file.
+std::vector<std::string> relevantEnvironment(char** envp);
+// Now, local time, "%Y-%m-%d %H:%M:%S" (nccl-tests' start_time format).
+std::string nowString();
 
 const char* dtypeFlag(ncclDataType_t d);
+const char* ncclTestsTypeName(ncclDataType_t d);  // nccl-tests' -d names: bfloat16, half, float
 const char* protocolFlag(int p);
 const char* baselineName(int baseline);
 

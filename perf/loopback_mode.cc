@@ -1,11 +1,13 @@
 /*************************************************************************
- * Loopback hooks (-V N): N virtual ranks on one GPU, the production kernel
+ * Loopback hooks (--virtual-ranks N): N virtual ranks on one GPU, the production kernel
  * in one cooperative launch. The baseline is the unfused path without NCCL
  * (which cannot put several ranks on one GPU): one copy kernel doing every
  * virtual rank's all-to-all + one combine kernel for every rank. The floors
  * are local copies of the same all-to-all traffic, and the ideal time is
  * the bytes the op must move at the measured copy bandwidth.
  ************************************************************************/
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -130,6 +132,21 @@ class LoopbackMode : public Mode {
     r.copyGBps = copyGBps_;
     r.ncclVersion = ncclVersion();
     return r;
+  }
+
+  std::vector<DeviceInfo> devices() const override {
+    DeviceInfo d;  // rank 0 stands for the virtual ranks, all on this GPU
+    d.pid = (int)getpid();
+    d.device = dev_;
+    gethostname(d.hostname, sizeof(d.hostname) - 1);
+    CUDA_OR_DIE(cudaDeviceGetPCIBusId(d.busId, sizeof(d.busId), dev_));
+    snprintf(d.name, sizeof(d.name), "%s", prop_.name);
+    return {d};
+  }
+
+  std::string protocolOf(int64_t rows) const override {
+    const ProtocolPolicy& p = lb_->engine().policy;
+    return protocolsOfBatch(rows, cfg_.maxBatch, (int)p.small, p.simpleForLarge ? p.simpleMinRows : 0);
   }
 
   Floors floors() const override {

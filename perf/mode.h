@@ -2,7 +2,7 @@
  * The hooks of a launch mode, nccl-tests style: what one thread's ranks
  * allocate, call and check. The sweep (sweep.h) is written once against
  * this interface; two modes implement it:
- *   loopback (-V N):  N virtual ranks on one GPU, one thread, one process;
+ *   loopback (--virtual-ranks N): N virtual ranks on one GPU, one thread, one process;
  *   ranks:            real NCCL ranks, this thread's -g GPUs, in one of -t
  *                     threads of one of the MPI processes (the Team joins
  *                     threads and processes; the mode does not care which).
@@ -54,6 +54,10 @@ class Mode {
   virtual std::string title() const = 0;
   virtual std::vector<std::string> rankLines() const = 0;
   virtual RunInfo runInfo() const = 0;
+  // This thread's ranks' GPUs, in rank order (the JSON's config.devices).
+  virtual std::vector<DeviceInfo> devices() const = 0;
+  // The protocol(s) the fused call runs a batch with (protocolsOfBatch).
+  virtual std::string protocolOf(int64_t rows) const = 0;
   // The floors this mode can measure, or why not (Floors::measured false).
   virtual Floors floors() const = 0;
 
@@ -101,7 +105,7 @@ class Mode {
 // on the CPUs near its GPU).
 void appendTopologyLines(const ncclDcpTopology_t& t, const std::string& pinning, std::vector<std::string>* lines);
 
-// -V: every virtual rank on the current GPU.
+// --virtual-ranks: every virtual rank on the current GPU.
 std::unique_ptr<Mode> makeLoopbackMode(const Args& a, Inputs& inputs);
 
 // Real ranks: thread `thread`'s GPUs of the placement, on a communicator

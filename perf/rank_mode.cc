@@ -120,6 +120,30 @@ class RankMode : public Mode {
     return r;
   }
 
+  std::vector<DeviceInfo> devices() const override {
+    std::vector<DeviceInfo> out;
+    for (const Rank& r : ranks_) {
+      cudaDeviceProp prop;
+      CUDA_OR_DIE(cudaGetDeviceProperties(&prop, r.dev));
+      DeviceInfo d;
+      d.rank = r.rank;
+      d.pid = (int)getpid();
+      d.device = r.dev;
+      gethostname(d.hostname, sizeof(d.hostname) - 1);
+      snprintf(d.busId, sizeof(d.busId), "%s", r.topo.busId[r.rank]);
+      snprintf(d.name, sizeof(d.name), "%s", prop.name);
+      out.push_back(d);
+    }
+    return out;
+  }
+
+  // The contexts agreed on one path and policy: rank 0's of this thread's.
+  std::string protocolOf(int64_t rows) const override {
+    const ncclDcpTopology_t& t = ranks_[0].topo;
+    if (t.path != ncclDcpPathFused) return rows > 0 ? "fallback" : "-";
+    return protocolsOfBatch(rows, cfg_.maxBatch, t.protocol, t.simpleMinRows);
+  }
+
   Floors floors() const override { return floors_; }
 
   // The baseline's inputs peer-major, the layout ncclAlltoAll sends from.

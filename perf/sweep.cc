@@ -1,5 +1,7 @@
 #include "sweep.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -58,25 +60,30 @@ std::vector<cudaGraphExec_t> capture(Mode& m, EnqueueAll enqueueAll) {
   return execs;
 }
 
-// One timed launch: the graphs, or (-G 0) one eager call.
-void launch(const std::vector<cudaGraphExec_t>& execs, Mode& m, Call c, int64_t rows) {
-  if (execs.empty()) return m.enqueue(c, rows);
-  for (size_t i = 0; i < execs.size(); i++) {
-    CUDA_OR_DIE(cudaSetDevice(m.slots()[i].dev));
-    CUDA_OR_DIE(cudaGraphLaunch(execs[i], m.slots()[i].stream));
+// One sample: -G launches of the graphs (each -m calls), or (-G 0) -m eager calls.
+void launch(const Args& a, const std::vector<cudaGraphExec_t>& execs, Mode& m, Call c, int64_t rows) {
+  if (execs.empty()) {
+    for (int i = 0; i < a.aggIters; i++) m.enqueue(c, rows);
+    return;
   }
+  for (int l = 0; l < a.graphLaunches; l++)
+    for (size_t i = 0; i < execs.size(); i++) {
+      CUDA_OR_DIE(cudaSetDevice(m.slots()[i].dev));
+      CUDA_OR_DIE(cudaGraphLaunch(execs[i], m.slots()[i].stream));
+    }
 }
 
-// Microseconds per call of c on each slot: median of -n launches after -w.
-// The launches are queued back to back, an event pair around each, and the
-// host waits only after the last (as nccl-tests' -G does): a launch's time
+// Microseconds per call of c on each slot: the median of -n samples after
+// -w, each sample -m calls x -G graph launches (-G 0: -m eager calls).
+// The samples are queued back to back, an event pair around each, and the
+// host waits only after the last (as nccl-tests' -G does): a sample's time
 // is then the GPU's, not the host's latency to start a graph on an idle GPU
 // nor one GPU waiting for the next one's launch (-g 2).
 std::vector<double> timeCall(const Args& a, Team& team, int thread, Mode& m, Call c, int64_t rows) {
   warmUp(team, thread, m, c, rows);
   const std::vector<cudaGraphExec_t> execs =
-      a.graphCalls > 0 ? capture(m, [&] {
-        for (int i = 0; i < a.graphCalls; i++) m.enqueue(c, rows);
+      a.graphLaunches > 0 ? capture(m, [&] {
+        for (int i = 0; i < a.aggIters; i++) m.enqueue(c, rows);
       })
                        : std::vector<cudaGraphExec_t>();
   const std::vector<Slot>& slots = m.slots();
@@ -90,13 +97,13 @@ std::vector<double> timeCall(const Args& a, Team& team, int thread, Mode& m, Cal
       CUDA_OR_DIE(cudaEventCreate(&stop[i][it]));
     }
   }
-  for (int w = 0; w < a.warmup; w++) launch(execs, m, c, rows);
+  for (int w = 0; w < a.warmup; w++) launch(a, execs, m, c, rows);
   for (int it = 0; it < a.iters; it++) {
     for (size_t i = 0; i < slots.size(); i++) {
       CUDA_OR_DIE(cudaSetDevice(slots[i].dev));
       CUDA_OR_DIE(cudaEventRecord(start[i][it], slots[i].stream));
     }
-    launch(execs, m, c, rows);
+    launch(a, execs, m, c, rows);
     for (size_t i = 0; i < slots.size(); i++) {
       CUDA_OR_DIE(cudaSetDevice(slots[i].dev));
       CUDA_OR_DIE(cudaEventRecord(stop[i][it], slots[i].stream));
@@ -110,7 +117,7 @@ std::vector<double> timeCall(const Args& a, Team& team, int thread, Mode& m, Cal
     for (int it = 0; it < a.iters; it++) {
       float ms = 0;
       CUDA_OR_DIE(cudaEventElapsedTime(&ms, start[i][it], stop[i][it]));
-      samples.push_back(ms * 1e3 / std::max(a.graphCalls, 1));
+      samples.push_back(ms * 1e3 / ((double)a.aggIters * std::max(a.graphLaunches, 1)));
       CUDA_OR_DIE(cudaEventDestroy(start[i][it]));
       CUDA_OR_DIE(cudaEventDestroy(stop[i][it]));
     }
@@ -169,7 +176,7 @@ void printLines(Team& team, int thread, const std::vector<std::string>& mine) {
       if (all[off]) printf("%s\n", &all[off]);
 }
 
-// -T: the in-kernel timeline of one fused call of `rows` rows, run right
+// --timeline: the in-kernel timeline of one fused call of `rows` rows, run right
 // after an untimed one in the same graph, so that the ranks enter it
 // together (the first call ends on every rank within a flag's crossing, and
 // no host launch comes between). Per rank, each stage's spread over the
@@ -227,14 +234,40 @@ std::vector<std::string> timelineLines(Mode& m, int64_t rows) {
   return lines;
 }
 
-void writeJson(const Args& a, const Mode& m, const Floors& f, const std::vector<Row>& rows) {
+// Every rank's GPU, in rank order (the JSON's config.devices).
+std::vector<DeviceInfo> gatherDevices(Team& team, int thread, const Mode& m) {
+  const std::vector<DeviceInfo> mine = m.devices();
+  std::vector<DeviceInfo> all(mine.size() * team.threads() * team.group().processes);
+  team.allGather(thread, mine.data(), mine.size() * sizeof(DeviceInfo), all.data());
+  return all;
+}
+
+void writeJson(const Args& a, const Mode& m, RunInfo run, const Floors& f, const std::vector<Row>& rows) {
   FILE* file = fopen(a.json.c_str(), "w");
   if (!file) {
     fprintf(stderr, "nccl-dcp perf: -J %s: cannot open for writing\n", a.json.c_str());
     abortRun(kExitFailed);
   }
-  fputs(jsonReport(a, m.runInfo(), f, rows).c_str(), file);
-  fclose(file);
+  const RunInfo mode = m.runInfo();
+  run.mode = mode.mode;
+  run.device = mode.device;
+  run.nRanks = mode.nRanks;
+  run.placement = mode.placement;
+  run.copyGBps = mode.copyGBps;
+  run.ncclVersion = mode.ncclVersion;
+  run.provider = mode.provider;
+  run.endTime = nowString();
+  run.env = relevantEnvironment(environ);
+  char host[64] = "";
+  gethostname(host, sizeof(host) - 1);
+  run.host = host;
+  NCCL_OR_DIE(ncclDcpGetVersion(&run.dcpVersion));
+  fputs(jsonReport(a, run, f, rows).c_str(), file);
+  if (fclose(file) != 0) {
+    fprintf(stderr, "nccl-dcp perf: -J %s: write failed\n", a.json.c_str());
+    abortRun(kExitFailed);
+  }
+  printf("# JSON written to %s\n", a.json.c_str());
 }
 
 }  // namespace
@@ -242,13 +275,15 @@ void writeJson(const Args& a, const Mode& m, const Floors& f, const std::vector<
 int runSweep(const Args& a, Team& team, int thread, Mode& m) {
   const bool leader = team.leader(thread);
   const std::vector<int64_t> sizes = batchSweep(a);
-  if (leader) printf("%s\n", m.title().c_str());
+  RunInfo run;  // the JSON's
+  run.startTime = nowString();
+  if (leader) printf("%s\n%s", m.title().c_str(), sizeNote(a, m.nRanks()).c_str());
   printLines(team, thread, m.rankLines());
   if (a.timeline && leader) {
     uint64_t step = 0;
     CUDA_OR_DIE(cudaSetDevice(m.slots()[0].dev));
     CUDA_OR_DIE(globalTimerStepNs(&step));
-    printf("# timeline (-T 1): %%globaltimer steps by %llu ns here\n", (unsigned long long)step);
+    printf("# timeline (--timeline): %%globaltimer steps by %llu ns here\n", (unsigned long long)step);
   }
 
   std::vector<Samples> samples(sizes.size());
@@ -257,7 +292,7 @@ int runSweep(const Args& a, Team& team, int thread, Mode& m) {
   for (size_t k = 0; k < sizes.size(); k++)  // the floors alone, for the header
     rows.push_back(makeRow(a, sizes[k], m.bytesOf(sizes[k]), m.nRanks(), samples[k], 0));
   const Columns columns = columnsOf(a, m.runInfo().mode == "loopback", floors.measured);
-  if (leader) printf("%s%s", floorHeader(floors, rows, m.nRanks()).c_str(), tableHeader(a, columns).c_str());
+  if (leader) printf("%s%s", floorHeader(floors, rows, m.nRanks()).c_str(), tableHeader(a, m.nRanks(), columns).c_str());
 
   bool anyWrong = false;
   for (size_t k = 0; k < sizes.size(); k++) {
@@ -276,6 +311,7 @@ int runSweep(const Args& a, Team& team, int thread, Mode& m) {
       printLines(team, thread, timelineLines(m, b));
     }
     rows[k] = makeRow(a, b, m.bytesOf(b), m.nRanks(), s, m.idealUs(b));
+    rows[k].protocol = m.protocolOf(b);
     anyWrong = anyWrong || rows[k].fusedWrong > 0 || rows[k].baseWrong > 0;
     if (leader) {
       printf("%s", formatRow(rows[k], columns).c_str());
@@ -283,7 +319,9 @@ int runSweep(const Args& a, Team& team, int thread, Mode& m) {
     }
   }
   m.checkAsyncErrors();
-  if (leader && !a.json.empty()) writeJson(a, m, floors, rows);
+  if (leader) printf("%s", tableFooter(rows, a.baseline != kBaselineOff).c_str());
+  if (!a.json.empty()) run.devices = gatherDevices(team, thread, m);
+  if (leader && !a.json.empty()) writeJson(a, m, run, floors, rows);
   team.barrier(thread);
   return anyWrong ? kExitWrong : kExitOk;
 }

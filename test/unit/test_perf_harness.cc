@@ -1,17 +1,23 @@
-// The perf harness's host parts (perf/harness.h, perf/team.h): nccl-tests
-// flags, the batch sweep, rank placement, aggregation across ranks, the
-// rows, the table, the floors' header, the JSON report, and the team of
-// threads (x processes) that gathers every rank's figures.
+// The perf harness's host parts (perf/harness.h, perf/team.h): the options
+// (nccl-tests' letters with nccl-tests' meanings, ours as long options),
+// sizes in rows or bytes, the batch sweep, rank placement, aggregation
+// across ranks, the rows, the table and its footer, the floors' header,
+// the JSON report (valid JSON, finite numbers, nccl-tests' fields), and the
+// team of threads (x processes) that gathers every rank's figures.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "harness.h"
+#include "json.h"
 #include "team.h"
 #include "test_util.h"
 
@@ -19,9 +25,12 @@ namespace nccl_dcp {
 namespace perf {
 namespace {
 
+namespace json = nccl_dcp::plugin::json;
+
 ParseResult parse(std::vector<const char*> argv, Args* a, std::string* err) {
   argv.insert(argv.begin(), "dcp_a2a_lse_reduce_perf");
-  return parseArgs((int)argv.size(), const_cast<char**>(argv.data()), a, err);
+  argv.push_back(nullptr);  // as main's argv
+  return parseArgs((int)argv.size() - 1, const_cast<char**>(argv.data()), a, err);
 }
 
 TEST(PerfArgs, DefaultsAreTheDesignSweep) {
@@ -36,14 +45,18 @@ TEST(PerfArgs, DefaultsAreTheDesignSweep) {
   EXPECT_EQ(a.virtualRanks, 0);
   EXPECT_EQ(a.baseline, kBaselineFull);
   EXPECT_EQ(a.floors, 1);
-  EXPECT_EQ(a.graphCalls, 10);
+  EXPECT_EQ(a.aggIters, 10);  // a graph of 10 calls,
+  EXPECT_EQ(a.graphLaunches, 1);  // launched once per sample
+  EXPECT_EQ(a.timeoutS, -1);
+  EXPECT_EQ(a.timeline, 0);
+  EXPECT_EQ(a.argv, std::vector<std::string>{"dcp_a2a_lse_reduce_perf"});
 }
 
-TEST(PerfArgs, EveryFlagParses) {
+TEST(PerfArgs, EveryShortOptionParses) {
   Args a;
   std::string err;
-  ASSERT_EQ(parse({"-b", "8", "-e", "256", "-f", "4", "-g", "2", "-t", "4", "-n", "50", "-w", "3", "-c", "2", "-G",
-                   "0", "-a", "3", "-d", "fp16", "-D", "128", "-H", "4", "-P", "simple", "-L", "e", "-m", "64", "-B",
+  ASSERT_EQ(parse({"-b", "8", "-e", "256", "-f", "4", "-g", "2", "-t", "4", "-n", "50", "-w", "3", "-c", "2", "-m",
+                   "5", "-G", "0", "-a", "3", "-d", "half", "-T", "7", "-H", "4", "-P", "simple", "-L", "e", "-B",
                    "2", "-F", "0", "-J", "out.json"},
                   &a, &err),
             ParseResult::Ok)
@@ -56,50 +69,236 @@ TEST(PerfArgs, EveryFlagParses) {
   EXPECT_EQ(a.iters, 50);
   EXPECT_EQ(a.warmup, 3);
   EXPECT_EQ(a.check, 2);
-  EXPECT_EQ(a.graphCalls, 0);
+  EXPECT_EQ(a.aggIters, 5);
+  EXPECT_EQ(a.graphLaunches, 0);
   EXPECT_EQ(a.aggregate, 3);
   EXPECT_EQ(a.dtype, ncclFloat16);
-  EXPECT_EQ(a.headDim, 128);
+  EXPECT_EQ(a.timeoutS, 7);
   EXPECT_EQ(a.localHeads, 4);
   EXPECT_EQ(a.protocol, ncclDcpProtoSimple);
   EXPECT_EQ(a.lseBase, ncclDcpLseBaseE);
-  EXPECT_EQ(a.maxBatch, 64);
   EXPECT_EQ(a.baseline, kBaselineAllToAll);
   EXPECT_EQ(a.floors, 0);
   EXPECT_EQ(a.json, "out.json");
+  EXPECT_EQ(a.argv.size(), 39u);  // as given (the program and 38 words), for the JSON
+  EXPECT_EQ(a.argv[1], "-b");
+  Args v;  // getopt's forms: value glued to the letter, letters with values in a row
+  ASSERT_EQ(parse({"-i16", "-dfloat", "-n", "3"}, &v, &err), ParseResult::Ok) << err;
+  EXPECT_EQ(v.step, 16);
+  EXPECT_EQ(v.dtype, ncclFloat32);
+  EXPECT_EQ(v.iters, 3);
+}
+
+TEST(PerfArgs, EveryLongOptionParses) {
+  Args a;
+  std::string err;
+  ASSERT_EQ(parse({"--nthreads", "2", "--ngpus=3", "--minbytes", "64K", "--maxbytes", "1048576", "--stepbytes", "32K",
+                   "--stepfactor", "3", "--iters", "9", "--agg_iters", "4", "--warmup_iters", "2", "--check", "0",
+                   "--datatype", "bfloat16", "--timeout", "0", "--cudagraph", "2", "--output_file", "r.json",
+                   "--average", "2", "--local-heads", "8", "--head-dim", "128", "--protocol", "LL", "--lse-base", "2",
+                   "--max-batch", "64", "--baseline", "0", "--floors", "0", "--provider", "cuda-ipc"},
+                  &a, &err),
+            ParseResult::Ok)
+      << err;
+  EXPECT_EQ(a.threads, 2);
+  EXPECT_EQ(a.gpusPerThread, 3);
+  EXPECT_TRUE(a.minSize.bytes);
+  EXPECT_EQ(a.minSize.value, 65536);
+  EXPECT_TRUE(a.maxSize.bytes);  // --maxbytes: a plain number is bytes, as in nccl-tests
+  EXPECT_EQ(a.maxSize.value, 1048576);
+  EXPECT_EQ(a.stepSize.value, 32768);
+  EXPECT_EQ(a.factor, 3);
+  EXPECT_EQ(a.iters, 9);
+  EXPECT_EQ(a.aggIters, 4);
+  EXPECT_EQ(a.warmup, 2);
+  EXPECT_EQ(a.check, 0);
+  EXPECT_EQ(a.dtype, ncclBfloat16);
+  EXPECT_EQ(a.timeoutS, 0);
+  EXPECT_EQ(a.graphLaunches, 2);
+  EXPECT_EQ(a.json, "r.json");
+  EXPECT_EQ(a.aggregate, 2);
+  EXPECT_EQ(a.localHeads, 8);
+  EXPECT_EQ(a.headDim, 128);
+  EXPECT_EQ(a.protocol, ncclDcpProtoLL);
+  EXPECT_EQ(a.lseBase, ncclDcpLseBase2);
+  EXPECT_EQ(a.maxBatch, 64);
+  EXPECT_EQ(a.baseline, kBaselineOff);
+  EXPECT_EQ(a.floors, 0);
+  EXPECT_EQ(a.provider, "cuda-ipc");
   Args v;
-  ASSERT_EQ(parse({"-V", "8", "-i", "16"}, &v, &err), ParseResult::Ok) << err;
+  ASSERT_EQ(parse({"--virtual-ranks", "8", "-i", "16"}, &v, &err), ParseResult::Ok) << err;
   EXPECT_EQ(v.virtualRanks, 8);
   EXPECT_EQ(v.step, 16);
 }
 
-TEST(PerfArgs, HelpAndErrorsNameTheFlag) {
+TEST(PerfArgs, HelpAndVersion) {
   std::string err;
   Args h;
   EXPECT_EQ(parse({"-h"}, &h, &err), ParseResult::Help);
   EXPECT_EQ(parse({"--help"}, &h, &err), ParseResult::Help);
+  EXPECT_EQ(parse({"-n", "3", "--version"}, &h, &err), ParseResult::Version);
+  const std::string v = versionText(20000, 22809);
+  EXPECT_NE(v.find("nccl-dcp " + versionString(NCCL_DCP_VERSION_CODE)), std::string::npos) << v;
+  EXPECT_NE(v.find("library loaded: 2.0.0"), std::string::npos) << v;
+  EXPECT_NE(v.find("library loaded: 2.28.9"), std::string::npos) << v;
+  EXPECT_NE(v.find("NCCL headers " + versionString(NCCL_VERSION_CODE)), std::string::npos) << v;
+  EXPECT_NE(v.find("timeline"), std::string::npos) << v;
+  EXPECT_EQ(versionString(22809), "2.28.9");
+  EXPECT_EQ(versionString(21003), "2.10.3");
+}
+
+// Every refusal names the option; the binary exits 2 on any of them.
+TEST(PerfArgs, ErrorsNameTheOption) {
+  std::string err;
   const std::vector<std::pair<std::vector<const char*>, const char*>> bad = {
-      {{"-x", "1"}, "-x"},        {{"-b"}, "-b"},          {{"-b", "abc"}, "-b"},      {{"-f", "1"}, "-f"},
-      {{"-d", "int8"}, "-d"},     {{"-P", "fast"}, "-P"},  {{"-L", "10"}, "-L"},       {{"-V", "17"}, "-V"},
-      {{"-a", "4"}, "-a"},        {{"-g", "0"}, "-g"},     {{"-B", "3"}, "-B"},        {{"-F", "2"}, "-F"},
-      {{"-b", "64", "-e", "8"}, "-b"}, {{"extra"}, "extra"}, {{"-V", "8", "-t", "2"}, "-V"},
-      {{"-V", "4", "-g", "2"}, "-t and -g"}};
-  for (const auto& [argv, flag] : bad) {
+      {{"-x", "1"}, "-x"},
+      {{"--foo"}, "--foo"},
+      {{"--head-dim"}, "--head-dim"},  // no value
+      {{"-b"}, "-b"},
+      {{"-b", "abc"}, "-b"},
+      {{"-b", "12Q"}, "-b"},
+      {{"-b", "1.5"}, "-b"},  // rows are whole
+      {{"-b", "-4"}, "-b"},
+      {{"-b", "0x10"}, "-b"},
+      {{"--minbytes", "1e3"}, "--minbytes"},
+      {{"-f", "1"}, "-f"},
+      {{"-d", "int8"}, "-d"},
+      {{"-P", "fast"}, "-P"},
+      {{"--protocol", "fast"}, "--protocol"},
+      {{"-L", "10"}, "-L"},
+      {{"--virtual-ranks", "17"}, "--virtual-ranks"},
+      {{"-a", "4"}, "-a"},
+      {{"-g", "0"}, "-g"},
+      {{"-m", "0"}, "-m"},
+      {{"-G", "-1"}, "-G"},
+      {{"-T", "x"}, "-T"},
+      {{"-B", "3"}, "-B"},
+      {{"-F", "2"}, "-F"},
+      {{"-n", "5000000000"}, "-n"},
+      {{"--provider", "nvshmem"}, "--provider"},
+      {{"-b", "64", "-e", "8"}, "-b"},
+      {{"--minbytes", "64K", "--maxbytes", "8K"}, "--minbytes"},
+      {{"extra"}, "extra"},
+      {{"--virtual-ranks", "8", "-t", "2"}, "--virtual-ranks"},
+      {{"--virtual-ranks", "4", "-g", "2"}, "-t and -g"},
+      // Letters of ours that nccl-tests uses for something else: refused,
+      // pointing at nccl-tests' meaning and at our long option.
+      {{"-D", "128"}, "--head-dim"},
+      {{"-V", "8"}, "--virtual-ranks"},
+      {{"-R", "1"}, "nccl-tests' --local_register"},
+      {{"-o", "sum"}, "nccl-tests' --op"},
+      {{"-N", "2"}, "nccl-tests' --run_cycles"},
+  };
+  for (const auto& [argv, what] : bad) {
     Args a;
     err.clear();
     EXPECT_EQ(parse(argv, &a, &err), ParseResult::Error) << argv[0];
-    EXPECT_NE(err.find(flag), std::string::npos) << err;
+    EXPECT_NE(err.find(what), std::string::npos) << argv[0] << ": " << err;
   }
 }
 
-TEST(PerfArgs, UsageDocumentsEveryFlagAndMpirun) {
+// -T is nccl-tests' timeout; the timeline is --timeline, refused at parsing
+// by a build without it (it used to fail mid-run).
+TEST(PerfArgs, TimelineOnlyWhereBuilt) {
+  Args a;
+  std::string err;
+#ifdef NCCL_DCP_TIMELINE
+  ASSERT_EQ(parse({"--timeline"}, &a, &err), ParseResult::Ok) << err;
+  EXPECT_EQ(a.timeline, 1);
+  EXPECT_NE(usage("p").find("this one: yes"), std::string::npos);
+#else
+  EXPECT_EQ(parse({"--timeline"}, &a, &err), ParseResult::Error);
+  EXPECT_NE(err.find("-Dtimeline=true"), std::string::npos) << err;
+  EXPECT_NE(usage("p").find("this one: no"), std::string::npos);
+#endif
+  Args t;
+  ASSERT_EQ(parse({"-T", "1"}, &t, &err), ParseResult::Ok) << err;
+  EXPECT_EQ(t.timeline, 0);
+  EXPECT_EQ(t.timeoutS, 1);
+}
+
+TEST(PerfArgs, UsageDocumentsEveryOptionAndMpirun) {
   const std::string u = usage("p");
-  for (const char* f : {"-b", "-e", "-f", "-i", "-g", "-t", "-n", "-w", "-c", "-G", "-a", "-d", "-D", "-H", "-P", "-L",
-                        "-V", "-m", "-B", "-F", "-J", "-h"})
-    EXPECT_NE(u.find(std::string("  ") + f + " "), std::string::npos) << f;
+  for (const char* f : {"-b ", "-e ", "-i ", "--minbytes, --maxbytes, --stepbytes", "-f, --stepfactor",
+                        "-g, --ngpus", "-t, --nthreads", "-n, --iters", "-w, --warmup_iters", "-m, --agg_iters",
+                        "-G, --cudagraph", "-c, --check", "-a, --average", "-d, --datatype", "-T, --timeout",
+                        "-J, --output_file", "-h, --help", "-H, --local-heads", "--head-dim", "-P, --protocol",
+                        "-L, --lse-base", "--virtual-ranks", "--max-batch", "-B, --baseline", "-F, --floors",
+                        "--timeline", "--provider", "--version"})
+    EXPECT_NE(u.find(std::string("  ") + f), std::string::npos) << f;
   EXPECT_NE(u.find("3 no GPU"), std::string::npos);
   EXPECT_NE(u.find("mpirun -np"), std::string::npos);
   EXPECT_NE(u.find("alltoall_perf"), std::string::npos);  // what -B 2 is for
+  EXPECT_NE(u.find("median sample / (m x G)"), std::string::npos);  // how -m and -G map
+  EXPECT_NE(u.find("K = 1024"), std::string::npos);  // sizes in bytes
+}
+
+TEST(PerfSizes, RowsOrBytes) {
+  Size z;
+  ASSERT_TRUE(parseSize("64", false, &z));
+  EXPECT_FALSE(z.bytes);
+  EXPECT_EQ(z.value, 64);
+  ASSERT_TRUE(parseSize("64", true, &z));  // --minbytes
+  EXPECT_TRUE(z.bytes);
+  EXPECT_EQ(z.value, 64);
+  const std::vector<std::pair<const char*, int64_t>> bytes = {
+      {"4096B", 4096}, {"32K", 32768}, {"32k", 32768}, {"32KB", 32768}, {"32KiB", 32768},
+      {"1.5M", 1572864}, {"32M", 33554432}, {"1G", 1073741824}, {"0B", 0}};
+  for (const auto& [text, value] : bytes) {
+    ASSERT_TRUE(parseSize(text, false, &z)) << text;
+    EXPECT_TRUE(z.bytes) << text;
+    EXPECT_EQ(z.value, value) << text;
+  }
+  for (const char* text : {"", "K", "-1", "+1", "1.5", "1.5B", "0x20", "1e3", "32T", "32 K", "nan", "inf", "32KK"})
+    EXPECT_FALSE(parseSize(text, false, &z)) << text;
+}
+
+// -b 32K -e 32M at 2 ranks, Hl 16, D 512, bf16 (32 KiB a row) is 1..1024 rows.
+TEST(PerfSizes, BytesBecomeRowsOnceTheRanksAreKnown) {
+  Args a;
+  std::string err;
+  ASSERT_EQ(parse({"-b", "32K", "-e", "32M", "-i", "64K"}, &a, &err), ParseResult::Ok) << err;
+  EXPECT_EQ(bytesPerRow(a, 2), 32768);
+  ASSERT_TRUE(resolveSizes(&a, 2, &err)) << err;
+  EXPECT_EQ(a.minRows, 1);
+  EXPECT_EQ(a.maxRows, 1024);
+  EXPECT_EQ(a.step, 2);
+  const std::string note = sizeNote(a, 2);
+  EXPECT_NE(note.find("-b 32768 B = 1 rows"), std::string::npos) << note;
+  EXPECT_NE(note.find("-e 33554432 B = 1024 rows"), std::string::npos) << note;
+  // Rounded down, at least one row; fp32 rows weigh twice as much.
+  Args f;
+  ASSERT_EQ(parse({"-b", "1K", "-e", "100K", "-d", "fp32"}, &f, &err), ParseResult::Ok) << err;
+  ASSERT_TRUE(resolveSizes(&f, 2, &err)) << err;
+  EXPECT_EQ(f.minRows, 1);
+  EXPECT_EQ(f.maxRows, 1);  // 100 KiB / 64 KiB
+  // Rows stay rows, and no note.
+  Args r;
+  ASSERT_EQ(parse({"-b", "4", "-e", "8"}, &r, &err), ParseResult::Ok) << err;
+  ASSERT_TRUE(resolveSizes(&r, 8, &err)) << err;
+  EXPECT_EQ(r.minRows, 4);
+  EXPECT_EQ(r.maxRows, 8);
+  EXPECT_EQ(sizeNote(r, 8), "");
+  // Mixed: -b 64 rows but -e 32K is 1 row at 2 ranks: refused once known.
+  Args m;
+  ASSERT_EQ(parse({"-b", "64", "-e", "32K"}, &m, &err), ParseResult::Ok) << err;
+  EXPECT_FALSE(resolveSizes(&m, 2, &err));
+  EXPECT_NE(err.find("-b is 64 rows"), std::string::npos) << err;
+  Args big;
+  ASSERT_EQ(parse({"-e", "1G", "-H", "1", "--head-dim", "1"}, &big, &err), ParseResult::Ok) << err;
+  EXPECT_FALSE(resolveSizes(&big, 1, &err));
+  EXPECT_NE(err.find("-e is"), std::string::npos) << err;
+}
+
+TEST(PerfProtocol, WhatEachBatchRan) {
+  // AUTO on NVLink: LL128, SIMPLE for rounds of >= 128 rows.
+  EXPECT_EQ(protocolsOfBatch(0, 256, ncclDcpProtoLL128, 128), "-");
+  EXPECT_EQ(protocolsOfBatch(64, 256, ncclDcpProtoLL128, 128), "LL128");
+  EXPECT_EQ(protocolsOfBatch(128, 256, ncclDcpProtoLL128, 128), "SIMPLE");
+  EXPECT_EQ(protocolsOfBatch(1024, 256, ncclDcpProtoLL128, 128), "SIMPLE");  // 4 rounds of 256
+  EXPECT_EQ(protocolsOfBatch(300, 256, ncclDcpProtoLL128, 128), "SIMPLE+LL128");  // 256 + 44
+  EXPECT_EQ(protocolsOfBatch(1024, 256, ncclDcpProtoLL, 0), "LL");  // forced, or SIMPLE never
+  EXPECT_EQ(protocolsOfBatch(5, 0, ncclDcpProtoSimple, 0), "SIMPLE");
 }
 
 TEST(PerfSweep, FactorAndStep) {
@@ -235,6 +434,7 @@ TEST(PerfTable, RowsLineUpWithTheHeaderInEveryLayout) {
   r.baseWrong = -1;
   r.idealUs = 738.0;
   r.peerWriteUs = 1000;
+  r.protocol = "LL128+SIMPLE";
   fillBandwidths(&r, 8);
   for (int base = 0; base < 2; base++)
     for (int ideal = 0; ideal < 2; ideal++)
@@ -242,7 +442,7 @@ TEST(PerfTable, RowsLineUpWithTheHeaderInEveryLayout) {
         Args a;
         a.baseline = base ? kBaselineFull : kBaselineOff;
         const Columns c = columnsOf(a, ideal, floor);
-        const std::string h = tableHeader(a, c), line = formatRow(r, c);
+        const std::string h = tableHeader(a, 8, c), line = formatRow(r, c);
         const std::string lastHeader = h.substr(h.rfind('\n', h.size() - 2) + 1);
         const std::string names = h.substr(h.rfind('\n', h.rfind('\n', h.size() - 2) - 1) + 1);
         EXPECT_EQ(line.size(), lastHeader.size()) << "\n" << h << line;
@@ -250,6 +450,8 @@ TEST(PerfTable, RowsLineUpWithTheHeaderInEveryLayout) {
         EXPECT_EQ(names.find("xIdeal") != std::string::npos, (bool)ideal) << names;
         EXPECT_EQ(names.find("xFloor") != std::string::npos, (bool)floor) << names;
         EXPECT_EQ(line.find(" - ") != std::string::npos, !base) << line;
+        EXPECT_EQ(line.substr(line.size() - 13), "LL128+SIMPLE\n") << line;  // last column
+        EXPECT_NE(names.find("protocol"), std::string::npos) << names;
         if (base) {
           EXPECT_NE(line.find("N/A"), std::string::npos) << line;  // baseline not checked
           EXPECT_NE(line.find("0.42"), std::string::npos) << line;  // speedup
@@ -263,11 +465,44 @@ TEST(PerfTable, RowsLineUpWithTheHeaderInEveryLayout) {
       }
 }
 
-TEST(PerfTable, HeaderNamesTheBaseline) {
+TEST(PerfTable, HeaderNamesTheBaselineAndTheSettings) {
   Args a;
-  EXPECT_NE(tableHeader(a, Columns()).find("a2a + combine"), std::string::npos);
+  a.aggIters = 7;
+  a.graphLaunches = 3;
+  const std::string h = tableHeader(a, 2, Columns());
+  EXPECT_NE(h.find("a2a + combine"), std::string::npos);
+  // nccl-tests' settings line, sizes in bytes: 1..1024 rows of 32 KiB.
+  EXPECT_NE(h.find("# nThread 1 nGpus 1 minBytes 32768 maxBytes 33554432 step: 2(factor) warmup iters: 5 iters: 20 "
+                   "agg iters: 7 validation: 1 graph: 3"),
+            std::string::npos)
+      << h;
   a.baseline = kBaselineAllToAll;
-  EXPECT_NE(tableHeader(a, Columns()).find("a2a alone"), std::string::npos);
+  EXPECT_NE(tableHeader(a, 2, Columns()).find("a2a alone"), std::string::npos);
+}
+
+// nccl-tests' closing lines (scripts grep "Avg bus bandwidth" and take the
+// 6th field).
+TEST(PerfTable, FooterAsNcclTests) {
+  std::vector<Row> rows(3);
+  for (int i = 0; i < 3; i++) {
+    rows[i].rows = 1 << i;
+    rows[i].bytes = 1000000 << i;
+    rows[i].fusedUs = 10;
+    rows[i].baseUs = 40;
+    rows[i].fusedWrong = 0;
+    rows[i].baseWrong = 0;
+    fillBandwidths(&rows[i], 2);  // fused busbw 50, 100, 200
+  }
+  std::string f = tableFooter(rows, true);
+  EXPECT_NE(f.find("# Out of bounds values : 0 OK\n"), std::string::npos) << f;
+  EXPECT_NE(f.find("# Avg bus bandwidth    : 116.667 \n"), std::string::npos) << f;
+  EXPECT_NE(f.find("# Avg bus bandwidth    : 29.1667 (the baseline's)\n"), std::string::npos) << f;
+  EXPECT_NE(f.find("# Speed-up             : 4 (geometric mean)"), std::string::npos) << f;
+  EXPECT_NE(f.find("# Collective test concluded: dcp_a2a_lse_reduce_perf\n"), std::string::npos) << f;
+  rows[1].fusedWrong = 3;
+  f = tableFooter(rows, false);
+  EXPECT_NE(f.find("# Out of bounds values : 3 FAILED\n"), std::string::npos) << f;
+  EXPECT_EQ(f.find("baseline"), std::string::npos) << f;
 }
 
 TEST(PerfFloors, HeaderShowsEachFloorOrWhyNot) {
@@ -303,39 +538,197 @@ TEST(PerfFloors, HeaderShowsEachFloorOrWhyNot) {
   EXPECT_NE(local.find("round trip between ranks r and r^1: not measured"), std::string::npos) << local;
 }
 
-TEST(PerfJson, CarriesEveryRowAndTheFloors) {
-  Args a;
-  a.protocol = ncclDcpProtoLL128;
-  a.baseline = kBaselineAllToAll;
-  std::vector<Row> rows(3);
-  for (int i = 0; i < 3; i++) {
-    rows[i].rows = 1 << i;
-    rows[i].fusedUs = 1.5 * (i + 1);
-    rows[i].peerWriteUs = 0.25 * (i + 1);
-    rows[i].copyEngineUs = 2;
-    fillBandwidths(&rows[i], 2);
+// Every number of a parsed document is finite (json::parse already refuses
+// nan, inf and 1e999); the keys of each object are unique.
+void expectClean(const json::Value& v, const std::string& where) {
+  if (v.type == json::Value::Number) {
+    EXPECT_TRUE(std::isfinite(v.number)) << where;
   }
+  std::set<std::string> keys;
+  for (const auto& [k, member] : v.object) {
+    EXPECT_TRUE(keys.insert(k).second) << where << ": " << k << " twice";
+    expectClean(member, where + "." + k);
+  }
+  for (size_t i = 0; i < v.array.size(); i++) expectClean(v.array[i], where + "[" + std::to_string(i) + "]");
+}
+
+const json::Value& at(const json::Value& v, const char* key) {
+  static const json::Value none;
+  const json::Value* m = v.find(key);
+  EXPECT_NE(m, nullptr) << key;
+  return m ? *m : none;
+}
+
+struct JsonCase {
+  Args a;
   RunInfo run;
-  run.mode = "ranks";
-  run.device = "NVIDIA \"H200\"";
-  run.nRanks = 2;
-  run.placement.processes = 2;
-  run.ncclVersion = 22809;
   Floors f;
-  f.measured = true;
-  f.roundTripUs = 1.25;
-  f.where = "into the peers' NCCL windows";
-  const std::string j = jsonReport(a, run, f, rows);
-  for (const char* want : {"\"protocol\": \"LL128\"", "\"nRanks\": 2", "\"processes\": 2", "\"ncclVersion\": 22809",
-                           "\"baseline\": \"a2a alone\"", "\"rows\": 4,", "\"fusedUs\": 4.5", "\"peerWriteUs\": 0.75",
-                           "\"copyEngineUs\": 2", "\"floorUs\": 0.75", "\"xFloor\": 6", "\"roundTripUs\": 1.25",
-                           "\"measured\": true", "\"device\": \"NVIDIA \\\"H200\\\"\""})
-    EXPECT_NE(j.find(want), std::string::npos) << want << "\n" << j;
-  EXPECT_EQ(j.front(), '{');
-  EXPECT_EQ(j[j.size() - 2], '}');
-  int depth = 0;  // braces and brackets balance
-  for (char ch : j) depth += (ch == '{' || ch == '[') - (ch == '}' || ch == ']');
-  EXPECT_EQ(depth, 0);
+  std::vector<Row> rows;
+};
+
+JsonCase jsonCase() {
+  JsonCase c;
+  std::string err;
+  EXPECT_EQ(parse({"-b", "1", "-e", "4", "-P", "LL128", "-B", "2", "-J", "out \"x\".json"}, &c.a, &err),
+            ParseResult::Ok);
+  c.rows.resize(3);
+  for (int i = 0; i < 3; i++) {
+    c.rows[i].rows = 1 << i;
+    c.rows[i].bytes = 32768 << i;
+    c.rows[i].fusedUs = 1.5 * (i + 1);
+    c.rows[i].peerWriteUs = 0.25 * (i + 1);
+    c.rows[i].copyEngineUs = 2;
+    c.rows[i].fusedWrong = 0;
+    c.rows[i].protocol = "LL128";
+    fillBandwidths(&c.rows[i], 2);
+  }
+  c.run.mode = "ranks";
+  c.run.device = "NVIDIA \"H200\"\n";
+  c.run.nRanks = 2;
+  c.run.placement.processes = 2;
+  c.run.ncclVersion = 22809;
+  c.run.dcpVersion = 200;
+  c.run.host = "node\t1";
+  c.run.startTime = "2026-01-02 03:04:05";
+  c.run.endTime = "2026-01-02 03:04:06";
+  c.run.env = {"NCCL_DEBUG=INFO", "CUDA_VISIBLE_DEVICES=0,1"};
+  c.run.provider = "nccl-window";
+  DeviceInfo d;
+  d.rank = 1;
+  d.pid = 42;
+  d.device = 1;
+  snprintf(d.hostname, sizeof(d.hostname), "node1");
+  snprintf(d.busId, sizeof(d.busId), "0000:19:00.0");
+  snprintf(d.name, sizeof(d.name), "NVIDIA H200");
+  c.run.devices = {DeviceInfo(), d};
+  c.f.measured = true;
+  c.f.roundTripUs = 1.25;
+  c.f.where = "into the peers' NCCL windows";
+  return c;
+}
+
+TEST(PerfJson, IsValidJsonWithNcclTestsFieldsAndOurs) {
+  const JsonCase c = jsonCase();
+  const std::string j = jsonReport(c.a, c.run, c.f, c.rows);
+  json::Value doc;
+  std::string err;
+  ASSERT_TRUE(json::parse(j, &doc, &err)) << err << "\n" << j;
+  expectClean(doc, "$");
+  // nccl-tests' -J fields (src/util.cu), in its order.
+  const char* const ncclTests[] = {"version", "start_time", "args", "env", "nccl_version", "config", "results",
+                                   "out_of_bounds", "average_bus_bandwidth"};
+  size_t prev = 0;
+  for (const char* k : ncclTests) {
+    size_t pos = 0;
+    while (pos < doc.object.size() && doc.object[pos].first != k) pos++;
+    ASSERT_LT(pos, doc.object.size()) << k;
+    EXPECT_GE(pos, prev) << k;
+    prev = pos;
+  }
+  EXPECT_EQ(doc.object.back().first, "end_time");
+  EXPECT_EQ(at(doc, "version").number, 3);
+  EXPECT_EQ(at(doc, "start_time").string, "2026-01-02 03:04:05");
+  EXPECT_EQ(at(doc, "end_time").string, "2026-01-02 03:04:06");
+  ASSERT_EQ(at(doc, "args").array.size(), c.a.argv.size());
+  EXPECT_EQ(at(doc, "args").array.back().string, "out \"x\".json");
+  EXPECT_EQ(at(doc, "env").array.size(), 2u);
+  EXPECT_EQ(at(doc, "nccl_version").number, 22809);
+  const json::Value& cfg = at(doc, "config");
+  EXPECT_EQ(at(cfg, "nthreads").number, 1);
+  EXPECT_EQ(at(cfg, "ngpus").number, 1);
+  EXPECT_EQ(at(cfg, "minimum_bytes").number, 32768);  // 1 row at 2 ranks, Hl 16, D 512, bf16
+  EXPECT_EQ(at(cfg, "maximum_bytes").number, 4 * 32768);
+  EXPECT_EQ(at(cfg, "step_factor").number, 2);
+  EXPECT_EQ(at(cfg, "iterations").number, 20);
+  EXPECT_EQ(at(cfg, "aggregated_iterations").number, 10);
+  EXPECT_EQ(at(cfg, "graph").number, 1);
+  EXPECT_EQ(at(cfg, "validation").number, 1);
+  const json::Value& devs = at(cfg, "devices");
+  ASSERT_EQ(devs.array.size(), 2u);
+  EXPECT_EQ(at(devs.array[1], "rank").number, 1);
+  EXPECT_EQ(at(devs.array[1], "pid").number, 42);
+  EXPECT_EQ(at(devs.array[1], "hostname").string, "node1");
+  EXPECT_EQ(at(devs.array[1], "device_hex").string, "0000:19:00.0");
+  EXPECT_EQ(at(devs.array[1], "device_info").string, "NVIDIA H200");
+  const json::Value& results = at(doc, "results");
+  ASSERT_EQ(results.array.size(), 3u);
+  const json::Value& r2 = results.array[2];
+  EXPECT_EQ(at(r2, "size").number, 4 * 32768);
+  EXPECT_EQ(at(r2, "count").number, 2 * 32768);
+  EXPECT_EQ(at(r2, "type").string, "bfloat16");
+  EXPECT_EQ(at(r2, "rows").number, 4);
+  EXPECT_EQ(at(r2, "protocol").string, "LL128");
+  EXPECT_EQ(at(at(r2, "out_of_place"), "time").number, 4.5);
+  EXPECT_EQ(at(at(r2, "out_of_place"), "nwrong").number, 0);
+  EXPECT_EQ(at(r2, "in_place").type, json::Value::Null);
+  EXPECT_EQ(at(at(r2, "baseline"), "nwrong").type, json::Value::Null);  // not checked
+  EXPECT_EQ(at(at(doc, "out_of_bounds"), "count").number, 0);
+  EXPECT_TRUE(at(at(doc, "out_of_bounds"), "okay").boolean);
+  EXPECT_GT(at(at(doc, "average_bus_bandwidth"), "bandwidth").number, 0);
+  // Ours.
+  EXPECT_EQ(at(doc, "protocol").string, "LL128");
+  EXPECT_EQ(at(doc, "provider").string, "nccl-window");
+  EXPECT_EQ(at(doc, "nRanks").number, 2);
+  EXPECT_EQ(at(doc, "processes").number, 2);
+  EXPECT_EQ(at(doc, "ncclVersion").number, 22809);
+  EXPECT_EQ(at(doc, "ncclVersionString").string, "2.28.9");
+  EXPECT_EQ(at(doc, "ncclDcpVersionString").string, "0.2.0");
+  EXPECT_EQ(at(doc, "ncclHeadersVersionString").string, versionString(NCCL_VERSION_CODE));
+  EXPECT_EQ(at(doc, "host").string, "node\t1");
+  EXPECT_EQ(at(doc, "device").string, "NVIDIA \"H200\"\n");
+  EXPECT_EQ(at(doc, "baseline").string, "a2a alone");
+  EXPECT_EQ(at(at(doc, "floors"), "roundTripUs").number, 1.25);
+  EXPECT_TRUE(at(at(doc, "floors"), "measured").boolean);
+  const json::Value& rows = at(doc, "rows");
+  ASSERT_EQ(rows.array.size(), 3u);
+  EXPECT_EQ(at(rows.array[2], "rows").number, 4);
+  EXPECT_EQ(at(rows.array[2], "fusedUs").number, 4.5);
+  EXPECT_EQ(at(rows.array[2], "peerWriteUs").number, 0.75);
+  EXPECT_EQ(at(rows.array[2], "floorUs").number, 0.75);
+  EXPECT_EQ(at(rows.array[2], "xFloor").number, 6);
+  EXPECT_EQ(at(rows.array[2], "protocolChosen").string, "LL128");
+  EXPECT_EQ(at(rows.array[2], "baseWrong").number, -1);
+  // What scripts and the other tests grep for: `"key": value`, one key per row.
+  EXPECT_NE(j.find("\"fusedWrong\": 0,"), std::string::npos);
+  size_t wrongKeys = 0;
+  for (size_t p = j.find("\"fusedWrong\""); p != std::string::npos; p = j.find("\"fusedWrong\"", p + 1)) wrongKeys++;
+  EXPECT_EQ(wrongKeys, 3u);
+}
+
+// A NaN or an infinity (a time of 0 divided, a floor that never ran) is
+// null: the file stays JSON.
+TEST(PerfJson, NonFiniteNumbersAreNull) {
+  JsonCase c = jsonCase();
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  c.rows[0].fusedUs = nan;
+  c.rows[0].speedup = inf;
+  c.rows[1].baseAlgBw = -inf;
+  c.f.roundTripUs = nan;
+  c.run.copyGBps = inf;
+  const std::string j = jsonReport(c.a, c.run, c.f, c.rows);
+  json::Value doc;
+  std::string err;
+  ASSERT_TRUE(json::parse(j, &doc, &err)) << err << "\n" << j;
+  expectClean(doc, "$");
+  EXPECT_EQ(at(at(doc, "rows").array[0], "fusedUs").type, json::Value::Null);
+  EXPECT_EQ(at(at(doc, "rows").array[0], "speedup").type, json::Value::Null);
+  EXPECT_EQ(at(at(doc, "rows").array[1], "baseAlgBw").type, json::Value::Null);
+  EXPECT_EQ(at(at(doc, "floors"), "roundTripUs").type, json::Value::Null);
+  EXPECT_EQ(at(doc, "copyGBps").type, json::Value::Null);
+  EXPECT_EQ(at(at(at(doc, "results").array[0], "out_of_place"), "time").type, json::Value::Null);
+  for (const char* word : {": nan", ": inf", ": -inf", ": NaN", ": Infinity"})
+    EXPECT_EQ(j.find(word), std::string::npos) << word;
+}
+
+TEST(PerfJson, EnvironmentKeepsWhatShapesARun) {
+  const char* env[] = {"HOME=/root", "NCCL_DEBUG=INFO", "AWS_SECRET_ACCESS_KEY=x", "CUDA_VISIBLE_DEVICES=0",
+                       "NCCL_DCP_PROVIDER=auto", "OMPI_COMM_WORLD_SIZE=2", "LD_LIBRARY_PATH=/x", "LD_LIBRARY_PATHX=y",
+                       "PATH=/bin", "HF_TOKEN=t", nullptr};
+  EXPECT_EQ(relevantEnvironment(const_cast<char**>(env)),
+            (std::vector<std::string>{"CUDA_VISIBLE_DEVICES=0", "LD_LIBRARY_PATH=/x", "NCCL_DCP_PROVIDER=auto",
+                                      "NCCL_DEBUG=INFO", "OMPI_COMM_WORLD_SIZE=2"}));
+  EXPECT_TRUE(relevantEnvironment(nullptr).empty());
+  EXPECT_EQ(nowString().size(), 19u);  // "2026-01-02 03:04:05"
 }
 
 // Three threads of one process: every figure comes back in rank order on

@@ -1,0 +1,272 @@
+/*************************************************************************
+ * The perf binary's JSON report (-J): nccl-tests' fields (its src/util.cu
+ * writer, JSON_FILE_VERSION 3) and ours beside them. Strings and numbers go
+ * through plugin/json.h, so the file is valid JSON whatever it holds: a
+ * NaN or an infinity is written null.
+ ************************************************************************/
+#include <time.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "harness.h"
+#include "json.h"
+#include "nccl_dcp.h"
+
+namespace nccl_dcp {
+namespace perf {
+
+namespace {
+
+namespace json = nccl_dcp::plugin::json;
+
+// A JSON document written in order: objects and arrays, each either one
+// item per line (indented) or all on one line; strings quoted and numbers
+// written by plugin/json.h (non-finite numbers as null).
+class JsonWriter {
+ public:
+  JsonWriter& key(const std::string& k) {
+    item();
+    out_ += json::quote(k) + ": ";
+    keyed_ = true;
+    return *this;
+  }
+  JsonWriter& open(char bracket, bool oneLine = false) {
+    item();
+    out_ += bracket;
+    stack_.push_back({bracket == '{' ? '}' : ']', oneLine, true});
+    return *this;
+  }
+  JsonWriter& close() {
+    const Level l = stack_.back();
+    stack_.pop_back();
+    if (!l.oneLine && !l.empty) newline();
+    out_ += l.closer;
+    return *this;
+  }
+  JsonWriter& str(const std::string& v) { return raw(json::quote(v)); }
+  JsonWriter& num(double v) { return raw(json::number(v)); }
+  JsonWriter& integer(int64_t v) { return raw(std::to_string(v)); }
+  JsonWriter& boolean(bool v) { return raw(v ? "true" : "false"); }
+  JsonWriter& null() { return raw("null"); }
+  std::string text() const { return out_ + "\n"; }
+
+ private:
+  struct Level {
+    char closer;
+    bool oneLine, empty;
+  };
+  JsonWriter& raw(const std::string& v) {
+    item();
+    out_ += v;
+    return *this;
+  }
+  // Before a value or a key: the separator its container needs (none
+  // right after a key).
+  void item() {
+    if (keyed_) {
+      keyed_ = false;
+      return;
+    }
+    if (stack_.empty()) return;
+    Level& l = stack_.back();
+    if (!l.empty) out_ += l.oneLine ? ", " : ",";
+    if (!l.oneLine) newline();
+    l.empty = false;
+  }
+  void newline() { out_ += "\n" + std::string(2 * stack_.size(), ' '); }
+
+  std::string out_;
+  std::vector<Level> stack_;
+  bool keyed_ = false;
+};
+
+// nccl-tests' {time, alg_bw, bus_bw, nwrong} of one call.
+void writeTiming(JsonWriter& w, double us, double algBw, double busBw, int64_t wrong) {
+  w.open('{', true);
+  w.key("time").num(us);
+  w.key("alg_bw").num(algBw);
+  w.key("bus_bw").num(busBw);
+  w.key("nwrong");
+  if (wrong >= 0) w.num((double)wrong);
+  else w.null();
+  w.close();
+}
+
+}  // namespace
+
+std::string nowString() {
+  char buf[64];
+  const time_t now = time(nullptr);
+  struct tm local;
+  localtime_r(&now, &local);
+  strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &local);
+  return buf;
+}
+
+std::vector<std::string> relevantEnvironment(char** envp) {
+  static const char* const kPrefixes[] = {"NCCL_", "CUDA_", "NVIDIA_", "OMPI_", "PMIX_", "PMI_", "SLURM_", "UCX_",
+                                          "LD_LIBRARY_PATH=", "LD_PRELOAD=", "TORCH_SYMM_MEM_", "NVSHMEM_"};
+  std::vector<std::string> env;
+  for (char** e = envp; e && *e; e++)
+    for (const char* p : kPrefixes)
+      if (!strncmp(*e, p, strlen(p))) {
+        env.push_back(*e);
+        break;
+      }
+  std::sort(env.begin(), env.end());
+  return env;
+}
+
+std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const std::vector<Row>& rows) {
+  const int64_t perRow = bytesPerRow(a, run.nRanks);
+  const int elt = a.dtype == ncclFloat32 ? 4 : 2;
+  const Summary sum = summarize(rows);
+  JsonWriter w;
+  w.open('{');
+  // ---- nccl-tests' fields (its -J writer, JSON_FILE_VERSION 3), in its order.
+  w.key("version").integer(3);
+  w.key("start_time").str(run.startTime);
+  w.key("args").open('[', true);
+  for (const std::string& s : a.argv) w.str(s);
+  w.close();
+  w.key("env").open('[');
+  for (const std::string& s : run.env) w.str(s);
+  w.close();
+  w.key("nccl_version").integer(run.ncclVersion);
+  w.key("config").open('{');
+  w.key("nthreads").integer(a.threads);
+  w.key("ngpus").integer(a.gpusPerThread);
+  w.key("minimum_bytes").integer(a.minRows * perRow);
+  w.key("maximum_bytes").integer(a.maxRows * perRow);
+  if (a.step > 0) w.key("step_bytes").integer(a.step * perRow);
+  else w.key("step_factor").num(a.factor);
+  w.key("warmup_iters").integer(a.warmup);
+  w.key("iterations").integer(a.iters);
+  w.key("aggregated_iterations").integer(a.aggIters);
+  w.key("validation").integer(a.check);
+  w.key("graph").integer(a.graphLaunches);
+  w.key("blocking_collectives").boolean(false);
+  w.key("per_iter_timing").boolean(false);
+  w.key("per_iter_skip").integer(0);
+  w.key("parallel_init").boolean(false);
+  w.key("devices").open('[');
+  for (const DeviceInfo& d : run.devices) {
+    w.open('{', true);
+    w.key("rank").integer(d.rank);
+    w.key("group").integer(0);
+    w.key("pid").integer(d.pid);
+    w.key("hostname").str(d.hostname);
+    w.key("device").integer(d.device);
+    w.key("device_hex").str(d.busId);
+    w.key("device_info").str(d.name);
+    w.close();
+  }
+  w.close();
+  w.close();  // config
+  // One result per size: the fused call is nccl-tests' out-of-place
+  // operation (there is no in-place one); the baseline beside it.
+  w.key("results").open('[');
+  for (const Row& r : rows) {
+    w.open('{', true);
+    w.key("size").integer(r.bytes);
+    w.key("count").integer(r.bytes / elt);
+    w.key("type").str(ncclTestsTypeName(a.dtype));
+    w.key("redop").str("lse");
+    w.key("root").str("-1");
+    w.key("out_of_place");
+    writeTiming(w, r.fusedUs, r.fusedAlgBw, r.fusedBusBw, r.fusedWrong);
+    w.key("in_place").null();
+    w.key("actual_iterations").integer(a.iters);
+    w.key("experiment_name").str("fused");
+    w.key("rows").integer(r.rows);
+    w.key("protocol").str(r.protocol);
+    w.key("baseline");
+    if (a.baseline != kBaselineOff) writeTiming(w, r.baseUs, r.baseAlgBw, r.baseBusBw, r.baseWrong);
+    else w.null();
+    w.close();
+  }
+  w.close();
+  w.key("out_of_bounds").open('{', true);
+  w.key("count").integer(sum.wrong);
+  w.key("okay").boolean(sum.wrong == 0);
+  w.close();
+  w.key("average_bus_bandwidth").open('{', true);
+  w.key("bandwidth").num(sum.busBw);
+  w.key("okay").str("unchecked");
+  w.close();
+  // ---- ours.
+  w.key("tool").str("dcp_a2a_lse_reduce_perf");
+  w.key("ncclDcpVersion").integer(run.dcpVersion ? run.dcpVersion : NCCL_DCP_VERSION_CODE);
+  w.key("ncclDcpVersionString").str(versionString(run.dcpVersion ? run.dcpVersion : NCCL_DCP_VERSION_CODE));
+  w.key("ncclDcpHeadersVersionString").str(versionString(NCCL_DCP_VERSION_CODE));
+  w.key("ncclVersion").integer(run.ncclVersion);
+  w.key("ncclVersionString").str(versionString(run.ncclVersion));
+  w.key("ncclHeadersVersionString").str(versionString(NCCL_VERSION_CODE));
+  w.key("host").str(run.host);
+  w.key("mode").str(run.mode);
+  w.key("device").str(run.device);
+  w.key("nRanks").integer(run.nRanks);
+  w.key("processes").integer(run.placement.processes);
+  w.key("threads").integer(run.placement.threads);
+  w.key("gpusPerThread").integer(run.placement.gpusPerThread);
+  w.key("virtualRanks").integer(a.virtualRanks);
+  w.key("dtype").str(dtypeFlag(a.dtype));
+  w.key("headDim").integer(a.headDim);
+  w.key("localHeads").integer(a.localHeads);
+  w.key("bytesPerRow").integer(perRow);
+  w.key("protocol").str(protocolFlag(a.protocol));
+  w.key("provider").str(run.provider);
+  w.key("lseBase").str(a.lseBase ? "e" : "2");
+  w.key("maxBatch").integer(capacityOf(a));
+  w.key("aggIters").integer(a.aggIters);
+  w.key("graphLaunches").integer(a.graphLaunches);
+  w.key("iters").integer(a.iters);
+  w.key("warmup").integer(a.warmup);
+  w.key("aggregate").integer(a.aggregate);
+  w.key("timeoutS");
+  if (a.timeoutS >= 0) w.integer(a.timeoutS);
+  else w.null();
+  w.key("baseline").str(baselineName(a.baseline));
+  w.key("copyGBps").num(run.copyGBps);
+  w.key("averageBusBwBaseline").num(sum.baseBusBw);
+  w.key("speedupGeomean").num(sum.speedup);
+  w.key("floors").open('{', true);
+  w.key("measured").boolean(f.measured);
+  w.key("why").str(f.why);
+  w.key("where").str(f.where);
+  w.key("local").boolean(f.local);
+  w.key("sms").integer(f.sms);
+  w.key("roundTripUs").num(f.roundTripUs);
+  w.key("roundTrip").str(f.roundTrip);
+  w.close();
+  w.key("rows").open('[');
+  for (const Row& r : rows) {
+    w.open('{', true);
+    w.key("rows").integer(r.rows);
+    w.key("bytes").integer(r.bytes);
+    w.key("protocolChosen").str(r.protocol);
+    w.key("fusedUs").num(r.fusedUs);
+    w.key("fusedAlgBw").num(r.fusedAlgBw);
+    w.key("fusedBusBw").num(r.fusedBusBw);
+    w.key("fusedWrong").integer(r.fusedWrong);
+    w.key("baseUs").num(r.baseUs);
+    w.key("baseAlgBw").num(r.baseAlgBw);
+    w.key("baseBusBw").num(r.baseBusBw);
+    w.key("baseWrong").integer(r.baseWrong);
+    w.key("speedup").num(r.speedup);
+    w.key("idealUs").num(r.idealUs);
+    w.key("peerWriteUs").num(r.peerWriteUs);
+    w.key("copyEngineUs").num(r.copyEngineUs);
+    w.key("floorUs").num(r.floorUs);
+    w.key("xFloor").num(r.xFloor);
+    w.close();
+  }
+  w.close();
+  w.key("end_time").str(run.endTime);  // last, as nccl-tests writes it
+  w.close();
+  return w.text();
+}
+
+}  // namespace perf
+}  // namespace nccl_dcp
