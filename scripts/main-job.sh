@@ -74,10 +74,10 @@ if [ "$gpus" -gt 1 ] && [ "$launch" = mpi ]; then
 elif [ "$gpus" -gt 1 ]; then
   ranks=(-t "$gpus" -g 1)       # one thread per GPU, real ranks
 else
-  ranks=(-V 8)                  # one GPU (or none: the binary reports it)
+  ranks=(--virtual-ranks 8)     # one GPU (or none: the binary reports it)
 fi
 set +e
-"${launcher[@]}" "$BUILD/perf/dcp_a2a_lse_reduce_perf" "${ranks[@]}" -H 16 -D 512 -d bf16 -b 1 -e 1024 -f 2 -G 10 -c 1 \
+"${launcher[@]}" "$BUILD/perf/dcp_a2a_lse_reduce_perf" "${ranks[@]}" -H 16 --head-dim 512 -d bf16 -b 1 -e 1024 -f 2 -m 10 -c 1 \
   -J "$BUILD/perf.json" "$@" | tee "$BUILD/perf.txt"
 rc=${PIPESTATUS[0]}
 set -e

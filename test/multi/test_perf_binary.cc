@@ -1,10 +1,10 @@
 /*************************************************************************
  * The perf binary end to end (issue 9): dcp_a2a_lse_reduce_perf
- * -b 1 -e 64 -G 10 -B 1 -c 1 for every protocol, in each launch mode the
+ * -b 1 -e 64 -m 10 -B 1 -c 1 for every protocol, in each launch mode the
  * machine has GPUs for: one rank (-t 1, so the 1-GPU machine runs it too),
  * one thread per GPU (-t 2), one thread driving two GPUs (-g 2), one
  * process per GPU (mpirun -np 2, when built with MPI: it skips without, or
- * fails where NCCL_DCP_REQUIRE_GPU requires 2 GPUs), and loopback (-V 4).
+ * fails where NCCL_DCP_REQUIRE_GPU requires 2 GPUs), and loopback (--virtual-ranks 4).
  * A run fails on a non-zero exit, a missing row, a table printed by more
  * than one process, or any #wrong. DCP_PERF_BINARY names the binary (set
  * by meson test).
@@ -37,7 +37,7 @@ void PrintTo(const Launch& l, std::ostream* os) { *os << l.name; }
 
 const Launch kLaunches[] = {
     {"t1", 1, "-t 1", false}, {"t2", 2, "-t 2", false}, {"g2", 2, "-g 2", false},
-    {"mpi2", 2, "-t 1", true}, {"loopbackV4", 1, "-V 4", false},
+    {"mpi2", 2, "-t 1", true}, {"loopbackV4", 1, "--virtual-ranks 4", false},
 };
 const char* const kProtocols[] = {"AUTO", "LL", "LL128", "SIMPLE"};
 constexpr int kSizes = 7;  // -b 1 -e 64 -f 2
@@ -112,7 +112,7 @@ TEST_P(PerfBinary, RunsEverySizeWithoutWrongResults) {
   const int fd = mkstemp(json);
   ASSERT_GE(fd, 0);
   close(fd);
-  const std::string cmd = launcher + binary + " " + l.flags + " -b 1 -e 64 -G 10 -B 1 -c 1 -P " + proto + " -J " + json;
+  const std::string cmd = launcher + binary + " " + l.flags + " -b 1 -e 64 -m 10 -B 1 -c 1 -P " + proto + " -J " + json;
   const Result r = runCommand(cmd);
   std::ifstream f(json);
   const std::string report((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
