@@ -201,6 +201,7 @@ TAP_TESTS = {
     "unit_plants": "test_plants",
     "unit_compare_alltoall": "test_compare_alltoall",
     "unit_check_plugin_report": "test_check_plugin_report",
+    "unit_exports": "test_exports",
 }
 BACKUP = ".plant-orig"
 

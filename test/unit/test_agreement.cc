@@ -1,7 +1,6 @@
 // The checks every rank runs over the gathered create records (agreement.h),
 // without a GPU: a failure on any rank and a disagreement on any input are
 // reported identically by every rank, naming the step or input and the rank.
-#include <dlfcn.h>
 #include <unistd.h>
 #include <gtest/gtest.h>
 
@@ -191,14 +190,6 @@ TEST(Agreement, OneIncapableRankMeansFallback) {
   std::vector<RankRecord> all = records(4);
   all[3].devComm.capable = 0;
   EXPECT_FALSE(allCapable(all.data(), 4));
-}
-
-// The failure injection exists only in the test build of the library
-// (src/testing.h); this binary links the shipped libnccl_dcp.so.
-TEST(TestHook, AbsentFromTheShippedLibrary) {
-  ASSERT_NE(dlsym(RTLD_DEFAULT, "ncclDcpContextAbort"), nullptr) << "the library is not loaded";
-  EXPECT_EQ(dlsym(RTLD_DEFAULT, "_ZN8nccl_dcp17injectCreateFaultEPKNS_11CreateFaultE"), nullptr);
-  EXPECT_EQ(dlsym(RTLD_DEFAULT, "_ZN8nccl_dcp15injectedFailureENS_10CreateStepEi"), nullptr);
 }
 
 TEST(PublicApi, AbortOfNullContextIsANoOp) {
