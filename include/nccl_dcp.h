@@ -56,7 +56,7 @@ typedef enum {
   ncclDcpProtoAuto = 0,   /* policy: topology + bytes per call */
   ncclDcpProtoLL = 1,     /* 16-byte lines {data32, flag32, data32, flag32}: any P2P path */
   ncclDcpProtoLL128 = 2,  /* 128-byte lines, 15 data words + 1 flag word: NVLink only */
-  ncclDcpProtoSimple = 3, /* bulk stores + one release flag per unit: large batches */
+  ncclDcpProtoSimple = 3, /* bulk stores + one release flag per (source, chunk): large batches */
   ncclDcpNumProtocols = 4
 } ncclDcpProtocol_t;
 

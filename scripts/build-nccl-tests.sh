@@ -4,7 +4,7 @@
 #
 #   scripts/build-nccl-tests.sh [SRC] [BUILD]
 #     SRC    nccl-tests source tree (default .deps/nccl-tests: carried to the
-#            GPU machine, which has no network; see docs/gpu-machine.md)
+#            GPU machine, which has no network: scripts/gpu-check.sh baseline)
 #     BUILD  output directory (default build-gpu/nccl-tests)
 #   NCCL_HOME  NCCL with include/ and lib/libnccl.so.2 (default: the pip
 #              package nvidia.nccl, as meson.build finds it)

@@ -282,10 +282,11 @@ void createDevComms(Creation* c) {
   }
 }
 
-bool allOnOneHost(const Member& m) {
+// The first rank on another host than this one; -1 when all share it.
+int firstOnAnotherHost(const Member& m) {
   for (int r = 0; r < m.nRanks; r++)
-    if (m.all[r].view.links.hostHash != m.all[0].view.links.hostHash) return false;
-  return true;
+    if (m.all[r].view.links.hostHash != m.mine.view.links.hostHash) return r;
+  return -1;
 }
 
 // Each rank classifies its peers from its own GPU (DESIGN §5): the part of
@@ -302,7 +303,7 @@ void describeLinks(Member* m) {
   if (d.created) {
     first = m->rank - d.lsaRank;
     t.lsaSize = d.lsaSize;
-  } else if (allOnOneHost(*m)) {
+  } else if (firstOnAnotherHost(*m) < 0) {
     first = 0;
     t.lsaSize = m->nRanks;
   }
@@ -319,8 +320,7 @@ void describeLinks(Member* m) {
 // (CUDA_VISIBLE_DEVICES) is accepted when the topology proves NVLink.
 IpcOutcome ipcOutcome(const Member& m) {
   const ncclDcpTopology_t& t = m.ctx->topology;
-  for (int r = 0; r < m.nRanks; r++)
-    if (m.all[r].view.links.hostHash != m.mine.view.links.hostHash) return {(int32_t)IpcBlock::OtherHost, r};
+  if (const int other = firstOnAnotherHost(m); other >= 0) return {(int32_t)IpcBlock::OtherHost, other};
   for (int r = 0; r < m.nRanks; r++) {
     if (r == m.rank) continue;
     int peerDev = -1, canAccess = 0;
