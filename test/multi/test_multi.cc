@@ -434,18 +434,34 @@ TEST_P(Ranks, SilentRankTimesOut) {
     ncclDcpGetAsyncError(ctxs[r], &async);
     if (async != ncclRemoteError) threads_.addFailure(r, "no timeout reported");
     if (s > 5.0) threads_.addFailure(r, "timeout took " + std::to_string(s) + " s");
+    // Poisoned: the next call fails at once and leaves NaN, not stale data.
+    CUDA_OR_FAIL(r, cudaMemset(out.ptr, 0, out.bytes));
+    if (ncclDcpA2aLseReduce(ctxs[r], in.ptr, lse.as<float>(), out.ptr, nullptr, 4, nullptr, nullptr) != ncclRemoteError)
+      return threads_.addFailure(r, "a call on the poisoned context did not return its error");
+    CUDA_OR_FAIL(r, cudaDeviceSynchronize());
+    std::vector<uint16_t> got(4 * 4 * 128);
+    CUDA_OR_FAIL(r, cudaMemcpy(got.data(), out.ptr, got.size() * 2, cudaMemcpyDeviceToHost));
+    for (uint16_t bits : got)
+      if ((bits & 0x7fff) <= 0x7f80) return threads_.addFailure(r, "a poisoned call left a non-NaN output");
   });
-  destroyAll(ctxs);
+  threads_.run(nRanks_, [&](int r) {  // abort, as an engine would after the timeout
+    cudaSetDevice(r);
+    if (ncclDcpContextAbort(ctxs[r]) != ncclSuccess) threads_.addFailure(r, "abort");
+  });
 }
 
-// timeoutMs = 0 waits as long as a peer takes: the last rank calls 1.5 s
-// after the others and every rank completes, correct, with no error. The
-// same delay with timeoutMs = 200 is a timeout on the ranks that waited:
-// the delay is long enough to tell the two apart.
+// timeoutMs = 0 waits as long as a peer takes, whatever the default: with
+// NCCL_DCP_TIMEOUT_MS=500 in the environment, the last rank calls 2 s after
+// the others and every rank completes, correct, with no error (a build that
+// read 0 as the default would time out). The control: the config's timeout
+// left unset takes the 500 ms, and the same delay times out.
 TEST_P(Ranks, TimeoutZeroWaitsForALateRank) {
-  const auto lateLast = [&](int r) { return r == nRanks_ - 1 ? 1500 : 0; };
-  for (int timeoutMs : {0, 200}) {
-    SCOPED_TRACE(testing::Message() << "timeoutMs " << timeoutMs);
+  const auto lateLast = [&](int r) { return r == nRanks_ - 1 ? 2000 : 0; };
+  Env shortDefault = provider_;
+  shortDefault.timeoutMs = 500;
+  ScopedEnv env(shortDefault);
+  for (int timeoutMs : {0, NCCL_CONFIG_UNDEF_INT}) {
+    SCOPED_TRACE(testing::Message() << "timeoutMs " << (timeoutMs ? "unset (500 ms from the environment)" : "0"));
     ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8);
     c.timeoutMs = timeoutMs;
     auto ctxs = createAll([&](int) { return c; });
@@ -454,10 +470,14 @@ TEST_P(Ranks, TimeoutZeroWaitsForALateRank) {
     run(x, ctxs, lateLast);
     if (timeoutMs == 0) {
       expectCorrect(x);
+      destroyAll(ctxs);
     } else {
-      EXPECT_EQ(x.async[0], ncclRemoteError) << "rank 0 waited 1.5 s for the last rank without timing out";
+      EXPECT_EQ(x.async[0], ncclRemoteError) << "rank 0 waited 2 s for the last rank without timing out";
+      threads_.run(nRanks_, [&](int r) {
+        cudaSetDevice(r);
+        ncclDcpContextAbort(ctxs[r]);
+      });
     }
-    destroyAll(ctxs);
   }
 }
 
