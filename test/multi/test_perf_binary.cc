@@ -38,6 +38,9 @@ void PrintTo(const Launch& l, std::ostream* os) { *os << l.name; }
 const Launch kLaunches[] = {
     {"t1", 1, "-t 1", false}, {"t2", 2, "-t 2", false}, {"g2", 2, "-g 2", false},
     {"mpi2", 2, "-t 1", true}, {"loopbackV4", 1, "--virtual-ranks 4", false},
+    // The cuda-ipc provider: processes open each other's workspaces with
+    // cudaIpcOpenMemHandle, threads reach them by peer access.
+    {"mpi2ipc", 2, "-t 1 --provider cuda-ipc", true}, {"t2ipc", 2, "-t 2 --provider cuda-ipc", false},
 };
 const char* const kProtocols[] = {"AUTO", "LL", "LL128", "SIMPLE"};
 constexpr int kSizes = 7;  // -b 1 -e 64 -f 2
