@@ -249,11 +249,12 @@ if has stress; then
   meson setup build-reread --buildtype=release -Dll128_reread=true > "$LOGS/configure-reread.log" 2>&1
   for build in "$BUILD" build-reread; do
     ninja -C "$build" test/dcp_stress > "$LOGS/build-stress.log" 2>&1 || { record 1 "stress: $build does not build"; continue; }
-    runs=("-V 8")
-    [ "$NCCL_DCP_REQUIRE_GPU" -lt 2 ] || runs+=("-r $NCCL_DCP_REQUIRE_GPU")
+    runs=("nccl-window:-V 8")
+    [ "$NCCL_DCP_REQUIRE_GPU" -lt 2 ] || runs+=("nccl-window:-r $NCCL_DCP_REQUIRE_GPU" "cuda-ipc:-r $NCCL_DCP_REQUIRE_GPU")
     for run in "${runs[@]}"; do
-      timeout 300 "$build/test/dcp_stress" $run -P LL128 -b 4 -n ${STRESS_CALLS:-1000000} > "$LOGS/stress.log" 2>&1
-      record $? "stress ($build) $(tail -1 "$LOGS/stress.log")"
+      NCCL_DCP_PROVIDER=${run%%:*} timeout 300 "$build/test/dcp_stress" ${run#*:} -P LL128 -b 4 \
+        -n ${STRESS_CALLS:-1000000} > "$LOGS/stress.log" 2>&1
+      record $? "stress ($build, ${run%%:*}) $(tail -1 "$LOGS/stress.log")"
     done
   done
   echo "== stress took $((SECONDS - start)) s"
