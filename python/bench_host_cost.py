@@ -17,11 +17,20 @@ call is small, so the loop is bound by the host. Printed in microseconds:
   torch.add(po, po)                the same, allocating
 
 and the ratio ours / torch.add for each pair. The target is a ratio <= 1.5.
+The eager path is the C helper nccl_dcp._fastcall when the package has it
+(pip install ./python, or setup.py build_ext --inplace), else, with a C
+compiler, one compiled for this run into a temporary directory, else
+ctypes (PyLauncher). With the C helper, the two ctx(...) rows follow again
+through ctypes, for comparison. Last, where ctx(po, pl, out=out) goes:
+launch() (Context._fast: the tensors read, the layout found, the library
+called) and the Python around it (Context.__call__), per path; and two
+parts of that Python and of ctx(po, pl).
 """
 
 import argparse
 import os
 import sys
+import tempfile
 import time
 from datetime import timedelta
 
@@ -47,6 +56,19 @@ def host_us(fn, calls, rounds):
     return best
 
 
+def c_helper():
+    """How the C helper (nccl_dcp._fastcall) is in use: "installed", "built
+    for this run" (a source-tree run with a C compiler: compiled into a
+    temporary directory), or None (ctypes)."""
+    from nccl_dcp import _devbuild, context
+    if context._fastcall is not None:
+        return "installed"
+    if _devbuild.missing_toolchain():
+        return None
+    context._fastcall = _devbuild.build_fastcall(tempfile.mkdtemp(prefix="nccl_dcp_fastcall"))
+    return "built for this run"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=32)
@@ -60,6 +82,7 @@ def main():
     torch.cuda.set_device(local_rank)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank), timeout=timedelta(seconds=120))
     cp, hl, d, b = dist.get_world_size(), args.heads_per_rank, args.head_dim, args.batch
+    helper = c_helper()
     ctx = nccl_dcp.Context(dist.group.WORLD, head_dim=d, local_heads=hl, dtype=torch.bfloat16, lse_base=2,
                            max_batch=max(b, 1))
     po = torch.randn(b, cp * hl, d, device="cuda").to(torch.bfloat16)
@@ -69,25 +92,46 @@ def main():
     op = torch.ops.nccl_dcp.a2a_lse_reduce_out
     op_id = ctx.op_id
 
+    def us(fn):
+        return host_us(fn, args.calls, args.rounds)
+
     rows = [
-        ("ctx(po, pl, out=out)", host_us(lambda: ctx(po, pl, out=out), args.calls, args.rounds)),
-        ("ctx(po, pl)", host_us(lambda: ctx(po, pl), args.calls, args.rounds)),
-        ("torch.ops.nccl_dcp.a2a_lse_reduce_out", host_us(lambda: op(op_id, po, pl, out, None), args.calls,
-                                                         args.rounds)),
-        ("torch.add(po, po, out=po2)", host_us(lambda: torch.add(po, po, out=po2), args.calls, args.rounds)),
-        ("torch.add(po, po)", host_us(lambda: torch.add(po, po), args.calls, args.rounds)),
+        ("ctx(po, pl, out=out)", us(lambda: ctx(po, pl, out=out))),
+        ("ctx(po, pl)", us(lambda: ctx(po, pl))),
+        ("torch.ops.nccl_dcp.a2a_lse_reduce_out", us(lambda: op(op_id, po, pl, out, None))),
+        ("torch.add(po, po, out=po2)", us(lambda: torch.add(po, po, out=po2))),
+        ("torch.add(po, po)", us(lambda: torch.add(po, po))),
     ]
+    launch = ctx._fast  # Context.__call__ less its Python: the tensors read, the layout found, the library called
+    paths = [(f"C helper, {helper}" if helper else "ctypes", rows[0][1], us(lambda: launch(po, pl, out, None, None)))]
+    if helper:
+        ctx._start_launcher(torch.device("cuda", local_rank), nccl_dcp._torch.current_raw_stream, native=False)
+        ctx(po, pl, out=out)  # a new launcher: the layout's first call checks it
+        launch = ctx._fast
+        rows += [("ctx(po, pl, out=out)  [ctypes]", us(lambda: ctx(po, pl, out=out))),
+                 ("ctx(po, pl)  [ctypes]", us(lambda: ctx(po, pl)))]
+        paths.append(("ctypes", rows[-2][1], us(lambda: launch(po, pl, out, None, None))))
+    parts = [("torch.compiler.is_compiling()", us(torch.compiler.is_compiling)),
+             ("po.new_empty(b, hl, d)", us(lambda: po.new_empty(b, hl, d)))]
     ctx.check()
     if dist.get_rank() == 0:
         topo = ctx.topology()
         print(f"host time per eager call, {cp} rank(s), batch {b}, Hl {hl}, D {d}, bf16; {topo['path']} path "
-              f"({topo.get('provider', '?')}); torch {torch.__version__}, nccl_dcp {nccl_dcp.__version__}")
-        for name, us in rows:
-            print(f"{us:8.2f} us  {name}")
+              f"({topo.get('provider', '?')}); torch {torch.__version__}, nccl_dcp {nccl_dcp.__version__}, "
+              f"Python {sys.version.split()[0]}; eager path: {paths[0][0]}")
+        for name, t in rows[:5]:
+            print(f"{t:8.2f} us  {name}")
         t = dict(rows)
         print(f"ratio preallocated: {t['ctx(po, pl, out=out)'] / t['torch.add(po, po, out=po2)']:.2f} "
               f"(ctx(po, pl, out=out) / torch.add(po, po, out=po2)); allocating: "
               f"{t['ctx(po, pl)'] / t['torch.add(po, po)']:.2f} (ctx(po, pl) / torch.add(po, po)); target <= 1.5")
+        for name, t in rows[5:]:
+            print(f"{t:8.2f} us  {name}")
+        print("ctx(po, pl, out=out) = launch() (tensors read, layout found, library called) + the Python around it:")
+        for name, total, launch_us in paths:
+            print(f"{launch_us:8.2f} us  launch() + {total - launch_us:5.2f} us Python  [{name}]")
+        for name, t in parts:
+            print(f"{t:8.2f} us  {name}")
     torch.cuda.synchronize()
     ctx.close()
     dist.destroy_process_group()

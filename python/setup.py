@@ -3,19 +3,26 @@ meson builds from the source tree around python/ (only the library target:
 no tests, no perf binaries).
 
     pip install ./python                            # builds the library, bundles it
-    NCCL_DCP_LIB=build/libnccl_dcp.so pip install ./python   # pure Python: uses that library
+    NCCL_DCP_LIB=build/libnccl_dcp.so pip install ./python   # uses that library, bundles none
 
-The wheel is tagged py3-none-linux_x86_64 (ctypes, no CPython extension:
-one wheel for every Python 3) and carries no absolute RUNPATH: the bundled
-library's RUNPATH is $ORIGIN, and nccl_dcp loads NCCL and the CUDA runtime
-before it (PyTorch's, or the nvidia-nccl / nvidia-cuda-runtime wheels of
-the environment, else the system's): see nccl_dcp/_library.py. The target
-machine needs libhwloc.so.15 (Debian/Ubuntu: libhwloc15).
+    cd python && python3 setup.py build_ext --inplace   # the C helper only, for PYTHONPATH=python
+
+The library is loaded with ctypes; the optional C helper nccl_dcp._fastcall
+(Context's eager hot path, see its source) is a CPython extension: with it
+the wheel is tagged cpXY-cpXY-linux_x86_64, without it (no C compiler or
+Python.h: the build goes on, nccl_dcp uses ctypes) py3-none-linux_x86_64
+(py3-none-any without a bundled library). The wheel carries no absolute
+RUNPATH: the bundled library's RUNPATH is $ORIGIN, and nccl_dcp loads NCCL
+and the CUDA runtime before it (PyTorch's, or the nvidia-nccl /
+nvidia-cuda-runtime wheels of the environment, else the system's): see
+nccl_dcp/_library.py. The target machine needs libhwloc.so.15
+(Debian/Ubuntu: libhwloc15).
 
 Environment:
-  NCCL_DCP_LIB=<path>    use an already built library instead: nothing is
-                         compiled or bundled, and the package finds the
-                         library through the same variable at run time
+  NCCL_DCP_LIB=<path>    use an already built library instead: no library
+                         is compiled or bundled (the C helper still is), and
+                         the package finds the library through the same
+                         variable at run time
   NCCL_HOME=<prefix>     the NCCL to compile against; default: the
                          nvidia.nccl package of the target environment
                          (PyTorch's NCCL; found also from an isolated
@@ -36,9 +43,8 @@ import subprocess
 import sys
 
 import setuptools
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
-from setuptools.dist import Distribution
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -185,29 +191,41 @@ class BuildPyWithLibrary(build_py):
         build_library(os.path.join(HERE, "build", "meson"), dest)
 
 
+# The optional C helper of Context's eager call (nccl_dcp/_fastcall.c: why
+# it exists is at its top). optional: without a C compiler or Python.h the
+# build goes on without it and nccl_dcp uses its ctypes path instead.
+FASTCALL = Extension("nccl_dcp._fastcall", ["nccl_dcp/_fastcall.c"], optional=True)
+
+
 def platform_wheel():
-    """bdist_wheel tagged py3-none-<platform>: the wheel carries a compiled
-    library but no CPython extension (the library is loaded with ctypes).
-    Pure Python (py3-none-any) when NCCL_DCP_LIB names an outside library."""
+    """bdist_wheel tagged for what the wheel carries, decided after the build:
+    cpXY-cpXY-<platform> with the C helper (a CPython extension of this
+    Python), else py3-none-<platform> with the bundled library only (loaded
+    with ctypes: one wheel for every Python 3), else py3-none-any (pure
+    Python: NCCL_DCP_LIB names an outside library)."""
 
     class PlatformWheel(_bdist_wheel_class()):
         def finalize_options(self):
             super().finalize_options()
-            self.root_is_pure = bool(os.environ.get("NCCL_DCP_LIB"))
+            self.root_is_pure = False
 
         def get_tag(self):
             python, abi, plat = super().get_tag()
-            return (python, abi, plat) if self.root_is_pure else ("py3", "none", plat)
+            build_ext = self.get_finalized_command("build_ext")
+            if os.path.exists(build_ext.get_ext_fullpath(FASTCALL.name)):
+                return python, abi, plat
+            return ("py3", "none", "any" if os.environ.get("NCCL_DCP_LIB") else plat)
 
     return PlatformWheel
 
 
-class BinaryDistribution(Distribution):
-    """The wheel carries a compiled library: platlib, not purelib."""
-
-    def has_ext_modules(self):
-        return not os.environ.get("NCCL_DCP_LIB")
-
-
 if __name__ == "__main__":  # pip runs it so; the tests import set_runpath_origin
-    setup(cmdclass={"build_py": BuildPyWithLibrary, "bdist_wheel": platform_wheel()}, distclass=BinaryDistribution)
+    cmdclass = {"build_py": BuildPyWithLibrary}
+    try:
+        cmdclass["bdist_wheel"] = platform_wheel()
+    except RuntimeError:
+        if "bdist_wheel" in sys.argv:
+            raise
+        # e.g. `python3 setup.py build_ext --inplace` (the C helper in the
+        # source tree) with an older setuptools: no wheel is built.
+    setup(cmdclass=cmdclass, ext_modules=[FASTCALL])

@@ -26,6 +26,10 @@ def torch_dtype(name):
     return _DTYPES[name]
 
 
+def cuda_device(index):
+    return torch.device("cuda", index)
+
+
 def _cuda_device():
     return torch.device("cuda", torch.cuda.current_device())
 

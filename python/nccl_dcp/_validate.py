@@ -188,14 +188,6 @@ def check_call(spec, partial_out, partial_lse, out, out_lse):
     return CallArgs(batch=batch, strides=result)
 
 
-def layout_key(t):
-    """Everything check_call reads from a tensor except its row count's
-    meaning: a call whose four keys were checked before needs no new check."""
-    if t is None:
-        return None
-    return (tuple(t.shape), tuple(t.stride()), t.dtype, t.device, t.data_ptr() % 16)
-
-
 def make_strides(call_args):
     """The ncclDcpStrides_t of a checked call."""
     return _abi.Strides(**call_args.strides)

@@ -13,10 +13,13 @@ library orders it after the context's previous call, whatever stream that
 one ran on, eagerly and under stream capture. Ordering the DATA is the
 caller's job, as for any CUDA op: inputs must be ready on the call's stream.
 
-An eager call costs one cached layout lookup and one ctypes call: the
-tensors' layout (shapes, strides, dtypes, devices) is checked once and its
-ncclDcpStrides_t kept; no host sync, no allocation beyond `out` / `out_lse`
-when they are not given.
+An eager call costs one cached layout lookup and one library call: the
+tensors' layout (shapes, strides) is checked once and its ncclDcpStrides_t
+kept, their dtypes, devices and pointer alignment are checked every call
+(and the library checks pointers, extents and overlaps every call); no
+host sync, no allocation beyond `out` / `out_lse` when they are not given.
+The lookup and the call run in C (_fastcall.c) when that helper was built
+(pip install ./python), else in Python through ctypes (PyLauncher).
 """
 
 import ctypes
@@ -27,6 +30,11 @@ import warnings
 from . import _abi
 from ._library import NcclDcpError, check_nccl_versions, library, loaded_nccl_paths, torch_nccl_version
 from ._validate import CallSpec, check_call, dtype_name, make_strides
+
+try:
+    from . import _fastcall  # optional C helper: the eager hot path (see _fastcall.c for why)
+except ImportError:
+    _fastcall = None
 
 # The library's config fields under the names of Context's arguments.
 _CONFIG_ARGS = {"headDim": "head_dim", "localHeads": "local_heads", "dtype": "dtype", "lseBase": "lse_base",
@@ -143,6 +151,12 @@ class Context:
     workspace_size(). The window must outlive the context.
     """
 
+    _launcher = None  # set by _adopt: a closed or half-made Context never calls the library
+
+    @staticmethod
+    def _fast(*args):
+        return -1
+
     def __init__(self, group_or_comm_ptr, head_dim, local_heads, dtype, lse_base, max_batch=None, protocol=None,
                  timeout_ms=None, *, window=None, window_offset=0, window_bytes=None):
         self._h = None
@@ -186,13 +200,23 @@ class Context:
         from . import _ops, _torch
         self._h = handle
         self._op_id = _ops.register(self)
-        self._fn = self._lib.cdll.ncclDcpA2aLseReduce      # argtypes bound once (_abi.bind)
-        self._raw_stream = _torch.current_raw_stream        # cudaStream_t of the current stream, an int
         self._stream_handle = _torch.stream_handle
         self._compiling = _is_compiling_fn()
         self._device = self.spec.device
-        self._out_shape = (self.spec.local_heads, self.spec.head_dim)
-        self._layouts = {}  # layout key of the four tensors -> (batch, pointer to ncclDcpStrides_t)
+        self._hl, self._d = self.spec.local_heads, self.spec.head_dim
+        self._start_launcher(_torch.cuda_device(self._device), _torch.current_raw_stream)
+
+    def _start_launcher(self, device, raw_stream, native=True):
+        """The eager hot path (_fastcall.Launcher, else PyLauncher) for
+        tensors on `device`; raw_stream(index) gives the current stream.
+        Tests call it again for CPU tensors, or with native=False."""
+        from . import _torch
+        fn = ctypes.cast(self._lib.cdll.ncclDcpA2aLseReduce, ctypes.c_void_p).value
+        cls = _fastcall.Launcher if native and _fastcall is not None else PyLauncher
+        self._raw_stream = raw_stream
+        self._launcher = cls(fn, self._h, raw_stream, self._device, device, _torch.torch_dtype(self.spec.dtype),
+                             _torch.torch_dtype("float32"), self._hl, self._d)
+        self._fast = self._launcher.launch
 
     @staticmethod
     def _comm_ptr(group_or_comm_ptr):
@@ -230,55 +254,57 @@ class Context:
                 raise ValueError("stream= is not supported under torch.compile: the op runs on the current stream")
             from . import _ops
             return _ops.call(self, partial_out, partial_lse, out, out_lse, return_lse)
-        if out is None:
-            try:
-                out = partial_out.new_empty((partial_out.shape[0],) + self._out_shape)
-            except (AttributeError, IndexError, TypeError):
-                pass  # not a tensor: _launch's check says which argument
         if out_lse is None and return_lse:
             try:
-                out_lse = partial_lse.new_empty((partial_lse.shape[0], self._out_shape[0]))
+                out_lse = partial_lse.new_empty(partial_lse.shape[0], self._hl)  # sizes as arguments: faster
             except (AttributeError, IndexError, TypeError):
-                pass
-        self._launch(partial_out, partial_lse, out, out_lse, stream)
+                pass  # not a tensor: _launch_checked's checks say which argument
+        res = self._fast(partial_out, partial_lse, out, out_lse, stream)  # out (made when None), or an int
+        if res is not out:
+            out = res if res.__class__ is not int else self._launch_checked(res, partial_out, partial_lse, out,
+                                                                              out_lse, stream)
         return (out, out_lse) if out_lse is not None else out
 
     def _launch(self, partial_out, partial_lse, out, out_lse, stream):
-        """One library call on checked tensors (the layout checked once)."""
+        """One library call on a given out (the torch.library ops'): the
+        launcher's, else checked first."""
+        res = self._fast(partial_out, partial_lse, out, out_lse, stream)
+        if res is not out:
+            self._launch_checked(res, partial_out, partial_lse, out, out_lse, stream)
+
+    def _launch_checked(self, r, partial_out, partial_lse, out, out_lse, stream):
+        """After the launcher returned the int r: raises the library's
+        error (r > 0); else (r < 0, not called) makes out when None,
+        checks the call (ValueError naming the bad argument), caches its
+        layout and makes it. Returns out."""
+        if r > 0:
+            self._lib.check(r, "ncclDcpA2aLseReduce")  # raises
         h = self._h
         if h is None:
             raise ValueError("the context is closed")
-        try:
-            p0, p1, p2 = partial_out.data_ptr(), partial_lse.data_ptr(), out.data_ptr()
-            if out_lse is None:
-                p3 = None
-                key = (partial_out.shape, partial_out.stride(), partial_out.dtype, partial_out.get_device(),
-                       partial_lse.shape, partial_lse.stride(), partial_lse.dtype, partial_lse.get_device(),
-                       out.shape, out.stride(), out.dtype, out.get_device())
-                misaligned = (p0 | p2) & 15 or p1 & 3
-            else:
-                p3 = out_lse.data_ptr()
-                key = (partial_out.shape, partial_out.stride(), partial_out.dtype, partial_out.get_device(),
-                       partial_lse.shape, partial_lse.stride(), partial_lse.dtype, partial_lse.get_device(),
-                       out.shape, out.stride(), out.dtype, out.get_device(),
-                       out_lse.shape, out_lse.stride(), out_lse.dtype, out_lse.get_device())
-                misaligned = (p0 | p2) & 15 or (p1 | p3) & 3
-            layout = self._layouts.get(key)
-        except (AttributeError, TypeError):
-            key, layout, misaligned = None, None, True  # not torch tensors: check_call says what is wrong
-        if layout is None or misaligned:
-            args = check_call(self.spec, partial_out, partial_lse, out, out_lse)  # raises ValueError
-            p0, p1, p2 = partial_out.data_ptr(), partial_lse.data_ptr(), out.data_ptr()
-            p3 = out_lse.data_ptr() if out_lse is not None else None
-            layout = (args.batch, ctypes.pointer(make_strides(args)))
-            if key is not None:
-                if len(self._layouts) >= 256:
-                    self._layouts.clear()
-                self._layouts[key] = layout
-        s = self._raw_stream(self._device) if stream is None else self._stream_handle(stream, self._device)
-        result = self._fn(h, p0, p1, p2, p3, layout[0], layout[1], s)
-        if result:
-            self._lib.check(result, "ncclDcpA2aLseReduce")
+        if out is None:
+            try:
+                out = partial_out.new_empty(partial_out.shape[0], self._hl, self._d)
+            except (AttributeError, IndexError, TypeError):
+                pass  # not a tensor: check_call says which argument
+        if stream is not None:
+            handle = self._stream_handle(stream, self._device)  # raises ValueError on a bad one
+            if not isinstance(stream, int):  # a torch.cuda.Stream: the launcher takes its handle
+                res = self._fast(partial_out, partial_lse, out, out_lse, handle)
+                if res is out:
+                    return out
+                if res > 0:
+                    self._lib.check(res, "ncclDcpA2aLseReduce")  # raises
+            stream = handle
+        args = check_call(self.spec, partial_out, partial_lse, out, out_lse)  # raises ValueError
+        strides = make_strides(args)
+        self._launcher.remember(partial_out, partial_lse, out, out_lse, args.batch, strides)
+        s = self._raw_stream(self._device) if stream is None else stream
+        p3 = out_lse.data_ptr() if out_lse is not None else None
+        self._lib.check(self._lib.cdll.ncclDcpA2aLseReduce(h, partial_out.data_ptr(), partial_lse.data_ptr(),
+                                                           out.data_ptr(), p3, args.batch, ctypes.byref(strides),
+                                                           s), "ncclDcpA2aLseReduce")
+        return out
 
     def bind_stream(self, stream):
         """No-op kept for compatibility: since 0.2 a context takes calls on
@@ -377,6 +403,8 @@ class Context:
 
     def _detach(self):
         h, self._h = self._h, None
+        if self._launcher is not None:
+            self._launcher.close()
         if self._op_id is not None:
             from . import _ops
             _ops.unregister(self._op_id)
@@ -409,6 +437,79 @@ class Context:
         if self._h is None:
             raise ValueError("the context is closed")
         return self._h
+
+
+# ncclDcpA2aLseReduce for PyLauncher: plain pointers (ints) are converted
+# more cheaply than the bound POINTER(Strides) (the strides go by address).
+_REDUCE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                              ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+
+
+class PyLauncher:
+    """_fastcall.Launcher in Python, through ctypes: the same contract (see
+    _fastcall.c), used when the C helper is not built. Its layout key holds
+    each tensor's dtype and device too, so a hit is a call whose every
+    property but its pointers was checked; the pointers' alignment is
+    checked on every call, as there."""
+
+    def __init__(self, fn, handle, raw_stream, device_index, device, dtype, lse_dtype, local_heads, head_dim):
+        self._fn = _REDUCE_FN(fn)
+        self._h = handle
+        self._raw_stream, self._device_index = raw_stream, device_index
+        self._hl, self._d = local_heads, head_dim
+        self._layouts = {}  # layout key -> (batch, ncclDcpStrides_t, its address)
+
+    @staticmethod
+    def _key(po, pl, out, out_lse):
+        if out_lse is None:
+            return (po.shape, po.stride(), po.dtype, po.device, pl.shape, pl.stride(), pl.dtype, pl.device,
+                    out.shape, out.stride(), out.dtype, out.device)
+        return (po.shape, po.stride(), po.dtype, po.device, pl.shape, pl.stride(), pl.dtype, pl.device,
+                out.shape, out.stride(), out.dtype, out.device,
+                out_lse.shape, out_lse.stride(), out_lse.dtype, out_lse.device)
+
+    def launch(self, po, pl, out, out_lse, stream):
+        h = self._h
+        if h is None or not self._layouts or out.__class__ is int:  # an int out: not -1, the same object
+            return -1 if out.__class__ is not int else -1000
+        try:  # _key inline: a call less
+            if out is None:
+                out = po.new_empty(po.shape[0], self._hl, self._d)
+            p0, p1, p2 = po.data_ptr(), pl.data_ptr(), out.data_ptr()
+            if out_lse is None:
+                p3 = 0
+                key = (po.shape, po.stride(), po.dtype, po.device, pl.shape, pl.stride(), pl.dtype, pl.device,
+                       out.shape, out.stride(), out.dtype, out.device)
+            else:
+                p3 = out_lse.data_ptr()
+                key = self._key(po, pl, out, out_lse)
+            layout = self._layouts.get(key)
+        except Exception:  # not tensors: the caller's checks name the argument
+            return -1
+        if layout is None or (p0 | p2) & 15 or (p1 | p3) & 3:
+            return -1
+        if stream is None:
+            stream = self._raw_stream(self._device_index)
+        elif type(stream) is not int or not 0 <= stream <= _abi.SIZE_MAX:
+            return -1
+        r = self._fn(h, p0, p1, p2, p3, layout[0], layout[2], stream)
+        return r if r else out
+
+    def remember(self, po, pl, out, out_lse, batch, strides):
+        try:
+            key = self._key(po, pl, out, out_lse)
+        except Exception:
+            return False
+        if len(self._layouts) >= 256:
+            self._layouts.clear()
+        self._layouts[key] = (batch, strides, ctypes.addressof(strides))
+        return True
+
+    def close(self):
+        self._h = None
+
+    def layouts(self):
+        return len(self._layouts)
 
 
 def _name(names, code):

@@ -29,3 +29,17 @@ def lib():
 @pytest.fixture(scope="session")
 def torch():
     return pytest.importorskip("torch", reason="torch is not installed")
+
+
+@pytest.fixture(scope="session")
+def fastcall(tmp_path_factory):
+    """nccl_dcp._fastcall: the package's own when built (pip install, or
+    setup.py build_ext --inplace), else compiled here from _fastcall.c;
+    skips without a C compiler or Python.h."""
+    from nccl_dcp import _devbuild, context
+    if context._fastcall is not None:
+        return context._fastcall
+    why = _devbuild.missing_toolchain()
+    if why:
+        pytest.skip(f"{why}: nccl_dcp._fastcall not built")
+    return _devbuild.build_fastcall(str(tmp_path_factory.mktemp("fastcall")))

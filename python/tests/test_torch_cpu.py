@@ -7,7 +7,7 @@ import math
 import pytest
 
 from fake_tensor import FakeDevice
-from nccl_dcp._validate import CallSpec, check_call
+from nccl_dcp._validate import CallSpec, _check_device, check_call
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 from nccl_dcp import reference  # noqa: E402  (needs torch)
@@ -21,6 +21,7 @@ class OnGpu0:
     stride(), dtype and data_ptr() go through the checks."""
 
     device = FakeDevice("cuda", 0)
+    is_cuda = True
 
     def __init__(self, t):
         self.t = t
@@ -31,6 +32,12 @@ class OnGpu0:
 
     def data_ptr(self):
         return self.t.data_ptr()
+
+    def get_device(self):
+        return 0
+
+    def is_contiguous(self):
+        return self.t.is_contiguous()
 
 
 def tensors(po=None, pl=None, out=None, out_lse=None):
@@ -151,10 +158,14 @@ def strided_view(ptr, dtype, sizes, strides):
 
 class CpuLibrary:
     def __init__(self, spec, lse_base=2, result=0):
+        import ctypes
+        from nccl_dcp import _abi
         self.spec, self.base, self.result = spec, lse_base, result
         self.calls = []
         self.cdll = self
-        self.ncclDcpA2aLseReduce = self.reduce
+        # A C function pointer, as the library's: the launchers call it by address.
+        restype, argtypes = _abi.FUNCTIONS["ncclDcpA2aLseReduce"]
+        self.ncclDcpA2aLseReduce = ctypes.CFUNCTYPE(restype, *argtypes)(self.reduce)
 
     def reduce(self, handle, po, pl, out, out_lse, batch, strides, stream):
         self.calls.append((handle, po, pl, out, out_lse, batch, strides.contents, stream))
@@ -186,9 +197,19 @@ class CpuLibrary:
             raise NcclDcpError(result, f"{what} failed: ncclRemoteError: poisoned")
 
 
+@pytest.fixture(params=["native", "ctypes"])
+def launcher(request, monkeypatch):
+    """Both eager hot paths: _fastcall.Launcher (built here when the package
+    has none; skipped without a C compiler) and PyLauncher."""
+    if request.param == "native":
+        from nccl_dcp import context
+        monkeypatch.setattr(context, "_fastcall", request.getfixturevalue("fastcall"))
+    return request.param
+
+
 @pytest.fixture
-def cpu_context(monkeypatch):
-    """A Context over CpuLibrary whose tensors may live on the CPU."""
+def cpu_context(monkeypatch, launcher):
+    """A Context over CpuLibrary whose tensors live on the CPU."""
     from nccl_dcp import Context, _validate
     monkeypatch.setattr(_validate, "_check_device", lambda name, t, spec: None)
     made = []
@@ -198,7 +219,7 @@ def cpu_context(monkeypatch):
         ctx._lib, ctx._group, ctx._comm, ctx.spec = CpuLibrary(spec, **kwargs), None, 0, spec
         ctx.rank, ctx.n_ranks, ctx.timeout_ms = 0, spec.cp, None
         ctx._adopt(0xC0)
-        ctx._raw_stream = lambda device: 0x5
+        ctx._start_launcher(torch.device("cpu"), lambda device: 0x5, native=launcher == "native")
         made.append(ctx)
         return ctx
     yield make
@@ -246,7 +267,7 @@ def test_call_checks_each_layout_once(cpu_context, monkeypatch):
     out = torch.empty(3, HL1, D1, dtype=torch.bfloat16)
     for _ in range(3):
         ctx(po, pl, out=out)
-    assert len(checks) == 1 and len(ctx._layouts) == 1
+    assert len(checks) == 1 and ctx._launcher.layouts() == 1
     ctx(po, pl)                      # another layout: out_lse None but out allocated: same key as above
     ctx(po, pl, return_lse=True)     # out_lse given: a new key
     po2, pl2 = random_inputs(4)      # another batch: a new key
@@ -260,6 +281,152 @@ def test_call_checks_each_layout_once(cpu_context, monkeypatch):
         ctx(po, pl, out=torch.zeros(3, HL1, D1))
 
 
+# ---- the layout cache: what a cached layout must never let through
+
+@pytest.fixture
+def checks(monkeypatch):
+    """The check_call calls of Context's slow path, counted."""
+    from nccl_dcp import context
+    made = []
+    real = context.check_call
+    monkeypatch.setattr(context, "check_call", lambda *a: made.append(1) or real(*a))
+    return made
+
+
+def test_cache_refuses_another_dtype_on_a_cached_shape(cpu_context, checks):
+    ctx = cpu_context()
+    po, pl = random_inputs(3)
+    out, out_lse = torch.empty(3, HL1, D1, dtype=torch.bfloat16), torch.empty(3, HL1)
+    ctx(po, pl, out, out_lse)
+    ctx(po, pl, out, out_lse)
+    assert len(checks) == 1
+    bad = {"partial_out": (po.half(), pl, out, out_lse), "partial_lse": (po, pl.double(), out, out_lse),
+           "out": (po, pl, out.half(), out_lse), "out_lse": (po, pl, out, out_lse.half())}
+    for name, args in bad.items():
+        with pytest.raises(ValueError, match=rf"^{name} has dtype float(16|64), expected"):
+            ctx(*args)
+    assert len(ctx._lib.calls) == 2 and len(checks) == 1 + len(bad)
+
+
+def test_cache_refuses_another_device_on_a_cached_layout(cpu_context, launcher, monkeypatch):
+    """Tensors that pass for cuda:0 are cached; the same layout on the CPU is refused."""
+    from nccl_dcp import _validate
+    ctx = cpu_context()
+    monkeypatch.setattr(_validate, "_check_device", _check_device)
+    ctx._start_launcher(torch.device("cuda", 0), lambda device: 0x5, native=launcher == "native")
+    po, pl = random_inputs(3)
+    out = torch.empty(3, HL1, D1, dtype=torch.bfloat16)
+    on_gpu = [OnGpu0(t) for t in (po, pl, out)]
+    ctx(*on_gpu)
+    ctx(*on_gpu)
+    assert ctx._launcher.layouts() == 1 and len(ctx._lib.calls) == 2
+    for i, name in enumerate(("partial_out", "partial_lse", "out")):
+        args = list(on_gpu)
+        args[i] = (po, pl, out)[i]
+        with pytest.raises(ValueError, match=rf"^{name} is on cpu, but the context's communicator is on cuda:0"):
+            ctx(*args)
+    assert len(ctx._lib.calls) == 2
+
+
+def test_cache_rechecks_a_layout_change(cpu_context, checks):
+    """Same shapes, other strides: checked again, and refused when they break a rule."""
+    ctx = cpu_context()
+    po, pl = random_inputs(3)
+    out = torch.empty(3, HL1, D1, dtype=torch.bfloat16)
+    ctx(po, pl, out=out)
+    wide = torch.zeros(3, HL1, D1 + 8, dtype=torch.bfloat16)[..., :D1]  # 16-byte rows: allowed
+    wide.copy_(po)
+    ctx(wide, pl, out=out)
+    assert len(checks) == 2 and ctx._lib.calls[-1][6].inHead == D1 + 8 and torch.equal(out, expected(po, pl)[0])
+    odd = torch.zeros(3, HL1, D1 + 1, dtype=torch.bfloat16)[..., :D1]   # 66-byte rows
+    with pytest.raises(ValueError, match=r"^partial_out has stride 132 elements \(264 bytes\) in dim 0: every "
+                                         r"stride of partial_out must be a multiple of 16 bytes"):
+        ctx(odd, pl, out=out)
+    with pytest.raises(ValueError, match=r"^partial_lse has stride 0 in dim 0"):
+        ctx(po, pl[:1].expand(3, HL1), out=out)
+    with pytest.raises(ValueError, match=r"^out must be contiguous in its last dimension"):
+        ctx(po, pl, out=torch.empty(3, D1, HL1, dtype=torch.bfloat16).transpose(1, 2))
+    assert len(ctx._lib.calls) == 2
+
+
+def test_cache_rechecks_strides_of_an_empty_batch(cpu_context, checks):
+    """0 rows: contiguous whatever its strides (torch), so the strides are the key."""
+    ctx = cpu_context()
+    empty = torch.empty(0, HL1, D1, dtype=torch.bfloat16)
+    pl = torch.empty(0, HL1)
+    ctx(empty, pl)
+    ctx(empty, pl)
+    assert len(checks) == 1
+    odd = torch.empty_strided((0, HL1, D1), (HL1 * (D1 + 1), D1 + 1, 1), dtype=torch.bfloat16)
+    assert odd.is_contiguous()
+    with pytest.raises(ValueError, match=r"^partial_out has stride 33 elements"):
+        ctx(odd, pl)
+
+
+def test_cache_contiguous_size_one_strides_share_a_layout(cpu_context, launcher, checks):
+    """A dimension of size 1 may have any stride in a contiguous tensor: it
+    is never used, so the native launcher keys contiguous tensors on their
+    sizes alone (PyLauncher on their strides: checked again)."""
+    ctx = cpu_context()
+    po, pl = random_inputs(1)
+    ctx(po, pl)
+    odd = po.as_strided(po.shape, (12345, D1, 1))
+    assert odd.is_contiguous() and odd.stride() != po.stride()
+    out = ctx(odd, pl)
+    assert len(checks) == (1 if launcher == "native" else 2) and torch.equal(out, expected(po, pl)[0])
+    assert ctx._lib.calls[0][6].inRow == ctx._lib.calls[1][6].inRow == 0
+
+
+def test_cache_holds_many_layouts(cpu_context, checks):
+    ctx = cpu_context()
+    inputs = [random_inputs(b, seed=b) for b in range(1, 301)]
+    for po, pl in inputs:
+        ctx(po, pl)
+    assert len(checks) == 300 and ctx._launcher.layouts() == 300 - 256
+    for po, pl in inputs[-40:]:
+        assert torch.equal(ctx(po, pl), expected(po, pl)[0])
+    assert len(checks) == 300
+
+
+def test_cache_takes_tensor_subclasses(cpu_context, checks):
+    class Sub(torch.Tensor):
+        pass
+
+    ctx = cpu_context()
+    po, pl = random_inputs(3, "transposed")
+    out = torch.empty(3, HL1, D1, dtype=torch.bfloat16).as_subclass(Sub)
+    for _ in range(2):
+        ctx(po.as_subclass(Sub), pl.as_subclass(Sub), out=out)
+    assert len(checks) == 1 and torch.equal(out.as_subclass(torch.Tensor), expected(po, pl)[0])
+    for _ in range(2):
+        made = ctx(po.as_subclass(Sub), pl)
+        assert type(made) is Sub and torch.equal(made.as_subclass(torch.Tensor), expected(po, pl)[0])
+    assert len(checks) == 1  # the same layout
+
+
+def test_cache_allocates_a_new_out_per_call(cpu_context, checks):
+    """out=None: made per call (by the C launcher on a cached layout), never reused."""
+    ctx = cpu_context()
+    for batch in (3, 0):
+        po, pl = random_inputs(batch) if batch else (torch.empty(0, HL1, D1, dtype=torch.bfloat16),
+                                                     torch.empty(0, HL1))
+        outs = [ctx(po, pl) for _ in range(3)]
+        assert len({o.data_ptr() for o in outs if batch}) == (3 if batch else 0)
+        for o in outs:
+            assert o.shape == (batch, HL1, D1) and o.dtype == torch.bfloat16 and o.is_contiguous()
+            assert torch.equal(o, expected(po, pl)[0])
+    assert len(checks) == 2 and len(ctx._lib.calls) == 6
+    out, out_lse = ctx(po, pl, return_lse=True)  # out_lse made in Python, out in the launcher
+    assert out.shape == (0, HL1, D1) and out_lse.shape == (0, HL1)
+
+
+def test_native_launcher_reads_torch_tensors_directly(fastcall):
+    from nccl_dcp.context import Context  # noqa: F401 -- a Launcher resolves the accessors at creation
+    fastcall.Launcher(1, 1, lambda d: 0, 0, torch.device("cpu"), torch.bfloat16, torch.float32, HL1, D1)
+    assert sorted(fastcall.direct()) == sorted(["dtype", "is_cuda", "get_device", "shape", "is_contiguous",
+                                                "stride", "data_ptr", "new_empty"]), "torch.Tensor's accessors changed"
+
+
 def test_call_takes_any_stream_and_passes_it(cpu_context):
     ctx = cpu_context()
     po, pl = random_inputs(2)
@@ -271,13 +438,27 @@ def test_call_takes_any_stream_and_passes_it(cpu_context):
         ctx(po, pl, stream=-1)
 
 
+def test_call_takes_a_stream_object_on_the_cached_layout(cpu_context, checks):
+    from types import SimpleNamespace
+    ctx = cpu_context()
+    po, pl = random_inputs(2)
+    stream = SimpleNamespace(cuda_stream=0x99, device=torch.device("cuda", 0))
+    ctx(po, pl, stream=stream)
+    ctx(po, pl, stream=stream)
+    assert [c[-1] for c in ctx._lib.calls] == [0x99, 0x99] and len(checks) == 1
+    with pytest.raises(ValueError, match=r"^stream is on cuda:1, but the context's communicator is on cuda:0"):
+        ctx(po, pl, stream=SimpleNamespace(cuda_stream=0x99, device=torch.device("cuda", 1)))
+
+
 def test_call_raises_the_library_error(cpu_context):
     from nccl_dcp import NcclDcpError
     ctx = cpu_context(result=_abi_remote_error())
     po, pl = random_inputs(2)
-    with pytest.raises(NcclDcpError, match="poisoned") as e:
-        ctx(po, pl)
-    assert e.value.result == _abi_remote_error()
+    for _ in range(2):  # the layout's first call (checked), then a cached one: each calls the library once
+        with pytest.raises(NcclDcpError, match="poisoned") as e:
+            ctx(po, pl)
+        assert e.value.result == _abi_remote_error()
+    assert len(ctx._lib.calls) == 2
 
 
 def _abi_remote_error():
@@ -301,6 +482,12 @@ def test_not_a_tensor_is_named(cpu_context):
     ctx = cpu_context()
     with pytest.raises(ValueError, match=r"^partial_out must be a tensor, got list"):
         ctx([1.0], torch.zeros(1, HL1))
+    po, pl = random_inputs(2)
+    ctx(po, pl)  # a cached layout
+    for out in (-1, 0, 6, -1000, None.__class__):  # ints that the launchers return, too
+        with pytest.raises(ValueError, match=r"^out must be a tensor, got"):
+            ctx(po, pl, out=out)
+    assert len(ctx._lib.calls) == 1
 
 
 # ---- torch.library ops and torch.compile
