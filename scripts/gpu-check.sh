@@ -321,6 +321,10 @@ if has python; then
   torchrun=("${py_env[@]}" "$torch_python" -m torch.distributed.run --standalone
     --nproc-per-node "$NCCL_DCP_REQUIRE_GPU")
   py_count='^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$'
+  # The eager call's C helper, in place (the package falls back to ctypes without it).
+  (cd python && "$torch_python" setup.py -q build_ext --inplace -b "$ROOT/$BUILD/py-ext" -t "$ROOT/$BUILD/py-ext-tmp") \
+    > "$LOGS/python-ext.log" 2>&1
+  record 0 "python eager-call helper: $( "${py_env[@]}" "$torch_python" -c 'import nccl_dcp.context as c; print("built" if c._fastcall else "not built (ctypes fallback)")' 2>&1 | tail -1)"
   if "$torch_python" -c 'import pytest' 2> /dev/null; then
     "${py_env[@]}" "$torch_python" -m pytest python/tests -q -rs -p no:cacheprovider \
       --ignore=python/tests/test_gpu.py --junitxml="$LOGS/python-pytest.junit.xml" > "$LOGS/python-pytest.log" 2>&1
