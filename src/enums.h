@@ -7,9 +7,10 @@
 #ifndef NCCL_DCP_ENUMS_H_
 #define NCCL_DCP_ENUMS_H_
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <nccl.h>
 
-#include "device/merge.h"
 #include "nccl_dcp.h"
 
 namespace nccl_dcp {
