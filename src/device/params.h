@@ -17,10 +17,13 @@
 
 namespace nccl_dcp {
 
-// The fused kernel, for one round. Peers: how it reaches the workspaces
-// (device/peers.h).
-template <class Peers>
-struct FusedParams {
+// The fused kernel's parameters but the peers, filled in three steps
+// (fusedArgs in src/launch.h): what every launch of an engine shares once at
+// init (nRanks, lseBase, sendWarps, the rank divisors, timeoutNs,
+// hostError), the strides and silentRank per call, rows, region and io per
+// round; the launcher adds what the launch decides (blocksPerRank, the
+// region's divisors, the timeline).
+struct FusedArgs {
   Region region;
   Strides strides;
   LseBase lseBase;
@@ -34,6 +37,12 @@ struct FusedParams {
   AsyncErrorRecord* hostError;
   uint64_t* timeline;  // [grid][kTimelineSlots] or NULL
   RankIo io[kMaxLoopbackRanks];  // loopback: one per virtual rank; NCCL: io[0]
+};
+
+// The fused kernel, for one round: its arguments, then how it reaches the
+// workspaces (Peers, device/peers.h), last, as one __grid_constant__ struct.
+template <class Peers>
+struct FusedParams : FusedArgs {
   Peers peers;
 };
 
