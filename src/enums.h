@@ -3,7 +3,7 @@
  * (name, bytes, rounding unit, and the one host-side dispatch to the C++
  * element type) and the wire protocols: the C++ side's one table of each,
  * which perf and the tests use too.
- * Kernels dispatch on the dtype in device/kernels.cu (withElementType).
+ * Kernels dispatch on the dtype in launch.cu (withElementType).
  ************************************************************************/
 #ifndef NCCL_DCP_ENUMS_H_
 #define NCCL_DCP_ENUMS_H_

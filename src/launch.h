@@ -1,6 +1,6 @@
 /*************************************************************************
- * Host interface of the kernels: the launchers, implemented beside their
- * kernels in device/kernels.cu. Plain C++: the host code sees the
+ * Host interface of the kernels: the launchers, implemented beside this
+ * header in launch.cu. Plain C++: the host code sees the
  * parameter structs (device/params.h), never a kernel or a device primitive.
  ************************************************************************/
 #ifndef NCCL_DCP_LAUNCH_H_

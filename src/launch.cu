@@ -1,21 +1,23 @@
 /*************************************************************************
- * The one CUDA translation unit: instantiations of the kernel templates
- * and their thin launchers (the host interface of src/launch.h). The only
- * file that sees both sides: kernel headers never include host headers.
+ * The launchers, beside their header (launch.h): the one CUDA translation
+ * unit, instantiating the kernel templates of device/ and launching them.
+ * The only file that sees both sides: nothing in device/ includes a host
+ * header.
  ************************************************************************/
+#include "launch.h"
+
 #include <algorithm>
 #include <atomic>
 #include <mutex>
 
-#include "../error.h"
-#include "../launch.h"
-#include "../log.h"
-#include "a2a_lse_reduce.h"
-#include "a2a_lse_reduce_simple.h"
-#include "combine.h"
-#include "nccl_compat.h"
-#include "proto_ll.h"
-#include "proto_ll128.h"
+#include "device/a2a_lse_reduce.h"
+#include "device/a2a_lse_reduce_simple.h"
+#include "device/combine.h"
+#include "device/nccl_compat.h"
+#include "device/proto_ll.h"
+#include "device/proto_ll128.h"
+#include "error.h"
+#include "log.h"
 
 namespace nccl_dcp {
 
