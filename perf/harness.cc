@@ -6,43 +6,17 @@
 #include <cstring>
 #include <sstream>
 
+#include "enums.h"
 #include "nccl_dcp.h"
 
 namespace nccl_dcp {
 namespace perf {
-
-const char* dtypeFlag(ncclDataType_t d) {
-  switch (d) {
-    case ncclBfloat16: return "bf16";
-    case ncclFloat16: return "fp16";
-    case ncclFloat32: return "fp32";
-    default: return "?";
-  }
-}
-
-const char* protocolFlag(int p) {
-  switch (p) {
-    case ncclDcpProtoLL: return "LL";
-    case ncclDcpProtoLL128: return "LL128";
-    case ncclDcpProtoSimple: return "SIMPLE";
-    default: return "AUTO";
-  }
-}
 
 const char* baselineName(int baseline) {
   switch (baseline) {
     case kBaselineFull: return "a2a + combine";
     case kBaselineAllToAll: return "a2a alone";
     default: return "none";
-  }
-}
-
-const char* ncclTestsTypeName(ncclDataType_t d) {
-  switch (d) {
-    case ncclBfloat16: return "bfloat16";
-    case ncclFloat16: return "half";
-    case ncclFloat32: return "float";
-    default: return "?";
   }
 }
 
@@ -140,7 +114,7 @@ std::string tableHeader(const Args& a, int nRanks, const Columns& c) {
            a.iters, a.aggIters, a.check, a.graphLaunches);
   h += line;
   snprintf(line, sizeof(line), "#  dtype %s  D %d  Hl %d  protocol %s  LSE base %s  rows %lld..%lld  baseline %s\n",
-           dtypeFlag(a.dtype), a.headDim, a.localHeads, protocolFlag(a.protocol), a.lseBase ? "e" : "2",
+           dtypeName(a.dtype), a.headDim, a.localHeads, protocolName(a.protocol), a.lseBase ? "e" : "2",
            (long long)a.minRows, (long long)a.maxRows, baselineName(a.baseline));
   h += line;
   const std::string base = std::string("baseline (") + baselineName(a.baseline == kBaselineOff ? kBaselineFull : a.baseline) + ")";
@@ -224,8 +198,8 @@ std::string protocolsOfBatch(int64_t rows, int capacity, int small, int simpleMi
   // Every round but the last has `capacity` rows.
   const int64_t full = std::min<int64_t>(rows, capacity), last = rows % capacity ? rows % capacity : full;
   const int a = proto(full), b = proto(last);
-  if (a == b) return protocolFlag(a);
-  return std::string(protocolFlag(a)) + "+" + protocolFlag(b);
+  if (a == b) return protocolName(a);
+  return std::string(protocolName(a)) + "+" + protocolName(b);
 }
 
 namespace {

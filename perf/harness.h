@@ -232,9 +232,6 @@ std::vector<std::string> relevantEnvironment(char** envp);
 // Now, local time, "%Y-%m-%d %H:%M:%S" (nccl-tests' start_time format).
 std::string nowString();
 
-const char* dtypeFlag(ncclDataType_t d);
-const char* ncclTestsTypeName(ncclDataType_t d);  // nccl-tests' -d names: bfloat16, half, float
-const char* protocolFlag(int p);
 const char* baselineName(int baseline);
 
 }  // namespace perf

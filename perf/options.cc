@@ -258,17 +258,10 @@ bool parseWordOption(int code, const char* v, Args* a, std::string* error) {
       return true;
     }
     case 'd':
-      if (!strcasecmp(v, "bf16") || !strcasecmp(v, "bfloat16")) a->dtype = ncclBfloat16;
-      else if (!strcasecmp(v, "fp16") || !strcasecmp(v, "half") || !strcasecmp(v, "float16")) a->dtype = ncclFloat16;
-      else if (!strcasecmp(v, "fp32") || !strcasecmp(v, "float") || !strcasecmp(v, "float32")) a->dtype = ncclFloat32;
-      else return bad("bfloat16, half or float (bf16, fp16, fp32)");
+      if (!parseDtype(v, &a->dtype)) return bad("bfloat16, half or float (bf16, fp16, fp32)");
       return true;
     case 'P':
-      if (!strcasecmp(v, "AUTO")) a->protocol = ncclDcpProtoAuto;
-      else if (!strcasecmp(v, "LL")) a->protocol = ncclDcpProtoLL;
-      else if (!strcasecmp(v, "LL128")) a->protocol = ncclDcpProtoLL128;
-      else if (!strcasecmp(v, "SIMPLE")) a->protocol = ncclDcpProtoSimple;
-      else return bad("AUTO, LL, LL128 or SIMPLE");
+      if (!parseProtocol(v, &a->protocol)) return bad("AUTO, LL, LL128 or SIMPLE");
       return true;
     case 'L':
       if (!strcmp(v, "2")) a->lseBase = ncclDcpLseBase2;

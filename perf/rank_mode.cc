@@ -99,7 +99,7 @@ class RankMode : public Mode {
       snprintf(s, sizeof(s),
                "#  rank %d  pid %d on %s  GPU %d  %s  path %s (%s)  protocol %s  LSA team %d of %d", r.rank,
                (int)getpid(), host, r.dev, r.topo.busId[r.rank], r.topo.path == ncclDcpPathFused ? "fused" : "fallback",
-               providerName(r.topo.provider), protocolFlag(r.topo.protocol), r.topo.lsaSize, r.topo.nRanks);
+               providerName(r.topo.provider), protocolName(r.topo.protocol), r.topo.lsaSize, r.topo.nRanks);
       lines.push_back(s);
       if (r.topo.pathNote[0]) lines.push_back(std::string("#  rank ") + std::to_string(r.rank) + ": " + r.topo.pathNote);
       appendTopologyLines(r.topo, pinning_, &lines);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "enums.h"
 #include "harness.h"
 #include "json.h"
 #include "nccl_dcp.h"
@@ -171,7 +172,7 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
     w.open('{', true);
     w.key("size").integer(r.bytes);
     w.key("count").integer(r.bytes / elt);
-    w.key("type").str(ncclTestsTypeName(a.dtype));
+    w.key("type").str(dtypeNcclTestsName(a.dtype));
     w.key("redop").str("lse");
     w.key("root").str("-1");
     w.key("out_of_place");
@@ -211,11 +212,11 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
   w.key("threads").integer(run.placement.threads);
   w.key("gpusPerThread").integer(run.placement.gpusPerThread);
   w.key("virtualRanks").integer(a.virtualRanks);
-  w.key("dtype").str(dtypeFlag(a.dtype));
+  w.key("dtype").str(dtypeName(a.dtype));
   w.key("headDim").integer(a.headDim);
   w.key("localHeads").integer(a.localHeads);
   w.key("bytesPerRow").integer(perRow);
-  w.key("protocol").str(protocolFlag(a.protocol));
+  w.key("protocol").str(protocolName(a.protocol));
   w.key("provider").str(run.provider);
   w.key("lseBase").str(a.lseBase ? "e" : "2");
   w.key("maxBatch").integer(capacityOf(a));

@@ -18,6 +18,7 @@
 
 #include "engine.h"
 #include "nccl_dcp.h"
+#include "profiler_hook.h"
 
 namespace nccl_dcp {
 
@@ -46,11 +47,23 @@ struct Context {
 
   ncclDcpTopology_t topology = NCCL_DCP_TOPOLOGY_INITIALIZER;
 
-  // The one place calls are recorded (the profiler plugin reads this, DESIGN §6).
-  struct CallStats {
-    uint64_t calls = 0, rows = 0, rounds = 0;
-  } stats;
+  CallStats stats;  // the one place calls are recorded (profiler_hook.h)
 };
+
+// Records one call of `batch` rows: in ctx->stats and, when it is loaded,
+// in the profiler plugin (profiler_hook.h).
+inline void profilerRecordCall(Context* ctx, int batch) {
+  // The handle is never reused, unlike the context's address (a test may have none).
+  const CallSite site = {ctx->handle ? (const void*)ctx->handle : (const void*)ctx,
+                         ctx->comm,
+                         ctx->rank,
+                         ctx->nRanks,
+                         ctx->cudaDev,
+                         &ctx->engine.cfg,
+                         ctx->path,
+                         &ctx->topology};
+  profilerRecordCall(site, batch, &ctx->stats);
+}
 
 // A window region supplied by the application (ncclDcpContextCreateInWindow).
 struct AppWindow {

@@ -34,12 +34,13 @@ ncclResult_t Engine::init(const Config& config, int ranks, int myRank, const Pro
   layout = makeWorkspaceLayout(p.small, p.simpleForLarge, nRanks, cfg.localHeads, cfg.headDim, cfg.eltSize,
                                cfg.maxBatch);
   pdl = cfg.pdl;
-  simpleSendWarps = env().simpleSendWarps > 0 ? env().simpleSendWarps : 0;
   CUDACHECK(cudaGetDevice(&cudaDev));
   CUDACHECK(cudaHostAlloc((void**)&host, sizeof(HostShared), cudaHostAllocMapped));
   host->error = AsyncErrorRecord{0, -1, -1, 0};
   host->stopCode = ncclRemoteError;  // any non-zero status stops the waits
   CUDACHECK(cudaHostGetDevicePointer((void**)&hostErrorDev, &host->error, 0));
+  fused = fusedArgs(nRanks, cfg.lseBase, (uint64_t)cfg.timeoutMs * 1000000ull, hostErrorDev,
+                    env().simpleSendWarps > 0 ? env().simpleSendWarps : 0);
   CUDACHECK(cudaEventCreateWithFlags(&order.done, cudaEventDisableTiming));
   CUDACHECK(cudaEventCreateWithFlags(&order.captureJoin, cudaEventDisableTiming));
   return ncclSuccess;

@@ -69,11 +69,14 @@ struct Engine {
   AsyncErrorRecord* hostErrorDev = nullptr;  // device view of host->error
   int cudaDev = -1;                          // the device of the error record
   bool pdl = true;
-  int simpleSendWarps = 0;  // NCCL_DCP_SIMPLE_SEND_WARPS at create; 0: the kernel's default
-  CallOrder order;          // calls on any stream, in the order they were made
+  // The fused kernel's arguments every launch shares (fusedArgs, at init;
+  // NCCL_DCP_SIMPLE_SEND_WARPS read then): a call sets its strides, each
+  // round its rows, region and io (enqueueFused).
+  FusedArgs fused = {};
+  CallOrder order;  // calls on any stream, in the order they were made
 
-  // Layout for the policy; allocates the error record and the order's
-  // events on the current device.
+  // Layout for the policy and the fused kernel's shared arguments;
+  // allocates the error record and the order's events on the current device.
   ncclResult_t init(const Config& config, int ranks, int myRank, const ProtocolPolicy& p);
   void release(FreeMode mode);
 

@@ -9,15 +9,16 @@ namespace {
 struct DtypeRow {
   ncclDataType_t dtype;
   const char* name;
-  const char* alias;
+  const char* alias;       // nccl-tests' name
+  const char* otherAlias;  // or NULL
   int bytes;
   float roundingUnit;
 };
 
 const DtypeRow kDtypes[] = {
-    {ncclBfloat16, "bf16", "bfloat16", 2, 1.f / 128},
-    {ncclFloat16, "fp16", "half", 2, 1.f / 1024},
-    {ncclFloat32, "fp32", "float", 4, 1e-5f},
+    {ncclBfloat16, "bf16", "bfloat16", nullptr, 2, 1.f / 128},
+    {ncclFloat16, "fp16", "half", "float16", 2, 1.f / 1024},
+    {ncclFloat32, "fp32", "float", "float32", 4, 1e-5f},
 };
 
 const DtypeRow* dtypeRow(ncclDataType_t dtype) {
@@ -49,6 +50,11 @@ const char* dtypeName(ncclDataType_t dtype) {
   return row ? row->name : "unsupported";
 }
 
+const char* dtypeNcclTestsName(ncclDataType_t dtype) {
+  const DtypeRow* row = dtypeRow(dtype);
+  return row ? row->alias : "unsupported";
+}
+
 int dtypeSize(ncclDataType_t dtype) {
   const DtypeRow* row = dtypeRow(dtype);
   return row ? row->bytes : 0;
@@ -61,7 +67,8 @@ float dtypeRoundingUnit(ncclDataType_t dtype) {
 
 bool parseDtype(const char* name, ncclDataType_t* dtype) {
   for (const DtypeRow& row : kDtypes)
-    if (strcasecmp(name, row.name) == 0 || strcasecmp(name, row.alias) == 0) {
+    if (strcasecmp(name, row.name) == 0 || strcasecmp(name, row.alias) == 0 ||
+        (row.otherAlias && strcasecmp(name, row.otherAlias) == 0)) {
       *dtype = row.dtype;
       return true;
     }

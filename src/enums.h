@@ -1,27 +1,31 @@
 /*************************************************************************
  * One table per enum the host code names or parses: the element types
  * (name, bytes, rounding unit, and the one host-side dispatch to the C++
- * element type) and the wire protocols. Callable from perf and tests.
- * Kernels dispatch on the dtype in device/kernels.cu (withElementType).
+ * element type) and the wire protocols: the C++ side's one table of each,
+ * which perf and the tests use too.
+ * Kernels dispatch on the dtype in launch.cu (withElementType).
  ************************************************************************/
 #ifndef NCCL_DCP_ENUMS_H_
 #define NCCL_DCP_ENUMS_H_
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <nccl.h>
 
-#include "device/merge.h"
 #include "nccl_dcp.h"
 
 namespace nccl_dcp {
 
 // "bf16", "fp16", "fp32"; "unsupported" for any other dtype.
 const char* dtypeName(ncclDataType_t dtype);
+// nccl-tests' names: "bfloat16", "half", "float"; "unsupported" otherwise.
+const char* dtypeNcclTestsName(ncclDataType_t dtype);
 // Bytes of one element, 0 for an unsupported dtype.
 int dtypeSize(ncclDataType_t dtype);
 // One unit of rounding of the dtype, relative (the comparison tolerance).
 float dtypeRoundingUnit(ncclDataType_t dtype);
-// A supported dtype from its name or an alias ("bfloat16", "half", "float"),
-// case-insensitive. False when the name is none of them.
+// A supported dtype from its name or an alias ("bfloat16", "half" or
+// "float16", "float" or "float32"), case-insensitive. False when the name is none of them.
 bool parseDtype(const char* name, ncclDataType_t* dtype);
 
 // "AUTO", "LL", "LL128", "SIMPLE" (ncclDcpProtocol_t or Proto values);

@@ -1,7 +1,7 @@
 /*************************************************************************
- * Host interface of the kernels (implemented in device/kernels.cu). Plain
- * C++: the host code sees the parameter structs (device/params.h), never a
- * kernel or a device primitive.
+ * Host interface of the kernels: the launchers, implemented beside this
+ * header in launch.cu. Plain C++: the host code sees the
+ * parameter structs (device/params.h), never a kernel or a device primitive.
  ************************************************************************/
 #ifndef NCCL_DCP_LAUNCH_H_
 #define NCCL_DCP_LAUNCH_H_
@@ -9,7 +9,6 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include "device/layout.h"
 #include "device/params.h"
 #include "validate.h"
 
@@ -26,26 +25,22 @@ struct Addressing {
   size_t rankBytes;
 };
 
-struct FusedLaunch {
-  Region region;     // the protocol region this round uses
-  Strides strides;
-  ncclDataType_t dtype;
-  LseBase lseBase;
-  int nRanks;
-  int rank;          // NCCL path; loopback derives it from the block index
-  int rows;          // rows of this round
-  uint64_t timeoutNs;  // 0: wait forever
-  AsyncErrorRecord* hostError;  // device view of the host-mapped record
-  RankIo io[kMaxLoopbackRanks];  // loopback: one per virtual rank; NCCL: io[0]
-  Addressing addr;
-  bool pdl;
-  int simpleSendWarps;  // SIMPLE: writing warps per block; 0: kSimpleDefaultWriters
-  int silentRank;    // loopback test hook: this virtual rank does nothing (-1: none)
-};
+// The fused kernel's arguments that every launch of an engine shares, once
+// at init (Engine::init): the rest of FusedArgs (region, strides, rows, io,
+// silentRank -1) is the call's and the round's to set. simpleSendWarps:
+// SIMPLE's writing warps per block (NCCL_DCP_SIMPLE_SEND_WARPS); 0: the
+// kernel's default. timeoutNs 0: wait forever.
+FusedArgs fusedArgs(int nRanks, LseBase lseBase, uint64_t timeoutNs, AsyncErrorRecord* hostError,
+                    int simpleSendWarps);
 
-// One round of the fused collective: a cooperative launch (plus PDL when
-// asked) sized to the work and to what the GPU can hold co-resident.
-ncclResult_t launchFused(const FusedLaunch& l, cudaStream_t stream);
+// One round of the fused collective over `args` (an engine's, with the
+// call's strides and silentRank and the round's rows, region and io set):
+// a cooperative launch (plus PDL when asked) of the kernel of `dtype` and
+// args.region.proto, sized to the work and to what the GPU can hold
+// co-resident; the launch adds blocksPerRank, the region's divisors and the
+// timeline. rank: the NCCL path's (loopback derives it from the block index).
+ncclResult_t launchFused(const FusedArgs& args, ncclDataType_t dtype, int rank, const Addressing& addr, bool pdl,
+                         cudaStream_t stream);
 
 // Baseline / fallback combine (CombineParams in device/params.h).
 ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream);
@@ -101,7 +96,7 @@ inline PackParams packLaunch(const Config& c, int nRanks, int rows, const char* 
 // Opt-in in-kernel timeline (meson -Dtimeline=true; without it both calls
 // fail with ncclInvalidUsage): for the fused launches on the current device
 // since the last reset, per block (grid index), %globaltimer at each
-// TimelineStage (device/params.h), then the block's rank + 1; 0 where a
+// TimelineStage (device/types.h), then the block's rank + 1; 0 where a
 // block never got there.
 constexpr int kTimelineBlocks = 2048;
 ncclResult_t timelineReset(cudaStream_t stream);

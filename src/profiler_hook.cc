@@ -3,7 +3,6 @@
 #include <dlfcn.h>
 
 #include "../plugin/dcp_hook.h"
-#include "context.h"
 #include "log.h"
 
 namespace nccl_dcp {
@@ -42,29 +41,28 @@ int nvlinkVerdict(const ncclDcpTopology_t& t) {
 
 }  // namespace
 
-void profilerRecordCall(Context* ctx, int batch) {
-  const Config& c = ctx->engine.cfg;
-  ctx->stats.calls++;
-  ctx->stats.rows += batch;
-  ctx->stats.rounds += (batch + c.maxBatch - 1) / c.maxBatch;
+void profilerRecordCall(const CallSite& site, int batch, CallStats* stats) {
+  const Config& c = *site.cfg;
+  stats->calls++;
+  stats->rows += batch;
+  stats->rounds += (batch + c.maxBatch - 1) / c.maxBatch;
   const ncclDcpProfilerHook_v1_t* hook = pluginHook();
   if (hook == nullptr) return;
   ncclDcpProfilerCall_v1_t call = {};
   call.size = sizeof(call);
-  // The handle is never reused, unlike the context's address (a test may have none).
-  call.context = ctx->handle ? (const void*)ctx->handle : (const void*)ctx;
-  call.comm = ctx->comm;
-  call.rank = ctx->rank;
-  call.nRanks = ctx->nRanks;
-  call.cudaDev = ctx->cudaDev;
+  call.context = site.context;
+  call.comm = site.comm;
+  call.rank = site.rank;
+  call.nRanks = site.nRanks;
+  call.cudaDev = site.cudaDev;
   call.headDim = c.headDim;
   call.localHeads = c.localHeads;
   call.eltSize = c.eltSize;
-  call.path = ctx->path;
-  call.protocol = ctx->topology.protocol;
-  call.nvlink = nvlinkVerdict(ctx->topology);
+  call.path = site.path;
+  call.protocol = site.topology->protocol;
+  call.nvlink = nvlinkVerdict(*site.topology);
   call.rows = batch;
-  call.bytes = (uint64_t)batch * ctx->nRanks * c.localHeads * c.headDim * c.eltSize;
+  call.bytes = (uint64_t)batch * site.nRanks * c.localHeads * c.headDim * c.eltSize;
   hook->recordCall(&call);
 }
 

@@ -15,7 +15,7 @@
 #ifndef NCCL_DCP_PROTOCOL_H_
 #define NCCL_DCP_PROTOCOL_H_
 
-#include "device/layout.h"
+#include "device/types.h"
 #include "nccl_dcp.h"
 
 namespace nccl_dcp {

@@ -4,6 +4,8 @@
 #include <sstream>
 #include <vector>
 
+#include "device/merge.h"
+
 namespace nccl_dcp {
 
 namespace {

@@ -1,15 +1,14 @@
 /*************************************************************************
  * The host's core types: a resolved config and one rank's buffers of a
- * call. (Strides and the other kernel parameter structs live in
- * device/params.h, where the kernels read them.)
+ * call. (Strides, LseBase and the other types the kernels read too live
+ * in device/types.h.)
  ************************************************************************/
 #ifndef NCCL_DCP_TYPES_H_
 #define NCCL_DCP_TYPES_H_
 
 #include <nccl.h>
 
-#include "device/merge.h"
-#include "device/params.h"
+#include "device/types.h"
 #include "nccl_dcp.h"
 
 namespace nccl_dcp {

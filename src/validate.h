@@ -20,7 +20,7 @@ namespace nccl_dcp {
 ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* out);
 ncclResult_t checkRanks(int nRanks);
 
-// Strides: device/params.h (the kernels read them).
+// Strides: device/types.h (the kernels read them).
 Strides packedStrides(const Config& cfg, int nRanks);
 ncclResult_t resolveStrides(const ncclDcpStrides_t* in, const Config& cfg, int nRanks, Strides* out);
 

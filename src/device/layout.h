@@ -38,11 +38,9 @@
 
 #include <cstddef>
 
-#include "merge.h"
+#include "types.h"
 
 namespace nccl_dcp {
-
-enum class Proto : int { LL = 1, LL128 = 2, Simple = 3 };
 
 constexpr int kWordBytes = 8;  // payload word: the unit of the merge
 

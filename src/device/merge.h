@@ -21,20 +21,9 @@
 #include <cmath>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define NCCL_DCP_HD __host__ __device__ __forceinline__
-#else
-#define NCCL_DCP_HD inline
-#endif
-#if defined(__CUDA_ARCH__)
-#define NCCL_DCP_UNROLL _Pragma("unroll")
-#else
-#define NCCL_DCP_UNROLL
-#endif
+#include "types.h"
 
 namespace nccl_dcp {
-
-enum class LseBase : int { Two = 0, E = 1 };
 
 NCCL_DCP_HD float negInf() { return -INFINITY; }
 

@@ -1,95 +1,29 @@
 /*************************************************************************
  * Kernel parameter structs: what a host launcher fills and a kernel reads.
- * Plain structs (no device code), so host code includes this header and
- * nothing else of src/device/ but layout.h and merge.h. Nothing in this
- * directory includes a header above it.
+ * Plain structs (no device code): the launch header (src/launch.h) and
+ * the engine hold them; other host code needs only types.h.
  ************************************************************************/
 #ifndef NCCL_DCP_DEVICE_PARAMS_H_
 #define NCCL_DCP_DEVICE_PARAMS_H_
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <nccl.h>
 #include <stdint.h>
 
 #include "layout.h"
-#include "merge.h"
 #include "nccl_dcp.h"
+#include "types.h"
 
 namespace nccl_dcp {
 
-// Virtual ranks one loopback launch serves (a RankIo each in the params).
-constexpr int kMaxLoopbackRanks = 16;
-
-// Strides in elements, every one resolved (no "packed" zeros left).
-struct Strides {
-  int64_t inRow, inPeer, inHead;
-  int64_t lseRow, lsePeer, lseHead;
-  int64_t outRow, outHead;
-  int64_t outLseRow, outLseHead;
-};
-
-// Record of the first device-side failure, in host-mapped memory so the host
-// reads it without synchronising (ncclDcpGetAsyncError).
-struct AsyncErrorRecord {
-  uint32_t code;   // ncclResult_t, 0 = none
-  int32_t rank;    // rank whose wait failed
-  int32_t peer;    // rank it waited for
-  uint32_t round;  // device round counter at the time
-};
-
-// n / d and n % d for 0 <= n < 2^31, d >= 1 fixed at launch, by a
-// multiply-high, an add and a shift (round-up method of Granlund and
-// Montgomery): a division by a runtime value costs the kernels ~25
-// instructions, and the small batches are bound by instruction issue.
-struct Divisor {
-  uint32_t d, mul, shift;
-
-  NCCL_DCP_HD uint32_t quotient(uint32_t n) const {
-#if defined(__CUDA_ARCH__)
-    return (__umulhi(n, mul) + n) >> shift;
-#else
-    return ((uint32_t)(((uint64_t)n * mul) >> 32) + n) >> shift;
-#endif
-  }
-  NCCL_DCP_HD uint32_t remainder(uint32_t n) const { return n - quotient(n) * d; }
-};
-
-// d >= 1: shift = ceil(log2 d), mul = floor(2^32 (2^shift - d) / d) + 1.
-inline Divisor makeDivisor(uint32_t d) {
-  uint32_t shift = 0;
-  while (shift < 31 && (1u << shift) < d) shift++;
-  const uint64_t mul = ((uint64_t(1) << 32) * ((uint64_t(1) << shift) - d)) / d + 1;
-  return Divisor{d, (uint32_t)mul, shift};
-}
-
-// One rank's tensors for one round, already offset to the round's first row.
-struct RankIo {
-  const char* partialOut;
-  const float* partialLse;
-  char* out;
-  float* outLse;
-};
-
-// Opt-in timeline (meson -Dtimeline=true): per block, %globaltimer at each
-// stage of the fused kernel, then the block's rank + 1 (kTimelineSlots per
-// block). Stages that keep the block's first stamp hold it complemented.
-enum TimelineStage : int {
-  kStageLaunch = 0,  // the block runs (before the grid dependency wait)
-  kStageEntry,       // the round read (after the grid dependency wait)
-  kStageFirstSend,   // first payload store issued (SIMPLE: first flags stored)
-  kStageSendsDone,   // every send of the block issued
-  kStageLastFlag,    // last peer flag / line seen
-  kStageDone,        // merge written
-  kTimelineStages
-};
-constexpr int kTimelineSlots = kTimelineStages + 1;
-__host__ __device__ constexpr bool timelineKeepsFirst(int stage) {
-  return stage == kStageLaunch || stage == kStageEntry || stage == kStageFirstSend;
-}
-
-// The fused kernel, for one round. Peers: how it reaches the workspaces
-// (device/peers.h).
-template <class Peers>
-struct FusedParams {
+// The fused kernel's parameters but the peers, filled in three steps
+// (fusedArgs in src/launch.h): what every launch of an engine shares once at
+// init (nRanks, lseBase, sendWarps, the rank divisors, timeoutNs,
+// hostError), the strides and silentRank per call, rows, region and io per
+// round; the launcher adds what the launch decides (blocksPerRank, the
+// region's divisors, the timeline).
+struct FusedArgs {
   Region region;
   Strides strides;
   LseBase lseBase;
@@ -103,6 +37,12 @@ struct FusedParams {
   AsyncErrorRecord* hostError;
   uint64_t* timeline;  // [grid][kTimelineSlots] or NULL
   RankIo io[kMaxLoopbackRanks];  // loopback: one per virtual rank; NCCL: io[0]
+};
+
+// The fused kernel, for one round: its arguments, then how it reaches the
+// workspaces (Peers, device/peers.h), last, as one __grid_constant__ struct.
+template <class Peers>
+struct FusedParams : FusedArgs {
   Peers peers;
 };
 

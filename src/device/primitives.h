@@ -1,6 +1,48 @@
 /*************************************************************************
  * Small inline primitives of the transports: the exact memory operations
  * each wire format relies on, and the bounded wait.
+ *
+ * The transport interface. Protocols are types, as in NCCL's primitives.h:
+ * the line-protocol kernel (a2a_lse_reduce.h) is written once against a
+ * Transport class and instantiated per protocol, so every protocol's moves
+ * inline into one kernel body with no runtime dispatch. A line protocol's
+ * file (proto_ll.h, proto_ll128.h) provides, all static __device__ and
+ * warp-collective (`lane` is the caller's lane; r the protocol's Region,
+ * layout.h; g a group of a unit, the unit a (row, head) of one source):
+ *
+ *   kProto                      the Proto it implements
+ *   Line                        what one lane polls of one group
+ *   Batch                       one lane's payload of kSendBatch groups
+ *   dataWord(r, g, lane, k)     the head's data word (0..Dw) the lane holds
+ *                               as its k-th word (k = 0, 1) of group g, or -1
+ *   loadBatch(r, src, g0, lane, batch)
+ *                               send: loads groups [g0, g0 + kSendBatch) of
+ *                               the input at src, before any store
+ *   storeBatch(r, batch, g0, lse, unit, flag, lane)
+ *                               send: stores them into the destination's
+ *                               unit, the LSE in payload word 0, the
+ *                               round's flag with the data
+ *   pollLoad(r, unit, g, lane, line)
+ *                               receive: one volatile load of group g
+ *   pollReady(r, g, lane, line, flag)
+ *                               the lane's part of group g carries the
+ *                               round's flag (the warp polls until all do)
+ *   fetch(r, unit, g, lane, line)
+ *                               the data once every flag is seen: nothing
+ *                               (LL: the polled data is the data) or a
+ *                               re-read (LL128 on Hopper)
+ *   lseOf(line)                 the unit's LSE (lane 0)
+ *   word(line, k)               the lane's k-th data word (see dataWord)
+ *   release(r, unit, g, lane)   resets the group's flags: the warp is its
+ *                               only reader
+ *
+ * Wire formats are in layout.h, shared with the host. SIMPLE stands outside
+ * this interface: its unit of signalling is a chunk of units from one
+ * source, not a group of lines, and a block's warps split into writers,
+ * a signaller and receivers, so it has a kernel of its own
+ * (a2a_lse_reduce_simple.h) over its own primitives (proto_simple.h:
+ * copyShare, publishProgress / awaitProgress, pollFlags), on the same
+ * round, waiter and peer addressing (fused_common.h, peers.h).
  ************************************************************************/
 #ifndef NCCL_DCP_DEVICE_PRIMITIVES_H_
 #define NCCL_DCP_DEVICE_PRIMITIVES_H_
@@ -8,7 +50,7 @@
 #include <stdint.h>
 
 #include "layout.h"
-#include "params.h"
+#include "types.h"
 
 namespace nccl_dcp {
 

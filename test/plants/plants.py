@@ -59,9 +59,9 @@ PLANTS = [
           "    const cudaError_t e = cudaDeviceSynchronize();\n", "    const cudaError_t e = cudaSuccess;\n",
           [("gpu_context", "OneRankContext.DestroyWaitsForCallsInFlight", 1)],
           "destroy releases the workspace while a call is still queued"),
-    Plant("timeout_zero_gives_up_at_once", "src/fused_path.cc",
-          "l.timeoutNs = (uint64_t)cfg.timeoutMs * 1000000ull;",
-          "l.timeoutNs = cfg.timeoutMs ? (uint64_t)cfg.timeoutMs * 1000000ull : 1;",
+    Plant("timeout_zero_gives_up_at_once", "src/engine.cc",
+          "cfg.lseBase, (uint64_t)cfg.timeoutMs * 1000000ull, hostErrorDev,",
+          "cfg.lseBase, cfg.timeoutMs ? (uint64_t)cfg.timeoutMs * 1000000ull : 1, hostErrorDev,",
           [("gpu_loopback", "Transports/LoopbackProto.TimeoutZeroWaitsForever/*", 1),
            ("multi_ranks", "Cp/Ranks.TimeoutZeroWaitsForALateRank/cp2", 2)],
           "timeoutMs = 0 read as a 1 ns bound instead of 'forever'"),
@@ -70,8 +70,8 @@ PLANTS = [
           [("gpu_context", "OneRankContext.CyclesLeakNothing", 1)],
           "16 bytes of pinned host memory lost per context"),
     Plant("outlse_never_written", "src/fused_path.cc",
-          "l.io[i] = {(const char*)b.partialOut, b.partialLse, (char*)b.out, b.outLse};",
-          "l.io[i] = {(const char*)b.partialOut, b.partialLse, (char*)b.out, nullptr};",
+          "args.io[i] = {(const char*)b.partialOut, b.partialLse, (char*)b.out, b.outLse};",
+          "args.io[i] = {(const char*)b.partialOut, b.partialLse, (char*)b.out, nullptr};",
           [("gpu_loopback", "Transports/LoopbackProto.TenThousandRandomBatches/LL128", 1),
            ("gpu_context", "OneRankContext.StridedViewsAndNullOutLseOnTheFusedPath", 1),
            ("multi_ranks", "Cp/Ranks.GraphReplaysOnRealRanks/cp2", 2)],
@@ -122,11 +122,12 @@ PLANTS = [
           [("unit_validation", "ConfigTimeout.ZeroMeansForeverAndIsAccepted", 0),
            ("gpu_loopback", "Transports/LoopbackProto.TimeoutZeroWaitsForever/*", 1)],
           "config->timeoutMs = 0 read as unset: NCCL_DCP_TIMEOUT_MS or the built-in bound applies"),
-    Plant("timeout_zero_launched_as_the_env_default", "src/fused_path.cc",
-          "l.timeoutNs = (uint64_t)cfg.timeoutMs * 1000000ull;",
-          "l.timeoutNs = (uint64_t)(cfg.timeoutMs ? cfg.timeoutMs\n"
-          "                                       : env().timeoutMs > 0 ? env().timeoutMs : kDefaultTimeoutMs) *\n"
-          "              1000000ull;",
+    Plant("timeout_zero_launched_as_the_env_default", "src/engine.cc",
+          "cfg.lseBase, (uint64_t)cfg.timeoutMs * 1000000ull, hostErrorDev,",
+          "cfg.lseBase,\n"
+          "                    (uint64_t)(cfg.timeoutMs ? cfg.timeoutMs\n"
+          "                               : env().timeoutMs > 0 ? env().timeoutMs : kDefaultTimeoutMs) * 1000000ull,\n"
+          "                    hostErrorDev,",
           [("gpu_loopback", "Transports/LoopbackProto.TimeoutZeroWaitsForever/*", 1)],
           "the kernel bounds a timeoutMs = 0 wait by NCCL_DCP_TIMEOUT_MS (else the built-in default)"),
     Plant("overlap_seen_one_way", "src/validate.cc",

@@ -1,7 +1,7 @@
 // Workspace layout math (src/device/layout.h): unit geometry of each protocol,
 // slot sizes, that every unit a source may write owns its bytes, the
 // regions of a workspace, the round flags, and ncclDcpWorkspaceSize; and the
-// kernels' index division (Divisor, src/device/params.h).
+// kernels' index division (Divisor, src/device/types.h).
 #include <algorithm>
 #include <cstdint>
 #include <random>

@@ -1,21 +1,23 @@
 /*************************************************************************
- * The one CUDA translation unit: instantiations of the kernel templates
- * and their thin launchers (the host interface of src/launch.h). The only
- * file that sees both sides: kernel headers never include host headers.
+ * The launchers, beside their header (launch.h): the one CUDA translation
+ * unit, instantiating the kernel templates of device/ and launching them.
+ * The only file that sees both sides: nothing in device/ includes a host
+ * header.
  ************************************************************************/
+#include "launch.h"
+
 #include <algorithm>
 #include <atomic>
 #include <mutex>
 
-#include "../error.h"
-#include "../launch.h"
-#include "../log.h"
-#include "a2a_lse_reduce.h"
-#include "a2a_lse_reduce_simple.h"
-#include "combine.h"
-#include "nccl_compat.h"
-#include "proto_ll.h"
-#include "proto_ll128.h"
+#include "device/a2a_lse_reduce.h"
+#include "device/a2a_lse_reduce_simple.h"
+#include "device/combine.h"
+#include "device/nccl_compat.h"
+#include "device/proto_ll.h"
+#include "device/proto_ll128.h"
+#include "error.h"
+#include "log.h"
 
 namespace nccl_dcp {
 
@@ -70,35 +72,27 @@ ncclResult_t timelineBuffer(uint64_t** buffer) {
 // can be cached per kernel).
 template <class Peers, typename Kernel>
 ncclResult_t launchCooperative(Kernel kernel, std::atomic<int>* cache, int threads, size_t smem, size_t maxSmem,
-                               long blocksWanted, const FusedLaunch& l, const Peers& peers, cudaStream_t stream) {
+                               long blocksWanted, const FusedArgs& args, const Peers& peers, bool pdl,
+                               cudaStream_t stream) {
   int maxBlocks;
   DCPCHECK(coResidentBlocks(kernel, threads, maxSmem, cache, &maxBlocks));
-  const int nVirtual = Peers::kLoopback ? l.nRanks : 1;
+  const int nVirtual = Peers::kLoopback ? args.nRanks : 1;
   const int blocksPerRank = (int)std::min<long>(std::max<long>(blocksWanted, 1), maxBlocks / nVirtual);
   if (blocksPerRank < 1)
     return fail(ncclInvalidUsage, "%d virtual ranks need %d co-resident blocks; this GPU holds %d",
                 nVirtual, nVirtual, maxBlocks);
 
+  // The one copy of a launch: the engine's arguments as the call and the
+  // round set them, then what this launch decides.
   FusedParams<Peers> p;
-  p.region = l.region;
-  p.strides = l.strides;
-  p.lseBase = l.lseBase;
-  p.nRanks = l.nRanks;
-  p.rows = l.rows;
+  static_cast<FusedArgs&>(p) = args;
   p.blocksPerRank = blocksPerRank;
-  p.silentRank = l.silentRank;
-  p.sendWarps = l.simpleSendWarps > 0 ? std::min(l.simpleSendWarps, kSimpleSignalWarp) : kSimpleDefaultWriters;
-  p.byRanks = makeDivisor(l.nRanks);
-  p.byPeers = makeDivisor(std::max(l.nRanks - 1, 1));
-  p.byHeads = makeDivisor(l.region.localHeads);
-  p.byGroups = makeDivisor(l.region.groups);
-  p.byVectors = makeDivisor((uint32_t)std::max<size_t>(l.region.unitBytes / simple::kLaneBytes, 1));
-  p.byChunkUnits = makeDivisor(std::max(l.region.chunkUnits, 1));
-  p.timeoutNs = l.timeoutNs;
-  p.hostError = l.hostError;
+  p.byHeads = makeDivisor(args.region.localHeads);
+  p.byGroups = makeDivisor(args.region.groups);
+  p.byVectors = makeDivisor((uint32_t)std::max<size_t>(args.region.unitBytes / simple::kLaneBytes, 1));
+  p.byChunkUnits = makeDivisor(std::max(args.region.chunkUnits, 1));
   DCPCHECK(timelineBuffer(&p.timeline));
   if (blocksPerRank * nVirtual > kTimelineBlocks) p.timeline = nullptr;
-  for (int i = 0; i < kMaxLoopbackRanks; i++) p.io[i] = l.io[i];
   p.peers = peers;
 
   cudaLaunchAttribute attrs[2];
@@ -112,9 +106,9 @@ ncclResult_t launchCooperative(Kernel kernel, std::atomic<int>* cache, int threa
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cfg.attrs = attrs;
-  cfg.numAttrs = l.pdl ? 2 : 1;
-  TRACE("fused launch: proto %d rows %d ranks %d grid %d x %d pdl %d", (int)l.region.proto, l.rows, l.nRanks,
-        blocksPerRank, nVirtual, (int)l.pdl);
+  cfg.numAttrs = pdl ? 2 : 1;
+  TRACE("fused launch: proto %d rows %d ranks %d grid %d x %d pdl %d", (int)args.region.proto, args.rows,
+        args.nRanks, blocksPerRank, nVirtual, (int)pdl);
   CUDACHECK(cudaLaunchKernelEx(&cfg, kernel, p));
   return ncclSuccess;
 }
@@ -122,38 +116,39 @@ ncclResult_t launchCooperative(Kernel kernel, std::atomic<int>* cache, int threa
 // Line protocols: a warp per (row, head, destination) to send, per
 // (row, head, group) to receive; every warp does both, sends first.
 template <typename T, class Transport, class Peers>
-ncclResult_t launchFusedLines(const FusedLaunch& l, const Peers& peers, cudaStream_t stream) {
+ncclResult_t launchFusedLines(const FusedArgs& a, const Peers& peers, bool pdl, cudaStream_t stream) {
   static std::atomic<int> cache[kMaxDevices];
-  const long warps = (long)l.rows * l.region.localHeads * std::max(std::max(l.nRanks - 1, l.region.groups), 1);
+  const long warps = (long)a.rows * a.region.localHeads * std::max(std::max(a.nRanks - 1, a.region.groups), 1);
   return launchCooperative(a2aLseReduceKernel<T, Transport, Peers>, cache, kFusedThreads, 0, 0,
-                           (warps + kFusedWarps - 1) / kFusedWarps, l, peers, stream);
+                           (warps + kFusedWarps - 1) / kFusedWarps, a, peers, pdl, stream);
 }
 
 // SIMPLE: a block per (chunk, destination) to send, up to every
 // co-resident one; a block's receiving warps per chunk.
 template <typename T, class Peers>
-ncclResult_t launchFusedSimple(const FusedLaunch& l, const Peers& peers, cudaStream_t stream) {
+ncclResult_t launchFusedSimple(const FusedArgs& a, const Peers& peers, bool pdl, cudaStream_t stream) {
   static std::atomic<int> cache[kMaxDevices];
-  const Region& r = l.region;
-  const long chunks = ((long)l.rows * r.localHeads + r.chunkUnits - 1) / r.chunkUnits;
-  const long blocks = std::max(chunks * (l.nRanks - 1), chunks);
-  return launchCooperative(simpleA2aLseReduceKernel<T, Peers>, cache, kSimpleThreads, 0, 0, blocks, l, peers,
+  const Region& r = a.region;
+  const long chunks = ((long)a.rows * r.localHeads + r.chunkUnits - 1) / r.chunkUnits;
+  const long blocks = std::max(chunks * (a.nRanks - 1), chunks);
+  return launchCooperative(simpleA2aLseReduceKernel<T, Peers>, cache, kSimpleThreads, 0, 0, blocks, a, peers, pdl,
                            stream);
 }
 
 template <typename T, class Peers>
-ncclResult_t launchFusedProto(const FusedLaunch& l, const Peers& peers, cudaStream_t stream) {
-  switch (l.region.proto) {
-    case Proto::LL: return launchFusedLines<T, LlTransport>(l, peers, stream);
-    case Proto::LL128: return launchFusedLines<T, Ll128Transport>(l, peers, stream);
-    case Proto::Simple: return launchFusedSimple<T>(l, peers, stream);
+ncclResult_t launchFusedProto(const FusedArgs& a, const Peers& peers, bool pdl, cudaStream_t stream) {
+  switch (a.region.proto) {
+    case Proto::LL: return launchFusedLines<T, LlTransport>(a, peers, pdl, stream);
+    case Proto::LL128: return launchFusedLines<T, Ll128Transport>(a, peers, pdl, stream);
+    case Proto::Simple: return launchFusedSimple<T>(a, peers, pdl, stream);
   }
-  return fail(ncclInternalError, "unknown protocol %d", (int)l.region.proto);
+  return fail(ncclInternalError, "unknown protocol %d", (int)a.region.proto);
 }
 
 template <class Peers>
-ncclResult_t launchFusedPeers(const FusedLaunch& l, const Peers& peers, cudaStream_t stream) {
-  return withElementType(l.dtype, [&](auto elt) { return launchFusedProto<decltype(elt)>(l, peers, stream); });
+ncclResult_t launchFusedPeers(const FusedArgs& a, ncclDataType_t dtype, const Peers& peers, bool pdl,
+                              cudaStream_t stream) {
+  return withElementType(dtype, [&](auto elt) { return launchFusedProto<decltype(elt)>(a, peers, pdl, stream); });
 }
 
 __global__ void zeroWindowKernel(ncclWindow_t window, size_t offset, size_t bytes) {
@@ -171,18 +166,33 @@ unsigned blocksFor(size_t units) { return (unsigned)((units + kCombineWarps - 1)
 
 }  // namespace
 
-ncclResult_t launchFused(const FusedLaunch& l, cudaStream_t stream) {
-  if (l.addr.loopback) {
-    if (l.nRanks > kMaxLoopbackRanks)
+FusedArgs fusedArgs(int nRanks, LseBase lseBase, uint64_t timeoutNs, AsyncErrorRecord* hostError,
+                    int simpleSendWarps) {
+  FusedArgs a = {};
+  a.lseBase = lseBase;
+  a.nRanks = nRanks;
+  a.silentRank = -1;
+  a.sendWarps = simpleSendWarps > 0 ? std::min(simpleSendWarps, kSimpleSignalWarp) : kSimpleDefaultWriters;
+  a.byRanks = makeDivisor(nRanks);
+  a.byPeers = makeDivisor(std::max(nRanks - 1, 1));
+  a.timeoutNs = timeoutNs;
+  a.hostError = hostError;
+  return a;
+}
+
+ncclResult_t launchFused(const FusedArgs& args, ncclDataType_t dtype, int rank, const Addressing& addr, bool pdl,
+                         cudaStream_t stream) {
+  if (addr.loopback) {
+    if (args.nRanks > kMaxLoopbackRanks)
       return fail(ncclInvalidArgument, "loopback supports at most %d virtual ranks, not %d",
-                  kMaxLoopbackRanks, l.nRanks);
-    LoopbackPeers peers{l.addr.base, l.addr.rankBytes};
-    return launchFusedPeers(l, peers, stream);
+                  kMaxLoopbackRanks, args.nRanks);
+    LoopbackPeers peers{addr.base, addr.rankBytes};
+    return launchFusedPeers(args, dtype, peers, pdl, stream);
   }
   LsaPeers peers;
-  for (int i = 0; i < l.nRanks; i++) peers.base[i] = l.addr.lsa[i];
-  peers.rank = l.rank;
-  return launchFusedPeers(l, peers, stream);
+  for (int i = 0; i < args.nRanks; i++) peers.base[i] = addr.lsa[i];
+  peers.rank = rank;
+  return launchFusedPeers(args, dtype, peers, pdl, stream);
 }
 
 ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream) {

@@ -1,0 +1,106 @@
+/*************************************************************************
+ * The ground floor: the small types both sides name -- the host code that
+ * resolves a config, picks a protocol or fills a launch, and the kernels
+ * that read them. Plain data, no device code but the Divisor's arithmetic,
+ * nothing of ours included: a host header includes this one, not merge.h,
+ * layout.h or params.h, for an enum. Nothing in src/device/ includes a
+ * header above it.
+ ************************************************************************/
+#ifndef NCCL_DCP_DEVICE_TYPES_H_
+#define NCCL_DCP_DEVICE_TYPES_H_
+
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define NCCL_DCP_HD __host__ __device__ __forceinline__
+#else
+#define NCCL_DCP_HD inline
+#endif
+#if defined(__CUDA_ARCH__)
+#define NCCL_DCP_UNROLL _Pragma("unroll")
+#else
+#define NCCL_DCP_UNROLL
+#endif
+
+namespace nccl_dcp {
+
+// Wire protocol of the fused path (DESIGN §4); the values of
+// ncclDcpProtocol_t.
+enum class Proto : int { LL = 1, LL128 = 2, Simple = 3 };
+
+// Base of the LSEs (DESIGN §1).
+enum class LseBase : int { Two = 0, E = 1 };
+
+// Virtual ranks one loopback launch serves (a RankIo each in the params).
+constexpr int kMaxLoopbackRanks = 16;
+
+// Strides in elements, every one resolved (no "packed" zeros left).
+struct Strides {
+  int64_t inRow, inPeer, inHead;
+  int64_t lseRow, lsePeer, lseHead;
+  int64_t outRow, outHead;
+  int64_t outLseRow, outLseHead;
+};
+
+// One rank's tensors for one round, already offset to the round's first row.
+struct RankIo {
+  const char* partialOut;
+  const float* partialLse;
+  char* out;
+  float* outLse;
+};
+
+// Record of the first device-side failure, in host-mapped memory so the host
+// reads it without synchronising (ncclDcpGetAsyncError).
+struct AsyncErrorRecord {
+  uint32_t code;   // ncclResult_t, 0 = none
+  int32_t rank;    // rank whose wait failed
+  int32_t peer;    // rank it waited for
+  uint32_t round;  // device round counter at the time
+};
+
+// n / d and n % d for 0 <= n < 2^31, d >= 1 fixed at launch, by a
+// multiply-high, an add and a shift (round-up method of Granlund and
+// Montgomery): a division by a runtime value costs the kernels ~25
+// instructions, and the small batches are bound by instruction issue.
+struct Divisor {
+  uint32_t d, mul, shift;
+
+  NCCL_DCP_HD uint32_t quotient(uint32_t n) const {
+#if defined(__CUDA_ARCH__)
+    return (__umulhi(n, mul) + n) >> shift;
+#else
+    return ((uint32_t)(((uint64_t)n * mul) >> 32) + n) >> shift;
+#endif
+  }
+  NCCL_DCP_HD uint32_t remainder(uint32_t n) const { return n - quotient(n) * d; }
+};
+
+// d >= 1: shift = ceil(log2 d), mul = floor(2^32 (2^shift - d) / d) + 1.
+inline Divisor makeDivisor(uint32_t d) {
+  uint32_t shift = 0;
+  while (shift < 31 && (1u << shift) < d) shift++;
+  const uint64_t mul = ((uint64_t(1) << 32) * ((uint64_t(1) << shift) - d)) / d + 1;
+  return Divisor{d, (uint32_t)mul, shift};
+}
+
+// Opt-in timeline (meson -Dtimeline=true): per block, %globaltimer at each
+// stage of the fused kernel, then the block's rank + 1 (kTimelineSlots per
+// block). Stages that keep the block's first stamp hold it complemented.
+enum TimelineStage : int {
+  kStageLaunch = 0,  // the block runs (before the grid dependency wait)
+  kStageEntry,       // the round read (after the grid dependency wait)
+  kStageFirstSend,   // first payload store issued (SIMPLE: first flags stored)
+  kStageSendsDone,   // every send of the block issued
+  kStageLastFlag,    // last peer flag / line seen
+  kStageDone,        // merge written
+  kTimelineStages
+};
+constexpr int kTimelineSlots = kTimelineStages + 1;
+NCCL_DCP_HD constexpr bool timelineKeepsFirst(int stage) {
+  return stage == kStageLaunch || stage == kStageEntry || stage == kStageFirstSend;
+}
+
+}  // namespace nccl_dcp
+
+#endif  // NCCL_DCP_DEVICE_TYPES_H_
