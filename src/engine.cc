@@ -95,7 +95,12 @@ ncclResult_t CallOrder::before(cudaStream_t s, Call* call) {
   call->capturing = status == cudaStreamCaptureStatusActive;
   if (!hasLast) return ncclSuccess;
   if (call->capturing && lastCaptured && call->captureId == captureId) {
-    if (s != lastStream) CUDACHECK(cudaStreamWaitEvent(s, captureJoin, 0));
+    // The same capture on another stream: joined to where the last call's
+    // stream stands now (recorded only when the stream changes).
+    if (s != lastStream) {
+      CUDACHECK(cudaEventRecord(captureJoin, lastStream));
+      CUDACHECK(cudaStreamWaitEvent(s, captureJoin, 0));
+    }
   } else if (call->capturing) {
     CUDACHECK(cudaStreamWaitEvent(s, done, cudaEventWaitExternal));
   } else if (s != lastStream || lastCaptured) {
@@ -104,10 +109,30 @@ ncclResult_t CallOrder::before(cudaStream_t s, Call* call) {
   return ncclSuccess;
 }
 
+// Records e at the end of what `s` has captured so far as a leaf of the
+// graph: nothing in the graph waits for it, so it stands on no path between
+// this call and the next, and each replay still records e once this call's
+// work is done (an external event-record node).
+static ncclResult_t recordAsLeaf(cudaStream_t s, cudaEvent_t e) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  cudaGraph_t graph = nullptr;
+  const cudaGraphNode_t* deps = nullptr;
+  size_t n = 0;
+#if CUDART_VERSION >= 13000
+  const cudaGraphEdgeData* edges = nullptr;
+  CUDACHECK(cudaStreamGetCaptureInfo(s, &status, &id, &graph, &deps, &edges, &n));
+#else
+  CUDACHECK(cudaStreamGetCaptureInfo_v2(s, &status, &id, &graph, &deps, &n));
+#endif
+  cudaGraphNode_t node;
+  CUDACHECK(cudaGraphAddEventRecordNode(&node, graph, deps, n, e));
+  return ncclSuccess;
+}
+
 ncclResult_t CallOrder::after(cudaStream_t s, const Call& call) {
   if (call.capturing) {
-    CUDACHECK(cudaEventRecordWithFlags(done, s, cudaEventRecordExternal));
-    CUDACHECK(cudaEventRecord(captureJoin, s));
+    DCPCHECK(recordAsLeaf(s, done));
   } else {
     CUDACHECK(cudaEventRecord(done, s));
   }

@@ -30,9 +30,11 @@ namespace nccl_dcp {
 //    `done`, so each replay runs after whatever call came last (an eager
 //    call or a replay), in the order the host launched them;
 //  - later calls of the same capture: ordered inside the graph (stream
-//    order, or `captureJoin` across its streams);
-//  - every call ends by recording `done` (in a graph: an external
-//    event-record node, so replays record it too).
+//    order, or `captureJoin` recorded where the last call's stream stands
+//    when a call comes on another stream);
+//  - every call ends by recording `done` (in a graph: an event-record node
+//    added as a leaf, so replays record it too while no call of the graph
+//    waits on it: consecutive captured calls keep kernel-to-kernel edges).
 // What stays the caller's: calls of one context made from several threads
 // at once, and a graph launched while another thread makes calls on it.
 struct CallOrder {
