@@ -107,12 +107,6 @@ ncclResult_t checkAgreement(const RankRecord* all, int nRanks) {
   return ncclSuccess;
 }
 
-bool allCapable(const RankRecord* all, int nRanks) {
-  for (int r = 0; r < nRanks; r++)
-    if (!all[r].devComm.capable) return false;
-  return true;
-}
-
 namespace {
 
 std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));

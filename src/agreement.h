@@ -117,9 +117,6 @@ ncclResult_t firstFailure(const RankRecord* all, int nRanks);
 // error names the input (its variable) and the first rank that differs.
 ncclResult_t checkAgreement(const RankRecord* all, int nRanks);
 
-// The fused path needs every rank's device communicator to span all ranks.
-bool allCapable(const RankRecord* all, int nRanks);
-
 // The provider of the workspace (nccl_dcp.h: ncclDcpProvider_t), the same
 // on every rank from the same records: the requested one, or under Auto
 // the first available of nccl-window, cuda-ipc, fallback. note: why the

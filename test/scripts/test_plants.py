@@ -87,31 +87,39 @@ class Judging(unittest.TestCase):
         self.assertIn("matched no test", what)
 
 
+@contextlib.contextmanager
+def copied_root(plant):
+    """plants.ROOT pointed at a scratch tree holding a copy of plant's file;
+    yields the copy's path (plants' output swallowed)."""
+    saved_root = plants.ROOT
+    with tempfile.TemporaryDirectory() as root:
+        os.makedirs(os.path.join(root, os.path.dirname(plant.path)))
+        path = os.path.join(root, plant.path)
+        shutil.copy2(os.path.join(saved_root, plant.path), path)
+        plants.ROOT = root
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                yield path
+        finally:
+            plants.ROOT = saved_root
+
+
 class ApplyAndRevert(unittest.TestCase):
     """On a copy of one plant's file: apply changes it, revert restores it
     with a newer time than the planted build (or ninja keeps the plant)."""
 
     def test_round_trip(self):
         plant = plants.PLANTS[0]
-        saved_root = plants.ROOT
-        with tempfile.TemporaryDirectory() as root:
-            os.makedirs(os.path.join(root, os.path.dirname(plant.path)))
-            path = os.path.join(root, plant.path)
-            shutil.copy2(os.path.join(saved_root, plant.path), path)
+        with copied_root(plant) as path:
             original = open(path, encoding="utf-8").read()
             os.utime(path, (1, 1))  # an old source file
-            plants.ROOT = root
-            try:
-                with contextlib.redirect_stdout(io.StringIO()):
-                    self.assertEqual(plants.apply(plant), 0)
-                    planted = open(path, encoding="utf-8").read()
-                    self.assertNotEqual(planted, original)
-                    self.assertIn(plant.new, planted)
-                    built = os.stat(path).st_mtime  # the planted build is at least this new
-                    self.assertEqual(plants.revert(plant), 0)
-                    self.assertEqual(plants.revert(plant), 2, "a second revert has nothing to restore")
-            finally:
-                plants.ROOT = saved_root
+            self.assertEqual(plants.apply(plant), 0)
+            planted = open(path, encoding="utf-8").read()
+            self.assertNotEqual(planted, original)
+            self.assertIn(plant.new, planted)
+            built = os.stat(path).st_mtime  # the planted build is at least this new
+            self.assertEqual(plants.revert(plant), 0)
+            self.assertEqual(plants.revert(plant), 2, "a second revert has nothing to restore")
             self.assertEqual(open(path, encoding="utf-8").read(), original)
             self.assertGreaterEqual(os.stat(path).st_mtime, built)
             self.assertGreater(os.stat(path).st_mtime, 1)
@@ -123,21 +131,12 @@ class Backups(unittest.TestCase):
 
     def test_apply_refuses_and_revert_all_restores(self):
         plant = plants.PLANTS[0]
-        saved_root = plants.ROOT
-        with tempfile.TemporaryDirectory() as root:
-            os.makedirs(os.path.join(root, os.path.dirname(plant.path)))
-            path = os.path.join(root, plant.path)
-            shutil.copy2(os.path.join(saved_root, plant.path), path)
+        with copied_root(plant) as path:
             original = open(path, encoding="utf-8").read()
-            plants.ROOT = root
-            try:
-                with contextlib.redirect_stdout(io.StringIO()):
-                    self.assertEqual(plants.apply(plant), 0)
-                    self.assertEqual(plants.apply(plant), 2, "a second apply would back up the planted file")
-                    self.assertEqual(plants.revert_all(), 1, "revert-all found nothing to restore")
-                    self.assertEqual(plants.revert_all(), 0)
-            finally:
-                plants.ROOT = saved_root
+            self.assertEqual(plants.apply(plant), 0)
+            self.assertEqual(plants.apply(plant), 2, "a second apply would back up the planted file")
+            self.assertEqual(plants.revert_all(), 1, "revert-all found nothing to restore")
+            self.assertEqual(plants.revert_all(), 0)
             self.assertEqual(open(path, encoding="utf-8").read(), original)
             self.assertFalse(os.path.exists(path + plants.BACKUP))
 

@@ -41,7 +41,10 @@ TEST(Agreement, HealthyRecordsAgree) {
     std::vector<RankRecord> all = records(n);
     EXPECT_EQ(firstFailure(all.data(), n), ncclSuccess);
     EXPECT_EQ(checkAgreement(all.data(), n), ncclSuccess) << lastError();
-    EXPECT_TRUE(allCapable(all.data(), n));
+    ncclDcpProvider_t p = ncclDcpProviderAuto;
+    std::string note;
+    EXPECT_EQ(chooseProvider(ncclDcpProviderAuto, all.data(), n, &p, &note), ncclSuccess);
+    EXPECT_EQ(p, ncclDcpProviderNcclWindow);
   }
 }
 
@@ -186,10 +189,15 @@ TEST(Agreement, SameBusIdOnAnotherHostIsAnotherGpu) {
   EXPECT_EQ(checkAgreement(all.data(), 4), ncclInvalidUsage) << "two ranks of host 7 on one GPU";
 }
 
-TEST(Agreement, OneIncapableRankMeansFallback) {
+// One rank whose LSA team is not every rank: no rank takes NCCL's window.
+TEST(Agreement, OneIncapableRankMeansNoWindow) {
   std::vector<RankRecord> all = records(4);
   all[3].devComm.capable = 0;
-  EXPECT_FALSE(allCapable(all.data(), 4));
+  for (RankRecord& rec : all) rec.ipc = {(int32_t)IpcBlock::OtherHost, 3};
+  ncclDcpProvider_t p = ncclDcpProviderAuto;
+  std::string note;
+  EXPECT_EQ(chooseProvider(ncclDcpProviderAuto, all.data(), 4, &p, &note), ncclSuccess);
+  EXPECT_EQ(p, ncclDcpProviderFallback);
 }
 
 TEST(PublicApi, AbortOfNullContextIsANoOp) {
