@@ -640,12 +640,21 @@ ncclResult_t abortContext(Context* ctx) {
   return releaseContext(ctx, FreeMode::Deferred);
 }
 
-ncclResult_t contextAsyncError(Context* ctx) {
-  // The fallback path waits inside NCCL: its failures are the communicator's.
+namespace {
+
+// The fallback path waits inside NCCL: its failures are the communicator's,
+// recorded in the engine's error record like a timed-out wait.
+void noteCommError(Context* ctx) {
   ncclResult_t commError = ncclSuccess;
   if (ctx->path == ncclDcpPathFallback && ncclCommGetAsyncError(ctx->comm, &commError) == ncclSuccess &&
       commError != ncclSuccess && commError != ncclInProgress)
     ctx->engine.poison(commError, -1);
+}
+
+}  // namespace
+
+ncclResult_t contextAsyncError(Context* ctx) {
+  noteCommError(ctx);
   return ctx->engine.asyncError();
 }
 
@@ -653,8 +662,7 @@ ncclResult_t contextEnqueue(Context* ctx, const CallBuffers& buf, int batch, con
                             cudaStream_t stream) {
   DeviceGuard guard;
   CUDACHECK(cudaSetDevice(ctx->cudaDev));
-  contextAsyncError(ctx);  // poisons the engine on NCCL's error (run() reports it)
-  clearLastError();
+  noteCommError(ctx);  // run() reports it
   DCPCHECK(ctx->engine.run(&buf, 1, batch, strides, stream, [&] {
     if (ctx->path == ncclDcpPathFallback)
       return enqueueFallback(ctx->engine, ctx->fallback, ctx->comm, buf, batch, strides, stream);
