@@ -8,16 +8,25 @@
  *
  * The operation (one DCP group = the ranks of one communicator, cp = nRanks):
  *   every rank holds, for all H = cp * localHeads heads, a partial attention
- *   output partialOut[B][H][D] and its log-sum-exp partialLse[B][H]; head
- *   h = p * localHeads + j belongs to rank p. Rank r ends with, for its heads j
- *   and rows b, the LSE-weighted merge over the cp sources s = 0..cp-1:
- *     l_s = lse_s[b][r*Hl+j] with NaN and +inf read as -inf
+ *   output partialOut[B][H][D] and its log-sum-exp partialLse[B][H]. The
+ *   merge of (row b, head h) over the cp sources s = 0..cp-1 is
+ *     l_s = lse_s[b][h] with NaN and +inf read as -inf
+ *           (and -inf where row b is empty on rank s: ncclDcpCallArgs_t)
  *     m   = max_s l_s (0 if all are -inf),  w_s = base^(l_s - m)
- *     out[b][j][:]  = sum_s (w_s / sum_k w_k) * o_s[b][r*Hl+j][:]  (0 if sum is 0)
- *     outLse[b][j]  = m + log_base(sum_k w_k)                     (-inf if sum is 0)
- *   accumulated in fp32 in fixed source order (bitwise deterministic); a
- *   source with w_s = 0 is skipped by a select, so NaN payloads behind an
- *   LSE of -inf never leak.
+ *     merged[b][h][:] = sum_s (w_s / sum_k w_k) * o_s[b][h][:]  (0 if sum is 0)
+ *     mergedLse[b][h] = m + log_base(sum_k w_k)                (-inf if sum is 0)
+ *   accumulated in fp32 in the fixed source order s = 0..cp-1; a source with
+ *   w_s = 0 is skipped by a select, so NaN payloads behind an LSE of -inf
+ *   never leak. Where the merges go is the context's scatter mode:
+ *     HEAD  (default) rank r ends with its heads h = r*Hl + j of every row:
+ *           out[b][j] = merged[b][r*Hl+j], out [B][Hl][D];
+ *     TOKEN rank r ends with every head of its own rows, a contiguous slice
+ *           [start_r, start_r + n_r) of the batch (n_r: even split, or the
+ *           call's counts): out[i][h] = merged[start_r+i][h], out [n_r][H][D];
+ *     NONE  every rank ends with everything: out [B][H][D].
+ *   Batch invariance: the bits of merged[b][h] depend only on the cp inputs
+ *   of (b, h) -- not on the batch, its chunking (maxBatch), the protocol, the
+ *   path (fused or fallback), the scatter mode or the split.
  ************************************************************************/
 #ifndef NCCL_DCP_H_
 #define NCCL_DCP_H_
@@ -31,7 +40,7 @@ extern "C" {
 #endif
 
 #define NCCL_DCP_MAJOR 0
-#define NCCL_DCP_MINOR 2
+#define NCCL_DCP_MINOR 3
 #define NCCL_DCP_PATCH 0
 #define NCCL_DCP_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
 #define NCCL_DCP_VERSION_CODE NCCL_DCP_VERSION(NCCL_DCP_MAJOR, NCCL_DCP_MINOR, NCCL_DCP_PATCH)
@@ -60,6 +69,14 @@ typedef enum {
   ncclDcpNumProtocols = 4
 } ncclDcpProtocol_t;
 
+/* Where the merged heads go (see the top of this header). */
+typedef enum {
+  ncclDcpScatterHead = 0,  /* rank r: its Hl heads of every row */
+  ncclDcpScatterToken = 1, /* rank r: every head of its slice of rows */
+  ncclDcpScatterNone = 2,  /* every rank: every head of every row */
+  ncclDcpNumScatters = 3
+} ncclDcpScatter_t;
+
 /* Context configuration. Fields left at NCCL_CONFIG_UNDEF_INT take their
  * default (documented per field); headDim, localHeads, dtype and lseBase have
  * no default and must be set. */
@@ -84,6 +101,12 @@ typedef struct ncclDcpConfig_v1 {
                              compilation, a checkpoint load, a GC pause). At
                              the bound the context is poisoned (see
                              ncclDcpA2aLseReduce) */
+  /* appended in 0.3 (a 0.2 caller's shorter struct takes the defaults) */
+  int scatter;            /* ncclDcpScatter_t. Default HEAD. TOKEN and NONE
+                             workspaces hold all H heads of maxBatch rows per
+                             source (cp times HEAD's) */
+  ncclDataType_t lseDtype; /* of partialLse: ncclFloat32 (default),
+                             ncclBfloat16 or ncclFloat16; outLse is fp32 */
 } ncclDcpConfig_t;
 
 #define NCCL_DCP_CONFIG_MAGIC 0xdc9c0f16u
@@ -99,12 +122,17 @@ typedef struct ncclDcpConfig_v1 {
   NCCL_CONFIG_UNDEF_INT,                 /* maxBatch */            \
   NCCL_CONFIG_UNDEF_INT,                 /* protocol */            \
   NCCL_CONFIG_UNDEF_INT,                 /* timeoutMs */           \
+  NCCL_CONFIG_UNDEF_INT,                 /* scatter */             \
+  (ncclDataType_t)NCCL_CONFIG_UNDEF_INT, /* lseDtype */            \
 }
 
 /* Strides of the call's tensors, in elements (of dtype for partialOut / out,
- * of float for the LSEs). The last dimension (D) is always contiguous.
- * A stride of 0 means "packed": partialOut [B][cp][Hl][D], partialLse
- * [B][cp][Hl], out [B][Hl][D], outLse [B][Hl]. The transposed view
+ * of lseDtype for partialLse, of float for outLse). The last dimension (D)
+ * is always contiguous. A stride of 0 means "packed": partialOut
+ * [B][cp][Hl][D], partialLse [B][cp][Hl], out [rows][heads][D], outLse
+ * [rows][heads], where out's rows and heads are the scatter mode's (HEAD:
+ * B and Hl; TOKEN: n_r and H; NONE: B and H; outHead steps over them,
+ * outRow over rows). The transposed view
  * [B][Hl][cp][D] that attention kernels produce is inPeer = D,
  * inHead = cp * D, inRow = Hl * cp * D. Strides must be >= 0; strides of
  * partialOut and out must be multiples of 16 bytes. */
@@ -306,12 +334,16 @@ ncclResult_t ncclDcpContextAbort(ncclDcpContext_t ctx);
  * ncclDcpContextCreateGroup. NULL entries are skipped. */
 ncclResult_t ncclDcpContextDestroyGroup(int nCtxs, ncclDcpContext_t* ctxs);
 
-/* The fused collective (see the top of this header). Enqueued on stream,
+/* The fused collective (see the top of this header), on the context's
+ * scatter mode and lseDtype (partialLse is of lseDtype: float* for the
+ * default fp32). Enqueued on stream,
  * asynchronous, capturable in a CUDA graph (replays advance the device-side
  * call counter, so a replayed graph stays correct). Every rank must call it
  * with the same batch, in the same order relative to its other calls on ctx.
- *  - partialOut: B x H x D of dtype, 16-byte aligned; partialLse: B x H fp32.
- *  - out: B x Hl x D of dtype, 16-byte aligned; outLse: B x Hl fp32 or NULL.
+ *  - partialOut: B x H x D of dtype, 16-byte aligned; partialLse: B x H of
+ *    lseDtype.
+ *  - out: rows x heads x D of dtype (HEAD: B x Hl; TOKEN: n_r x H; NONE:
+ *    B x H), 16-byte aligned; outLse: rows x heads fp32 or NULL.
  *  - strides: NULL = packed (see ncclDcpStrides_t).
  *  - batch >= 0; 0 is a no-op; batch > maxBatch runs in chunks.
  *  - Outputs must not overlap inputs.
@@ -346,6 +378,54 @@ ncclResult_t ncclDcpContextDestroyGroup(int nCtxs, ncclDcpContext_t* ctxs);
 ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* partialOut,
                                  const float* partialLse, void* out, float* outLse, int batch,
                                  const ncclDcpStrides_t* strides, cudaStream_t stream);
+
+/* What a call may add to its buffers (ncclDcpA2aLseReduceEx); NULL or a
+ * field left 0/NULL: none of it. Initialise with
+ * NCCL_DCP_CALL_ARGS_INITIALIZER.
+ * TOKEN split: rank p owns rows [start_p, start_p + n_p) of the batch,
+ * start_p = n_0 + ... + n_{p-1}. Without counts the split is even: the
+ * first batch % cp ranks take one row more. Counts come in one of two forms:
+ *  - rowCounts: host int[cp], read and checked at the call (n_p >= 0, sum
+ *    = batch); a captured call keeps the values it was captured with;
+ *  - rowCountsDevice: device int32[cp], read by the kernels when they run,
+ *    so each replay of a captured graph may use new counts. Checked there:
+ *    counts that are negative or do not sum to batch poison the context
+ *    (ncclDcpGetAsyncError: ncclInvalidArgument; outputs NaN, as any
+ *    poisoned call's). The host cannot know n_r: out must hold the rows
+ *    the counts give this rank.
+ *  Every rank passes the same counts. Only a TOKEN context takes counts.
+ * Empty shards (vLLM's seq_lens / query_start_loc), any scatter mode:
+ *  - seqLens: device int32[numSeqs], this rank's local KV length of each
+ *    sequence; queryStartLoc: device int32[numSeqs + 1], the rows of
+ *    sequence i are [queryStartLoc[i], queryStartLoc[i+1]). Rows of a
+ *    sequence whose local length is 0, and rows past queryStartLoc[numSeqs]
+ *    (padding), are empty on this rank whatever partialLse and partialOut
+ *    hold (attention leaves them undefined): their LSE reads as -inf. A row
+ *    empty on every rank merges to out 0 and outLse -inf. Read by the
+ *    kernels when they run (graph-safe); both or neither, numSeqs >= 1. */
+typedef struct ncclDcpCallArgs_v1 {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  const int* rowCounts;        /* TOKEN: host int[cp], or NULL */
+  const int* rowCountsDevice;  /* TOKEN: device int32[cp], or NULL */
+  const int* seqLens;          /* device int32[numSeqs], or NULL */
+  const int* queryStartLoc;    /* device int32[numSeqs + 1], or NULL */
+  int numSeqs;
+} ncclDcpCallArgs_t;
+
+#define NCCL_DCP_CALL_ARGS_MAGIC 0xdc9ca115u
+#define NCCL_DCP_CALL_ARGS_INITIALIZER {                           \
+  sizeof(ncclDcpCallArgs_t), NCCL_DCP_CALL_ARGS_MAGIC, NCCL_DCP_VERSION_CODE, \
+  NULL, NULL, NULL, NULL, 0                                        \
+}
+
+/* ncclDcpA2aLseReduce with the call's additions (args, may be NULL) and a
+ * partialLse of the context's lseDtype. ncclDcpA2aLseReduce(...) is
+ * ncclDcpA2aLseReduceEx(..., NULL, stream). */
+ncclResult_t ncclDcpA2aLseReduceEx(ncclDcpContext_t ctx, const void* partialOut, const void* partialLse,
+                                   void* out, float* outLse, int batch, const ncclDcpStrides_t* strides,
+                                   const ncclDcpCallArgs_t* args, cudaStream_t stream);
 
 /* Kept for source compatibility with 0.1, when a context was bound to one
  * stream: calls may now come on any stream (see ncclDcpA2aLseReduce), so

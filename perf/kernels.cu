@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(kCombineThreads) packCopiesKernel(PackParams p
   const size_t unit = (size_t)blockIdx.x * kCombineWarps + threadIdx.x / 32;
   const int64_t k = blockIdx.y;
   p.partialOut += k * c.in;
-  p.partialLse = (const float*)((const char*)p.partialLse + k * c.lse);
+  p.partialLse += k * c.lse;
   p.sendData += k * c.send;
   p.sendLse = (float*)((char*)p.sendLse + k * c.sendLse);
   if (unit < (size_t)p.nRanks * p.rows * p.localHeads) packUnit<T>(p, unit);
@@ -210,7 +210,8 @@ __global__ void __launch_bounds__(kCombineThreads) combineCopiesKernel(CombinePa
   p.recvLse = (const float*)((const char*)p.recvLse + k * c.recvLse);
   p.out += k * c.out;
   if (p.outLse) p.outLse = (float*)((char*)p.outLse + k * c.outLse);
-  if (unit < p.rows * p.localHeads) combineUnit<T>(p, unit, weights[warp]);
+  p.rank = (int)k;  // HEAD: the rank changes nothing but the outputs, offset above
+  if (unit < p.rows * p.shape.heads) combineUnit<T>(p, nullptr, unit, weights[warp]);
 }
 
 unsigned blocksFor(size_t units) { return (unsigned)((units + kCombineWarps - 1) / kCombineWarps); }
@@ -228,7 +229,7 @@ cudaError_t launchPackCopies(const PackParams& p, const PackCopies& c, cudaStrea
 }
 
 cudaError_t launchCombineCopies(const CombineParams& p, const CombineCopies& c, cudaStream_t stream) {
-  const dim3 grid(blocksFor((size_t)p.rows * p.localHeads), c.copies);
+  const dim3 grid(blocksFor((size_t)p.rows * p.shape.heads), c.copies);
   if (grid.x == 0 || c.copies < 1) return cudaSuccess;
   withElementType(p.dtype, [&](auto elt) {
     combineCopiesKernel<decltype(elt)><<<grid, kCombineThreads, 0, stream>>>(p, c);

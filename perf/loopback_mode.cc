@@ -38,12 +38,16 @@ void launchLoopbackBaseline(const Config& cfg, int cp, int rows, const LoopbackT
                             cudaStream_t s) {
   const Strides packed = packedStrides(cfg, cp);
   const int64_t units = (int64_t)rows * cfg.localHeads, headBytes = (int64_t)cfg.headDim * cfg.eltSize;
-  PackParams p = packLaunch(cfg, cp, rows, t.in, t.lse, t.recv, t.recvLse, packed);
+  CallShape shape;
+  NCCL_OR_DIE(resolveCallArgs(nullptr, cfg, cp, rows, &shape));
+  const CallBuffers in = {t.in, t.lse, nullptr, nullptr};
+  PackParams p = packLaunch(cfg, cp, shape, 0, rows, in, t.recv, t.recvLse, packed);
   p.peerUnits = cp * units;
   const PackCopies pc = {cp, (int64_t)t.inBytes, (int64_t)t.lseBytes, units * headBytes, units * 4};
   CUDA_OR_DIE(launchPackCopies(p, pc, s));
   if (allToAllOnly) return;
-  const CombineParams m = combineLaunch(cfg, cp, rows, t.recv, t.recvLse, t.outBase, t.outLseBase, packed);
+  const CombineParams m =
+      combineLaunch(cfg, cp, shape, 0, 0, rows, t.recv, t.recvLse, t.outBase, t.outLseBase, packed, nullptr);
   const CombineCopies mc = {cp, cp * units * headBytes, cp * units * 4, (int64_t)t.outBytes, (int64_t)t.outLseBytes};
   CUDA_OR_DIE(launchCombineCopies(m, mc, s));
 }

@@ -151,8 +151,11 @@ class RankMode : public Mode {
     if (a_.baseline == kBaselineOff) return;
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));
-      const PackParams p =
-          packLaunch(cfg_, nRanks(), (int)rows, r.in, r.lse, r.inPeerMajor, r.lsePeerMajor, packedStrides(cfg_, nRanks()));
+      CallShape shape;
+      NCCL_OR_DIE(resolveCallArgs(nullptr, cfg_, nRanks(), (int)rows, &shape));
+      const CallBuffers in = {r.in, r.lse, nullptr, nullptr};
+      const PackParams p = packLaunch(cfg_, nRanks(), shape, 0, (int)rows, in, r.inPeerMajor, r.lsePeerMajor,
+                                      packedStrides(cfg_, nRanks()));
       NCCL_OR_DIE(launchPack(p, r.stream));
     }
     syncSlots();
@@ -285,8 +288,10 @@ class RankMode : public Mode {
   void enqueueCombine(int64_t rows) {
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));
-      const CombineParams m = combineLaunch(cfg_, nRanks(), (int)rows, r.recv, r.recvLse, r.outBase, r.outLseBase,
-                                            packedStrides(cfg_, nRanks()));
+      CallShape shape;
+      NCCL_OR_DIE(resolveCallArgs(nullptr, cfg_, nRanks(), (int)rows, &shape));
+      const CombineParams m = combineLaunch(cfg_, nRanks(), shape, r.rank, 0, (int)rows, r.recv, r.recvLse, r.outBase,
+                                            r.outLseBase, packedStrides(cfg_, nRanks()), nullptr);
       NCCL_OR_DIE(launchCombine(m, r.stream));
     }
   }

@@ -55,20 +55,20 @@ struct PendingCall {
   ncclDcpContext_t handle;
   CallBuffers buf;
   int batch;
-  Strides strides;
+  CallPlan plan;
   cudaStream_t stream;
 };
 thread_local int groupDepth = 0;
 thread_local std::vector<PendingCall> pendingCalls;
 
-ncclResult_t deferToGroup(ncclDcpContext_t ctx, const CallBuffers& buf, int batch, const Strides& strides,
+ncclResult_t deferToGroup(ncclDcpContext_t ctx, const CallBuffers& buf, int batch, const CallPlan& plan,
                           cudaStream_t stream) {
   for (const PendingCall& p : pendingCalls)
     if (p.handle == ctx)
       return fail(ncclInvalidUsage, "ctx %p already has a call in this ncclDcpGroupStart/End: one call per "
                                     "context per group (end the group, or start another)",
                   (void*)ctx);
-  pendingCalls.push_back({ctx, buf, batch, strides, stream});
+  pendingCalls.push_back({ctx, buf, batch, plan, stream});
   return ncclSuccess;
 }
 
@@ -91,7 +91,7 @@ NCCL_DCP_API ncclResult_t ncclDcpGroupEnd(void) {
   for (const PendingCall& p : pending) {
     uses.emplace_back(new ContextUse(p.handle, "a grouped call's ctx"));
     if (uses.back()->get() == nullptr) return ncclInvalidArgument;  // destroyed since: nothing enqueued
-    calls.push_back({uses.back()->get(), p.buf, p.batch, p.strides, p.stream});
+    calls.push_back({uses.back()->get(), p.buf, p.batch, p.plan, p.stream});
   }
   return contextEnqueueGroup(calls);
 }
@@ -165,19 +165,31 @@ NCCL_DCP_API ncclResult_t ncclDcpContextDestroyGroup(int nCtxs, ncclDcpContext_t
   return destroyContexts(nCtxs, contexts.data());
 }
 
-NCCL_DCP_API ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* partialOut,
-                                              const float* partialLse, void* out, float* outLse, int batch,
-                                              const ncclDcpStrides_t* stridesIn, cudaStream_t stream) {
+NCCL_DCP_API ncclResult_t ncclDcpA2aLseReduceEx(ncclDcpContext_t ctx, const void* partialOut, const void* partialLse,
+                                                void* out, float* outLse, int batch,
+                                                const ncclDcpStrides_t* stridesIn, const ncclDcpCallArgs_t* args,
+                                                cudaStream_t stream) {
   clearLastError();
   if (ctx == nullptr) return fail(ncclInvalidArgument, "ctx is NULL");
   ContextUse c(ctx, "ctx");
   if (c.get() == nullptr) return ncclInvalidArgument;
-  const CallBuffers buf = {partialOut, partialLse, out, outLse};
-  Strides strides;
-  DCPCHECK(c->engine.admit(&buf, 1, batch, stridesIn, &strides));
+  CallBuffers buf = {partialOut, partialLse, out, outLse};
+  // A bad args header is refused before its pointers are read (admit).
+  if (args && args->magic == NCCL_DCP_CALL_ARGS_MAGIC && args->size == sizeof(ncclDcpCallArgs_t)) {
+    buf.seqLens = args->seqLens;
+    buf.queryStartLoc = args->queryStartLoc;
+  }
+  CallPlan plan;
+  DCPCHECK(c->engine.admit(&buf, 1, batch, stridesIn, args, &plan));
   if (batch == 0) return contextAsyncError(c.get());
-  if (groupDepth > 0) return deferToGroup(ctx, buf, batch, strides, stream);
-  return contextEnqueue(c.get(), buf, batch, strides, stream);
+  if (groupDepth > 0) return deferToGroup(ctx, buf, batch, plan, stream);
+  return contextEnqueue(c.get(), buf, batch, plan, stream);
+}
+
+NCCL_DCP_API ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* partialOut,
+                                              const float* partialLse, void* out, float* outLse, int batch,
+                                              const ncclDcpStrides_t* strides, cudaStream_t stream) {
+  return ncclDcpA2aLseReduceEx(ctx, partialOut, partialLse, out, outLse, batch, strides, nullptr, stream);
 }
 
 NCCL_DCP_API ncclResult_t ncclDcpContextBindStream(ncclDcpContext_t ctx, cudaStream_t) {

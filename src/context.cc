@@ -658,18 +658,18 @@ ncclResult_t contextAsyncError(Context* ctx) {
   return ctx->engine.asyncError();
 }
 
-ncclResult_t contextEnqueue(Context* ctx, const CallBuffers& buf, int batch, const Strides& strides,
+ncclResult_t contextEnqueue(Context* ctx, const CallBuffers& buf, int batch, const CallPlan& plan,
                             cudaStream_t stream) {
   DeviceGuard guard;
   CUDACHECK(cudaSetDevice(ctx->cudaDev));
   noteCommError(ctx);  // run() reports it
-  DCPCHECK(ctx->engine.run(&buf, 1, batch, strides, stream, [&] {
+  DCPCHECK(ctx->engine.run(&buf, 1, batch, plan, stream, [&] {
     if (ctx->path == ncclDcpPathFallback)
-      return enqueueFallback(ctx->engine, ctx->fallback, ctx->comm, buf, batch, strides, stream);
+      return enqueueFallback(ctx->engine, ctx->fallback, ctx->comm, buf, batch, plan, stream);
     Addressing addr = {};
     addr.loopback = false;
     addr.lsa = ctx->lsa;
-    return ctx->engine.enqueueFused(&buf, batch, strides, addr, stream);
+    return ctx->engine.enqueueFused(&buf, batch, plan, addr, stream);
   }));
   profilerRecordCall(ctx, batch);
   return ncclSuccess;
@@ -693,7 +693,7 @@ ncclResult_t enqueueFallbackGroup(const std::vector<const GroupedCall*>& calls) 
     if (e != ncclSuccess) {
       if (poisoned == ncclSuccess) message = lastError();
       if (poisoned == ncclSuccess) poisoned = e;
-      DCPCHECK(g.ctx->engine.enqueuePoison(&g.buf, 1, g.batch, g.strides, g.stream));
+      DCPCHECK(g.ctx->engine.enqueuePoison(&g.buf, 1, g.batch, g.plan, g.stream));
       continue;
     }
     live.push_back(&g);
@@ -704,7 +704,7 @@ ncclResult_t enqueueFallbackGroup(const std::vector<const GroupedCall*>& calls) 
     for (const GroupedCall* g : live) {
       const int maxBatch = g->ctx->engine.cfg.maxBatch, row0 = r * maxBatch;
       if (row0 < g->batch)
-        rs.push_back({&g->ctx->engine, &g->ctx->fallback, g->ctx->comm, &g->buf, &g->strides, g->stream, row0,
+        rs.push_back({&g->ctx->engine, &g->ctx->fallback, g->ctx->comm, &g->buf, &g->plan, g->stream, row0,
                       std::min(maxBatch, g->batch - row0)});
     }
     for (const FallbackRound& f : rs) {
@@ -717,7 +717,7 @@ ncclResult_t enqueueFallbackGroup(const std::vector<const GroupedCall*>& calls) 
       if (exchanged == ncclSuccess) exchanged = f.exchange();
     const ncclResult_t end = ncclGroupEnd();
     DCPCHECK(exchanged);
-    for (const FallbackRound& f : rs) DCPCHECK(settle(f.comm, end, "the fallback's ncclAlltoAll (grouped)"));
+    for (const FallbackRound& f : rs) DCPCHECK(settle(f.comm, end, "the fallback's exchange (grouped)"));
     for (const FallbackRound& f : rs) {
       CUDACHECK(cudaSetDevice(f.engine->cudaDev));
       DCPCHECK(f.combine());
@@ -740,7 +740,7 @@ ncclResult_t contextEnqueueGroup(const std::vector<GroupedCall>& calls) {
   std::vector<const GroupedCall*> fallback;
   for (const GroupedCall& g : calls) {
     if (g.ctx->path == ncclDcpPathFallback) fallback.push_back(&g);
-    else DCPCHECK(contextEnqueue(g.ctx, g.buf, g.batch, g.strides, g.stream));
+    else DCPCHECK(contextEnqueue(g.ctx, g.buf, g.batch, g.plan, g.stream));
   }
   return fallback.empty() ? ncclSuccess : enqueueFallbackGroup(fallback);
 }

@@ -87,7 +87,7 @@ ncclResult_t contextAsyncError(Context* ctx);
 
 // Enqueues one call (arguments already admitted by ctx->engine), on any
 // stream, ordered after the context's previous call (CallOrder).
-ncclResult_t contextEnqueue(Context* ctx, const CallBuffers& buf, int batch, const Strides& strides,
+ncclResult_t contextEnqueue(Context* ctx, const CallBuffers& buf, int batch, const CallPlan& plan,
                             cudaStream_t stream);
 
 // A call made between ncclDcpGroupStart and ncclDcpGroupEnd, admitted.
@@ -95,7 +95,7 @@ struct GroupedCall {
   Context* ctx;
   CallBuffers buf;
   int batch;
-  Strides strides;
+  CallPlan plan;
   cudaStream_t stream;
 };
 // ncclDcpGroupEnd's work: every call enqueued (one per context), the

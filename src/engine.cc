@@ -8,21 +8,19 @@
 namespace nccl_dcp {
 
 size_t workspaceBound(const Config& c, int nRanks) {
+  const int heads = headsPerRow(c, nRanks);  // of a workspace row
   // LL128 forced over PCIe runs as LL (protocol.cc): cover both.
   if (c.protocol != ncclDcpProtoAuto && c.protocol != ncclDcpProtoLL128)
-    return makeWorkspaceLayout((Proto)c.protocol, false, nRanks, c.localHeads, c.headDim, c.eltSize,
-                               c.maxBatch).totalBytes;
+    return makeWorkspaceLayout((Proto)c.protocol, false, nRanks, heads, c.headDim, c.eltSize, c.maxBatch).totalBytes;
   if (c.protocol == ncclDcpProtoLL128)
-    return std::max(makeWorkspaceLayout(Proto::LL128, false, nRanks, c.localHeads, c.headDim, c.eltSize, c.maxBatch)
-                        .totalBytes,
-                    makeWorkspaceLayout(Proto::LL, false, nRanks, c.localHeads, c.headDim, c.eltSize, c.maxBatch)
-                        .totalBytes);
+    return std::max(makeWorkspaceLayout(Proto::LL128, false, nRanks, heads, c.headDim, c.eltSize, c.maxBatch).totalBytes,
+                    makeWorkspaceLayout(Proto::LL, false, nRanks, heads, c.headDim, c.eltSize, c.maxBatch).totalBytes);
   // AUTO settles on LL or LL128 once the topology is known, and may add
   // SIMPLE for large rounds: cover every outcome.
   size_t bound = 0;
   for (Proto small : {Proto::LL, Proto::LL128})
-    bound = std::max(bound, makeWorkspaceLayout(small, true, nRanks, c.localHeads, c.headDim,
-                                                c.eltSize, c.maxBatch).totalBytes);
+    bound = std::max(bound,
+                     makeWorkspaceLayout(small, true, nRanks, heads, c.headDim, c.eltSize, c.maxBatch).totalBytes);
   return bound;
 }
 
@@ -31,8 +29,8 @@ ncclResult_t Engine::init(const Config& config, int ranks, int myRank, const Pro
   nRanks = ranks;
   rank = myRank;
   policy = p;
-  layout = makeWorkspaceLayout(p.small, p.simpleForLarge, nRanks, cfg.localHeads, cfg.headDim, cfg.eltSize,
-                               cfg.maxBatch);
+  layout = makeWorkspaceLayout(p.small, p.simpleForLarge, nRanks, headsPerRow(cfg, nRanks), cfg.headDim,
+                               cfg.eltSize, cfg.maxBatch);
   pdl = cfg.pdl;
   CUDACHECK(cudaGetDevice(&cudaDev));
   CUDACHECK(cudaHostAlloc((void**)&host, sizeof(HostShared), cudaHostAllocMapped));
@@ -59,6 +57,12 @@ void Engine::release(FreeMode mode) {
 ncclResult_t Engine::asyncError() const {
   const volatile AsyncErrorRecord* e = host ? &host->error : nullptr;
   if (e == nullptr || e->code == 0) return ncclSuccess;
+  if (e->code == ncclInvalidArgument)
+    return fail(ncclInvalidArgument,
+                "context is poisoned: a call's args->rowCountsDevice on rank %d were negative or did not sum to its "
+                "batch (checked by the kernels when they ran; nothing was written): every later call writes NaN "
+                "into its outputs; abort the context (ncclDcpContextAbort)",
+                e->rank);
   if (e->peer < 0)
     return fail((ncclResult_t)e->code,
                 "context is poisoned: NCCL reported an asynchronous error on the communicator (%s); abort the "
@@ -80,9 +84,13 @@ void Engine::poison(ncclResult_t code, int peer) {
 }
 
 ncclResult_t Engine::admit(const CallBuffers* buffers, int nBuffers, int batch, const ncclDcpStrides_t* stridesIn,
-                           Strides* strides) const {
-  DCPCHECK(resolveStrides(stridesIn, cfg, nRanks, strides));
-  for (int i = 0; i < nBuffers; i++) DCPCHECK(checkCall(cfg, nRanks, buffers[i], batch, *strides));
+                           const ncclDcpCallArgs_t* args, CallPlan* plan) const {
+  DCPCHECK(resolveStrides(stridesIn, cfg, nRanks, &plan->strides));
+  if (batch < 0) return fail(ncclInvalidArgument, "batch %d is negative", batch);
+  DCPCHECK(resolveCallArgs(args, cfg, nRanks, batch, &plan->shape));
+  for (int i = 0; i < nBuffers; i++)
+    DCPCHECK(checkCall(cfg, nRanks, buffers[i], batch, plan->strides, plan->shape,
+                       outRowsOf(plan->shape, nBuffers == 1 ? rank : i)));
   return ncclSuccess;
 }
 
@@ -143,11 +151,11 @@ ncclResult_t CallOrder::after(cudaStream_t s, const Call& call) {
   return ncclSuccess;
 }
 
-ncclResult_t Engine::enqueuePoison(const CallBuffers* buffers, int nBuffers, int batch, const Strides& s,
+ncclResult_t Engine::enqueuePoison(const CallBuffers* buffers, int nBuffers, int batch, const CallPlan& plan,
                                    cudaStream_t stream) const {
   for (int i = 0; i < nBuffers; i++)
-    DCPCHECK(launchPoison(combineLaunch(cfg, nRanks, batch, nullptr, nullptr, (char*)buffers[i].out,
-                                        buffers[i].outLse, s),
+    DCPCHECK(launchPoison(combineLaunch(cfg, nRanks, plan.shape, nBuffers == 1 ? rank : i, 0, batch, nullptr, nullptr,
+                                        (char*)buffers[i].out, buffers[i].outLse, plan.strides, nullptr),
                           stream));
   return ncclSuccess;
 }

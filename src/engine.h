@@ -5,7 +5,7 @@
  * anything is enqueued. A call is enqueued on one of two paths, each in a
  * file of its own and both slicing it into the same rounds (forEachRound):
  *   fused_path.cc     one kernel per round over the peers' workspaces
- *   fallback_path.cc  pack, ncclAlltoAll, combine per round (no LSA team)
+ *   fallback_path.cc  pack, ncclAlltoAll / ncclAllGather, combine per round
  ************************************************************************/
 #ifndef NCCL_DCP_ENGINE_H_
 #define NCCL_DCP_ENGINE_H_
@@ -54,6 +54,13 @@ struct CallOrder {
   ncclResult_t after(cudaStream_t stream, const Call& call);
 };
 
+// A call as admitted: its strides resolved and its shape (the scatter
+// mode's addressing and the call's additions, resolveCallArgs).
+struct CallPlan {
+  Strides strides;
+  CallShape shape;
+};
+
 // Pinned host memory the device writes and the host reads without
 // synchronising (mapped).
 struct HostShared {
@@ -88,26 +95,28 @@ struct Engine {
   // Records an error found on the host (the first one sticks).
   void poison(ncclResult_t code, int peer);
 
-  // Everything ncclDcpA2aLseReduce checks before enqueuing, for the
-  // nBuffers ranks one launch serves (loopback: every virtual rank; NCCL:
-  // this one): the strides and every rank's buffers. Any stream is fine.
+  // Everything ncclDcpA2aLseReduceEx checks before enqueuing, for the
+  // nBuffers ranks one launch serves (loopback: every virtual rank r,
+  // buffers[r]; NCCL: this rank): the strides, the call's args (may be
+  // NULL) and every rank's buffers. Any stream is fine.
   ncclResult_t admit(const CallBuffers* buffers, int nBuffers, int batch, const ncclDcpStrides_t* strides,
-                     Strides* resolved) const;
+                     const ncclDcpCallArgs_t* args, CallPlan* plan) const;
 
   // The host side of an admitted call of batch > 0 rows on `stream`: ordered
   // after the previous call (CallOrder), then enqueue() -- or, on a poisoned
   // context, NaN written into every output row the call owns and its async
   // error returned.
   template <typename F>
-  ncclResult_t run(const CallBuffers* buffers, int nBuffers, int batch, const Strides& strides, cudaStream_t stream,
+  ncclResult_t run(const CallBuffers* buffers, int nBuffers, int batch, const CallPlan& plan, cudaStream_t stream,
                    F&& enqueue);
 
   // Fused path (fused_path.cc): rounds of at most cfg.maxBatch rows.
-  ncclResult_t enqueueFused(const CallBuffers* buffers, int batch, const Strides& strides, const Addressing& addr,
+  ncclResult_t enqueueFused(const CallBuffers* buffers, int batch, const CallPlan& plan, const Addressing& addr,
                             cudaStream_t stream, int silentRank = -1) const;
 
-  // NaN into the outputs of `batch` rows of each of nBuffers ranks.
-  ncclResult_t enqueuePoison(const CallBuffers* buffers, int nBuffers, int batch, const Strides& strides,
+  // NaN into every output element of `batch` rows that each of nBuffers
+  // ranks owns (buffers[i] is rank i's, or with one buffer this engine's rank).
+  ncclResult_t enqueuePoison(const CallBuffers* buffers, int nBuffers, int batch, const CallPlan& plan,
                              cudaStream_t stream) const;
 
   // Abort's device side: tells the kernels that read statusWord (the
@@ -138,13 +147,13 @@ ncclResult_t forEachRound(int batch, int maxBatch, F&& f) {
 }
 
 template <typename F>
-ncclResult_t Engine::run(const CallBuffers* buffers, int nBuffers, int batch, const Strides& strides,
+ncclResult_t Engine::run(const CallBuffers* buffers, int nBuffers, int batch, const CallPlan& plan,
                          cudaStream_t stream, F&& enqueue) {
   CallOrder::Call call;
   DCPCHECK(order.before(stream, &call));
   const ncclResult_t poisoned = asyncError();
   const std::string message = poisoned == ncclSuccess ? "" : lastError();
-  ncclResult_t res = poisoned == ncclSuccess ? enqueue() : enqueuePoison(buffers, nBuffers, batch, strides, stream);
+  ncclResult_t res = poisoned == ncclSuccess ? enqueue() : enqueuePoison(buffers, nBuffers, batch, plan, stream);
   const ncclResult_t ordered = order.after(stream, call);
   if (res == ncclSuccess) res = ordered;
   if (poisoned == ncclSuccess) return res;
@@ -152,11 +161,17 @@ ncclResult_t Engine::run(const CallBuffers* buffers, int nBuffers, int batch, co
   return poisoned;
 }
 
-// One rank's buffers advanced to row row0 of the call.
-inline CallBuffers buffersAtRow(const CallBuffers& b, const Strides& s, int eltSize, int row0) {
-  const int64_t e = eltSize;
-  return {(const char*)b.partialOut + row0 * s.inRow * e, b.partialLse + row0 * s.lseRow,
-          (char*)b.out + row0 * s.outRow * e, b.outLse ? b.outLse + row0 * s.outLseRow : nullptr};
+// One rank's buffers advanced to row row0 of the call: the inputs, and the
+// outputs unless the mode is TOKEN (whose out rows are the rank's slice:
+// the kernels place them). The empty-shard arrays stay the call's.
+inline CallBuffers buffersAtRow(const CallBuffers& b, const Strides& s, const Config& c, int row0) {
+  const int64_t e = c.eltSize, outRow0 = c.scatter == Scatter::Token ? 0 : row0;
+  return {(const char*)b.partialOut + row0 * s.inRow * e,
+          (const char*)b.partialLse + row0 * s.lseRow * c.lseEltSize,
+          (char*)b.out + outRow0 * s.outRow * e,
+          b.outLse ? b.outLse + outRow0 * s.outLseRow : nullptr,
+          b.seqLens,
+          b.queryStartLoc};
 }
 
 // A nonblocking communicator (ncclConfig_t.blocking = 0) answers
@@ -168,7 +183,9 @@ ncclResult_t waitForComm(ncclComm_t comm, const char* what);
 // ncclInProgress waited for; a failure with its message set.
 ncclResult_t settle(ncclComm_t comm, ncclResult_t r, const char* what);
 
-// Fallback path (fallback_path.cc): ncclAlltoAll buffers of maxBatch rows.
+// Fallback path (fallback_path.cc): buffers of maxBatch rows for
+// ncclAlltoAll (HEAD) or ncclAllGather (TOKEN, NONE: every rank receives
+// every partial, cp times the bytes HEAD moves: fallback speed is NCCL's).
 struct FallbackBuffers {
   char* sendData = nullptr;
   char* recvData = nullptr;
@@ -184,12 +201,12 @@ struct FallbackRound {
   const FallbackBuffers* fb;
   ncclComm_t comm;
   const CallBuffers* buf;  // the call's, at row 0
-  const Strides* strides;
+  const CallPlan* plan;
   cudaStream_t stream;
   int row0, rows;
 
   ncclResult_t pack() const;      // strided partials -> send buffers
-  ncclResult_t exchange() const;  // the two ncclAlltoAll (the caller groups them)
+  ncclResult_t exchange() const;  // the two ncclAlltoAll / ncclAllGather (the caller groups them)
   ncclResult_t combine() const;   // recv buffers -> outputs
 };
 
@@ -197,7 +214,7 @@ struct FallbackRound {
 ncclResult_t allocFallbackBuffers(const Config& cfg, int nRanks, FallbackBuffers* b);
 void freeFallbackBuffers(FallbackBuffers* b, int dev, FreeMode mode);
 ncclResult_t enqueueFallback(const Engine& engine, const FallbackBuffers& fb, ncclComm_t comm, const CallBuffers& buf,
-                             int batch, const Strides& strides, cudaStream_t stream);
+                             int batch, const CallPlan& plan, cudaStream_t stream);
 
 }  // namespace nccl_dcp
 

@@ -33,6 +33,9 @@ const char* const kProtocolNames[ncclDcpNumProtocols] = {"AUTO", "LL", "LL128", 
 // Indexed by ncclDcpProvider_t.
 const char* const kProviderNames[ncclDcpNumProviders] = {"auto", "nccl-window", "cuda-ipc", "fallback"};
 
+// Indexed by ncclDcpScatter_t.
+const char* const kScatterNames[ncclDcpNumScatters] = {"head", "token", "none"};
+
 template <int N>
 bool parseName(const char* const (&names)[N], const char* name, int* value) {
   for (int i = 0; i < N; i++)
@@ -86,5 +89,11 @@ const char* providerName(int provider) {
 }
 
 bool parseProvider(const char* name, int* provider) { return parseName(kProviderNames, name, provider); }
+
+const char* scatterName(int scatter) {
+  return scatter >= 0 && scatter < ncclDcpNumScatters ? kScatterNames[scatter] : "unknown";
+}
+
+bool parseScatter(const char* name, int* scatter) { return parseName(kScatterNames, name, scatter); }
 
 }  // namespace nccl_dcp

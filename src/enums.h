@@ -40,6 +40,11 @@ const char* providerName(int provider);
 // ncclDcpProvider_t from its name, case-insensitive.
 bool parseProvider(const char* name, int* provider);
 
+// "head", "token", "none" (ncclDcpScatter_t); "unknown" otherwise.
+const char* scatterName(int scatter);
+// ncclDcpScatter_t from its name, case-insensitive.
+bool parseScatter(const char* name, int* scatter);
+
 // The host's one dispatch on the dtype: f(T{}) with the element type of a
 // supported dtype (the caller refused the others when the config was resolved).
 template <typename F>

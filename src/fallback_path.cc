@@ -1,19 +1,26 @@
 /*************************************************************************
  * The fallback path, for ranks that are not all in one LSA team (they span
  * nodes) or under NCCL_DCP_FORCE_FALLBACK: per round, a pack kernel into
- * ncclAlltoAll's send layout, NCCL's all-to-all of the partials and of
- * their LSEs, and the combine kernel into the call's outputs.
+ * the send layout, NCCL's exchange of the partials and of their LSEs (fp32:
+ * the pack converts them and applies the empty-shard arrays), and the
+ * combine kernel into the call's outputs. HEAD exchanges with ncclAlltoAll
+ * (each rank receives its heads); TOKEN and NONE with ncclAllGather (each
+ * rank receives everything and merges its rows, or all of them): TOKEN's
+ * device counts are unknown to the host, so no exact-size send exists.
  ************************************************************************/
 #include "engine.h"
 
 namespace nccl_dcp {
 
 ncclResult_t allocFallbackBuffers(const Config& c, int nRanks, FallbackBuffers* b) {
-  const size_t units = (size_t)nRanks * c.maxBatch * c.localHeads;
-  CUDACHECK(cudaMalloc(&b->sendData, units * c.headDim * c.eltSize));
-  CUDACHECK(cudaMalloc(&b->recvData, units * c.headDim * c.eltSize));
-  CUDACHECK(cudaMalloc(&b->sendLse, units * sizeof(float)));
-  CUDACHECK(cudaMalloc(&b->recvLse, units * sizeof(float)));
+  // Units sent: every (peer, row, local head); received: HEAD one row of
+  // Hl per peer, the gather every peer's rows of H heads.
+  const size_t sendUnits = (size_t)nRanks * c.maxBatch * c.localHeads;
+  const size_t recvUnits = (size_t)nRanks * c.maxBatch * headsPerRow(c, nRanks);
+  CUDACHECK(cudaMalloc(&b->sendData, sendUnits * c.headDim * c.eltSize));
+  CUDACHECK(cudaMalloc(&b->recvData, recvUnits * c.headDim * c.eltSize));
+  CUDACHECK(cudaMalloc(&b->sendLse, sendUnits * sizeof(float)));
+  CUDACHECK(cudaMalloc(&b->recvLse, recvUnits * sizeof(float)));
   return ncclSuccess;
 }
 
@@ -27,39 +34,45 @@ void freeFallbackBuffers(FallbackBuffers* b, int dev, FreeMode mode) {
 
 ncclResult_t FallbackRound::pack() const {
   const Config& c = engine->cfg;
-  const CallBuffers b = buffersAtRow(*buf, *strides, c.eltSize, row0);
-  return launchPack(packLaunch(c, engine->nRanks, rows, (const char*)b.partialOut, b.partialLse, fb->sendData,
-                               fb->sendLse, *strides),
+  const CallBuffers b = buffersAtRow(*buf, plan->strides, c, row0);
+  return launchPack(packLaunch(c, engine->nRanks, plan->shape, row0, rows, b, fb->sendData, fb->sendLse, plan->strides),
                     stream);
 }
 
 // Inside the caller's ncclGroupStart/End: enqueued by its ncclGroupEnd.
 ncclResult_t FallbackRound::exchange() const {
   const Config& c = engine->cfg;
-  const size_t units = (size_t)rows * c.localHeads;
-  NCCLCHECK(ncclAlltoAll(fb->sendData, fb->recvData, units * c.headDim, c.dtype, comm, stream));
-  NCCLCHECK(ncclAlltoAll(fb->sendLse, fb->recvLse, units, ncclFloat32, comm, stream));
+  if (plan->shape.scatter == Scatter::Head) {
+    const size_t units = (size_t)rows * c.localHeads;  // per peer
+    NCCLCHECK(ncclAlltoAll(fb->sendData, fb->recvData, units * c.headDim, c.dtype, comm, stream));
+    NCCLCHECK(ncclAlltoAll(fb->sendLse, fb->recvLse, units, ncclFloat32, comm, stream));
+    return ncclSuccess;
+  }
+  const size_t units = (size_t)rows * engine->nRanks * c.localHeads;  // per rank
+  NCCLCHECK(ncclAllGather(fb->sendData, fb->recvData, units * c.headDim, c.dtype, comm, stream));
+  NCCLCHECK(ncclAllGather(fb->sendLse, fb->recvLse, units, ncclFloat32, comm, stream));
   return ncclSuccess;
 }
 
 ncclResult_t FallbackRound::combine() const {
   const Config& c = engine->cfg;
-  const CallBuffers b = buffersAtRow(*buf, *strides, c.eltSize, row0);
-  return launchCombine(
-      combineLaunch(c, engine->nRanks, rows, fb->recvData, fb->recvLse, (char*)b.out, b.outLse, *strides), stream);
+  const CallBuffers b = buffersAtRow(*buf, plan->strides, c, row0);
+  return launchCombine(combineLaunch(c, engine->nRanks, plan->shape, engine->rank, row0, rows, fb->recvData,
+                                     fb->recvLse, (char*)b.out, b.outLse, plan->strides, engine->hostErrorDev),
+                       stream);
 }
 
 ncclResult_t enqueueFallback(const Engine& engine, const FallbackBuffers& fb, ncclComm_t comm, const CallBuffers& buf,
-                             int batch, const Strides& s, cudaStream_t stream) {
+                             int batch, const CallPlan& plan, cudaStream_t stream) {
   return forEachRound(batch, engine.cfg.maxBatch, [&](int row0, int rows) {
-    const FallbackRound round = {&engine, &fb, comm, &buf, &s, stream, row0, rows};
+    const FallbackRound round = {&engine, &fb, comm, &buf, &plan, stream, row0, rows};
     DCPCHECK(round.pack());
     NCCLCHECK(ncclGroupStart());
     const ncclResult_t exchanged = round.exchange();
     const ncclResult_t end = ncclGroupEnd();
     DCPCHECK(exchanged);
     // Nonblocking communicators: the all-to-all is on the stream once NCCL is done with it.
-    DCPCHECK(settle(comm, end, "the fallback's ncclAlltoAll"));
+    DCPCHECK(settle(comm, end, "the fallback's exchange"));
     return round.combine();
   });
 }

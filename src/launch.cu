@@ -88,6 +88,7 @@ ncclResult_t launchCooperative(Kernel kernel, std::atomic<int>* cache, int threa
   static_cast<FusedArgs&>(p) = args;
   p.blocksPerRank = blocksPerRank;
   p.byHeads = makeDivisor(args.region.localHeads);
+  p.byLocalHeads = makeDivisor(args.shape.localHeads);
   p.byGroups = makeDivisor(args.region.groups);
   p.byVectors = makeDivisor((uint32_t)std::max<size_t>(args.region.unitBytes / simple::kLaneBytes, 1));
   p.byChunkUnits = makeDivisor(std::max(args.region.chunkUnits, 1));
@@ -118,7 +119,9 @@ ncclResult_t launchCooperative(Kernel kernel, std::atomic<int>* cache, int threa
 template <typename T, class Transport, class Peers>
 ncclResult_t launchFusedLines(const FusedArgs& a, const Peers& peers, bool pdl, cudaStream_t stream) {
   static std::atomic<int> cache[kMaxDevices];
-  const long warps = (long)a.rows * a.region.localHeads * std::max(std::max(a.nRanks - 1, a.region.groups), 1);
+  // TOKEN sends each unit once (HEAD, NONE: to every peer).
+  const int fanOut = a.shape.scatter == Scatter::Token ? 1 : a.nRanks - 1;
+  const long warps = (long)a.rows * a.region.localHeads * std::max(std::max(fanOut, a.region.groups), 1);
   return launchCooperative(a2aLseReduceKernel<T, Transport, Peers>, cache, kFusedThreads, 0, 0,
                            (warps + kFusedWarps - 1) / kFusedWarps, a, peers, pdl, stream);
 }
@@ -196,7 +199,7 @@ ncclResult_t launchFused(const FusedArgs& args, ncclDataType_t dtype, int rank, 
 }
 
 ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream) {
-  const unsigned grid = blocksFor((size_t)l.rows * l.localHeads);
+  const unsigned grid = blocksFor((size_t)l.rows * l.shape.heads);
   if (grid == 0) return ncclSuccess;
   return withElementType(l.dtype, [&](auto elt) {
     combineKernel<decltype(elt)><<<grid, kCombineThreads, 0, stream>>>(l);
@@ -216,7 +219,7 @@ ncclResult_t launchPack(const PackParams& l, cudaStream_t stream) {
 }
 
 ncclResult_t launchPoison(const CombineParams& l, cudaStream_t stream) {
-  const unsigned grid = blocksFor((size_t)l.rows * l.localHeads);
+  const unsigned grid = blocksFor((size_t)l.rows * l.shape.heads);
   if (grid == 0) return ncclSuccess;
   return withElementType(l.dtype, [&](auto elt) {
     poisonKernel<decltype(elt)><<<grid, kCombineThreads, 0, stream>>>(l);

@@ -48,14 +48,17 @@ ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream);
 // Fallback pack (PackParams in device/params.h).
 ncclResult_t launchPack(const PackParams& l, cudaStream_t stream);
 
-// NaN into every element of `rows` rows of out and outLse (the combine's
-// outputs; recvData and recvLse unused): a poisoned context's call.
+// NaN into every output element the combine would write (recvData and
+// recvLse unused): a poisoned context's call.
 ncclResult_t launchPoison(const CombineParams& l, cudaStream_t stream);
 
-// The combine of `rows` rows from recv buffers laid out as ncclAlltoAll
-// delivers them, into outputs with the call's strides (one copy).
-inline CombineParams combineLaunch(const Config& c, int nRanks, int rows, const char* recvData, const float* recvLse,
-                                   char* out, float* outLse, const Strides& s) {
+// The combine of round [row0, row0 + rows) of a call of `shape` from recv
+// buffers laid out as ncclAlltoAll (HEAD) or ncclAllGather (TOKEN, NONE)
+// delivers them, into `rank`'s outputs (out, outLse: at the round's first
+// row, or TOKEN: at the rank's first) with the call's strides (one copy).
+inline CombineParams combineLaunch(const Config& c, int nRanks, const CallShape& shape, int rank, int row0, int rows,
+                                   const char* recvData, const float* recvLse, char* out, float* outLse,
+                                   const Strides& s, AsyncErrorRecord* hostError) {
   CombineParams l = {};
   l.recvData = recvData;
   l.recvLse = recvLse;
@@ -67,29 +70,39 @@ inline CombineParams combineLaunch(const Config& c, int nRanks, int rows, const 
   l.outLseHead = s.outLseHead;
   l.nRanks = nRanks;
   l.rows = rows;
-  l.localHeads = c.localHeads;
   l.headDim = c.headDim;
+  l.rank = rank;
+  l.row0 = row0;
+  l.shape = shape;
   l.dtype = c.dtype;
   l.lseBase = c.lseBase;
+  l.hostError = hostError;
   return l;
 }
 
-// The pack of `rows` rows of strided partials into ncclAlltoAll's send
-// layout [cp][rows][Hl] (one copy).
-inline PackParams packLaunch(const Config& c, int nRanks, int rows, const char* partialOut, const float* partialLse,
-                             char* sendData, float* sendLse, const Strides& s) {
+// The pack of round [row0, row0 + rows) of strided partials (b: at the
+// round's first row) into ncclAlltoAll's send layout [cp][rows][Hl] (HEAD)
+// or ncclAllGather's [rows][cp * Hl] (TOKEN, NONE) (one copy).
+inline PackParams packLaunch(const Config& c, int nRanks, const CallShape& shape, int row0, int rows,
+                             const CallBuffers& b, char* sendData, float* sendLse, const Strides& s) {
   PackParams l = {};
-  l.partialOut = partialOut;
-  l.partialLse = partialLse;
+  l.partialOut = (const char*)b.partialOut;
+  l.partialLse = (const char*)b.partialLse;
   l.sendData = sendData;
   l.sendLse = sendLse;
+  l.seqLens = b.seqLens;
+  l.queryStartLoc = b.queryStartLoc;
   l.strides = s;
+  l.shape = shape;
   l.nRanks = nRanks;
   l.rows = rows;
+  l.row0 = row0;
   l.localHeads = c.localHeads;
   l.headDim = c.headDim;
   l.dtype = c.dtype;
-  l.peerUnits = (int64_t)rows * c.localHeads;
+  const bool gather = shape.scatter != Scatter::Head;
+  l.peerUnits = gather ? c.localHeads : (int64_t)rows * c.localHeads;
+  l.rowUnits = gather ? (int64_t)nRanks * c.localHeads : c.localHeads;
   return l;
 }
 

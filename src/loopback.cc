@@ -33,17 +33,17 @@ Loopback::~Loopback() {
 }
 
 ncclResult_t Loopback::call(const CallBuffers* ranks, int batch, const ncclDcpStrides_t* stridesIn,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, const ncclDcpCallArgs_t* args) {
   if (aborted_) return fail(ncclInvalidUsage, "the loopback was aborted");
-  Strides strides;
-  DCPCHECK(engine_.admit(ranks, engine_.nRanks, batch, stridesIn, &strides));
+  CallPlan plan;
+  DCPCHECK(engine_.admit(ranks, engine_.nRanks, batch, stridesIn, args, &plan));
   if (batch == 0) return engine_.asyncError();
   Addressing addr = {};
   addr.loopback = true;
   addr.base = workspace_;
   addr.rankBytes = engine_.layout.totalBytes;
-  return engine_.run(ranks, engine_.nRanks, batch, strides, stream,
-                     [&] { return engine_.enqueueFused(ranks, batch, strides, addr, stream, silentRank_); });
+  return engine_.run(ranks, engine_.nRanks, batch, plan, stream,
+                     [&] { return engine_.enqueueFused(ranks, batch, plan, addr, stream, silentRank_); });
 }
 
 ncclResult_t Loopback::abort(int drainMs) {

@@ -19,11 +19,13 @@ class Loopback {
   static ncclResult_t create(const ncclDcpConfig_t* cfg, int nRanks, std::unique_ptr<Loopback>* out);
   ~Loopback();
 
-  // One collective call: ranks[r] are virtual rank r's device buffers.
-  // Same checks as ncclDcpA2aLseReduce (Engine::admit), for every rank; any
-  // stream, ordered after the previous call as a context orders them.
-  ncclResult_t call(const CallBuffers* ranks, int batch, const ncclDcpStrides_t* strides,
-                    cudaStream_t stream);
+  // One collective call: ranks[r] are virtual rank r's device buffers
+  // (its empty-shard arrays too: args->seqLens and queryStartLoc only say
+  // that the call has them, and numSeqs how many). Same checks as
+  // ncclDcpA2aLseReduceEx (Engine::admit), for every rank; any stream,
+  // ordered after the previous call as a context orders them.
+  ncclResult_t call(const CallBuffers* ranks, int batch, const ncclDcpStrides_t* strides, cudaStream_t stream,
+                    const ncclDcpCallArgs_t* args = nullptr);
 
   // ncclDcpContextAbort's device side on one GPU: every wait gives up at
   // once, the kernels leave (at most `drainMs`), the workspace is freed.

@@ -10,41 +10,55 @@ namespace nccl_dcp {
 
 namespace {
 
+CallShape shapeOrDefault(const Config& cfg, int nRanks, int batch, const CallShape* shape) {
+  if (shape) return *shape;
+  CallShape c;
+  resolveCallArgs(nullptr, cfg, nRanks, batch, &c);  // cannot fail without args
+  return c;
+}
+
+// Rank src's LSE of (row b, head h): -inf where the row is empty there.
+float partialLseOf(const Config& cfg, const Strides& s, const CallShape& shape, const CallBuffers& src, int b, int h) {
+  if (rowIsEmpty(src.seqLens, src.queryStartLoc, shape.numSeqs, b)) return -INFINITY;
+  const int Hl = cfg.localHeads;
+  return partialLseAt(src.partialLse, b * s.lseRow + (h / Hl) * s.lsePeer + (h % Hl) * s.lseHead, cfg.lseDtype);
+}
+
 template <typename T>
-void referenceTyped(const Config& cfg, int nRanks, int batch, const Strides& s, const CallBuffers* ranks) {
+void referenceTyped(const Config& cfg, int nRanks, const Strides& s, const CallBuffers* ranks,
+                    const CallShape& shape) {
   const int Hl = cfg.localHeads, D = cfg.headDim;
   std::vector<float> weight(nRanks);
   for (int r = 0; r < nRanks; r++) {
     T* out = (T*)ranks[r].out;
-    for (int b = 0; b < batch; b++) {
-      for (int j = 0; j < Hl; j++) {
-        for (int src = 0; src < nRanks; src++)
-          weight[src] = ranks[src].partialLse[b * s.lseRow + r * s.lsePeer + j * s.lseHead];
-        const float merged = mergeWeights(weight.data(), nRanks, cfg.lseBase, weight.data());
-        if (ranks[r].outLse) ranks[r].outLse[b * s.outLseRow + j * s.outLseHead] = merged;
-        for (int d = 0; d < D; d++) {
-          float acc = 0.f;
-          for (int src = 0; src < nRanks; src++) {
-            const T* in = (const T*)ranks[src].partialOut;
-            acc = mergeAccumulate(acc, weight[src],
-                                  Element<T>::toFloat(in[b * s.inRow + r * s.inPeer + j * s.inHead + d]));
-          }
-          out[b * s.outRow + j * s.outHead + d] = Element<T>::fromFloat(acc);
+    forEachOutput(shape, nRanks, r, [&](int b, int h, int row, int head) {
+      for (int src = 0; src < nRanks; src++) weight[src] = partialLseOf(cfg, s, shape, ranks[src], b, h);
+      const float merged = mergeWeights(weight.data(), nRanks, cfg.lseBase, weight.data());
+      if (ranks[r].outLse) ranks[r].outLse[row * s.outLseRow + head * s.outLseHead] = merged;
+      for (int d = 0; d < D; d++) {
+        float acc = 0.f;
+        for (int src = 0; src < nRanks; src++) {
+          const T* in = (const T*)ranks[src].partialOut;
+          acc = mergeAccumulate(acc, weight[src],
+                                Element<T>::toFloat(in[b * s.inRow + (h / Hl) * s.inPeer + (h % Hl) * s.inHead + d]));
         }
+        out[row * s.outRow + head * s.outHead + d] = Element<T>::fromFloat(acc);
       }
-    }
+    });
   }
 }
 
 }  // namespace
 
-void referenceA2aLseReduce(const Config& cfg, int nRanks, int batch, const Strides& s,
-                           const CallBuffers* ranks) {
-  withHostElementType(cfg.dtype, [&](auto elt) { referenceTyped<decltype(elt)>(cfg, nRanks, batch, s, ranks); });
+void referenceA2aLseReduce(const Config& cfg, int nRanks, int batch, const Strides& s, const CallBuffers* ranks,
+                           const CallShape* shape) {
+  const CallShape c = shapeOrDefault(cfg, nRanks, batch, shape);
+  withHostElementType(cfg.dtype, [&](auto elt) { referenceTyped<decltype(elt)>(cfg, nRanks, s, ranks, c); });
 }
 
 size_t countMismatches(const Config& cfg, int nRanks, int batch, const Strides& s, const CallBuffers* got,
-                       const CallBuffers* want, std::string* first) {
+                       const CallBuffers* want, std::string* first, const CallShape* shape) {
+  const CallShape c = shapeOrDefault(cfg, nRanks, batch, shape);
   size_t count = 0;
   const float eps = dtypeRoundingUnit(cfg.dtype);
   auto note = [&](int r, const char* what, int b, int j, int d, float g, float w) {
@@ -57,24 +71,22 @@ size_t countMismatches(const Config& cfg, int nRanks, int batch, const Strides& 
     }
   };
   for (int r = 0; r < nRanks; r++) {
-    for (int b = 0; b < batch; b++) {
-      for (int j = 0; j < cfg.localHeads; j++) {
-        for (int d = 0; d < cfg.headDim; d++) {
-          const int64_t i = b * s.outRow + j * s.outHead + d;
-          const float g = loadElement(cfg.dtype, got[r].out, i), w = loadElement(cfg.dtype, want[r].out, i);
-          if (!(std::isfinite(g) && std::fabs(g - w) <= 1e-5f + eps * std::fabs(w))) note(r, "out", b, j, d, g, w);
-        }
-        if (want[r].outLse) {
-          const int64_t i = b * s.outLseRow + j * s.outLseHead;
-          const float g = got[r].outLse[i], w = want[r].outLse[i];
-          // An infinite want (-inf: an empty row) needs exactly that: the
-          // relative bound below would accept any finite value.
-          const bool ok = std::isinf(w) ? g == w
-                                        : std::isfinite(g) && std::fabs(g - w) <= 1e-5f * (1.f + std::fabs(w));
-          if (!ok) note(r, "outLse", b, j, -1, g, w);
-        }
+    forEachOutput(c, nRanks, r, [&](int, int, int row, int head) {
+      for (int d = 0; d < cfg.headDim; d++) {
+        const int64_t i = row * s.outRow + head * s.outHead + d;
+        const float g = loadElement(cfg.dtype, got[r].out, i), w = loadElement(cfg.dtype, want[r].out, i);
+        if (!(std::isfinite(g) && std::fabs(g - w) <= 1e-5f + eps * std::fabs(w))) note(r, "out", row, head, d, g, w);
       }
-    }
+      if (want[r].outLse) {
+        const int64_t i = row * s.outLseRow + head * s.outLseHead;
+        const float g = got[r].outLse[i], w = want[r].outLse[i];
+        // An infinite want (-inf: an empty row) needs exactly that: the
+        // relative bound below would accept any finite value.
+        const bool ok = std::isinf(w) ? g == w
+                                      : std::isfinite(g) && std::fabs(g - w) <= 1e-5f * (1.f + std::fabs(w));
+        if (!ok) note(r, "outLse", row, head, -1, g, w);
+      }
+    });
   }
   return count;
 }

@@ -30,17 +30,28 @@ struct Config {
                                // measured default of the links (protocol.h)
   bool pdl;                    // NCCL_DCP_PDL: programmatic dependent launch (default on)
   ncclDcpProvider_t provider;  // NCCL_DCP_PROVIDER (NCCL_DCP_FORCE_FALLBACK=1: Fallback), else Auto
+  Scatter scatter;             // config, else HEAD
+  ncclDataType_t lseDtype;     // config, else ncclFloat32
+  int lseEltSize;
 };
+
+// Heads of an out row (and of a workspace row) in a mode: Hl or cp * Hl.
+inline int headsPerRow(const Config& c, int nRanks) {
+  return c.scatter == Scatter::Head ? c.localHeads : nRanks * c.localHeads;
+}
 
 constexpr int kDefaultMaxBatch = 256;
 constexpr int kDefaultTimeoutMs = 60000;  // a healthy peer may be late by a compilation, a load, a GC pause
 
-// One rank's buffers for a call.
+// One rank's buffers for a call; the empty-shard arrays (device int32,
+// ncclDcpCallArgs_t) or NULL.
 struct CallBuffers {
   const void* partialOut;
-  const float* partialLse;
+  const void* partialLse;  // of Config::lseDtype
   void* out;
   float* outLse;
+  const int* seqLens = nullptr;
+  const int* queryStartLoc = nullptr;
 };
 
 }  // namespace nccl_dcp

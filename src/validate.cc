@@ -3,6 +3,7 @@
 #include <inttypes.h>
 
 #include <algorithm>
+#include <cstddef>
 
 #include "error.h"
 #include "protocol.h"
@@ -28,9 +29,11 @@ ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* o
                 "config->version %u is not one this library (%d) knows: rebuild against its "
                 "nccl_dcp.h",
                 cfg->version, NCCL_DCP_VERSION_CODE);
-  if (cfg->size != sizeof(ncclDcpConfig_t))
-    return fail(ncclInvalidArgument, "config->size %zu is not sizeof(ncclDcpConfig_t) = %zu",
-                cfg->size, sizeof(ncclDcpConfig_t));
+  // Append-only: a caller built against 0.2 passes the struct without scatter and lseDtype.
+  const size_t v2 = offsetof(ncclDcpConfig_t, scatter);
+  if (cfg->size != sizeof(ncclDcpConfig_t) && cfg->size != v2)
+    return fail(ncclInvalidArgument, "config->size %zu is not sizeof(ncclDcpConfig_t) = %zu (or 0.2's %zu)",
+                cfg->size, sizeof(ncclDcpConfig_t), v2);
 
   Config c;
   c.dtype = cfg->dtype;
@@ -82,6 +85,20 @@ ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* o
   if (c.timeoutMs < 0)
     return fail(ncclInvalidArgument, "config->timeoutMs %d is negative (0 waits forever)", c.timeoutMs);
 
+  // Appended in 0.3: a 0.2 caller's config ends before them.
+  const bool v3 = cfg->size >= offsetof(ncclDcpConfig_t, lseDtype) + sizeof(cfg->lseDtype);
+  const int scatter = v3 && cfg->scatter != NCCL_CONFIG_UNDEF_INT ? cfg->scatter : ncclDcpScatterHead;
+  if (scatter < 0 || scatter >= ncclDcpNumScatters)
+    return fail(ncclInvalidArgument,
+                "config->scatter %d is not ncclDcpScatterHead, ncclDcpScatterToken or ncclDcpScatterNone", scatter);
+  c.scatter = (Scatter)scatter;
+  c.lseDtype = v3 && (int)cfg->lseDtype != NCCL_CONFIG_UNDEF_INT ? cfg->lseDtype : ncclFloat32;
+  c.lseEltSize = dtypeSize(c.lseDtype);
+  if (c.lseEltSize == 0)
+    return fail(ncclInvalidArgument,
+                "config->lseDtype %d is not supported: use ncclFloat32, ncclBfloat16 or ncclFloat16",
+                (int)c.lseDtype);
+
   // From the environment alone (parseEnv range-checked them).
   c.simpleMinRows = env.simpleMinRows;  // unset (-1): the policy's measured default for the links
   c.pdl = env.pdl != 0;  // unset (-1) means on
@@ -112,10 +129,11 @@ Strides packedStrides(const Config& cfg, int nRanks) {
   s.lseHead = 1;
   s.lsePeer = Hl;
   s.lseRow = cp * Hl;
+  const int64_t heads = headsPerRow(cfg, nRanks);
   s.outHead = D;
-  s.outRow = Hl * D;
+  s.outRow = heads * D;
   s.outLseHead = 1;
-  s.outLseRow = Hl;
+  s.outLseRow = heads;
   return s;
 }
 
@@ -160,9 +178,10 @@ ncclResult_t resolveStrides(const ncclDcpStrides_t* in, const Config& cfg, int n
   DCPCHECK(resolveOne("inRow", in->inRow, p.inRow, e, true, &s.inRow));
   DCPCHECK(resolveOne("inPeer", in->inPeer, p.inPeer, e, true, &s.inPeer));
   DCPCHECK(resolveOne("inHead", in->inHead, p.inHead, e, true, &s.inHead));
-  DCPCHECK(resolveOne("lseRow", in->lseRow, p.lseRow, 4, false, &s.lseRow));
-  DCPCHECK(resolveOne("lsePeer", in->lsePeer, p.lsePeer, 4, false, &s.lsePeer));
-  DCPCHECK(resolveOne("lseHead", in->lseHead, p.lseHead, 4, false, &s.lseHead));
+  const int64_t l = cfg.lseEltSize;
+  DCPCHECK(resolveOne("lseRow", in->lseRow, p.lseRow, l, false, &s.lseRow));
+  DCPCHECK(resolveOne("lsePeer", in->lsePeer, p.lsePeer, l, false, &s.lsePeer));
+  DCPCHECK(resolveOne("lseHead", in->lseHead, p.lseHead, l, false, &s.lseHead));
   DCPCHECK(resolveOne("outRow", in->outRow, p.outRow, e, true, &s.outRow));
   DCPCHECK(resolveOne("outHead", in->outHead, p.outHead, e, true, &s.outHead));
   DCPCHECK(resolveOne("outLseRow", in->outLseRow, p.outLseRow, 4, false, &s.outLseRow));
@@ -236,32 +255,114 @@ ncclResult_t checkAligned(const char* name, const void* p, size_t alignment) {
 
 }  // namespace
 
-ncclResult_t checkCall(const Config& cfg, int nRanks, const CallBuffers& buf, int batch,
-                       const Strides& s) {
+void evenSplit(int batch, int nRanks, RowSplit* split) {
+  split->deviceCounts = nullptr;
+  split->start[0] = 0;
+  for (int p = 0; p < nRanks; p++) split->start[p + 1] = split->start[p] + batch / nRanks + (p < batch % nRanks);
+}
+
+int outRowsOf(const CallShape& shape, int rank) {
+  if (shape.scatter != Scatter::Token) return shape.batch;
+  if (shape.split.deviceCounts) return -1;
+  return shape.split.start[rank + 1] - shape.split.start[rank];
+}
+
+ncclResult_t resolveCallArgs(const ncclDcpCallArgs_t* args, const Config& cfg, int nRanks, int batch,
+                             CallShape* shape) {
+  CallShape c = {};
+  c.scatter = cfg.scatter;
+  c.localHeads = cfg.localHeads;
+  c.heads = headsPerRow(cfg, nRanks);
+  c.batch = batch;
+  c.lseDtype = cfg.lseDtype;
+  evenSplit(batch, nRanks, &c.split);
+  if (args != nullptr) {
+    if (args->magic != NCCL_DCP_CALL_ARGS_MAGIC)
+      return fail(ncclInvalidArgument,
+                  "args->magic is 0x%x, not NCCL_DCP_CALL_ARGS_MAGIC: initialise the call's args with "
+                  "NCCL_DCP_CALL_ARGS_INITIALIZER",
+                  args->magic);
+    if (args->version > NCCL_DCP_VERSION_CODE || args->version < NCCL_DCP_VERSION(0, 3, 0))
+      return fail(ncclInvalidArgument, "args->version %u is not one this library (%d) knows", args->version,
+                  NCCL_DCP_VERSION_CODE);
+    if (args->size != sizeof(ncclDcpCallArgs_t))
+      return fail(ncclInvalidArgument, "args->size %zu is not sizeof(ncclDcpCallArgs_t) = %zu", args->size,
+                  sizeof(ncclDcpCallArgs_t));
+    const bool counts = args->rowCounts || args->rowCountsDevice;
+    if (counts && cfg.scatter != Scatter::Token)
+      return fail(ncclInvalidArgument, "args->rowCounts%s is set but the context's scatter mode is %s, not TOKEN",
+                  args->rowCounts ? "" : "Device", scatterName((ncclDcpScatter_t)cfg.scatter));
+    if (args->rowCounts && args->rowCountsDevice)
+      return fail(ncclInvalidArgument, "args->rowCounts and args->rowCountsDevice are both set: give one form");
+    if (args->rowCounts) {
+      int64_t sum = 0;
+      for (int p = 0; p < nRanks; p++) {
+        if (args->rowCounts[p] < 0)
+          return fail(ncclInvalidArgument, "args->rowCounts[%d] = %d is negative", p, args->rowCounts[p]);
+        sum += args->rowCounts[p];
+        c.split.start[p + 1] = (int)std::min<int64_t>(sum, INT32_MAX);
+      }
+      if (sum != batch)
+        return fail(ncclInvalidArgument, "args->rowCounts sum to %lld over the %d ranks, not batch %d",
+                    (long long)sum, nRanks, batch);
+    }
+    if (args->rowCountsDevice) {
+      DCPCHECK(checkAligned("args->rowCountsDevice", args->rowCountsDevice, 4));
+      c.split.deviceCounts = args->rowCountsDevice;
+    }
+    if ((args->seqLens == nullptr) != (args->queryStartLoc == nullptr))
+      return fail(ncclInvalidArgument, "args->%s is set without args->%s: give both or neither",
+                  args->seqLens ? "seqLens" : "queryStartLoc", args->seqLens ? "queryStartLoc" : "seqLens");
+    if (args->seqLens) {
+      if (args->numSeqs < 1 || args->numSeqs > NCCL_DCP_MAX_BATCH_CAPACITY)
+        return fail(ncclInvalidArgument, "args->numSeqs %d is out of range [1, %d]", args->numSeqs,
+                    NCCL_DCP_MAX_BATCH_CAPACITY);
+      DCPCHECK(checkAligned("args->seqLens", args->seqLens, 4));
+      DCPCHECK(checkAligned("args->queryStartLoc", args->queryStartLoc, 4));
+      c.numSeqs = args->numSeqs;
+    } else if (args->numSeqs != 0) {
+      return fail(ncclInvalidArgument, "args->numSeqs %d is set without args->seqLens and args->queryStartLoc",
+                  args->numSeqs);
+    }
+  }
+  *shape = c;
+  return ncclSuccess;
+}
+
+ncclResult_t checkCall(const Config& cfg, int nRanks, const CallBuffers& buf, int batch, const Strides& s,
+                       const CallShape& shape, int outRows) {
   if (batch < 0) return fail(ncclInvalidArgument, "batch %d is negative", batch);
   if (batch == 0) return ncclSuccess;  // a no-op: buffers may be NULL, as in NCCL
   if (buf.partialOut == nullptr) return fail(ncclInvalidArgument, "partialOut is NULL");
   if (buf.partialLse == nullptr) return fail(ncclInvalidArgument, "partialLse is NULL");
-  if (buf.out == nullptr) return fail(ncclInvalidArgument, "out is NULL");
+  if (buf.out == nullptr && outRows != 0) return fail(ncclInvalidArgument, "out is NULL");
   DCPCHECK(checkAligned("partialOut", buf.partialOut, 16));
-  DCPCHECK(checkAligned("partialLse", buf.partialLse, 4));
+  DCPCHECK(checkAligned("partialLse", buf.partialLse, cfg.lseEltSize));
   DCPCHECK(checkAligned("out", buf.out, 16));
   if (buf.outLse) DCPCHECK(checkAligned("outLse", buf.outLse, 4));
+  if (shape.numSeqs > 0 && (buf.seqLens == nullptr || buf.queryStartLoc == nullptr))
+    return fail(ncclInvalidArgument, "args->seqLens and args->queryStartLoc must both be set with numSeqs %d",
+                shape.numSeqs);
 
-  const int64_t e = cfg.eltSize, D = cfg.headDim, Hl = cfg.localHeads;
-  Dim outDims[2] = {{"outRow", batch, s.outRow}, {"outHead", Hl, s.outHead}};
-  Dim outLseDims[2] = {{"outLseRow", batch, s.outLseRow}, {"outLseHead", Hl, s.outLseHead}};
+  const int64_t e = cfg.eltSize, l = cfg.lseEltSize, D = cfg.headDim, Hl = cfg.localHeads;
+  const int64_t heads = headsPerRow(cfg, nRanks);
+  // The kernels place a TOKEN rank's rows by counts the host cannot read:
+  // its first row is all that can be checked.
+  const int64_t rows = outRows < 0 ? 1 : outRows;
+  Dim outDims[2] = {{"outRow", rows, s.outRow}, {"outHead", heads, s.outHead}};
+  Dim outLseDims[2] = {{"outLseRow", rows, s.outLseRow}, {"outLseHead", heads, s.outLseHead}};
 
   Dim inDims[3] = {{"inRow", batch, s.inRow}, {"inPeer", nRanks, s.inPeer}, {"inHead", Hl, s.inHead}};
   Dim lseDims[3] = {{"lseRow", batch, s.lseRow}, {"lsePeer", nRanks, s.lsePeer}, {"lseHead", Hl, s.lseHead}};
   DCPCHECK(checkViewSize("partialOut", inDims, 3, D, e));
-  DCPCHECK(checkViewSize("partialLse", lseDims, 3, 1, 4));
+  DCPCHECK(checkViewSize("partialLse", lseDims, 3, 1, l));
+  if (rows == 0) return ncclSuccess;  // TOKEN: no rows of out on this rank
   DCPCHECK(checkViewSize("out", outDims, 2, D, e));
   if (buf.outLse) DCPCHECK(checkViewSize("outLse", outLseDims, 2, 1, 4));
   DCPCHECK(checkNoSelfOverlap("out", outDims, 2, D));
   if (buf.outLse) DCPCHECK(checkNoSelfOverlap("outLse", outLseDims, 2, 1));
   Extent in = extentOf(buf.partialOut, inDims, 3, D, e);
-  Extent lse = extentOf(buf.partialLse, lseDims, 3, 1, 4);
+  Extent lse = extentOf(buf.partialLse, lseDims, 3, 1, l);
   Extent out = extentOf(buf.out, outDims, 2, D, e);
   if (overlaps(out, in)) return fail(ncclInvalidArgument, "out overlaps partialOut");
   if (overlaps(out, lse)) return fail(ncclInvalidArgument, "out overlaps partialLse");
@@ -272,6 +373,13 @@ ncclResult_t checkCall(const Config& cfg, int nRanks, const CallBuffers& buf, in
     if (overlaps(outLse, out)) return fail(ncclInvalidArgument, "outLse overlaps out");
   }
   return ncclSuccess;
+}
+
+ncclResult_t checkCall(const Config& cfg, int nRanks, const CallBuffers& buf, int batch, const Strides& s) {
+  if (batch < 0) return fail(ncclInvalidArgument, "batch %d is negative", batch);
+  CallShape shape;
+  DCPCHECK(resolveCallArgs(nullptr, cfg, nRanks, batch, &shape));
+  return checkCall(cfg, nRanks, buf, batch, s, shape, outRowsOf(shape, 0));
 }
 
 namespace {

@@ -20,14 +20,32 @@ namespace nccl_dcp {
 ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* out);
 ncclResult_t checkRanks(int nRanks);
 
-// Strides: device/types.h (the kernels read them).
+// Strides: device/types.h (the kernels read them). Packed out and outLse
+// are the mode's [rows][headsPerRow].
 Strides packedStrides(const Config& cfg, int nRanks);
 ncclResult_t resolveStrides(const ncclDcpStrides_t* in, const Config& cfg, int nRanks, Strides* out);
 
+// The call's additions (ncclDcpCallArgs_t; NULL: none) for batch rows: the
+// mode's shape and TOKEN's split (even, or the host counts, checked here:
+// each >= 0, sum = batch); counts only in TOKEN, seqLens and queryStartLoc
+// both or neither.
+ncclResult_t resolveCallArgs(const ncclDcpCallArgs_t* args, const Config& cfg, int nRanks, int batch,
+                             CallShape* shape);
+// The even split of batch rows over nRanks: the first batch % nRanks ranks
+// take one row more.
+void evenSplit(int batch, int nRanks, RowSplit* split);
+// Rows of out on `rank`: the batch (HEAD, NONE), its share (TOKEN), or -1
+// when the kernels read the counts (the host cannot know).
+int outRowsOf(const CallShape& shape, int rank);
+
 // Pointers, alignment, output self-overlap and output/input overlap, for
-// batch rows (batch >= 0 checked too; null buffers are allowed at batch 0).
-ncclResult_t checkCall(const Config& cfg, int nRanks, const CallBuffers& buf, int batch,
-                       const Strides& strides);
+// batch rows of input and outRows rows of output (-1: unknown, only the
+// first row is checked) (batch >= 0 checked too; null buffers are allowed
+// at batch 0), and the empty-shard arrays when shape has them.
+ncclResult_t checkCall(const Config& cfg, int nRanks, const CallBuffers& buf, int batch, const Strides& strides,
+                       const CallShape& shape, int outRows);
+// The same for a call without additions, as rank 0 sees it.
+ncclResult_t checkCall(const Config& cfg, int nRanks, const CallBuffers& buf, int batch, const Strides& strides);
 
 // The runtime NCCL must have the major.minor of the headers we were built
 // with: the device API is not binary-compatible across minor versions.

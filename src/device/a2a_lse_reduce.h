@@ -85,19 +85,20 @@ __device__ bool fetchSources(const FusedParams<Peers>& p, const SourceUnits& uni
 // scratch: NCCL_DCP_MAX_RANKS weights, then as many LSEs fetched again.
 // Returns false if a wait gave up.
 template <typename T, class Transport, class Peers>
-__device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, char* ws, int rank, int slot,
-                             uint32_t flag, int row, int head, int g, float* weight, Waiter& waiter) {
+__device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, const int* start, char* ws, int rank,
+                             int slot, uint32_t flag, int row, int head, int g, float* weight, Waiter& waiter) {
   using W = Word<T>;
   const Region& r = p.region;
   const int lane = threadIdx.x & 31;
   typename Transport::Line line[kSourceBatch];
   // The rank's own share and LSE are local: their loads go out before the polls.
   const int dw[2] = {Transport::dataWord(r, g, lane, 0), Transport::dataWord(r, g, lane, 1)};
-  const char* self = io.partialOut + inOffset(p.strides, row, rank, head) * (int64_t)sizeof(T);
+  const PartialAt at = partialAt(p, head, rank);
+  const char* self = io.partialOut + inOffset(p.strides, row, at.peer, at.head) * (int64_t)sizeof(T);
   uint64_t own[2];
 #pragma unroll
   for (int k = 0; k < 2; k++) own[k] = dw[k] >= 0 ? loadInput8(self + (size_t)dw[k] * kWordBytes) : 0;
-  const float ownLse = lane == 0 ? loadInputF32(io.partialLse + lseOffset(p.strides, row, rank, head)) : 0.f;
+  const float ownLse = lane == 0 ? partialLse(p, io, row, at.peer, at.head) : 0.f;
   const SourceUnits units{ws + r.firstUnitOffset(slot, row, head), r.sourceBytes()};
 
   // Every remote source's LSE (each group carries it), then the weights.
@@ -127,11 +128,13 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, char
       if (src != rank) Transport::release(r, units.of(src, rank), g, lane);
     }
   }
-  char* out = io.out + (row * p.strides.outRow + head * p.strides.outHead) * (int64_t)sizeof(T);
+  const int64_t outRow = outRowOf(p, start, rank, row);
+  char* out = io.out + (outRow * p.strides.outRow + head * p.strides.outHead) * (int64_t)sizeof(T);
 #pragma unroll
   for (int k = 0; k < 2; k++)
     if (dw[k] >= 0) *(uint64_t*)(out + (size_t)dw[k] * kWordBytes) = W::pack(acc[k]);
-  if (g == 0 && lane == 0 && io.outLse) io.outLse[row * p.strides.outLseRow + head * p.strides.outLseHead] = mergedLse;
+  if (g == 0 && lane == 0 && io.outLse)
+    io.outLse[outRow * p.strides.outLseRow + head * p.strides.outLseHead] = mergedLse;
   __syncwarp();  // weight[] is reused by this warp's next group
   return true;
 }
@@ -140,9 +143,11 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, char
 // NaN where group g of (row, head) would have been merged, so no output is
 // left stale.
 template <typename T, class Transport, class Peers>
-__device__ void poisonGroup(const FusedParams<Peers>& p, const RankIo& io, int row, int head, int g) {
+__device__ void poisonGroup(const FusedParams<Peers>& p, const RankIo& io, const int* start, int rank, int row,
+                            int head, int g) {
   const int lane = threadIdx.x & 31;
-  char* out = io.out + (row * p.strides.outRow + head * p.strides.outHead) * (int64_t)sizeof(T);
+  const int64_t outRow = outRowOf(p, start, rank, row);
+  char* out = io.out + (outRow * p.strides.outRow + head * p.strides.outHead) * (int64_t)sizeof(T);
   const uint64_t nan = Word<T>::nan();
 #pragma unroll
   for (int k = 0; k < 2; k++) {
@@ -150,7 +155,7 @@ __device__ void poisonGroup(const FusedParams<Peers>& p, const RankIo& io, int r
     if (dw >= 0) *(uint64_t*)(out + (size_t)dw * kWordBytes) = nan;
   }
   if (g == 0 && lane == 0 && io.outLse)
-    io.outLse[row * p.strides.outLseRow + head * p.strides.outLseHead] = NAN;
+    io.outLse[outRow * p.strides.outLseRow + head * p.strides.outLseHead] = NAN;
 }
 
 template <typename T, class Transport, class Peers>
@@ -158,6 +163,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     a2aLseReduceKernel(const __grid_constant__ FusedParams<Peers> p) {
   // Per warp: the weights, and room for LSEs fetched again (cp > kSourceBatch).
   __shared__ float weights[kFusedWarps][2 * NCCL_DCP_MAX_RANKS];
+  __shared__ int splitScratch[kMaxRanks + 1];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   int localBlock;
   const int rank = p.peers.rankOfBlock(p.blocksPerRank, &localBlock);
@@ -173,11 +179,16 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   const int warpInRank = localBlock * kFusedWarps + warp;
   const int warpsPerRank = p.blocksPerRank * kFusedWarps;
   const int nPeers = p.nRanks - 1;
-  const int Hl = r.localHeads;
+  const int heads = r.localHeads;  // of a workspace row
+  const bool token = p.shape.scatter == Scatter::Token;
+  const int* start = token ? loadSplit(p, splitScratch) : nullptr;
+  const bool refused = token && start == nullptr;  // device counts that make no split
+  const RoundRows mine = refused ? RoundRows{0, 0} : roundRowsOf(p, start, rank);
 
-  // Send item -> (row, head, destination); destinations rotate with the
-  // rank so peers are not all hit at once.
-  const int sendItems = p.rows * Hl * nPeers;
+  // Send item -> (row, head, destination). HEAD, NONE: every unit to every
+  // peer, destinations rotating with the rank so peers are not all hit at
+  // once. TOKEN: each row not in this rank's slice, to its owner.
+  const int sendItems = refused ? 0 : token ? (p.rows - (mine.hi - mine.lo)) * heads : p.rows * heads * nPeers;
   struct SendItem {
     int row, head, dst;
     const char* src;
@@ -185,12 +196,19 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   };
   auto sendItem = [&](int item) {
     SendItem it;
-    const int rowHead = p.byPeers.quotient(item), turn = item - rowHead * nPeers;
+    const int rowHead = token ? item : p.byPeers.quotient(item);
     it.row = p.byHeads.quotient(rowHead);
-    it.head = rowHead - it.row * Hl;
-    it.dst = rank + 1 + turn < p.nRanks ? rank + 1 + turn : rank + 1 + turn - p.nRanks;
-    it.src = io.partialOut + inOffset(s, it.row, it.dst, it.head) * (int64_t)sizeof(T);
-    it.lse = loadInputF32(io.partialLse + lseOffset(s, it.row, it.dst, it.head));
+    it.head = rowHead - it.row * heads;
+    if (token) {
+      if (it.row >= mine.lo) it.row += mine.hi - mine.lo;
+      it.dst = ownerOf(start, p.nRanks, p.row0 + it.row);
+    } else {
+      const int turn = item - rowHead * nPeers;
+      it.dst = rank + 1 + turn < p.nRanks ? rank + 1 + turn : rank + 1 + turn - p.nRanks;
+    }
+    const PartialAt at = partialAt(p, it.head, it.dst);
+    it.src = io.partialOut + inOffset(s, it.row, at.peer, at.head) * (int64_t)sizeof(T);
+    it.lse = partialLse(p, io, it.row, at.peer, at.head);
     return it;
   };
   // The first item's loads go out before the round is known: they do not
@@ -205,11 +223,12 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   }
 
   char* ws = p.peers.workspace(rank);
-  RoundStart start = startRound(p, rank);
+  RoundStart round = startRound(p, rank);
   stamp(p.timeline, kStageEntry);
-  const int slot = start.slot;
-  const uint32_t flag = start.flag;
-  Waiter& waiter = start.waiter;
+  const int slot = round.slot;
+  const uint32_t flag = round.flag;
+  Waiter& waiter = round.waiter;
+  if (refused && threadIdx.x == 0) waiter.fail(-1, ncclInvalidArgument);
 
   for (int item = warpInRank; !waiter.failed && item < sendItems; item += warpsPerRank) {
     if (item != warpInRank) {
@@ -229,16 +248,18 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   allowDependentGrid();
 
   const int groups = r.groups;
-  const int recvItems = p.rows * Hl * groups;
+  const int recvItems = (mine.hi - mine.lo) * heads * groups;
   for (int item = warpInRank; item < recvItems; item += warpsPerRank) {
     const int rowHead = p.byGroups.quotient(item), g = item - rowHead * groups;
-    const int row = p.byHeads.quotient(rowHead), head = rowHead - row * Hl;
-    if (waiter.failed || !receiveGroup<T, Transport>(p, io, ws, rank, slot, flag, row, head, g, weights[warp], waiter))
-      poisonGroup<T, Transport>(p, io, row, head, g);
+    const int rowInMine = p.byHeads.quotient(rowHead), head = rowHead - rowInMine * heads;
+    const int row = mine.lo + rowInMine;
+    if (waiter.failed ||
+        !receiveGroup<T, Transport>(p, io, start, ws, rank, slot, flag, row, head, g, weights[warp], waiter))
+      poisonGroup<T, Transport>(p, io, start, rank, row, head, g);
   }
 
   stamp(p.timeline, kStageDone);
-  endRound(p, rank, start);
+  endRound(p, rank, round);
 }
 
 }  // namespace nccl_dcp

@@ -80,6 +80,26 @@ __device__ __forceinline__ SendPlan sendPlan(const FusedParams<Peers>& p, int ch
   return s;
 }
 
+// Units [first, end) of the round that rank q merges: every unit, or
+// (TOKEN) those of its slice's rows.
+struct UnitRange {
+  int first, end;
+};
+template <class Peers>
+__device__ __forceinline__ UnitRange unitsOf(const FusedParams<Peers>& p, const int* start, int q) {
+  const RoundRows rows = roundRowsOf(p, start, q);
+  return {rows.lo * p.region.localHeads, rows.hi * p.region.localHeads};
+}
+
+// The units of chunk c that rank q merges (TOKEN: possibly none).
+template <class Peers>
+__device__ __forceinline__ simple::Chunk chunkFor(const FusedParams<Peers>& p, const int* start, int c, int q) {
+  const simple::Chunk chunk = simple::chunkOf(p.region, c, p.rows);
+  const UnitRange units = unitsOf(p, start, q);
+  const int first = max(chunk.first, units.first), end = min(chunk.first + chunk.count, units.end);
+  return {first, max(end - first, 0)};
+}
+
 // Item k of step `step`, or false past the block's last item.
 struct SendItem {
   int chunk, dst;
@@ -100,23 +120,24 @@ __device__ __forceinline__ bool sendItem(const FusedParams<Peers>& p, const Send
 // unit i of the step's item k (the first writer also stores its LSE), then
 // the writers copy every unit of the step together.
 template <typename T, class Peers>
-__device__ void writeStep(const FusedParams<Peers>& p, const RankIo& io, const SendPlan& plan, int rank,
-                          int localBlock, int slot, int step, int writer, int writers, int lane) {
+__device__ void writeStep(const FusedParams<Peers>& p, const RankIo& io, const int* start, const SendPlan& plan,
+                          int rank, int localBlock, int slot, int step, int writer, int writers, int lane) {
   const Region& r = p.region;
   const char* src = nullptr;
   char* to = nullptr;
   SendItem item;
   const int k = p.byChunkUnits.quotient(lane), i = lane - k * r.chunkUnits;
   if (sendItem(p, plan, rank, localBlock, step, k, &item)) {
-    const simple::Chunk chunk = simple::chunkOf(r, item.chunk, p.rows);
+    const simple::Chunk chunk = chunkFor(p, start, item.chunk, item.dst);
     if (i < chunk.count) {
       const int u = chunk.first + i, row = p.byHeads.quotient(u), head = u - row * r.localHeads;
+      const PartialAt at = partialAt(p, head, item.dst);
       char* peer = p.peers.peerWorkspace(item.dst);
-      src = io.partialOut + inOffset(p.strides, row, item.dst, head) * (int64_t)sizeof(T);
+      src = io.partialOut + inOffset(p.strides, row, at.peer, at.head) * (int64_t)sizeof(T);
       to = peer + r.unitOffset(slot, rank, item.dst, row, head);
       if (writer == 0)
         storeVolatile4(peer + r.lseOffsetOf(slot, rank, item.dst, u),
-                       __float_as_uint(io.partialLse[lseOffset(p.strides, row, item.dst, head)]));
+                       __float_as_uint(partialLse(p, io, row, at.peer, at.head)));
     }
   }
   simple::copyShare(src, to, plan.perStep * r.chunkUnits, p.byVectors, writer * 32, writers * 32, lane);
@@ -127,7 +148,7 @@ __device__ void writeStep(const FusedParams<Peers>& p, const RankIo& io, const S
 // are then visible at their destinations), and stores the flags of all
 // those steps, a lane per item; publishes how many steps are flagged.
 template <class Peers>
-__device__ void signalSteps(const FusedParams<Peers>& p, const SendPlan& plan, const int* progress,
+__device__ void signalSteps(const FusedParams<Peers>& p, const int* start, const SendPlan& plan, const int* progress,
                             int* flagged, int rank, int localBlock, int slot, uint32_t flag, int writers,
                             int lane) {
   for (int done = 0; done < plan.steps;) {
@@ -135,7 +156,8 @@ __device__ void signalSteps(const FusedParams<Peers>& p, const SendPlan& plan, c
     fenceAcqRelSys();
     for (int i = lane; i < (written - done) * plan.perStep; i += 32) {
       SendItem item;
-      if (sendItem(p, plan, rank, localBlock, done + i / plan.perStep, i % plan.perStep, &item))
+      if (sendItem(p, plan, rank, localBlock, done + i / plan.perStep, i % plan.perStep, &item) &&
+          chunkFor(p, start, item.chunk, item.dst).count > 0)
         storeRelaxedSys8(p.peers.peerWorkspace(item.dst) + p.region.flagOffsetOf(slot, rank, item.dst, item.chunk),
                          flag);
     }
@@ -181,8 +203,8 @@ struct VectorAt {
 // vectors x kMergeSources sources of loads in flight. `weight`: the warp's
 // [kMaxChunkUnits][NCCL_DCP_MAX_RANKS] scratch.
 template <typename T, class Peers>
-__device__ void mergeUnits(const FusedParams<Peers>& p, const RankIo& io, const char* ws, int rank, int slot,
-                           int first, int count, int step, float (*weight)[NCCL_DCP_MAX_RANKS], int lane) {
+__device__ void mergeUnits(const FusedParams<Peers>& p, const RankIo& io, const int* start, const char* ws, int rank,
+                           int slot, int first, int count, int step, float (*weight)[NCCL_DCP_MAX_RANKS], int lane) {
   using W = Word<T>;
   const Region& r = p.region;
   const Strides& s = p.strides;
@@ -190,14 +212,15 @@ __device__ void mergeUnits(const FusedParams<Peers>& p, const RankIo& io, const 
   for (int i = lane; i < count * n; i += 32) {
     const int k = p.byRanks.quotient(i), src = i - k * n, u = first + k * step;
     const int row = p.byHeads.quotient(u), head = u - row * Hl;
-    weight[k][src] = src == rank ? loadInputF32(io.partialLse + lseOffset(s, row, rank, head))
+    const PartialAt at = partialAt(p, head, rank);
+    weight[k][src] = src == rank ? partialLse(p, io, row, at.peer, at.head)
                                  : __uint_as_float(loadVolatile4(ws + r.lseOffsetOf(slot, src, rank, u)));
   }
   __syncwarp();
   if (lane < count) {
     const int u = first + lane * step, row = p.byHeads.quotient(u), head = u - row * Hl;
     const float merged = mergeWeights(weight[lane], n, p.lseBase, weight[lane]);
-    if (io.outLse) io.outLse[row * s.outLseRow + head * s.outLseHead] = merged;
+    if (io.outLse) io.outLse[outRowOf(p, start, rank, row) * s.outLseRow + head * s.outLseHead] = merged;
   }
   __syncwarp();
 
@@ -208,9 +231,11 @@ __device__ void mergeUnits(const FusedParams<Peers>& p, const RankIo& io, const 
     const int k = p.byVectors.quotient(v), col = v - k * vectors, u = first + k * step;
     const int row = p.byHeads.quotient(u), head = u - row * Hl;
     const size_t at = (size_t)col * simple::kLaneBytes;
-    return VectorAt{io.partialOut + inOffset(s, row, rank, head) * (int64_t)sizeof(T) + at,
+    const PartialAt own = partialAt(p, head, rank);
+    return VectorAt{io.partialOut + inOffset(s, row, own.peer, own.head) * (int64_t)sizeof(T) + at,
                     slotData + (size_t)u * r.unitBytes + at,
-                    io.out + (row * s.outRow + head * s.outHead) * (int64_t)sizeof(T) + at, k};
+                    io.out + (outRowOf(p, start, rank, row) * s.outRow + head * s.outHead) * (int64_t)sizeof(T) + at,
+                    k};
   };
   for (int v0 = 0; v0 < total; v0 += 32 * kMergeVectors) {
     VectorAt at[kMergeVectors];
@@ -254,19 +279,21 @@ __device__ void mergeUnits(const FusedParams<Peers>& p, const RankIo& io, const 
 // where units first + k * step (k < count) would have been merged, so no
 // output is left stale.
 template <typename T, class Peers>
-__device__ void poisonUnits(const FusedParams<Peers>& p, const RankIo& io, int first, int count, int step, int lane) {
+__device__ void poisonUnits(const FusedParams<Peers>& p, const RankIo& io, const int* start, int rank, int first,
+                            int count, int step, int lane) {
   const Strides& s = p.strides;
   const int Hl = p.region.localHeads, vectors = (int)p.byVectors.d;
   const uint64_t nan = Word<T>::nan();
   for (int v = lane; v < count * vectors; v += 32) {
     const int k = p.byVectors.quotient(v), col = v - k * vectors, u = first + k * step;
     const int row = p.byHeads.quotient(u), head = u - row * Hl;
-    char* out = io.out + (row * s.outRow + head * s.outHead) * (int64_t)sizeof(T) + (size_t)col * simple::kLaneBytes;
+    char* out = io.out + (outRowOf(p, start, rank, row) * s.outRow + head * s.outHead) * (int64_t)sizeof(T) +
+                (size_t)col * simple::kLaneBytes;
     store16(out, make_uint4((uint32_t)nan, (uint32_t)(nan >> 32), (uint32_t)nan, (uint32_t)(nan >> 32)));
   }
   if (lane < count && io.outLse) {
     const int u = first + lane * step, row = p.byHeads.quotient(u), head = u - row * Hl;
-    io.outLse[row * s.outLseRow + head * s.outLseHead] = NAN;
+    io.outLse[outRowOf(p, start, rank, row) * s.outLseRow + head * s.outLseHead] = NAN;
   }
 }
 
@@ -282,8 +309,8 @@ __device__ __forceinline__ void groupSync(int barrier, int warps) {
 // `failed`: the group's shared verdict of the flag wait; when the wait gave
 // up (or an earlier one did), the chunk's outputs are NaN.
 template <typename T, class Peers>
-__device__ void receiveChunk(const FusedParams<Peers>& p, const RankIo& io, char* ws, int rank, int slot,
-                             uint32_t flag, int c, int receiver, int warps, int barrier,
+__device__ void receiveChunk(const FusedParams<Peers>& p, const RankIo& io, const int* start, char* ws, int rank,
+                             int slot, uint32_t flag, int c, int receiver, int warps, int barrier,
                              float (*weight)[NCCL_DCP_MAX_RANKS], int* failed, Waiter& waiter, int lane) {
   const Region& r = p.region;
   if (receiver == 0) {  // the one warp whose verdict the group follows
@@ -294,11 +321,11 @@ __device__ void receiveChunk(const FusedParams<Peers>& p, const RankIo& io, char
   groupSync(barrier, warps);
   __syncwarp();
   const bool ok = !*failed;
-  const simple::Chunk chunk = simple::chunkOf(r, c, p.rows);
+  const simple::Chunk chunk = chunkFor(p, start, c, rank);
   const int first = chunk.first + receiver, count = (chunk.count - receiver + warps - 1) / warps;
   if (receiver < chunk.count) {
-    if (ok) mergeUnits<T>(p, io, ws, rank, slot, first, count, warps, weight, lane);
-    else poisonUnits<T>(p, io, first, count, warps, lane);
+    if (ok) mergeUnits<T>(p, io, start, ws, rank, slot, first, count, warps, weight, lane);
+    else poisonUnits<T>(p, io, start, rank, first, count, warps, lane);
   }
   groupSync(barrier, warps);  // every warp has read the verdict before the next one is written
   if (ok && receiver == 0)
@@ -325,6 +352,7 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
   // Per writing warp: the send steps it has stored (simple::publishProgress).
   __shared__ int sendProgress[kSimpleSignalWarp];
   __shared__ int sendFlagged;  // send steps whose flags are stored
+  __shared__ int splitScratch[kMaxRanks + 1];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   int localBlock;
   const int rank = p.peers.rankOfBlock(p.blocksPerRank, &localBlock);
@@ -336,12 +364,23 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
   if (rank == p.silentRank) return;
   if (threadIdx.x < kSimpleSignalWarp) sendProgress[threadIdx.x] = 0;  // before startRound's __syncthreads
   if (threadIdx.x == 0) sendFlagged = 0;
+  const int* start = p.shape.scatter == Scatter::Token ? loadSplit(p, splitScratch) : nullptr;
+  const bool refused = p.shape.scatter == Scatter::Token && start == nullptr;  // device counts, no split
 
   char* ws = p.peers.workspace(rank);
-  RoundStart start = startRound(p, rank);
+  RoundStart round = startRound(p, rank);
   stamp(p.timeline, kStageEntry);
-  Waiter& waiter = start.waiter;
+  Waiter& waiter = round.waiter;
+  if (refused) {
+    if (threadIdx.x == 0) waiter.fail(-1, ncclInvalidArgument);
+    endRound(p, rank, round);
+    return;
+  }
   const int chunks = simple::chunksIn(p.region, p.rows);
+  // The chunks holding this rank's units (TOKEN: its slice's).
+  const UnitRange mine = unitsOf(p, start, rank);
+  const int myFirstChunk = mine.first / p.region.chunkUnits;
+  const int myChunks = mine.end > mine.first ? (mine.end + p.region.chunkUnits - 1) / p.region.chunkUnits - myFirstChunk : 0;
 
   if (warp < kSimpleSendWarps) {
     // Every block sends, step by step: the writers wait only for the
@@ -350,11 +389,12 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
     const SendPlan plan = sendPlan(p, chunks, localBlock);
     const int writers = p.sendWarps;
     if (!waiter.failed && warp == kSimpleSignalWarp) {
-      signalSteps(p, plan, sendProgress, &sendFlagged, rank, localBlock, start.slot, start.flag, writers, lane);
+      signalSteps(p, start, plan, sendProgress, &sendFlagged, rank, localBlock, round.slot, round.flag, writers,
+                  lane);
     } else if (!waiter.failed && warp < writers) {
       for (int step = 0; step < plan.steps; step++) {
         simple::awaitFlagged(&sendFlagged, step + 1 - plan.ahead);
-        writeStep<T>(p, io, plan, rank, localBlock, start.slot, step, warp, writers, lane);
+        writeStep<T>(p, io, start, plan, rank, localBlock, round.slot, step, warp, writers, lane);
         __syncwarp();
         if (lane == 0) simple::publishProgress(&sendProgress[warp], step + 1);
       }
@@ -366,14 +406,14 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
     // Groups of receiving warps, a chunk each; chunk c goes to group
     // c % (groups of the grid), so the first chunks sent are merged first.
     const int receiver = warp - kSimpleSendWarps;
-    const int warps = receiversPerChunk((chunks + p.blocksPerRank - 1) / p.blocksPerRank);
+    const int warps = receiversPerChunk((myChunks + p.blocksPerRank - 1) / p.blocksPerRank);
     const int groups = kSimpleRecvWarps / warps, group = receiver / warps;
-    for (int c = localBlock * groups + group; c < chunks; c += p.blocksPerRank * groups)
-      receiveChunk<T>(p, io, ws, rank, start.slot, start.flag, c, receiver % warps, warps, kSimpleRecvBarrier + group,
-                      weights[receiver], &waitFailed[group], waiter, lane);
+    for (int c = localBlock * groups + group; c < myChunks; c += p.blocksPerRank * groups)
+      receiveChunk<T>(p, io, start, ws, rank, round.slot, round.flag, myFirstChunk + c, receiver % warps, warps,
+                      kSimpleRecvBarrier + group, weights[receiver], &waitFailed[group], waiter, lane);
     stamp(p.timeline, kStageDone);
   }
-  endRound(p, rank, start);
+  endRound(p, rank, round);
 }
 
 }  // namespace nccl_dcp

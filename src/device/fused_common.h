@@ -16,6 +16,7 @@
 
 #include "params.h"
 #include "primitives.h"
+#include "scatter.h"
 
 #ifndef NCCL_DCP_TIMELINE
 #define NCCL_DCP_TIMELINE 0
@@ -23,12 +24,28 @@
 
 namespace nccl_dcp {
 
-// Element offsets of (row, peer, head) in the strided tensors.
-__device__ __forceinline__ int64_t inOffset(const Strides& s, int row, int peer, int head) {
-  return row * s.inRow + peer * s.inPeer + head * s.inHead;
+// ---- Scatter modes (CallShape, types.h). A workspace row holds `heads`
+// units (region.localHeads): HEAD's unit j from source s is s's partial of
+// head dst * Hl + j; TOKEN's and NONE's unit h is head h, the same for
+// every destination. TOKEN sends a row only to the rank whose slice holds
+// it; HEAD and NONE send every unit to every peer.
+
+// Where the partial of (unit head sh) bound for rank dst lies in the
+// inputs: (peer, head) of partialOut [B][cp][Hl][D].
+struct PartialAt {
+  int peer, head;
+};
+template <class Args>
+__device__ __forceinline__ PartialAt partialAt(const Args& p, int sh, int dst) {
+  if (p.shape.scatter == Scatter::Head) return {dst, sh};
+  const int peer = p.byLocalHeads.quotient(sh);
+  return {peer, sh - peer * p.shape.localHeads};
 }
-__device__ __forceinline__ int64_t lseOffset(const Strides& s, int row, int peer, int head) {
-  return row * s.lseRow + peer * s.lsePeer + head * s.lseHead;
+
+// This rank's partial LSE of (round row, peer, head) (scatter.h).
+template <class Args>
+__device__ __forceinline__ float partialLse(const Args& p, const RankIo& io, int row, int peer, int head) {
+  return partialLseOf(p.shape, p.strides, p.row0, io.partialLse, io.seqLens, io.queryStartLoc, row, peer, head);
 }
 
 struct RoundInfo {

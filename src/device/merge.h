@@ -16,6 +16,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <nccl.h>
 #include <stdint.h>
 
 #include <cmath>
@@ -65,6 +66,22 @@ NCCL_DCP_HD float mergeAccumulate(float acc, float weight, float x) {
   return weight != 0.f ? fmaf(weight, x, acc) : acc;
 }
 
+// Row b of a rank's inputs is empty (its LSE reads as -inf, whatever it
+// holds) when it lies in a sequence whose local KV length is 0, or outside
+// [queryStartLoc[0], queryStartLoc[numSeqs]) (padding). numSeqs 0: never.
+// Rows of sequence i are [queryStartLoc[i], queryStartLoc[i + 1]).
+NCCL_DCP_HD bool rowIsEmpty(const int* seqLens, const int* queryStartLoc, int numSeqs, int b) {
+  if (numSeqs == 0) return false;
+  if (b < queryStartLoc[0] || b >= queryStartLoc[numSeqs]) return true;
+  int lo = 0, hi = numSeqs - 1;  // the last sequence starting at or before b
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (queryStartLoc[mid] <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  return seqLens[lo] <= 0;
+}
+
 // Element conversions, one definition for host and device.
 template <typename T>
 struct Element;
@@ -86,6 +103,14 @@ struct Element<__half> {
   NCCL_DCP_HD static float toFloat(__half v) { return __half2float(v); }
   NCCL_DCP_HD static __half fromFloat(float v) { return __float2half_rn(v); }
 };
+
+// Partial LSE i of an array of `lseDtype` (ncclFloat32, ncclBfloat16 or
+// ncclFloat16), as the merge reads it.
+NCCL_DCP_HD float partialLseAt(const void* base, int64_t i, int lseDtype) {
+  if (lseDtype == ncclBfloat16) return Element<__nv_bfloat16>::toFloat(((const __nv_bfloat16*)base)[i]);
+  if (lseDtype == ncclFloat16) return Element<__half>::toFloat(((const __half*)base)[i]);
+  return ((const float*)base)[i];
+}
 
 // An 8-byte word of payload holds kPerWord elements: the unit every
 // transport moves and every merge step consumes.

@@ -23,16 +23,21 @@ namespace nccl_dcp {
 // hostError), the strides and silentRank per call, rows, region and io per
 // round; the launcher adds what the launch decides (blocksPerRank, the
 // region's divisors, the timeline).
+static_assert(kMaxRanks == NCCL_DCP_MAX_RANKS, "one bound on the ranks");
+
 struct FusedArgs {
-  Region region;
+  Region region;   // region.localHeads: heads of a workspace row (shape.heads)
   Strides strides;
+  CallShape shape;
   LseBase lseBase;
   int nRanks, rows, blocksPerRank, silentRank;
+  int row0;        // the round's first row of the call
   int sendWarps;  // SIMPLE: warps of a block that write (the first ones)
   // Division by the ranks, the peers (cp - 1), the local heads, the groups
   // of a unit (line protocols), the 16-byte vectors of a unit and the units
   // of a chunk (SIMPLE).
-  Divisor byRanks, byPeers, byHeads, byGroups, byVectors, byChunkUnits;
+  // (byHeads: the heads of a workspace row; byLocalHeads: Hl.)
+  Divisor byRanks, byPeers, byHeads, byLocalHeads, byGroups, byVectors, byChunkUnits;
   uint64_t timeoutNs;
   AsyncErrorRecord* hostError;
   uint64_t* timeline;  // [grid][kTimelineSlots] or NULL
@@ -46,32 +51,41 @@ struct FusedParams : FusedArgs {
   Peers peers;
 };
 
-// Baseline / fallback combine: merges recv [cp][rows][Hl][D] with LSEs
-// [cp][rows][Hl] (as ncclAlltoAll delivers them) into strided outputs.
+// Baseline / fallback combine: merges recv [cp][rows][heads][D] with LSEs
+// [cp][rows][heads] (as ncclAlltoAll (HEAD) or ncclAllGather (TOKEN, NONE)
+// delivers them; heads = shape.heads) into strided outputs: every row of
+// the round, or (TOKEN) those of `rank`'s slice. Poison: the same rows.
 struct CombineParams {
   const char* recvData;
   const float* recvLse;
-  char* out;
+  char* out;    // TOKEN: row 0 of the rank's slice; else the round's first row
   float* outLse;
   int64_t outRow, outHead, outLseRow, outLseHead;
-  int nRanks, rows, localHeads, headDim;
+  int nRanks, rows, headDim;
+  int rank, row0;  // TOKEN: whose slice, and the round's first row of the call
+  CallShape shape;
   ncclDataType_t dtype;
   LseBase lseBase;
+  AsyncErrorRecord* hostError;  // where device counts that make no split are recorded (or NULL)
 };
 
-// Fallback pack: strided partials -> send buffers [cp][rows][Hl][D] and
-// [cp][rows][Hl], the layout ncclAlltoAll sends.
+// Fallback pack: strided partials -> fp32-LSE send buffers, unit (peer p,
+// row, head j) at p * peerUnits + row * rowUnits + j: [cp][rows][Hl] for
+// ncclAlltoAll (peerUnits rows * Hl, rowUnits Hl), [rows][cp * Hl] for
+// ncclAllGather (peerUnits Hl, rowUnits cp * Hl). Empty rows (the shape's
+// seqLens) get LSE -inf.
 struct PackParams {
   const char* partialOut;
-  const float* partialLse;
+  const char* partialLse;
   char* sendData;
   float* sendLse;
+  const int* seqLens;
+  const int* queryStartLoc;
   Strides strides;
-  int nRanks, rows, localHeads, headDim;
+  CallShape shape;
+  int nRanks, rows, row0, localHeads, headDim;
   ncclDataType_t dtype;
-  // Units (rows * Hl) between peers' blocks of the send buffers: rows * Hl
-  // for ncclAlltoAll.
-  int64_t peerUnits;
+  int64_t peerUnits, rowUnits;
 };
 
 // The one dtype dispatch of every launcher: f(T{}) with the element type of

@@ -31,8 +31,35 @@ enum class Proto : int { LL = 1, LL128 = 2, Simple = 3 };
 // Base of the LSEs (DESIGN §1).
 enum class LseBase : int { Two = 0, E = 1 };
 
+// Ranks of one group (NCCL_DCP_MAX_RANKS, which params.h checks against).
+constexpr int kMaxRanks = 64;
+
 // Virtual ranks one loopback launch serves (a RankIo each in the params).
 constexpr int kMaxLoopbackRanks = 16;
+
+// Where the merged heads go (ncclDcpScatter_t).
+enum class Scatter : int { Head = 0, Token = 1, None = 2 };
+
+// TOKEN's split of the call's rows: rank p owns [start[p], start[p + 1]).
+// With deviceCounts (the caller's int32[cp]) the kernels compute start
+// themselves when they run (graph replays may change the counts).
+struct RowSplit {
+  const int* deviceCounts;
+  int start[kMaxRanks + 1];
+};
+
+// What a call asks beyond its buffers, the same for every round and rank:
+// the mode, the heads of an output (and workspace) row, the call's rows,
+// the LSE element type, and the sequences of the empty-shard arrays.
+struct CallShape {
+  Scatter scatter;
+  int localHeads;  // Hl
+  int heads;       // of an out row and a workspace row: Hl (HEAD), cp * Hl
+  int batch;       // rows of the call (TOKEN splits them)
+  int lseDtype;    // ncclDataType_t of partialLse
+  int numSeqs;     // 0: no empty-shard arrays
+  RowSplit split;  // TOKEN only
+};
 
 // Strides in elements, every one resolved (no "packed" zeros left).
 struct Strides {
@@ -42,12 +69,17 @@ struct Strides {
   int64_t outLseRow, outLseHead;
 };
 
-// One rank's tensors for one round, already offset to the round's first row.
+// One rank's tensors for one round: the inputs offset to the round's
+// first row, the outputs too unless the mode is TOKEN (whose output rows
+// start at the rank's first row: the kernel places them); the empty-shard
+// arrays of the whole call (or NULL).
 struct RankIo {
   const char* partialOut;
-  const float* partialLse;
+  const char* partialLse;
   char* out;
   float* outLse;
+  const int* seqLens;
+  const int* queryStartLoc;
 };
 
 // Record of the first device-side failure, in host-mapped memory so the host

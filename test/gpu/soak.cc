@@ -263,7 +263,7 @@ int runRanks(Plan* plan) {
     w.device = r;
     ncclDcpContext_t ctx = ctxs[r];
     w.call = [ctx](const CallBuffers* b, int batch, cudaStream_t s) {
-      return ncclDcpA2aLseReduce(ctx, b->partialOut, b->partialLse, b->out, b->outLse, batch, nullptr, s);
+      return ncclDcpA2aLseReduce(ctx, b->partialOut, (const float*)b->partialLse, b->out, b->outLse, batch, nullptr, s);
     };
     w.asyncError = [ctx] {
       ncclResult_t e = ncclSuccess;

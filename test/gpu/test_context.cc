@@ -492,10 +492,10 @@ TEST_F(OneRankContext, GroupedCallsOnBothPaths) {
     if (capture) CUDA_ASSERT(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     DCP_ASSERT(ncclDcpGroupStart());
     DCP_ASSERT(ncclDcpGroupStart());  // nested
-    DCP_ASSERT(ncclDcpA2aLseReduce(fallback, ba.partialOut, ba.partialLse, ba.out, ba.outLse, 19, nullptr, stream_));
+    DCP_ASSERT(ncclDcpA2aLseReduce(fallback, ba.partialOut, (const float*)ba.partialLse, ba.out, ba.outLse, 19, nullptr, stream_));
     DCP_ASSERT(ncclDcpGroupEnd());  // the inner end enqueues nothing
-    DCP_ASSERT(ncclDcpA2aLseReduce(fused, bb.partialOut, bb.partialLse, bb.out, bb.outLse, 7, nullptr, stream_));
-    EXPECT_EQ(ncclDcpA2aLseReduce(fallback, ba.partialOut, ba.partialLse, ba.out, ba.outLse, 19, nullptr, stream_),
+    DCP_ASSERT(ncclDcpA2aLseReduce(fused, bb.partialOut, (const float*)bb.partialLse, bb.out, bb.outLse, 7, nullptr, stream_));
+    EXPECT_EQ(ncclDcpA2aLseReduce(fallback, ba.partialOut, (const float*)ba.partialLse, ba.out, ba.outLse, 19, nullptr, stream_),
               ncclInvalidUsage);
     EXPECT_NE(std::string(ncclDcpGetLastError()).find("one call per context per group"), std::string::npos);
     if (!capture) {
@@ -518,7 +518,7 @@ TEST_F(OneRankContext, GroupedCallsOnBothPaths) {
   DeviceProblem a(cfg, 1, 3, LseMix::Normal, freshSeed());
   const CallBuffers ba = a.buffers(0);
   DCP_ASSERT(ncclDcpGroupStart());
-  DCP_ASSERT(ncclDcpA2aLseReduce(fused, ba.partialOut, ba.partialLse, ba.out, ba.outLse, 3, nullptr, stream_));
+  DCP_ASSERT(ncclDcpA2aLseReduce(fused, ba.partialOut, (const float*)ba.partialLse, ba.out, ba.outLse, 3, nullptr, stream_));
   DCP_ASSERT(ncclDcpContextDestroy(fused));
   EXPECT_EQ(ncclDcpGroupEnd(), ncclInvalidArgument);
   EXPECT_NE(std::string(ncclDcpGetLastError()).find("destroyed"), std::string::npos) << ncclDcpGetLastError();

@@ -46,7 +46,7 @@ class CreateUnwind : public OneRankComm {
     SCOPED_TRACE(testing::Message() << "batch " << batch << " seed " << seed);
     DeviceProblem p(cfg, 1, batch, LseMix::Special, seed);
     const CallBuffers b = p.buffers(0);
-    DCP_ASSERT(ncclDcpA2aLseReduce(ctx, b.partialOut, b.partialLse, b.out, b.outLse, batch, nullptr, stream_));
+    DCP_ASSERT(ncclDcpA2aLseReduce(ctx, b.partialOut, (const float*)b.partialLse, b.out, b.outLse, batch, nullptr, stream_));
     CUDA_ASSERT(cudaStreamSynchronize(stream_));
     ncclResult_t async = ncclInternalError;
     DCP_ASSERT(ncclDcpGetAsyncError(ctx, &async));

@@ -62,7 +62,7 @@ TEST_F(NoCumem, ContextLandsOnCudaIpcAndSaysSoOnce) {
   for (int batch : {1, 16, 40}) {
     DeviceProblem p(cfg, 1, batch, LseMix::Special, freshSeed());
     const CallBuffers b = p.buffers(0);
-    DCP_ASSERT(ncclDcpA2aLseReduce(ctx, b.partialOut, b.partialLse, b.out, b.outLse, batch, nullptr, stream_));
+    DCP_ASSERT(ncclDcpA2aLseReduce(ctx, b.partialOut, (const float*)b.partialLse, b.out, b.outLse, batch, nullptr, stream_));
     CUDA_ASSERT(cudaStreamSynchronize(stream_));
     const Mismatch m = p.check(0);
     EXPECT_EQ(m.count, 0u) << "batch " << batch << ": " << m.first;

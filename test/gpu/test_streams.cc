@@ -334,7 +334,7 @@ TEST_F(OneRankStreams, AnyStreamAndBindStreamIsANoOp) {
     problems.emplace_back(new DeviceProblem(cfg, 1, 1 + i, LseMix::Normal, freshSeed()));
     const CallBuffers b = problems.back()->buffers(0);
     cudaStream_t stream = i < 5 ? s[i % 3] : nullptr;  // the legacy default stream too
-    DCP_ASSERT(ncclDcpA2aLseReduce(ctx, b.partialOut, b.partialLse, b.out, b.outLse, 1 + i, nullptr, stream));
+    DCP_ASSERT(ncclDcpA2aLseReduce(ctx, b.partialOut, (const float*)b.partialLse, b.out, b.outLse, 1 + i, nullptr, stream));
   }
   DCP_ASSERT(ncclDcpContextBindStream(ctx, s[0]));
   CUDA_ASSERT(cudaDeviceSynchronize());
@@ -355,7 +355,7 @@ TEST_F(OneRankStreams, TwoContextsOnOneCommunicator) {
   for (int i = 0; i < 10; i++) {
     problems.emplace_back(new DeviceProblem(cfg, 1, 5 + 3 * i, LseMix::Special, freshSeed()));
     const CallBuffers b = problems.back()->buffers(0);
-    DCP_ASSERT(ncclDcpA2aLseReduce(ctx[i % 2], b.partialOut, b.partialLse, b.out, b.outLse, 5 + 3 * i, nullptr,
+    DCP_ASSERT(ncclDcpA2aLseReduce(ctx[i % 2], b.partialOut, (const float*)b.partialLse, b.out, b.outLse, 5 + 3 * i, nullptr,
                                    s[i % 2]));
   }
   CUDA_ASSERT(cudaDeviceSynchronize());

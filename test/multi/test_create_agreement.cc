@@ -128,7 +128,7 @@ class CreateRanks : public testing::Test {
     threads_.run(kRanks, [&](int r) {
       cudaSetDevice(r);
       const CallBuffers b = p.buffers(r);
-      if (ncclDcpA2aLseReduce(o.ctxs[r], b.partialOut, b.partialLse, b.out, b.outLse, batch, nullptr, nullptr) !=
+      if (ncclDcpA2aLseReduce(o.ctxs[r], b.partialOut, (const float*)b.partialLse, b.out, b.outLse, batch, nullptr, nullptr) !=
           ncclSuccess)
         return threads_.addFailure(r, std::string("call: ") + ncclDcpGetLastError());
       cudaDeviceSynchronize();
@@ -251,7 +251,7 @@ TEST_F(CreateRanks, ProviderIsAgreedWhenOneRankCannotPeer) {
     threads_.run(kRanks, [&](int r) {
       cudaSetDevice(r);
       const CallBuffers b = p.buffers(r);
-      if (ncclDcpA2aLseReduce(o.ctxs[r], b.partialOut, b.partialLse, b.out, b.outLse, 19, nullptr, nullptr) !=
+      if (ncclDcpA2aLseReduce(o.ctxs[r], b.partialOut, (const float*)b.partialLse, b.out, b.outLse, 19, nullptr, nullptr) !=
           ncclSuccess)
         return threads_.addFailure(r, std::string("call: ") + ncclDcpGetLastError());
       cudaDeviceSynchronize();
@@ -399,7 +399,7 @@ TEST_F(CreateRanks, AbortAfterSilentPeer) {
       cudaSetDevice(r);
       if (r == 1) return;  // silent
       const CallBuffers b = p.buffers(0);
-      if (ncclDcpA2aLseReduce(o.ctxs[0], b.partialOut, b.partialLse, b.out, b.outLse, 20, nullptr, nullptr) !=
+      if (ncclDcpA2aLseReduce(o.ctxs[0], b.partialOut, (const float*)b.partialLse, b.out, b.outLse, 20, nullptr, nullptr) !=
           ncclSuccess)
         return threads_.addFailure(r, std::string("call: ") + ncclDcpGetLastError());
       cudaStreamSynchronize(nullptr);

@@ -821,7 +821,7 @@ TEST_F(CallFixture, OutLseOverlappingPartialOutRejected) {
 }
 
 TEST_F(CallFixture, OutLseOverlappingPartialLseRejected) {
-  buf.outLse = (float*)(buf.partialLse + 4);
+  buf.outLse = (float*)((const float*)buf.partialLse + 4);
   EXPECT_REJECTED(checkCall(cfg, kRanks, buf, 2, strides), ncclInvalidArgument, "outLse overlaps partialLse");
 }
 
