@@ -15,6 +15,7 @@ ncclResult_t Engine::enqueueFused(const CallBuffers* buffers, int batch, const C
   args.strides = plan.strides;
   args.shape = plan.shape;
   args.silentRank = silentRank;
+  RankIo io[kMaxLoopbackRanks];
   return forEachRound(batch, cfg.maxBatch, [&](int row0, int rows) {
     args.rows = rows;
     args.row0 = row0;
@@ -22,10 +23,10 @@ ncclResult_t Engine::enqueueFused(const CallBuffers* buffers, int batch, const C
     args.region = proto == Proto::Simple && layout.hasLarge ? layout.large : layout.small;
     for (int i = 0; i < nIo; i++) {
       const CallBuffers b = buffersAtRow(buffers[i], plan.strides, cfg, row0);
-      args.io[i] = {(const char*)b.partialOut, (const char*)b.partialLse, (char*)b.out, b.outLse, b.seqLens,
-                    b.queryStartLoc};
+      io[i] = {(const char*)b.partialOut, (const char*)b.partialLse, (char*)b.out, b.outLse, b.seqLens,
+               b.queryStartLoc};
     }
-    return launchFused(args, cfg.dtype, rank, addr, pdl, s);
+    return launchFused(args, io, cfg.dtype, rank, addr, pdl, s);
   });
 }
 

@@ -72,8 +72,8 @@ ncclResult_t timelineBuffer(uint64_t** buffer) {
 // can be cached per kernel).
 template <class Peers, typename Kernel>
 ncclResult_t launchCooperative(Kernel kernel, std::atomic<int>* cache, int threads, size_t smem, size_t maxSmem,
-                               long blocksWanted, const FusedArgs& args, const Peers& peers, bool pdl,
-                               cudaStream_t stream) {
+                               long blocksWanted, const FusedArgs& args, const Peers& peers, const RankIo* io,
+                               bool pdl, cudaStream_t stream) {
   int maxBlocks;
   DCPCHECK(coResidentBlocks(kernel, threads, maxSmem, cache, &maxBlocks));
   const int nVirtual = Peers::kLoopback ? args.nRanks : 1;
@@ -95,6 +95,7 @@ ncclResult_t launchCooperative(Kernel kernel, std::atomic<int>* cache, int threa
   DCPCHECK(timelineBuffer(&p.timeline));
   if (blocksPerRank * nVirtual > kTimelineBlocks) p.timeline = nullptr;
   p.peers = peers;
+  for (int i = 0; i < nVirtual; i++) p.io[i] = io[i];
 
   cudaLaunchAttribute attrs[2];
   attrs[0].id = cudaLaunchAttributeCooperative;
@@ -117,41 +118,45 @@ ncclResult_t launchCooperative(Kernel kernel, std::atomic<int>* cache, int threa
 // Line protocols: a warp per (row, head, destination) to send, per
 // (row, head, group) to receive; every warp does both, sends first.
 template <typename T, class Transport, class Peers>
-ncclResult_t launchFusedLines(const FusedArgs& a, const Peers& peers, bool pdl, cudaStream_t stream) {
+ncclResult_t launchFusedLines(const FusedArgs& a, const Peers& peers, const RankIo* io, bool pdl,
+                              cudaStream_t stream) {
   static std::atomic<int> cache[kMaxDevices];
   // TOKEN sends each unit once (HEAD, NONE: to every peer).
   const int fanOut = a.shape.scatter == Scatter::Token ? 1 : a.nRanks - 1;
   const long warps = (long)a.rows * a.region.localHeads * std::max(std::max(fanOut, a.region.groups), 1);
   return launchCooperative(a2aLseReduceKernel<T, Transport, Peers>, cache, kFusedThreads, 0, 0,
-                           (warps + kFusedWarps - 1) / kFusedWarps, a, peers, pdl, stream);
+                           (warps + kFusedWarps - 1) / kFusedWarps, a, peers, io, pdl, stream);
 }
 
 // SIMPLE: a block per (chunk, destination) to send, up to every
 // co-resident one; a block's receiving warps per chunk.
 template <typename T, class Peers>
-ncclResult_t launchFusedSimple(const FusedArgs& a, const Peers& peers, bool pdl, cudaStream_t stream) {
+ncclResult_t launchFusedSimple(const FusedArgs& a, const Peers& peers, const RankIo* io, bool pdl,
+                               cudaStream_t stream) {
   static std::atomic<int> cache[kMaxDevices];
   const Region& r = a.region;
   const long chunks = ((long)a.rows * r.localHeads + r.chunkUnits - 1) / r.chunkUnits;
   const long blocks = std::max(chunks * (a.nRanks - 1), chunks);
-  return launchCooperative(simpleA2aLseReduceKernel<T, Peers>, cache, kSimpleThreads, 0, 0, blocks, a, peers, pdl,
-                           stream);
+  return launchCooperative(simpleA2aLseReduceKernel<T, Peers>, cache, kSimpleThreads, 0, 0, blocks, a, peers, io,
+                           pdl, stream);
 }
 
 template <typename T, class Peers>
-ncclResult_t launchFusedProto(const FusedArgs& a, const Peers& peers, bool pdl, cudaStream_t stream) {
+ncclResult_t launchFusedProto(const FusedArgs& a, const Peers& peers, const RankIo* io, bool pdl,
+                              cudaStream_t stream) {
   switch (a.region.proto) {
-    case Proto::LL: return launchFusedLines<T, LlTransport>(a, peers, pdl, stream);
-    case Proto::LL128: return launchFusedLines<T, Ll128Transport>(a, peers, pdl, stream);
-    case Proto::Simple: return launchFusedSimple<T>(a, peers, pdl, stream);
+    case Proto::LL: return launchFusedLines<T, LlTransport>(a, peers, io, pdl, stream);
+    case Proto::LL128: return launchFusedLines<T, Ll128Transport>(a, peers, io, pdl, stream);
+    case Proto::Simple: return launchFusedSimple<T>(a, peers, io, pdl, stream);
   }
   return fail(ncclInternalError, "unknown protocol %d", (int)a.region.proto);
 }
 
 template <class Peers>
-ncclResult_t launchFusedPeers(const FusedArgs& a, ncclDataType_t dtype, const Peers& peers, bool pdl,
-                              cudaStream_t stream) {
-  return withElementType(dtype, [&](auto elt) { return launchFusedProto<decltype(elt)>(a, peers, pdl, stream); });
+ncclResult_t launchFusedPeers(const FusedArgs& a, ncclDataType_t dtype, const Peers& peers, const RankIo* io,
+                              bool pdl, cudaStream_t stream) {
+  return withElementType(dtype,
+                         [&](auto elt) { return launchFusedProto<decltype(elt)>(a, peers, io, pdl, stream); });
 }
 
 __global__ void zeroWindowKernel(ncclWindow_t window, size_t offset, size_t bytes) {
@@ -183,19 +188,19 @@ FusedArgs fusedArgs(int nRanks, LseBase lseBase, uint64_t timeoutNs, AsyncErrorR
   return a;
 }
 
-ncclResult_t launchFused(const FusedArgs& args, ncclDataType_t dtype, int rank, const Addressing& addr, bool pdl,
-                         cudaStream_t stream) {
+ncclResult_t launchFused(const FusedArgs& args, const RankIo* io, ncclDataType_t dtype, int rank,
+                         const Addressing& addr, bool pdl, cudaStream_t stream) {
   if (addr.loopback) {
     if (args.nRanks > kMaxLoopbackRanks)
       return fail(ncclInvalidArgument, "loopback supports at most %d virtual ranks, not %d",
                   kMaxLoopbackRanks, args.nRanks);
     LoopbackPeers peers{addr.base, addr.rankBytes};
-    return launchFusedPeers(args, dtype, peers, pdl, stream);
+    return launchFusedPeers(args, dtype, peers, io, pdl, stream);
   }
   LsaPeers peers;
   for (int i = 0; i < args.nRanks; i++) peers.base[i] = addr.lsa[i];
   peers.rank = rank;
-  return launchFusedPeers(args, dtype, peers, pdl, stream);
+  return launchFusedPeers(args, dtype, peers, io, pdl, stream);
 }
 
 ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream) {

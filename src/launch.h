@@ -34,13 +34,14 @@ FusedArgs fusedArgs(int nRanks, LseBase lseBase, uint64_t timeoutNs, AsyncErrorR
                     int simpleSendWarps);
 
 // One round of the fused collective over `args` (an engine's, with the
-// call's strides and silentRank and the round's rows, region and io set):
+// call's strides, shape and silentRank and the round's rows, row0 and
+// region set) and the round's tensors io (loopback: nRanks of them; NCCL: 1):
 // a cooperative launch (plus PDL when asked) of the kernel of `dtype` and
 // args.region.proto, sized to the work and to what the GPU can hold
 // co-resident; the launch adds blocksPerRank, the region's divisors and the
 // timeline. rank: the NCCL path's (loopback derives it from the block index).
-ncclResult_t launchFused(const FusedArgs& args, ncclDataType_t dtype, int rank, const Addressing& addr, bool pdl,
-                         cudaStream_t stream);
+ncclResult_t launchFused(const FusedArgs& args, const RankIo* io, ncclDataType_t dtype, int rank,
+                         const Addressing& addr, bool pdl, cudaStream_t stream);
 
 // Baseline / fallback combine (CombineParams in device/params.h).
 ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream);

@@ -6,8 +6,12 @@
  *            into the destination's workspace (push: receivers read only
  *            local memory), kSendBatch groups' loads in flight before their
  *            stores; the first batch is loaded before the round is read.
- *            The rank's own share is never sent.
- *   receive: one warp per (row, head, group). Every group carries the LSE,
+ *            The rank's own share is never sent. HEAD and NONE send every
+ *            unit of a workspace row (Hl or H heads) to every peer; TOKEN
+ *            sends each row once, to the rank whose slice holds it
+ *            (scatter.h).
+ *   receive: one warp per (row, head, group) of the rows this rank merges
+ *            (TOKEN: its slice's). Every group carries the LSE,
  *            so the warp needs no other: it loads its group from every
  *            source at once (kSourceBatch loads in flight, not one round
  *            trip per source), polls until all flags are the round's,

@@ -7,8 +7,9 @@
  * A region holds two slots (rounds alternate between them by the parity of
  * the device-side round counter). A slot holds, for every remote source of
  * this rank (cp - 1 of them, in rank order, self skipped), capacity rows of
- * Hl units; a unit is what one source sends for one (row, head), unit index
- * u = row * Hl + head.
+ * `heads` units (Region::localHeads: Hl for HEAD, cp * Hl for TOKEN and
+ * NONE, whose receivers take every head of a row); a unit is what one
+ * source sends for one (row, head), unit index u = row * heads + head.
  *
  * Line protocols (the flag travels inside the data): the head's D elements
  * (Dw 8-byte data words) cut into groups, one warp instruction of the

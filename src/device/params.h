@@ -17,12 +17,12 @@
 
 namespace nccl_dcp {
 
-// The fused kernel's parameters but the peers, filled in three steps
-// (fusedArgs in src/launch.h): what every launch of an engine shares once at
-// init (nRanks, lseBase, sendWarps, the rank divisors, timeoutNs,
-// hostError), the strides and silentRank per call, rows, region and io per
-// round; the launcher adds what the launch decides (blocksPerRank, the
-// region's divisors, the timeline).
+// The fused kernel's parameters but the peers and the tensors, filled in
+// three steps (fusedArgs in src/launch.h): what every launch of an engine
+// shares once at init (nRanks, lseBase, sendWarps, the rank divisors,
+// timeoutNs, hostError), the strides, shape and silentRank per call, rows,
+// row0 and region per round; the launcher adds what the launch decides
+// (blocksPerRank, the region's divisors, the timeline).
 static_assert(kMaxRanks == NCCL_DCP_MAX_RANKS, "one bound on the ranks");
 
 struct FusedArgs {
@@ -41,14 +41,15 @@ struct FusedArgs {
   uint64_t timeoutNs;
   AsyncErrorRecord* hostError;
   uint64_t* timeline;  // [grid][kTimelineSlots] or NULL
-  RankIo io[kMaxLoopbackRanks];  // loopback: one per virtual rank; NCCL: io[0]
 };
 
-// The fused kernel, for one round: its arguments, then how it reaches the
-// workspaces (Peers, device/peers.h), last, as one __grid_constant__ struct.
+// The fused kernel, for one round: its arguments, how it reaches the
+// workspaces (Peers, device/peers.h) and the round's tensors (NCCL: this
+// rank's; loopback: one per virtual rank), as one __grid_constant__ struct.
 template <class Peers>
 struct FusedParams : FusedArgs {
   Peers peers;
+  RankIo io[Peers::kIoSlots];
 };
 
 // Baseline / fallback combine: merges recv [cp][rows][heads][D] with LSEs

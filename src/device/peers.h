@@ -18,6 +18,7 @@ namespace nccl_dcp {
 // fused path needs every rank in one LSA team).
 struct LsaPeers {
   static constexpr bool kLoopback = false;
+  static constexpr int kIoSlots = 1;  // this rank's tensors
   char* base[NCCL_DCP_MAX_RANKS];
   int rank;
 
@@ -33,6 +34,7 @@ struct LsaPeers {
 
 struct LoopbackPeers {
   static constexpr bool kLoopback = true;
+  static constexpr int kIoSlots = kMaxLoopbackRanks;  // every virtual rank's tensors
   char* base;
   size_t rankBytes;
 

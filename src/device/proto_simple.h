@@ -90,6 +90,7 @@ __device__ __forceinline__ void publishProgress(int* progress, int steps) {
                : "=r"(old)
                : "r"((unsigned)__cvta_generic_to_shared(progress)), "r"(steps)
                : "memory");
+  (void)old;  // the exchange is for its release; the value is not needed
 }
 __device__ __forceinline__ int loadProgress(const int* progress) {
   int v;

@@ -34,8 +34,9 @@ enum class LseBase : int { Two = 0, E = 1 };
 // Ranks of one group (NCCL_DCP_MAX_RANKS, which params.h checks against).
 constexpr int kMaxRanks = 64;
 
-// Virtual ranks one loopback launch serves (a RankIo each in the params).
-constexpr int kMaxLoopbackRanks = 16;
+// Virtual ranks one loopback launch serves (a RankIo each in the params:
+// 3 KiB at 64, within the 32 KiB kernel parameters of CUDA 12.1+).
+constexpr int kMaxLoopbackRanks = 64;
 
 // Where the merged heads go (ncclDcpScatter_t).
 enum class Scatter : int { Head = 0, Token = 1, None = 2 };

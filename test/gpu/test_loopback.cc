@@ -174,6 +174,10 @@ const Shape kShapes[] = {
     {4, 4, 512, 5 * kCap}, {8, 16, 512, kCap}, {16, 4, 128, 3},    {16, 2, 64, 0},
     {8, 64, 256, 1},    {4, 16, 64, kCap},   {3, 1, 8, 3},        {2, 2, 72, 5},
     {16, 1, 512, 1},    {4, 2, 256, 0},
+    // Groups past 16 and 32 ranks (issue 26): receivers fetch their sources
+    // in several batches of kSourceBatch, SIMPLE polls flags past one warp
+    // of sources.
+    {17, 2, 64, 3},     {33, 1, 64, kCap + 1}, {64, 1, 128, 2},
 };
 
 TEST_P(LoopbackMatrix, MatchesReference) {

@@ -500,13 +500,12 @@ TEST(Ranks, FullRangeAccepted) {
   for (int n : {1, 2, 3, 8, NCCL_DCP_MAX_RANKS}) EXPECT_ACCEPTED(checkRanks(n));
 }
 
-// Groups of 17 to 64 ranks run on NCCL ranks only: loopback holds at most
-// kMaxLoopbackRanks virtual ranks (one launch) and says so before touching
-// the GPU. Their math and layout are tested on the CPU (test_reference.cc,
-// test_layout.cc).
+// Loopback holds every group size NCCL_DCP_MAX_RANKS allows (cp 17 to 64
+// run on one GPU too) and refuses more before touching the GPU.
 TEST(Ranks, LoopbackRefusesMoreVirtualRanksThanItHolds) {
   const ncclDcpConfig_t cfg = validConfig();
-  for (int n : {kMaxLoopbackRanks + 1, NCCL_DCP_MAX_RANKS}) {
+  static_assert(kMaxLoopbackRanks == NCCL_DCP_MAX_RANKS, "loopback serves every group size");
+  for (int n : {kMaxLoopbackRanks + 1, 2 * NCCL_DCP_MAX_RANKS}) {
     SCOPED_TRACE("nRanks " + std::to_string(n));
     std::unique_ptr<Loopback> lb;
     EXPECT_REJECTED(Loopback::create(&cfg, n, &lb), ncclInvalidArgument, std::to_string(kMaxLoopbackRanks));
