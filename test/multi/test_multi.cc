@@ -368,6 +368,10 @@ TEST_P(Ranks, ConfigMismatchFailsEveryRankAlike) {
       {"config->maxBatch", [](ncclDcpConfig_t& c) { c.maxBatch = 32; }},
       {"config->protocol", [](ncclDcpConfig_t& c) { c.protocol = ncclDcpProtoLL; }},
       {"config->timeoutMs", [](ncclDcpConfig_t& c) { c.timeoutMs = 1234; }},
+      // The scatter mode shapes the workspace rows (Hl or cp * Hl heads);
+      // the LSE dtype is agreed as issue 27 asks.
+      {"config->scatter", [](ncclDcpConfig_t& c) { c.scatter = ncclDcpScatterToken; }},
+      {"config->lseDtype", [](ncclDcpConfig_t& c) { c.lseDtype = ncclBfloat16; }},
   };
   for (const auto& [field, change] : changes) {
     SCOPED_TRACE(field);
