@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "device/merge.h"
 #include "reference.h"
 
 namespace nccl_dcp {
@@ -70,7 +71,8 @@ ncclDcpConfig_t makeConfig(int headDim, int localHeads, ncclDataType_t dtype, in
 }
 
 CallBuffers RankTensors::buffers() {
-  return {partialOut.data(), partialLse.data(), out.data(), outLse.empty() ? nullptr : outLse.data()};
+  return {partialOut.data(), lseData(), out.data(), outLse.empty() ? nullptr : outLse.data(),
+          seqLens.empty() ? nullptr : seqLens.data(), queryStartLoc.empty() ? nullptr : queryStartLoc.data()};
 }
 
 Env forcedFallbackEnv() {
@@ -88,10 +90,11 @@ Strides paddedStrides(const Config& cfg, int nRanks) {
   s.lsePeer = 1;
   s.lseHead = cp;
   s.lseRow = Hl * cp + 3;
+  const int64_t heads = headsPerRow(cfg, nRanks);
   s.outHead = D + 8;
-  s.outRow = Hl * (D + 8) + 16;
+  s.outRow = heads * (D + 8) + 16;
   s.outLseHead = 2;
-  s.outLseRow = 2 * Hl + 3;
+  s.outLseRow = 2 * heads + 3;
   return s;
 }
 
@@ -110,14 +113,23 @@ ncclDcpStrides_t apiStrides(const Strides& s) {
   return a;
 }
 
-size_t touchedPadding(const Config& cfg, int batch, const Strides& s, const RankTensors& got, std::string* first) {
+namespace {
+
+// Bytes of got's out and outLse that are no longer 0xff outside the
+// elements visit(mark(row, head)) marks as written.
+template <typename Visit>
+size_t touchedOutsideOf(const Config& cfg, const Strides& s, const RankTensors& got, std::string* first,
+                        Visit&& visit) {
   const int e = cfg.eltSize;
   std::vector<bool> written(got.out.size() / e, false), lseWritten(got.outLse.size(), false);
-  for (int b = 0; b < batch; b++)
-    for (int j = 0; j < cfg.localHeads; j++) {
-      for (int d = 0; d < cfg.headDim; d++) written[b * s.outRow + j * s.outHead + d] = true;
-      if (!got.outLse.empty()) lseWritten[b * s.outLseRow + j * s.outLseHead] = true;
+  visit([&](int64_t row, int64_t head) {
+    for (int d = 0; d < cfg.headDim; d++) {
+      const size_t i = (size_t)(row * s.outRow + head * s.outHead + d);
+      if (i < written.size()) written[i] = true;
     }
+    const size_t l = (size_t)(row * s.outLseRow + head * s.outLseHead);
+    if (l < lseWritten.size()) lseWritten[l] = true;
+  });
   size_t touched = 0;
   auto note = [&](const char* what, size_t i) {
     if (touched++ == 0 && first) *first = std::string(what) + " element " + std::to_string(i) + " outside the view";
@@ -136,6 +148,22 @@ size_t touchedPadding(const Config& cfg, int batch, const Strides& s, const Rank
         break;
       }
   return touched;
+}
+
+}  // namespace
+
+size_t touchedPadding(const Config& cfg, int batch, const Strides& s, const RankTensors& got, std::string* first) {
+  return touchedOutsideOf(cfg, s, got, first, [&](auto mark) {
+    for (int b = 0; b < batch; b++)
+      for (int j = 0; j < cfg.localHeads; j++) mark(b, j);
+  });
+}
+
+size_t touchedOutside(const Config& cfg, int nRanks, int rank, const CallShape& shape, const Strides& s,
+                      const RankTensors& got, std::string* first) {
+  return touchedOutsideOf(cfg, s, got, first, [&](auto mark) {
+    forEachOutput(shape, nRanks, rank, [&](int, int, int row, int head) { mark(row, head); });
+  });
 }
 
 size_t viewElements(const Strides& s, int batch, int nRanks, int localHeads, int headDim, bool input) {
@@ -205,15 +233,104 @@ std::vector<RankTensors> makeInputs(const Config& cfg, int nRanks, int batch, co
 }
 
 Mismatch compareOutputs(const Config& cfg, int nRanks, int batch, const Strides& s,
-                        const std::vector<RankTensors>& got, const std::vector<RankTensors>& want) {
+                        const std::vector<RankTensors>& got, const std::vector<RankTensors>& want,
+                        const CallShape* shape) {
   std::vector<CallBuffers> g, w;
   for (int r = 0; r < nRanks; r++) {
     g.push_back(const_cast<RankTensors&>(got[r]).buffers());
     w.push_back(const_cast<RankTensors&>(want[r]).buffers());
   }
   Mismatch m;
-  m.count = countMismatches(cfg, nRanks, batch, s, g.data(), w.data(), &m.first);
+  m.count = countMismatches(cfg, nRanks, batch, s, g.data(), w.data(), &m.first, shape);
   return m;
+}
+
+ncclDcpConfig_t withScatter(ncclDcpConfig_t c, int scatter, ncclDataType_t lseDtype) {
+  c.scatter = scatter;
+  c.lseDtype = lseDtype;
+  return c;
+}
+
+CallShape hostShape(const Config& cfg, int nRanks, int batch, const std::vector<int>& counts, int numSeqs) {
+  CallShape shape;
+  resolveCallArgs(nullptr, cfg, nRanks, batch, &shape);  // the even split
+  if (!counts.empty()) {
+    shape.split.start[0] = 0;
+    for (int p = 0; p < nRanks; p++) shape.split.start[p + 1] = shape.split.start[p] + counts[p];
+  }
+  shape.numSeqs = numSeqs;
+  return shape;
+}
+
+int outCapacityRows(const CallShape& shape, int rank, bool deviceCounts) {
+  if (shape.scatter != Scatter::Token || deviceCounts) return shape.batch;
+  return shape.split.start[rank + 1] - shape.split.start[rank];
+}
+
+int addEmptyShards(const Config& cfg, int nRanks, int batch, const Strides& s, std::vector<RankTensors>* ranks,
+                   std::mt19937_64& rng) {
+  auto draw = [&](int n) { return (int)(rng() % (uint64_t)n); };
+  // Shared query start offsets: padding rows at both ends (when the batch
+  // has room), then sequences of 0..several rows.
+  const int lead = batch >= 4 ? 1 + draw(2) : 0, tail = batch >= 4 ? 1 + draw(2) : 0;
+  std::vector<int> qsl = {lead};
+  while (qsl.back() < batch - tail) {
+    const int len = draw(5) == 0 ? 0 : 1 + draw(std::max(1, batch / 6));
+    qsl.push_back(std::min(qsl.back() + len, batch - tail));
+  }
+  if (qsl.size() == 1) qsl.push_back(qsl.back());  // one sequence of no rows
+  const int numSeqs = (int)qsl.size() - 1;
+  const int emptyEverywhere = draw(numSeqs);
+  for (int r = 0; r < nRanks; r++) {
+    RankTensors& t = (*ranks)[r];
+    t.queryStartLoc = qsl;
+    t.seqLens.resize(numSeqs);
+    for (int i = 0; i < numSeqs; i++) t.seqLens[i] = i == emptyEverywhere || draw(3) == 0 ? 0 : 1 + draw(1000);
+  }
+  // Garbage wherever a row is empty on a rank.
+  const float garbage[] = {std::nanf(""), INFINITY, -INFINITY, 1e30f, -1e30f, 7.f};
+  for (int r = 0; r < nRanks; r++) {
+    RankTensors& t = (*ranks)[r];
+    for (int b = 0; b < batch; b++) {
+      if (!rowIsEmpty(t.seqLens.data(), t.queryStartLoc.data(), numSeqs, b)) continue;
+      for (int p = 0; p < nRanks; p++)
+        for (int j = 0; j < cfg.localHeads; j++) {
+          t.partialLse[b * s.lseRow + p * s.lsePeer + j * s.lseHead] = garbage[draw(6)];
+          for (int d = 0; d < cfg.headDim; d++)
+            storeElement(cfg.dtype, t.partialOut.data(), b * s.inRow + p * s.inPeer + j * s.inHead + d,
+                         d % 3 == 0 ? std::nanf("") : 1e30f);
+        }
+    }
+  }
+  return numSeqs;
+}
+
+void narrowLses(const Config& cfg, std::vector<RankTensors>* ranks) {
+  if (cfg.lseDtype == ncclFloat32) return;
+  for (RankTensors& t : *ranks) {
+    t.narrowLse.assign(t.partialLse.size() * 2, 0);
+    for (size_t i = 0; i < t.partialLse.size(); i++) {
+      storeElement(cfg.lseDtype, t.narrowLse.data(), i, t.partialLse[i]);
+      t.partialLse[i] = loadElement(cfg.lseDtype, t.narrowLse.data(), i);
+    }
+  }
+}
+
+std::vector<RankTensors> makeCallInputs(const Config& cfg, int nRanks, int batch, const Strides& s, LseMix mix,
+                                        std::mt19937_64& rng, const CallSpec& spec, const std::vector<int>& outRows,
+                                        int slackRows, int* numSeqs) {
+  std::vector<RankTensors> ranks = makeInputs(cfg, nRanks, batch, s, mix, rng);
+  if (spec.edit) spec.edit(ranks, s);
+  *numSeqs = spec.emptyShards && batch > 0 ? addEmptyShards(cfg, nRanks, batch, s, &ranks, rng) : 0;
+  narrowLses(cfg, &ranks);
+  const int heads = headsPerRow(cfg, nRanks);
+  for (int r = 0; r < nRanks; r++) {
+    const int rows = outRows[r] + slackRows;
+    ranks[r].out.assign(viewElements(s, rows, nRanks, heads, cfg.headDim, false) * cfg.eltSize, 0xff);
+    ranks[r].outLse.assign(lseViewElements(s, rows, nRanks, heads, false), 0.f);
+    memset(ranks[r].outLse.data(), 0xff, ranks[r].outLse.size() * sizeof(float));
+  }
+  return ranks;
 }
 
 namespace {
@@ -275,7 +392,7 @@ size_t freeDeviceMemory() {
 
 cudaError_t RankBuffers::upload(const RankTensors& t, cudaStream_t stream) {
   cudaError_t e = cudaMemcpyAsync(in.ptr, t.partialOut.data(), in.bytes, cudaMemcpyHostToDevice, stream);
-  if (e == cudaSuccess) e = cudaMemcpyAsync(lse.ptr, t.partialLse.data(), lse.bytes, cudaMemcpyHostToDevice, stream);
+  if (e == cudaSuccess) e = cudaMemcpyAsync(lse.ptr, t.lseData(), lse.bytes, cudaMemcpyHostToDevice, stream);
   if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
   return e == cudaSuccess ? poison(stream) : e;
 }

@@ -153,16 +153,25 @@ ncclDcpConfig_t makeConfig(int headDim, int localHeads, ncclDataType_t dtype, in
 // Host tensors of one rank, laid out by the strides it is called with.
 struct RankTensors {
   std::vector<uint8_t> partialOut;  // dtype elements
-  std::vector<float> partialLse;
+  std::vector<float> partialLse;    // the LSE values (fp32)
+  // lseDtype bf16 / fp16: partialLse as the call takes it (rounded); empty
+  // for fp32 (partialLse is then what the call takes).
+  std::vector<uint8_t> narrowLse;
   std::vector<uint8_t> out;
   std::vector<float> outLse;
+  // The rank's empty-shard arrays (host; empty: none).
+  std::vector<int> seqLens, queryStartLoc;
   CallBuffers buffers();  // host pointers
+  // partialLse as the call takes it: its bytes and their size.
+  const void* lseData() const { return narrowLse.empty() ? (const void*)partialLse.data() : narrowLse.data(); }
+  size_t lseBytes() const { return narrowLse.empty() ? partialLse.size() * sizeof(float) : narrowLse.size(); }
 };
 
 // A strided layout of every tensor, as attention kernels and serving
 // engines hand them over: the transposed input [B][Hl][cp][D] with padded
 // rows, a transposed LSE, padded output heads and rows, a spaced outLse.
-// Valid for every dtype (paddings are 16-byte multiples).
+// Valid for every dtype (paddings are 16-byte multiples) and scatter mode
+// (out rows hold the mode's heads).
 Strides paddedStrides(const Config& cfg, int nRanks);
 // The same strides as the public struct.
 ncclDcpStrides_t apiStrides(const Strides& s);
@@ -173,7 +182,14 @@ ncclDcpStrides_t apiStrides(const Strides& s);
 size_t touchedPadding(const Config& cfg, int batch, const Strides& s, const RankTensors& got,
                       std::string* first = nullptr);
 
+// touchedPadding for a call of any scatter mode: bytes of rank's out and
+// outLse (of any size) outside the elements shape's mode gives it
+// (forEachOutput) that are no longer 0xff.
+size_t touchedOutside(const Config& cfg, int nRanks, int rank, const CallShape& shape, const Strides& s,
+                      const RankTensors& got, std::string* first = nullptr);
+
 // Elements a strided view needs: 1 + sum (count - 1) * stride + inner - 1.
+// Outputs: `localHeads` is the heads of an out row (Hl, or cp * Hl).
 size_t viewElements(const Strides& s, int batch, int nRanks, int localHeads, int headDim, bool input);
 size_t lseViewElements(const Strides& s, int batch, int nRanks, int localHeads, bool input);
 
@@ -191,12 +207,65 @@ std::vector<RankTensors> makeInputs(const Config& cfg, int nRanks, int batch, co
 
 // Counts outputs (over every rank, every written element) that differ from
 // the reference beyond one unit of rounding of dtype; describes the first.
+// shape: the call's in host form (NULL: cfg's mode, the even split).
 struct Mismatch {
   size_t count = 0;
   std::string first;
 };
 Mismatch compareOutputs(const Config& cfg, int nRanks, int batch, const Strides& strides,
-                        const std::vector<RankTensors>& got, const std::vector<RankTensors>& want);
+                        const std::vector<RankTensors>& got, const std::vector<RankTensors>& want,
+                        const CallShape* shape = nullptr);
+
+// ---- Calls of issue 27: scatter modes (cfg.scatter), LSE dtypes
+// (cfg.lseDtype), TOKEN splits, empty shards.
+
+// The config of makeConfig in a scatter mode and an LSE dtype.
+ncclDcpConfig_t withScatter(ncclDcpConfig_t c, int scatter, ncclDataType_t lseDtype = ncclFloat32);
+
+// What a call asks beyond its buffers, in host form.
+struct CallSpec {
+  // TOKEN: rows of each rank (sum = batch); empty: the even split.
+  std::vector<int> rowCounts;
+  // TOKEN: the counts go through args->rowCountsDevice (a device array the
+  // test may rewrite between graph replays), not args->rowCounts.
+  bool deviceCounts = false;
+  // Draw empty-shard arrays (addEmptyShards) and pass them.
+  bool emptyShards = false;
+  // Applied to the fresh inputs (fp32 LSEs) before the empty shards are
+  // drawn and the LSEs narrowed to cfg.lseDtype (e.g. to plant a row).
+  std::function<void(std::vector<RankTensors>&, const Strides&)> edit;
+};
+
+// The shape of a call in host form (the reference's): cfg's mode, counts'
+// split (empty: the even one), numSeqs sequences (0: no empty shards).
+// Counts must be valid.
+CallShape hostShape(const Config& cfg, int nRanks, int batch, const std::vector<int>& counts, int numSeqs);
+
+// Rows of out rank r's buffers hold: the batch (HEAD, NONE, and TOKEN with
+// device counts, which may give any rank every row), else its share.
+int outCapacityRows(const CallShape& shape, int rank, bool deviceCounts);
+
+// Empty-shard arrays for every rank (numSeqs sequences, returned; the same
+// on every rank): query start offsets shared by the ranks, with rows of
+// padding before the first sequence and after the last (empty on every
+// rank), sequences of 0 rows; local lengths drawn per rank, 0 for some
+// sequences on some ranks and for one sequence on every rank. Every empty
+// row's LSEs become NaN, +-inf or +-1e30 and its payload NaN: garbage the
+// call must ignore. Needs batch >= 1.
+int addEmptyShards(const Config& cfg, int nRanks, int batch, const Strides& s, std::vector<RankTensors>* ranks,
+                   std::mt19937_64& rng);
+
+// Narrows every rank's partialLse to cfg.lseDtype (narrowLse; partialLse
+// keeps the rounded values). fp32: nothing.
+void narrowLses(const Config& cfg, std::vector<RankTensors>* ranks);
+
+// Fresh inputs for a call (makeInputs, then spec's edit, empty shards and
+// cfg.lseDtype); rank r's out and outLse sized for outRows[r] rows of the
+// mode's heads plus slackRows (which the call must leave poisoned), all
+// 0xff. *numSeqs: the empty shards' sequences (0: none).
+std::vector<RankTensors> makeCallInputs(const Config& cfg, int nRanks, int batch, const Strides& s, LseMix mix,
+                                        std::mt19937_64& rng, const CallSpec& spec, const std::vector<int>& outRows,
+                                        int slackRows, int* numSeqs);
 
 // The library's environment (env()) replaced for one scope; not for
 // concurrent library calls that start or end inside it.
@@ -243,7 +312,7 @@ struct RankBuffers {
   DeviceBuffer in, lse, out, outLse;
 
   explicit RankBuffers(const RankTensors& t)
-      : in(t.partialOut.size()), lse(t.partialLse.size() * 4), out(t.out.size()), outLse(t.outLse.size() * 4) {}
+      : in(t.partialOut.size()), lse(t.lseBytes()), out(t.out.size()), outLse(t.outLse.size() * 4) {}
 
   // Inputs uploaded, outputs poisoned (0xff; queued on stream).
   cudaError_t upload(const RankTensors& t, cudaStream_t stream);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "context.h"
+#include "device_problem.h"
 #include "reference.h"
 #include "test_util.h"
 
@@ -367,6 +368,10 @@ TEST_P(Ranks, ConfigMismatchFailsEveryRankAlike) {
       {"config->maxBatch", [](ncclDcpConfig_t& c) { c.maxBatch = 32; }},
       {"config->protocol", [](ncclDcpConfig_t& c) { c.protocol = ncclDcpProtoLL; }},
       {"config->timeoutMs", [](ncclDcpConfig_t& c) { c.timeoutMs = 1234; }},
+      // The scatter mode shapes the workspace rows (Hl or cp * Hl heads);
+      // the LSE dtype is agreed as issue 27 asks.
+      {"config->scatter", [](ncclDcpConfig_t& c) { c.scatter = ncclDcpScatterToken; }},
+      {"config->lseDtype", [](ncclDcpConfig_t& c) { c.lseDtype = ncclBfloat16; }},
   };
   for (const auto& [field, change] : changes) {
     SCOPED_TRACE(field);
@@ -640,6 +645,190 @@ TEST_P(Ranks, OneThreadCallsEveryGpuInAGroup) {
     DCP_ASSERT(ncclDcpContextDestroyGroup(nRanks_, ctxs.data()));
   }
   for (int r = 0; r < nRanks_; r++) ncclCommDestroy(comms[r]);
+}
+
+// ---- The scatter modes (issue 27) on two ranks, one thread each: every
+// mode on the fused path and the forced fallback (ncclAllGather + combine
+// for TOKEN and NONE), fp32 and bf16 partial LSEs, empty shards, and for
+// TOKEN uneven host counts (a rank of no rows) and device counts changed
+// between CUDA-graph replays.
+class ScatterRanks : public testing::TestWithParam<int> {
+ protected:
+  static constexpr int kRanks = 2;
+
+  void SetUp() override {
+    DCP_REQUIRE_GPUS(kRanks);
+    ASSERT_EQ(ncclGetUniqueId(&id_), ncclSuccess);
+    comms_.assign(kRanks, nullptr);
+    threads_.run(kRanks, [&](int r) {
+      cudaSetDevice(r);
+      const ncclResult_t res = ncclCommInitRank(&comms_[r], kRanks, id_, r);
+      if (res != ncclSuccess) threads_.addFailure(r, std::string("ncclCommInitRank: ") + ncclGetErrorString(res));
+    });
+  }
+  void TearDown() override {
+    for (int r = 0; r < (int)comms_.size(); r++)
+      if (comms_[r]) {
+        cudaSetDevice(r);
+        ncclCommDestroy(comms_[r]);
+      }
+  }
+
+  std::vector<ncclDcpContext_t> createAll(const ncclDcpConfig_t& c) {
+    std::vector<ncclDcpContext_t> ctxs(kRanks, nullptr);
+    threads_.run(kRanks, [&](int r) {
+      cudaSetDevice(r);
+      if (ncclDcpContextCreate(comms_[r], &c, &ctxs[r]) != ncclSuccess)
+        threads_.addFailure(r, std::string("create: ") + ncclDcpGetLastError());
+    });
+    return ctxs;
+  }
+
+  void destroyAll(std::vector<ncclDcpContext_t>& ctxs) {
+    threads_.run(kRanks, [&](int r) {
+      cudaSetDevice(r);
+      if (ctxs[r] && ncclDcpContextDestroy(ctxs[r]) != ncclSuccess)
+        threads_.addFailure(r, std::string("destroy: ") + ncclDcpGetLastError());
+    });
+  }
+
+  // The context's async error on rank r, a failure unless ncclSuccess.
+  void expectNoAsyncError(int r, ncclDcpContext_t ctx) {
+    ncclResult_t async = ncclInternalError;
+    ncclDcpGetAsyncError(ctx, &async);
+    if (async != ncclSuccess) threads_.addFailure(r, std::string("async error: ") + ncclDcpGetLastError());
+  }
+
+  // p's call on every rank (its thread, the legacy stream), outputs
+  // poisoned first, then compared with the reference.
+  void callAndCheck(const std::vector<ncclDcpContext_t>& ctxs, DeviceProblem& p, const std::string& what) {
+    SCOPED_TRACE(what);
+    threads_.run(kRanks, [&](int r) {
+      CUDA_OR_FAIL(r, cudaSetDevice(r));
+      p.poison(r, nullptr);
+      const CallBuffers b = p.buffers(r);
+      if (ncclDcpA2aLseReduceEx(ctxs[r], b.partialOut, b.partialLse, b.out, b.outLse, p.batch(), nullptr, p.args(r),
+                                nullptr) != ncclSuccess)
+        return threads_.addFailure(r, std::string("call: ") + ncclDcpGetLastError());
+      CUDA_OR_FAIL(r, cudaDeviceSynchronize());
+      expectNoAsyncError(r, ctxs[r]);
+    });
+    const Mismatch m = p.checkAll();
+    EXPECT_EQ(m.count, 0u) << m.first;
+  }
+
+  // TOKEN, device counts: one capture per rank (its staged inputs copied
+  // in, its outputs poisoned, the call), replayed with new counts and new
+  // inputs written before each replay; every replay checked.
+  void graphReplaysWithNewCounts(const std::vector<ncclDcpContext_t>& ctxs, const Config& cfg, std::mt19937_64& rng) {
+    const int batch = 19;  // chunked (maxBatch 8): three rounds per replay
+    DeviceProblem p(cfg, kRanks, batch, LseMix::Normal, freshSeed(), CallSpec{{}, true, false, nullptr}, {0, 1});
+    p.refill(LseMix::Normal, freshSeed(), /*toStaging=*/true);
+    std::vector<cudaStream_t> streams(kRanks, nullptr);
+    std::vector<cudaGraph_t> graphs(kRanks, nullptr);
+    std::vector<cudaGraphExec_t> execs(kRanks, nullptr);
+    threads_.run(kRanks, [&](int r) {
+      CUDA_OR_FAIL(r, cudaSetDevice(r));
+      CUDA_OR_FAIL(r, cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
+      CUDA_OR_FAIL(r, cudaStreamBeginCapture(streams[r], cudaStreamCaptureModeThreadLocal));
+      p.stageInputs(r, streams[r]);
+      p.poison(r, streams[r]);
+      const CallBuffers b = p.buffers(r);
+      const ncclResult_t called = ncclDcpA2aLseReduceEx(ctxs[r], b.partialOut, b.partialLse, b.out, b.outLse, batch,
+                                                        nullptr, p.args(r), streams[r]);
+      const std::string why = ncclDcpGetLastError();
+      CUDA_OR_FAIL(r, cudaStreamEndCapture(streams[r], &graphs[r]));
+      if (called != ncclSuccess) return threads_.addFailure(r, "captured call: " + why);
+      CUDA_OR_FAIL(r, cudaGraphInstantiate(&execs[r], graphs[r], 0));
+    });
+    const std::vector<std::vector<int>> splits = {{0, batch}, {batch, 0}, {7, 12}, {13, 6}, {10, 9}};
+    for (size_t rep = 0; rep < splits.size() + 3 && !HasFailure(); rep++) {
+      std::vector<int> counts = rep < splits.size() ? splits[rep] : std::vector<int>{0, 0};
+      if (rep >= splits.size()) {
+        counts[0] = (int)(rng() % (batch + 1));
+        counts[1] = batch - counts[0];
+      }
+      SCOPED_TRACE(testing::Message() << "replay " << rep << " counts " << testing::PrintToString(counts));
+      p.setCounts(counts);
+      p.refill(rep % 2 ? LseMix::Special : LseMix::Normal, freshSeed(), /*toStaging=*/true);
+      threads_.run(kRanks, [&](int r) {
+        CUDA_OR_FAIL(r, cudaSetDevice(r));
+        CUDA_OR_FAIL(r, cudaGraphLaunch(execs[r], streams[r]));
+        CUDA_OR_FAIL(r, cudaStreamSynchronize(streams[r]));
+        expectNoAsyncError(r, ctxs[r]);
+      });
+      const Mismatch m = p.checkAll();
+      EXPECT_EQ(m.count, 0u) << m.first;
+    }
+    for (int r = 0; r < kRanks; r++) {
+      cudaSetDevice(r);
+      if (execs[r]) cudaGraphExecDestroy(execs[r]);
+      if (graphs[r]) cudaGraphDestroy(graphs[r]);
+      if (streams[r]) cudaStreamDestroy(streams[r]);
+    }
+  }
+
+  ncclDcpPath_t pathOf(ncclDcpContext_t ctx) {
+    ncclDcpTopology_t t = NCCL_DCP_TOPOLOGY_INITIALIZER;
+    EXPECT_EQ(ncclDcpGetTopology(ctx, &t), ncclSuccess) << ncclDcpGetLastError();
+    return (ncclDcpPath_t)t.path;
+  }
+
+  ncclUniqueId id_;
+  std::vector<ncclComm_t> comms_;
+  RankThreads threads_{kHangSeconds};
+};
+
+INSTANTIATE_TEST_SUITE_P(Modes, ScatterRanks,
+                         testing::Values(ncclDcpScatterHead, ncclDcpScatterToken, ncclDcpScatterNone),
+                         [](const testing::TestParamInfo<int>& i) { return std::string(scatterName(i.param)); });
+
+TEST_P(ScatterRanks, FusedAndFallback) {
+  const int scatter = GetParam();
+  std::mt19937_64 rng(freshSeed());
+  const std::vector<int> devices = {0, 1};
+  for (bool fallback : {false, true}) {
+    std::unique_ptr<ScopedEnv> env(fallback ? new ScopedEnv(forcedFallbackEnv()) : nullptr);
+    for (ncclDataType_t lseDtype : {ncclFloat32, ncclBfloat16}) {
+      SCOPED_TRACE(testing::Message() << scatterName(scatter) << (fallback ? " fallback" : " fused") << " lse "
+                                      << dtypeName(lseDtype));
+      const ncclDcpConfig_t c =
+          withScatter(makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8, ncclDcpProtoAuto), scatter, lseDtype);
+      Config cfg;
+      ASSERT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess) << ncclDcpGetLastError();
+      auto ctxs = createAll(c);
+      if (HasFailure()) return;
+      EXPECT_EQ(pathOf(ctxs[0]), fallback ? ncclDcpPathFallback : ncclDcpPathFused);
+      for (int batch : {1, 5, 21}) {
+        std::vector<std::pair<std::string, CallSpec>> calls = {{"plain", CallSpec()}};
+        CallSpec shards;
+        shards.emptyShards = true;
+        calls.push_back({"empty shards", shards});
+        if (scatter == ncclDcpScatterToken) {
+          const int first = (int)(rng() % (batch + 1));
+          for (std::vector<int> counts : {std::vector<int>{0, batch}, std::vector<int>{batch, 0},
+                                          std::vector<int>{first, batch - first}}) {
+            CallSpec host;
+            host.rowCounts = counts;
+            calls.push_back({"host counts " + testing::PrintToString(counts), host});
+          }
+          CallSpec device;
+          device.rowCounts = {first, batch - first};
+          device.deviceCounts = true;
+          device.emptyShards = true;
+          calls.push_back({"device counts, empty shards", device});
+        }
+        for (const auto& [what, spec] : calls) {
+          DeviceProblem p(cfg, kRanks, batch, LseMix::Special, freshSeed(), spec, devices);
+          callAndCheck(ctxs, p, what + ", batch " + std::to_string(batch));
+          if (HasFailure()) break;
+        }
+      }
+      if (scatter == ncclDcpScatterToken && !HasFailure()) graphReplaysWithNewCounts(ctxs, cfg, rng);
+      destroyAll(ctxs);
+      if (HasFailure()) return;
+    }
+  }
 }
 
 }  // namespace

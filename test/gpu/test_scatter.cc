@@ -1,0 +1,576 @@
+/*************************************************************************
+ * The scatter modes of issue 27 on one GPU through loopback (cp virtual
+ * ranks): HEAD, TOKEN and NONE over every protocol, TOKEN's splits (host
+ * counts, device counts rewritten between CUDA-graph replays, device
+ * counts that make no split), bf16 / fp16 partial LSEs, empty shards
+ * (seqLens / queryStartLoc), and batch invariance: one row's bits the
+ * same in every batch, at every position, under every protocol and mode,
+ * and through the fallback's pack and combine kernels.
+ *
+ * Every call runs on fresh random data with poisoned outputs (a slack row
+ * past each rank's share must stay poisoned) and is compared with the CPU
+ * reference (referenceA2aLseReduce with the call's shape).
+ ************************************************************************/
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "device_problem.h"
+#include "enums.h"
+#include "launch.h"
+#include "loopback.h"
+#include "reference.h"
+#include "test_util.h"
+
+namespace nccl_dcp {
+namespace test {
+namespace {
+
+constexpr int kCap = 8;  // maxBatch of most cases: batches above it are chunked
+
+Config resolved(const ncclDcpConfig_t& c) {
+  Config cfg;
+  EXPECT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess) << ncclDcpGetLastError();
+  return cfg;
+}
+
+std::unique_ptr<Loopback> makeLoopback(const ncclDcpConfig_t& c, int nRanks) {
+  std::unique_ptr<Loopback> lb;
+  const ncclResult_t r = Loopback::create(&c, nRanks, &lb);
+  EXPECT_EQ(r, ncclSuccess) << ncclDcpGetLastError();
+  return lb;
+}
+
+// One call of p through lb on stream (p's strides: NULL when packed; p's
+// args), finished.
+void callAndWait(Loopback& lb, const DeviceProblem& p, cudaStream_t stream = nullptr) {
+  const ncclDcpStrides_t s = p.apiStrides();
+  const Strides packed = packedStrides(p.config(), (int)p.want().size());
+  const bool isPacked = memcmp(&packed, &p.strides(), sizeof(Strides)) == 0;
+  const std::vector<CallBuffers> b = p.allBuffers();
+  DCP_ASSERT(lb.call(b.data(), p.batch(), isPacked ? nullptr : &s, stream, p.args(0)));
+  CUDA_ASSERT(cudaGetLastError());
+  CUDA_ASSERT(cudaStreamSynchronize(stream));
+  DCP_ASSERT(lb.asyncError());
+}
+
+// A call of `batch` rows on fresh data (mix) through lb, compared with
+// the reference.
+void runAndCheck(Loopback& lb, const ncclDcpConfig_t& c, int nRanks, int batch, const CallSpec& spec = {},
+                 LseMix mix = LseMix::Special, bool padded = false) {
+  const uint64_t seed = freshSeed();
+  const Config cfg = resolved(c);
+  std::ostringstream counts;
+  for (int n : spec.rowCounts) counts << n << ",";
+  SCOPED_TRACE(testing::Message() << scatterName(c.scatter) << " " << protocolName(c.protocol) << " cp " << nRanks
+                                  << " Hl " << c.localHeads << " D " << c.headDim << " " << dtypeName(c.dtype)
+                                  << " lse " << dtypeName(cfg.lseDtype) << " batch " << batch << " maxBatch "
+                                  << c.maxBatch << " counts [" << counts.str() << "]"
+                                  << (spec.deviceCounts ? " on the device" : "")
+                                  << (spec.emptyShards ? " empty shards" : "") << (padded ? " padded" : "")
+                                  << " seed " << seed);
+  const Strides strided = paddedStrides(cfg, nRanks);
+  DeviceProblem p(cfg, nRanks, batch, mix, seed, spec, {}, 1, padded ? &strided : nullptr);
+  ASSERT_NO_FATAL_FAILURE(callAndWait(lb, p));
+  const Mismatch m = p.checkAll();
+  EXPECT_EQ(m.count, 0u) << m.first;
+}
+
+// Counts of `batch` rows over nRanks: every row to a random rank among
+// some (ranks left out get none), or (owner >= 0) all to one rank.
+std::vector<int> randomCounts(int batch, int nRanks, std::mt19937_64& rng, int owner = -1) {
+  std::vector<int> counts(nRanks, 0);
+  if (owner >= 0) {
+    counts[owner] = batch;
+    return counts;
+  }
+  std::vector<int> active;
+  for (int r = 0; r < nRanks; r++)
+    if (rng() % 3 != 0) active.push_back(r);
+  if (active.empty()) active.push_back((int)(rng() % nRanks));
+  for (int b = 0; b < batch; b++) counts[active[rng() % active.size()]]++;
+  return counts;
+}
+
+// ---- The matrix: mode x protocol, over cp, dtypes and batches.
+using ModeProto = std::tuple<int /*scatter*/, int /*proto*/>;
+
+class ScatterMatrix : public testing::TestWithParam<ModeProto> {
+ protected:
+  void SetUp() override { DCP_REQUIRE_GPUS(1); }
+};
+
+std::string modeProtoName(const testing::TestParamInfo<ModeProto>& info) {
+  return std::string(scatterName(std::get<0>(info.param))) + "_" + protocolName(std::get<1>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ScatterMatrix,
+                         testing::Combine(testing::Values(ncclDcpScatterHead, ncclDcpScatterToken,
+                                                          ncclDcpScatterNone),
+                                          testing::Values(ncclDcpProtoLL, ncclDcpProtoLL128, ncclDcpProtoSimple,
+                                                          ncclDcpProtoAuto)),
+                         modeProtoName);
+
+// cp 2..16, bf16 and fp16 or fp32 payloads, batches 1, below cp, uneven
+// and chunked (padded strides on one of them), the even split.
+TEST_P(ScatterMatrix, MatchesReference) {
+  const auto [scatter, proto] = GetParam();
+  for (int cp : {2, 3, 4, 8, 16}) {
+    const int Hl = cp >= 8 ? 1 : 2;
+    for (ncclDataType_t dtype : {ncclBfloat16, cp == 3 || cp == 8 ? ncclFloat16 : ncclFloat32}) {
+      const ncclDcpConfig_t c = withScatter(
+          makeConfig(128, Hl, dtype, cp % 2 ? ncclDcpLseBaseE : ncclDcpLseBase2, kCap, proto), scatter);
+      auto lb = makeLoopback(c, cp);
+      ASSERT_TRUE(lb);
+      std::vector<int> batches = {1, kCap + 3, 4 * kCap + 5};
+      if (cp > 2) batches.insert(batches.begin() + 1, cp - 1);
+      for (int batch : batches) {
+        runAndCheck(*lb, c, cp, batch, {}, LseMix::Special, /*padded=*/batch == kCap + 3);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// Partial LSEs in bf16 and fp16 (outLse stays fp32), huge spreads too.
+TEST_P(ScatterMatrix, NarrowLseDtypes) {
+  const auto [scatter, proto] = GetParam();
+  for (int cp : {2, 4, 8})
+    for (ncclDataType_t lseDtype : {ncclBfloat16, ncclFloat16}) {
+      const ncclDcpConfig_t c = withScatter(
+          makeConfig(128, 2, ncclBfloat16, lseDtype == ncclFloat16 ? ncclDcpLseBaseE : ncclDcpLseBase2, kCap, proto),
+          scatter, lseDtype);
+      auto lb = makeLoopback(c, cp);
+      ASSERT_TRUE(lb);
+      runAndCheck(*lb, c, cp, 3);
+      runAndCheck(*lb, c, cp, 2 * kCap + 5, {}, LseMix::HugeSpread);
+      if (HasFatalFailure()) return;
+    }
+}
+
+// Empty shards: some sequences empty on some ranks, one on every rank,
+// padding rows (empty everywhere: out 0, outLse -inf), garbage (NaN, inf,
+// 1e30, 7) in their LSEs and payloads; TOKEN with uneven host counts and
+// with device counts too.
+TEST_P(ScatterMatrix, EmptyShards) {
+  const auto [scatter, proto] = GetParam();
+  const ncclDataType_t lseDtypes[] = {ncclFloat32, ncclBfloat16, ncclFloat16};
+  int k = 0;
+  for (int cp : {2, 3, 8})
+    for (int batch : {1, 6, 3 * kCap + 5}) {
+      const ncclDataType_t lseDtype = lseDtypes[k++ % 3];
+      const ncclDcpConfig_t c =
+          withScatter(makeConfig(64, 2, ncclBfloat16, ncclDcpLseBase2, kCap, proto), scatter, lseDtype);
+      auto lb = makeLoopback(c, cp);
+      ASSERT_TRUE(lb);
+      CallSpec spec;
+      spec.emptyShards = true;
+      runAndCheck(*lb, c, cp, batch, spec, LseMix::Normal);
+      if (scatter == ncclDcpScatterToken) {
+        std::mt19937_64 rng(freshSeed());
+        spec.rowCounts = randomCounts(batch, cp, rng);
+        runAndCheck(*lb, c, cp, batch, spec, LseMix::Normal);
+        spec.deviceCounts = true;
+        spec.rowCounts = randomCounts(batch, cp, rng);
+        runAndCheck(*lb, c, cp, batch, spec, LseMix::Special);
+      }
+      if (HasFatalFailure()) return;
+    }
+}
+
+// ---- TOKEN's splits, per protocol.
+class TokenSplit : public testing::TestWithParam<int> {
+ protected:
+  void SetUp() override { DCP_REQUIRE_GPUS(1); }
+  ncclDcpConfig_t config(ncclDataType_t dtype = ncclBfloat16) const {
+    return withScatter(makeConfig(128, 2, dtype, ncclDcpLseBase2, kCap, GetParam()), ncclDcpScatterToken);
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Transports, TokenSplit,
+                         testing::Values(ncclDcpProtoLL, ncclDcpProtoLL128, ncclDcpProtoSimple, ncclDcpProtoAuto),
+                         [](const testing::TestParamInfo<int>& i) { return std::string(protocolName(i.param)); });
+
+// The splits a test walks through for cp ranks and `batch` rows: ranks of
+// no rows, one rank owning everything (first, last, one in the middle),
+// the even split as counts, random ones.
+std::vector<std::vector<int>> splitsFor(int batch, int cp, std::mt19937_64& rng) {
+  std::vector<std::vector<int>> splits = {randomCounts(batch, cp, rng, 0), randomCounts(batch, cp, rng, cp - 1),
+                                          randomCounts(batch, cp, rng, cp / 2)};
+  std::vector<int> even(cp);
+  for (int p = 0; p < cp; p++) even[p] = batch / cp + (p < batch % cp);
+  splits.push_back(even);
+  std::vector<int> alternate(cp, 0);  // every other rank, the rest to the last
+  int left = batch;
+  for (int p = 0; p < cp - 1; p += 2) {
+    alternate[p] = std::min(left, batch / cp + 1);
+    left -= alternate[p];
+  }
+  alternate[cp - 1] += left;
+  splits.push_back(alternate);
+  for (int i = 0; i < 3; i++) splits.push_back(randomCounts(batch, cp, rng));
+  return splits;
+}
+
+// Uneven host counts: zero-row ranks, one rank owning everything, slices
+// that cross the rounds of a chunked batch; B < cp.
+TEST_P(TokenSplit, HostCounts) {
+  std::mt19937_64 rng(freshSeed());
+  for (int cp : {2, 3, 4, 8, 16}) {
+    const ncclDcpConfig_t c = config(cp == 4 ? ncclFloat32 : ncclBfloat16);
+    auto lb = makeLoopback(c, cp);
+    ASSERT_TRUE(lb);
+    for (int batch : {1, std::max(1, cp - 1), 3 * kCap + 1}) {
+      for (const std::vector<int>& counts : splitsFor(batch, cp, rng)) {
+        CallSpec spec;
+        spec.rowCounts = counts;
+        runAndCheck(*lb, c, cp, batch, spec);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// Device counts, eager: new counts into the same array before each call,
+// one context throughout.
+TEST_P(TokenSplit, DeviceCountsEager) {
+  std::mt19937_64 rng(freshSeed());
+  for (int cp : {3, 8}) {
+    const ncclDcpConfig_t c = config();
+    auto lb = makeLoopback(c, cp);
+    ASSERT_TRUE(lb);
+    const int batch = 2 * kCap + 3;
+    DeviceProblem p(resolved(c), cp, batch, LseMix::Special, freshSeed(), CallSpec{{}, true, false, nullptr});
+    for (const std::vector<int>& counts : splitsFor(batch, cp, rng)) {
+      SCOPED_TRACE(testing::Message() << "cp " << cp << " counts " << testing::PrintToString(counts));
+      p.setCounts(counts);
+      p.refill(LseMix::Special, freshSeed());
+      for (int r = 0; r < cp; r++) p.poison(r, nullptr);
+      ASSERT_NO_FATAL_FAILURE(callAndWait(*lb, p));
+      const Mismatch m = p.checkAll();
+      ASSERT_EQ(m.count, 0u) << m.first;
+    }
+  }
+}
+
+// Device counts under a CUDA graph: one capture (a producer copying each
+// rank's staged inputs in, the outputs poisoned, the call), replayed with
+// new counts written into the device array and new inputs staged before
+// each replay; an eager call with other counts half way. Every replay is
+// checked.
+TEST_P(TokenSplit, DeviceCountsGraphReplays) {
+  std::mt19937_64 rng(freshSeed());
+  const int cp = 4, batch = 2 * kCap + 5;  // chunked: the graph holds three rounds
+  const ncclDcpConfig_t c = config();
+  auto lb = makeLoopback(c, cp);
+  ASSERT_TRUE(lb);
+  cudaStream_t stream = nullptr;
+  CUDA_ASSERT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::unique_ptr<std::remove_pointer_t<cudaStream_t>, cudaError_t (*)(cudaStream_t)> streamOwner(stream, cudaStreamDestroy);
+  DeviceProblem p(resolved(c), cp, batch, LseMix::Normal, freshSeed(), CallSpec{{}, true, false, nullptr});
+  p.refill(LseMix::Normal, freshSeed(), /*toStaging=*/true);  // the staging buffers exist before the capture
+  const ncclDcpStrides_t s = p.apiStrides();
+  const std::vector<CallBuffers> b = p.allBuffers();
+  auto enqueue = [&]() {
+    for (int r = 0; r < cp; r++) {
+      p.stageInputs(r, stream);
+      p.poison(r, stream);
+    }
+    return lb->call(b.data(), batch, &s, stream, p.args(0));
+  };
+  cudaGraph_t graph = nullptr;
+  CUDA_ASSERT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const ncclResult_t captured = enqueue();
+  const std::string why = ncclDcpGetLastError();
+  CUDA_ASSERT(cudaStreamEndCapture(stream, &graph));
+  std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, cudaError_t (*)(cudaGraph_t)> graphOwner(graph, cudaGraphDestroy);
+  ASSERT_EQ(captured, ncclSuccess) << why;
+  cudaGraphExec_t exec = nullptr;
+  CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
+  std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, cudaError_t (*)(cudaGraphExec_t)> execOwner(exec, cudaGraphExecDestroy);
+  std::vector<std::vector<int>> splits = splitsFor(batch, cp, rng);
+  for (int i = 0; i < 4; i++) splits.push_back(randomCounts(batch, cp, rng));
+  for (size_t rep = 0; rep < splits.size(); rep++) {
+    SCOPED_TRACE(testing::Message() << "replay " << rep << " counts " << testing::PrintToString(splits[rep]));
+    p.setCounts(splits[rep]);
+    p.refill(rep % 2 ? LseMix::Special : LseMix::Normal, freshSeed(), /*toStaging=*/true);
+    CUDA_ASSERT(cudaGraphLaunch(exec, stream));
+    CUDA_ASSERT(cudaStreamSynchronize(stream));
+    DCP_ASSERT(lb->asyncError());
+    Mismatch m = p.checkAll();
+    ASSERT_EQ(m.count, 0u) << m.first;
+    if (rep == splits.size() / 2) {  // an eager call between replays
+      p.setCounts(randomCounts(batch, cp, rng));
+      p.refill(LseMix::Normal, freshSeed(), /*toStaging=*/true);
+      DCP_ASSERT(enqueue());
+      CUDA_ASSERT(cudaStreamSynchronize(stream));
+      DCP_ASSERT(lb->asyncError());
+      m = p.checkAll();
+      ASSERT_EQ(m.count, 0u) << "eager call between replays: " << m.first;
+    }
+  }
+}
+
+// Device counts that make no split (a sum above or below the batch, a
+// negative count): the kernels refuse the call, the context reports
+// ncclInvalidArgument, every output byte is still poisoned; the next call
+// returns the error and writes NaN over the rows its (valid) counts give
+// each rank, nothing else. Host counts that make no split are refused
+// before anything is enqueued.
+TEST_P(TokenSplit, InvalidCounts) {
+  const int cp = 4, batch = 13;
+  const std::vector<std::vector<int>> invalid = {{3, 3, 3, 5}, {3, 3, 3, 3}, {-1, 7, 7, 0}, {0, 0, 0, 0}};
+  const std::vector<int> valid = {5, 0, 6, 2};
+  const ncclDcpConfig_t c = config();
+  const Config cfg = resolved(c);
+  for (const std::vector<int>& counts : invalid) {
+    SCOPED_TRACE(testing::Message() << "counts " << testing::PrintToString(counts));
+    auto lb = makeLoopback(c, cp);  // a refusal poisons the context: a fresh one each
+    ASSERT_TRUE(lb);
+    DeviceProblem p(cfg, cp, batch, LseMix::Normal, freshSeed(), CallSpec{{}, true, false, nullptr});
+    const ncclDcpStrides_t s = p.apiStrides();
+    std::vector<CallBuffers> b = p.allBuffers();
+
+    // Host counts: refused at the call.
+    ncclDcpCallArgs_t hostArgs = NCCL_DCP_CALL_ARGS_INITIALIZER;
+    hostArgs.rowCounts = counts.data();
+    EXPECT_EQ(lb->call(b.data(), batch, &s, nullptr, &hostArgs), ncclInvalidArgument);
+    EXPECT_NE(std::string(ncclDcpGetLastError()).find("rowCounts"), std::string::npos) << ncclDcpGetLastError();
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    DCP_ASSERT(lb->asyncError());
+
+    // Device counts: refused by the kernels.
+    p.setCounts(counts);
+    DCP_ASSERT(lb->call(b.data(), batch, &s, nullptr, p.args(0)));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    EXPECT_EQ(lb->asyncError(), ncclInvalidArgument);
+    for (int r = 0; r < cp; r++) {
+      const RankTensors got = p.outputs(r);
+      for (size_t i = 0; i < got.out.size(); i++) ASSERT_EQ(got.out[i], 0xff) << "rank " << r << " out byte " << i;
+      const uint8_t* lse = (const uint8_t*)got.outLse.data();
+      for (size_t i = 0; i < got.outLse.size() * 4; i++) ASSERT_EQ(lse[i], 0xff) << "rank " << r << " outLse byte " << i;
+    }
+
+    // The poisoned context's next call: NaN over each rank's slice only.
+    p.setCounts(valid);
+    for (int r = 0; r < cp; r++) {
+      CUDA_ASSERT(cudaMemset(b[r].out, 0, p.outputs(r).out.size()));
+      CUDA_ASSERT(cudaMemset(b[r].outLse, 0, p.outputs(r).outLse.size() * sizeof(float)));
+    }
+    EXPECT_EQ(lb->call(b.data(), batch, &s, nullptr, p.args(0)), ncclInvalidArgument);
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    const Strides& st = p.strides();
+    const int H = cp * cfg.localHeads;
+    for (int r = 0; r < cp; r++) {
+      const RankTensors got = p.outputs(r);
+      const int rows = valid[r];
+      for (int row = 0; row <= rows; row++)  // the slice, then the slack row
+        for (int h = 0; h < H; h++) {
+          const bool mine = row < rows;
+          // NaN in the slice, the zeros written before the call elsewhere.
+          const float l = got.outLse[row * st.outLseRow + h * st.outLseHead];
+          ASSERT_TRUE(mine ? std::isnan(l) : l == 0.f) << "rank " << r << " outLse[" << row << "][" << h << "] = " << l;
+          for (int d = 0; d < cfg.headDim; d++) {
+            const float v = loadElement(cfg.dtype, got.out.data(), row * st.outRow + h * st.outHead + d);
+            ASSERT_TRUE(mine ? std::isnan(v) : v == 0.f)
+                << "rank " << r << " out[" << row << "][" << h << "][" << d << "] = " << v;
+          }
+        }
+    }
+  }
+}
+
+// ---- Batch invariance: one row's merged bits the same in batches 1, 7,
+// 97 and 1000 (at any position, chunked by maxBatch 64), under LL, LL128,
+// SIMPLE and AUTO, in every mode and TOKEN split, and through the
+// fallback's kernels (pack, the exchange as device copies, combine).
+
+class ScatterGpu : public testing::Test {
+ protected:
+  void SetUp() override { DCP_REQUIRE_GPUS(1); }
+};
+
+// The fallback's arithmetic on one GPU: per round of p's call, every
+// virtual rank's pack (launchPack), the exchange NCCL would make
+// (ncclAlltoAll for HEAD, ncclAllGather otherwise) as device copies, and
+// every rank's combine (launchCombine) into p's outputs.
+void emulateFallback(const DeviceProblem& p, const ncclDcpCallArgs_t* args) {
+  const Config& cfg = p.config();
+  const int cp = (int)p.want().size(), batch = p.batch(), Hl = cfg.localHeads, heads = headsPerRow(cfg, cp);
+  const Strides& s = p.strides();
+  CallShape shape;
+  DCP_ASSERT(resolveCallArgs(args, cfg, cp, batch, &shape));
+  const size_t unitBytes = (size_t)cfg.headDim * cfg.eltSize;
+  const size_t sendUnits = (size_t)cp * cfg.maxBatch * Hl, recvUnits = (size_t)cp * cfg.maxBatch * heads;
+  std::vector<DeviceBuffer> send, sendLse, recv, recvLse;
+  for (int r = 0; r < cp; r++) {
+    send.emplace_back(sendUnits * unitBytes);
+    sendLse.emplace_back(sendUnits * sizeof(float));
+    recv.emplace_back(recvUnits * unitBytes);
+    recvLse.emplace_back(recvUnits * sizeof(float));
+  }
+  const std::vector<CallBuffers> b = p.allBuffers();
+  const ncclResult_t res = forEachRound(batch, cfg.maxBatch, [&](int row0, int rows) -> ncclResult_t {
+    for (int r = 0; r < cp; r++)
+      DCPCHECK(launchPack(packLaunch(cfg, cp, shape, row0, rows, buffersAtRow(b[r], s, cfg, row0), send[r].as<char>(),
+                                     sendLse[r].as<float>(), s),
+                          nullptr));
+    const bool gather = shape.scatter != Scatter::Head;
+    const size_t units = gather ? (size_t)rows * cp * Hl : (size_t)rows * Hl;  // per (source, destination)
+    for (int dst = 0; dst < cp; dst++)
+      for (int src = 0; src < cp; src++) {
+        const size_t from = gather ? 0 : dst * units;
+        if (cudaMemcpyAsync(recv[dst].as<char>() + src * units * unitBytes, send[src].as<char>() + from * unitBytes,
+                            units * unitBytes, cudaMemcpyDeviceToDevice, nullptr) != cudaSuccess ||
+            cudaMemcpyAsync(recvLse[dst].as<float>() + src * units, sendLse[src].as<float>() + from,
+                            units * sizeof(float), cudaMemcpyDeviceToDevice, nullptr) != cudaSuccess)
+          return ncclUnhandledCudaError;
+      }
+    for (int r = 0; r < cp; r++) {
+      const CallBuffers at = buffersAtRow(b[r], s, cfg, row0);
+      DCPCHECK(launchCombine(combineLaunch(cfg, cp, shape, r, row0, rows, recv[r].as<char>(), recvLse[r].as<float>(),
+                                           (char*)at.out, at.outLse, s, nullptr),
+                             nullptr));
+    }
+    return ncclSuccess;
+  });
+  DCP_ASSERT(res);
+  CUDA_ASSERT(cudaDeviceSynchronize());
+}
+
+// Every merged head of row `row` as p's ranks hold it, [H][D] payload
+// bytes then [H] outLse bytes, by global head; NONE: rank 0's, after
+// checking every rank holds the same bits.
+std::vector<uint8_t> mergedRow(const DeviceProblem& p, int row) {
+  const Config& cfg = p.config();
+  const int cp = (int)p.want().size(), Hl = cfg.localHeads, H = cp * Hl;
+  const Strides& s = p.strides();
+  const size_t headBytes = (size_t)cfg.headDim * cfg.eltSize;
+  std::vector<uint8_t> bytes(H * (headBytes + sizeof(float)));
+  auto take = [&](const RankTensors& t, int outRow, int outHead, int h) {
+    memcpy(bytes.data() + h * headBytes, t.out.data() + (outRow * s.outRow + outHead * s.outHead) * cfg.eltSize,
+           headBytes);
+    memcpy(bytes.data() + H * headBytes + h * sizeof(float), &t.outLse[outRow * s.outLseRow + outHead * s.outLseHead],
+           sizeof(float));
+  };
+  switch (cfg.scatter) {
+    case Scatter::Head:
+      for (int r = 0; r < cp; r++) {
+        const RankTensors t = p.outputs(r);
+        for (int j = 0; j < Hl; j++) take(t, row, j, r * Hl + j);
+      }
+      break;
+    case Scatter::Token: {
+      const int* start = p.shape().split.start;
+      int owner = 0;
+      while (!(start[owner] <= row && row < start[owner + 1])) owner++;
+      const RankTensors t = p.outputs(owner);
+      for (int h = 0; h < H; h++) take(t, row - start[owner], h, h);
+      break;
+    }
+    case Scatter::None: {
+      std::vector<uint8_t> rank0;
+      for (int r = 0; r < cp; r++) {
+        const RankTensors t = p.outputs(r);
+        for (int h = 0; h < H; h++) take(t, row, h, h);
+        if (r == 0) rank0 = bytes;
+        else EXPECT_TRUE(bytes == rank0) << "NONE: rank " << r << " holds other bits than rank 0";
+      }
+      break;
+    }
+  }
+  return bytes;
+}
+
+TEST_F(ScatterGpu, BatchInvariance) {
+  const int cp = 4, Hl = 2, D = 128, maxBatch = 64;
+  const ncclDcpConfig_t base = makeConfig(D, Hl, ncclBfloat16, ncclDcpLseBase2, maxBatch);
+  const uint64_t probeSeed = freshSeed();
+  SCOPED_TRACE(testing::Message() << "probe seed " << probeSeed);
+  // The probe: one row of every rank's inputs (special LSEs included).
+  std::vector<RankTensors> probe;
+  {
+    std::mt19937_64 rng(probeSeed);
+    const Config cfg = resolved(base);
+    probe = makeInputs(cfg, cp, 1, packedStrides(cfg, cp), LseMix::Special, rng);
+  }
+  std::mt19937_64 rng(freshSeed());
+  struct Placement {
+    int batch, row;
+  };
+  std::vector<Placement> placements = {{1, 0}, {7, (int)(rng() % 7)}, {97, 64 + (int)(rng() % 33)},
+                                       {97, (int)(rng() % 64)}, {1000, (int)(rng() % 1000)}};
+  struct Variant {
+    int scatter;
+    bool uneven;  // TOKEN: random host counts instead of the even split
+  };
+  const Variant variants[] = {{ncclDcpScatterHead, false},
+                              {ncclDcpScatterToken, false},
+                              {ncclDcpScatterToken, true},
+                              {ncclDcpScatterNone, false}};
+  std::vector<uint8_t> first;
+  std::string firstWhat;
+  auto expectSame = [&](const std::vector<uint8_t>& got, const std::string& what) {
+    if (first.empty()) {
+      first = got;
+      firstWhat = what;
+      return;
+    }
+    ASSERT_EQ(got.size(), first.size());
+    EXPECT_EQ(memcmp(got.data(), first.data(), got.size()), 0) << what << " differs bitwise from " << firstWhat;
+  };
+  for (const Variant& v : variants) {
+    // The split of each placement, the same under every protocol.
+    std::vector<std::vector<int>> counts;
+    for (const Placement& pl : placements) counts.push_back(v.uneven ? randomCounts(pl.batch, cp, rng) : std::vector<int>{});
+    for (int proto : {(int)ncclDcpProtoLL, (int)ncclDcpProtoLL128, (int)ncclDcpProtoSimple, (int)ncclDcpProtoAuto,
+                      -1 /* the fallback's kernels */}) {
+      ncclDcpConfig_t c = withScatter(base, v.scatter);
+      if (proto >= 0) c.protocol = proto;
+      const Config cfg = resolved(c);
+      std::unique_ptr<Loopback> lb;
+      if (proto >= 0) {
+        lb = makeLoopback(c, cp);
+        ASSERT_TRUE(lb);
+      }
+      for (size_t i = 0; i < placements.size(); i++) {
+        const Placement& pl = placements[i];
+        std::ostringstream what;
+        what << scatterName(v.scatter) << (v.uneven ? " (uneven split)" : "") << " "
+             << (proto >= 0 ? protocolName(proto) : "fallback kernels") << " batch " << pl.batch << " row " << pl.row;
+        SCOPED_TRACE(what.str());
+        CallSpec spec;
+        spec.rowCounts = counts[i];
+        spec.edit = [&](std::vector<RankTensors>& ranks, const Strides& s) {
+          for (int r = 0; r < cp; r++) {
+            memcpy(ranks[r].partialOut.data() + pl.row * s.inRow * cfg.eltSize, probe[r].partialOut.data(),
+                   s.inRow * cfg.eltSize);
+            memcpy(ranks[r].partialLse.data() + pl.row * s.lseRow, probe[r].partialLse.data(), s.lseRow * sizeof(float));
+          }
+        };
+        DeviceProblem p(cfg, cp, pl.batch, LseMix::Normal, freshSeed(), spec);
+        if (lb) {
+          ASSERT_NO_FATAL_FAILURE(callAndWait(*lb, p));
+        } else {
+          ASSERT_NO_FATAL_FAILURE(emulateFallback(p, p.args(0)));
+        }
+        const Mismatch m = p.checkAll();
+        ASSERT_EQ(m.count, 0u) << m.first;
+        expectSame(mergedRow(p, pl.row), what.str());
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace nccl_dcp
