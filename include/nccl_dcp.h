@@ -393,7 +393,9 @@ ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* partialOut,
  *    (ncclDcpGetAsyncError: ncclInvalidArgument; outputs NaN, as any
  *    poisoned call's). The host cannot know n_r: out must hold the rows
  *    the counts give this rank.
- *  Every rank passes the same counts. Only a TOKEN context takes counts.
+ *  Every rank passes the same counts (when only some ranks' device counts
+ *  are invalid, the others wait for them and time out: ncclRemoteError).
+ *  Only a TOKEN context takes counts.
  * Empty shards (vLLM's seq_lens / query_start_loc), any scatter mode:
  *  - seqLens: device int32[numSeqs], this rank's local KV length of each
  *    sequence; queryStartLoc: device int32[numSeqs + 1], the rows of

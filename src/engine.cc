@@ -61,7 +61,8 @@ ncclResult_t Engine::asyncError() const {
     return fail(ncclInvalidArgument,
                 "context is poisoned: a call's args->rowCountsDevice on rank %d were negative or did not sum to its "
                 "batch (checked by the kernels when they ran; nothing was written): every later call writes NaN "
-                "into its outputs; abort the context (ncclDcpContextAbort)",
+                "over the rows its counts give this rank (nothing while they stay invalid); abort the context "
+                "(ncclDcpContextAbort)",
                 e->rank);
   if (e->peer < 0)
     return fail((ncclResult_t)e->code,
