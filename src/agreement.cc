@@ -41,6 +41,8 @@ const Field kAgreedFields[] = {
     NCCL_DCP_FIELD("the ll128_reread build option (NCCL_DCP_LL128_REREAD)", ll128Reread),
     NCCL_DCP_FIELD("window (own vs. application's)", inWindow),
     NCCL_DCP_FIELD("window offset", windowOffset),
+    NCCL_DCP_FIELD("config->scatter", scatter),
+    NCCL_DCP_FIELD("config->lseDtype", lseDtype),
 };
 #undef NCCL_DCP_FIELD
 
@@ -68,6 +70,8 @@ Agreement agreementOf(const Config& c, int ncclVersion, bool inWindow, size_t wi
   a.provider = c.provider;
   a.ll128Reread = NCCL_DCP_LL128_REREAD;
   a.inWindow = inWindow;
+  a.scatter = (int)c.scatter;
+  a.lseDtype = (int)c.lseDtype;
   a.windowOffset = windowOffset;
   return a;
 }

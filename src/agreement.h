@@ -42,6 +42,8 @@ struct Agreement {
   int32_t simpleMinRows;  // the effective NCCL_DCP_SIMPLE_MIN_ROWS (0 unless AUTO reads it)
   int32_t pdl, provider, ll128Reread;  // provider: the requested ncclDcpProvider_t
   int32_t inWindow;  // the application's window (1) or our own (0)
+  int32_t scatter;   // ncclDcpScatter_t: the heads of a workspace row (Hl or cp * Hl)
+  int32_t lseDtype;  // ncclDataType_t of partialLse (read into fp32 before the wire; agreed like dtype)
   uint64_t windowOffset;
 };
 

@@ -111,6 +111,8 @@ const InputCase kInputs[] = {
     {"ll128_reread", [](Agreement* a) { a->ll128Reread = !a->ll128Reread; }},
     {"window (own vs. application's)", [](Agreement* a) { a->inWindow = 1; }},
     {"window offset", [](Agreement* a) { a->windowOffset = 4096; }},
+    {"config->scatter", [](Agreement* a) { a->scatter = ncclDcpScatterToken; }},
+    {"config->lseDtype", [](Agreement* a) { a->lseDtype = ncclBfloat16; }},
 };
 
 TEST(Agreement, EveryInputMismatchNamesInputAndFirstDifferingRank) {
@@ -154,6 +156,75 @@ TEST(Agreement, RecordCarriesEverySource) {
   EXPECT_EQ(a.windowOffset, 8192u);
   EXPECT_EQ(a.ncclVersion, 22809);
   EXPECT_EQ(a.libVersion, NCCL_DCP_VERSION_CODE);
+  // The 0.3 fields at their defaults.
+  EXPECT_EQ(a.scatter, ncclDcpScatterHead);
+  EXPECT_EQ(a.lseDtype, ncclFloat32);
+}
+
+// The 0.3 config fields (scatter, lseDtype) land in the record, and ranks
+// that set them differently are refused at create, the field named; a
+// rank that leaves one at its default disagrees with one that sets another
+// value, and agrees with one that sets the default explicitly.
+TEST(Agreement, ScatterAndLseDtypeComeFromTheConfigAndMustAgree) {
+  const struct {
+    int scatter;
+    ncclDataType_t lseDtype;
+  } settings[] = {{ncclDcpScatterHead, ncclFloat32},
+                  {ncclDcpScatterToken, ncclBfloat16},
+                  {ncclDcpScatterNone, ncclFloat16},
+                  {ncclDcpScatterToken, ncclFloat32}};
+  for (const auto& set : settings) {
+    ncclDcpConfig_t c = test::makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 16, ncclDcpProtoLL);
+    c.scatter = set.scatter;
+    c.lseDtype = set.lseDtype;
+    Config cfg;
+    ASSERT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess) << lastError();
+    const Agreement a = agreementOf(cfg, 22809, false, 0);
+    EXPECT_EQ(a.scatter, set.scatter);
+    EXPECT_EQ(a.lseDtype, (int)set.lseDtype);
+
+    // Every rank with these settings agrees.
+    std::vector<RankRecord> all = records(3, cfg);
+    EXPECT_EQ(checkAgreement(all.data(), 3), ncclSuccess) << lastError();
+
+    // Rank 2 with the defaults (config fields unset).
+    const ncclDcpConfig_t d = test::makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 16, ncclDcpProtoLL);
+    Config dflt;
+    ASSERT_EQ(resolveConfig(&d, Env(), &dflt), ncclSuccess) << lastError();
+    all[2].agreement = agreementOf(dflt, 22809, false, 0);
+    const bool same = set.scatter == ncclDcpScatterHead && set.lseDtype == ncclFloat32;
+    if (same) {
+      EXPECT_EQ(checkAgreement(all.data(), 3), ncclSuccess) << lastError();
+      continue;
+    }
+    EXPECT_EQ(checkAgreement(all.data(), 3), ncclInvalidUsage);
+    const std::string msg = lastError();
+    // The first differing field in kAgreedFields' order: scatter before lseDtype.
+    const char* named = set.scatter != ncclDcpScatterHead ? "config->scatter" : "config->lseDtype";
+    EXPECT_NE(msg.find(named), std::string::npos) << msg;
+    EXPECT_NE(msg.find("rank 2"), std::string::npos) << msg;
+    if (set.scatter == ncclDcpScatterHead) EXPECT_EQ(msg.find("config->scatter"), std::string::npos) << msg;
+  }
+}
+
+// Only lseDtype differs (both ranks TOKEN): lseDtype is named, with both values.
+TEST(Agreement, LseDtypeAloneIsNamedWithBothValues) {
+  ncclDcpConfig_t c = test::makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 16, ncclDcpProtoLL);
+  c.scatter = ncclDcpScatterToken;
+  Config f32, bf16;
+  ASSERT_EQ(resolveConfig(&c, Env(), &f32), ncclSuccess) << lastError();
+  c.lseDtype = ncclBfloat16;
+  ASSERT_EQ(resolveConfig(&c, Env(), &bf16), ncclSuccess) << lastError();
+  std::vector<RankRecord> all = records(2, f32);
+  all[1].agreement = agreementOf(bf16, 22809, false, 0);
+  EXPECT_EQ(checkAgreement(all.data(), 2), ncclInvalidUsage);
+  const std::string msg = lastError();
+  EXPECT_NE(msg.find("config->lseDtype"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("config->scatter"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::to_string((int)ncclFloat32) + " on rank 0 but " + std::to_string((int)ncclBfloat16) +
+                     " on rank 1"),
+            std::string::npos)
+      << msg;
 }
 
 // NCCL_DCP_SIMPLE_MIN_ROWS only shapes AUTO: with an explicit protocol

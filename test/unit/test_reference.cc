@@ -3,6 +3,7 @@
 // oracle shares no code with merge.h or reference.cc: it decodes bf16 / fp16
 // bits itself and computes in double. Every test draws fresh random data;
 // a failing test prints its seed, replayed with --gtest_random_seed=N.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "device/merge.h"
+#include "error.h"
 #include "reference.h"
 #include "test_util.h"
 #include "validate.h"
@@ -679,6 +681,550 @@ TEST(MergeWeights, AccumulateSkipsZeroWeightNan) {
   EXPECT_EQ(mergeAccumulate(1.5f, 0.f, INFINITY), 1.5f);
   EXPECT_EQ(mergeAccumulate(1.f, 0.5f, 2.f), 2.f);
 }
+
+
+// ---------------------------------------------------------------------------
+// The scatter modes, partial LSEs of bf16 / fp16, the empty shards of
+// seqLens / queryStartLoc, against an fp64 oracle written here: its own
+// split, its own row -> sequence search, its own placement of each merge in
+// each rank's out (not forEachOutput), its own decoding of the rounded LSEs.
+
+const int kAllModes[] = {ncclDcpScatterHead, ncclDcpScatterToken, ncclDcpScatterNone};
+
+std::string modeName(int m) { return m == ncclDcpScatterHead ? "HEAD" : m == ncclDcpScatterToken ? "TOKEN" : "NONE"; }
+
+Config modeResolvedConfig(int headDim, int localHeads, ncclDataType_t dtype, int scatter, ncclDataType_t lseDtype,
+                          int lseBase = ncclDcpLseBase2) {
+  ncclDcpConfig_t in = test::makeConfig(headDim, localHeads, dtype, lseBase);
+  in.scatter = scatter;
+  in.lseDtype = lseDtype;
+  Config c{};
+  EXPECT_EQ(resolveConfig(&in, Env{}, &c), ncclSuccess) << ncclDcpGetLastError();
+  return c;
+}
+
+// One call's inputs on every rank, packed, plus the call's additions.
+struct ModeProblem {
+  Config cfg;
+  int cp = 0, batch = 0;
+  std::vector<int> counts;  // TOKEN host counts; empty: the even split
+  int numSeqs = 0;          // 0: no empty-shard arrays
+  std::vector<int> qsl;     // numSeqs + 1, the same on every rank
+  std::vector<std::vector<int>> seqLens;         // per rank, numSeqs each
+  std::vector<std::vector<uint8_t>> in, lse;     // per rank: [B][cp][Hl][D] of dtype, [B][cp][Hl] of lseDtype
+
+  int heads() const { return cfg.scatter == Scatter::Head ? cfg.localHeads : cp * cfg.localHeads; }
+  int64_t lseIndex(int b, int h) const { return (int64_t)b * cp * cfg.localHeads + h; }
+  int64_t inIndex(int b, int h) const { return lseIndex(b, h) * cfg.headDim; }
+};
+
+// The oracle's split: counts, or the first B % cp ranks one row more.
+std::vector<int> oracleStarts(const ModeProblem& p) {
+  std::vector<int> start(p.cp + 1, 0);
+  for (int r = 0; r < p.cp; r++)
+    start[r + 1] = start[r] + (p.counts.empty() ? p.batch / p.cp + (r < p.batch % p.cp ? 1 : 0) : p.counts[r]);
+  return start;
+}
+
+// Row b is empty on rank src: no sequence [qsl[i], qsl[i+1]) holds it, or
+// the one that does has local length 0. A linear scan.
+bool oracleEmpty(const ModeProblem& p, int src, int b) {
+  if (p.numSeqs == 0) return false;
+  for (int i = 0; i < p.numSeqs; i++)
+    if (p.qsl[i] <= b && b < p.qsl[i + 1]) return p.seqLens[src][i] == 0;
+  return true;
+}
+
+// Where rank r holds the merge of (row b, global head h): its out row and
+// head, or false when it does not hold it.
+bool oraclePlace(const ModeProblem& p, const std::vector<int>& start, int r, int b, int h, int* row, int* head) {
+  const int Hl = p.cfg.localHeads;
+  switch (p.cfg.scatter) {
+    case Scatter::Head:
+      if (h / Hl != r) return false;
+      *row = b;
+      *head = h - r * Hl;
+      return true;
+    case Scatter::Token:
+      if (b < start[r] || b >= start[r + 1]) return false;
+      *row = b - start[r];
+      *head = h;
+      return true;
+    default:
+      *row = b;
+      *head = h;
+      return true;
+  }
+}
+
+// Merged (row b, global head h) in fp64: out[D], its scale, the LSE.
+struct Merged {
+  std::vector<double> out, scale;
+  double lse = 0;
+  bool allEmpty = false;
+};
+
+Merged oracleMerge(const ModeProblem& p, int b, int h) {
+  const Config& cfg = p.cfg;
+  const bool base2 = cfg.lseBase == LseBase::Two;
+  std::vector<double> l(p.cp), w(p.cp);
+  double m = -kInf;
+  for (int src = 0; src < p.cp; src++) {
+    double x = oracleEmpty(p, src, b) ? -kInf : decode(cfg.lseDtype, p.lse[src].data(), p.lseIndex(b, h));
+    if (std::isnan(x) || x == kInf) x = -kInf;
+    l[src] = x;
+    m = std::max(m, x);
+  }
+  if (m == -kInf) m = 0;
+  double sum = 0;
+  for (int src = 0; src < p.cp; src++) {
+    w[src] = l[src] == -kInf ? 0.0 : (base2 ? std::exp2(l[src] - m) : std::exp(l[src] - m));
+    sum += w[src];
+  }
+  Merged r;
+  r.allEmpty = sum == 0;
+  r.lse = sum == 0 ? -kInf : m + (base2 ? std::log2(sum) : std::log(sum));
+  r.out.assign(cfg.headDim, 0.0);
+  r.scale.assign(cfg.headDim, 0.0);
+  for (int d = 0; d < cfg.headDim; d++)
+    for (int src = 0; src < p.cp; src++) {
+      if (w[src] == 0) continue;
+      const double t = w[src] / sum * decode(cfg.dtype, p.in[src].data(), p.inIndex(b, h) + d);
+      r.out[d] += t;
+      r.scale[d] += std::fabs(t);
+    }
+  return r;
+}
+
+// Every rank's outputs of one run, poisoned (0xff) before it.
+struct ModeOutputs {
+  Strides s;
+  std::vector<std::vector<uint8_t>> out;
+  std::vector<std::vector<float>> outLse;
+};
+
+// Out strides: packed, or padded rows and heads.
+Strides modeStrides(const ModeProblem& p, bool padded) {
+  Strides s = packedStrides(p.cfg, p.cp);
+  if (padded) {
+    const int pad = 16 / p.cfg.eltSize;
+    s.outHead = p.cfg.headDim + pad;
+    s.outRow = p.heads() * s.outHead + 2 * pad;
+    s.outLseHead = 2;
+    s.outLseRow = p.heads() * 2 + 3;
+  }
+  return s;
+}
+
+CallShape modeShape(const ModeProblem& p) {
+  ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+  if (!p.counts.empty()) args.rowCounts = p.counts.data();
+  if (p.numSeqs > 0) {
+    args.seqLens = p.seqLens[0].data();
+    args.queryStartLoc = p.qsl.data();
+    args.numSeqs = p.numSeqs;
+  }
+  CallShape shape{};
+  clearLastError();
+  EXPECT_EQ(resolveCallArgs(&args, p.cfg, p.cp, p.batch, &shape), ncclSuccess) << ncclDcpGetLastError();
+  return shape;
+}
+
+// Runs the reference on p: outputs sized for a whole batch of the mode's
+// heads (one row more), so that a write outside the rank's rows shows.
+ModeOutputs runModeReference(const ModeProblem& p, bool padded, bool withOutLse = true) {
+  ModeOutputs o;
+  o.s = modeStrides(p, padded);
+  const CallShape shape = modeShape(p);
+  std::vector<CallBuffers> bufs(p.cp);
+  o.out.resize(p.cp);
+  o.outLse.resize(p.cp);
+  for (int r = 0; r < p.cp; r++) {
+    o.out[r].assign((size_t)(p.batch + 1) * o.s.outRow * p.cfg.eltSize, 0xff);
+    std::vector<float>& lse = o.outLse[r];
+    lse.resize((size_t)(p.batch + 1) * o.s.outLseRow);
+    memset(lse.data(), 0xff, lse.size() * sizeof(float));
+    bufs[r] = {p.in[r].data(), p.lse[r].data(), o.out[r].data(), withOutLse ? lse.data() : nullptr};
+    if (p.numSeqs > 0) {
+      bufs[r].seqLens = p.seqLens[r].data();
+      bufs[r].queryStartLoc = p.qsl.data();
+    }
+  }
+  referenceA2aLseReduce(p.cfg, p.cp, p.batch, o.s, bufs.data(), &shape);
+  return o;
+}
+
+// Every element each rank must hold matches the oracle (rows empty on every
+// rank: exactly 0 and -inf); every other byte of out and outLse is still
+// poisoned.
+::testing::AssertionResult MatchesModeOracle(const ModeProblem& p, const ModeOutputs& o) {
+  const Config& cfg = p.cfg;
+  const int D = cfg.headDim, H = p.cp * cfg.localHeads, e = cfg.eltSize;
+  const double eps = outputEpsilon(cfg.dtype);
+  const std::vector<int> start = oracleStarts(p);
+  size_t bad = 0;
+  std::ostringstream first;
+  auto note = [&](const std::string& what) {
+    if (bad++ < 5) first << "\n  " << what;
+  };
+  std::vector<std::vector<bool>> outWritten(p.cp), lseWritten(p.cp);
+  for (int r = 0; r < p.cp; r++) {
+    outWritten[r].assign(o.out[r].size() / e, false);
+    lseWritten[r].assign(o.outLse[r].size(), false);
+  }
+  for (int b = 0; b < p.batch; b++)
+    for (int h = 0; h < H; h++) {
+      const Merged want = oracleMerge(p, b, h);
+      for (int r = 0; r < p.cp; r++) {
+        int row, head;
+        if (!oraclePlace(p, start, r, b, h, &row, &head)) continue;
+        std::ostringstream at;
+        at << "rank " << r << " (row " << b << ", head " << h << ") at [" << row << "][" << head << "]";
+        for (int d = 0; d < D; d++) {
+          const int64_t i = row * o.s.outRow + head * o.s.outHead + d;
+          outWritten[r][i] = true;
+          const double g = decode(cfg.dtype, o.out[r].data(), i);
+          const double tol = eps * std::fabs(want.out[d]) + 1e-5 * want.scale[d] + 1e-7;
+          const bool ok = want.allEmpty ? g == 0.0 : std::isfinite(g) && std::fabs(g - want.out[d]) <= tol;
+          if (!ok) {
+            std::ostringstream m;
+            m << at.str() << " out[" << d << "] = " << g << ", oracle " << want.out[d]
+              << (want.allEmpty ? " (empty on every rank)" : "");
+            note(m.str());
+          }
+        }
+        if (o.outLse[r].empty()) continue;
+        const int64_t li = row * o.s.outLseRow + head * o.s.outLseHead;
+        lseWritten[r][li] = true;
+        const double g = o.outLse[r][li];
+        const double tol = kFloatEpsilon * (2 * (1 + std::fabs(want.lse)) + p.cp);
+        const bool ok = want.lse == -kInf ? g == -kInf : std::isfinite(g) && std::fabs(g - want.lse) <= tol;
+        if (!ok) {
+          std::ostringstream m;
+          m << at.str() << " outLse = " << g << ", oracle " << want.lse;
+          note(m.str());
+        }
+      }
+    }
+  for (int r = 0; r < p.cp; r++) {
+    size_t touched = 0;
+    for (size_t i = 0; i < outWritten[r].size(); i++)
+      if (!outWritten[r][i])
+        for (int k = 0; k < e; k++) touched += o.out[r][i * e + k] != 0xff;
+    uint32_t poison;
+    memset(&poison, 0xff, 4);
+    for (size_t i = 0; i < lseWritten[r].size(); i++) {
+      uint32_t bits;
+      memcpy(&bits, &o.outLse[r][i], 4);
+      if (!lseWritten[r][i] && bits != poison) touched++;
+    }
+    if (touched) note("rank " + std::to_string(r) + ": " + std::to_string(touched) +
+                      " bytes/entries outside its rows and heads were written");
+  }
+  if (bad) return ::testing::AssertionFailure() << bad << " output(s) differ from the fp64 oracle:" << first.str();
+  return ::testing::AssertionSuccess();
+}
+
+// Fresh inputs: payloads in [-1, 1], LSEs in [-8, 8] stored in lseDtype
+// (rounded: the oracle reads what is stored); with `special`, some -inf,
+// NaN and +inf LSEs, a NaN payload behind each.
+void fillModeProblem(ModeProblem* p, std::mt19937_64& rng, bool special = true) {
+  const Config& cfg = p->cfg;
+  const int64_t lseCount = (int64_t)p->batch * p->cp * cfg.localHeads, inCount = lseCount * cfg.headDim;
+  std::uniform_real_distribution<float> payload(-1.f, 1.f), lse(-8.f, 8.f);
+  std::uniform_int_distribution<int> pick(0, 19);
+  p->in.assign(p->cp, {});
+  p->lse.assign(p->cp, {});
+  for (int r = 0; r < p->cp; r++) {
+    p->in[r].resize(inCount * cfg.eltSize + 16);
+    p->lse[r].resize(lseCount * cfg.lseEltSize + 16);
+    for (int64_t i = 0; i < inCount; i++) storeElement(cfg.dtype, p->in[r].data(), i, payload(rng));
+    for (int64_t i = 0; i < lseCount; i++) {
+      float v = lse(rng);
+      const int k = special ? pick(rng) : 19;
+      if (k == 0) v = -INFINITY;
+      if (k == 1) v = std::nanf("");
+      if (k == 2) v = INFINITY;
+      storeElement(cfg.lseDtype, p->lse[r].data(), i, v);
+      if (k <= 2) memset(p->in[r].data() + i * cfg.headDim * cfg.eltSize, 0xff, (size_t)cfg.headDim * cfg.eltSize);
+    }
+  }
+}
+
+// On every rank and row empty there: an LSE that would dominate or poison
+// (NaN, +inf, huge) and a NaN or huge payload, all to be ignored.
+void spoilEmptyRows(ModeProblem* p) {
+  const Config& cfg = p->cfg;
+  const float huge = cfg.lseDtype == ncclFloat16 ? 60000.f : 1e30f;
+  const float hugePayload = cfg.dtype == ncclFloat16 ? 60000.f : 1e30f;
+  int k = 0;
+  for (int r = 0; r < p->cp; r++)
+    for (int b = 0; b < p->batch; b++) {
+      if (!oracleEmpty(*p, r, b)) continue;
+      for (int h = 0; h < p->cp * cfg.localHeads; h++, k++) {
+        const float lses[3] = {std::nanf(""), huge, INFINITY};
+        storeElement(cfg.lseDtype, p->lse[r].data(), p->lseIndex(b, h), lses[k % 3]);
+        uint8_t* row = p->in[r].data() + p->inIndex(b, h) * cfg.eltSize;
+        if (k % 2 == 0) {
+          memset(row, 0xff, (size_t)cfg.headDim * cfg.eltSize);
+        } else {
+          for (int d = 0; d < cfg.headDim; d++) storeElement(cfg.dtype, row, d, hugePayload);
+        }
+      }
+    }
+}
+
+using ModeParam = std::tuple<ncclDataType_t /*dtype*/, ncclDataType_t /*lseDtype*/>;
+
+class ModeReference : public ::testing::TestWithParam<ModeParam> {
+ protected:
+  ModeProblem problem(int scatter, int cp, int batch, int Hl = 3, int lseBase = ncclDcpLseBase2) {
+    const auto [dtype, lseDtype] = GetParam();
+    ModeProblem p;
+    p.cfg = modeResolvedConfig(dtype == ncclFloat32 ? 12 : 24, Hl, dtype, scatter, lseDtype, lseBase);
+    p.cp = cp;
+    p.batch = batch;
+    return p;
+  }
+  // Fills p, runs the reference packed and padded, checks both.
+  void check(ModeProblem p, bool special = true) {
+    fillModeProblem(&p, rng, special);
+    if (p.numSeqs > 0) spoilEmptyRows(&p);
+    for (bool padded : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << modeName((int)p.cfg.scatter) << " cp " << p.cp << " batch " << p.batch
+                                        << (padded ? " padded out" : " packed out"));
+      EXPECT_TRUE(MatchesModeOracle(p, runModeReference(p, padded)));
+    }
+  }
+  void SetUp() override { rng.seed(test::freshSeed()); }
+  std::mt19937_64 rng;
+};
+
+TEST_P(ModeReference, HeadMatchesOracle) {
+  for (int cp : {1, 2, 4})
+    for (int lseBase : {(int)ncclDcpLseBase2, (int)ncclDcpLseBaseE}) check(problem(ncclDcpScatterHead, cp, 5, 3, lseBase));
+}
+
+TEST_P(ModeReference, TokenEvenSplitMatchesOracle) {
+  for (int cp : {1, 2, 3, 4})
+    for (int batch : {4, 9, 10}) check(problem(ncclDcpScatterToken, cp, batch));
+  check(problem(ncclDcpScatterToken, 4, 10, 2, ncclDcpLseBaseE));
+}
+
+TEST_P(ModeReference, TokenUnevenWithZeroRowRanksMatchesOracle) {
+  const std::vector<std::vector<int>> splits = {{0, 5, 0, 2}, {7, 0, 0, 0}, {0, 0, 0, 7}, {1, 0, 6, 0}};
+  for (const std::vector<int>& counts : splits) {
+    ModeProblem p = problem(ncclDcpScatterToken, 4, 7);
+    p.counts = counts;
+    check(p);
+  }
+}
+
+TEST_P(ModeReference, NoneMatchesOracle) {
+  for (int cp : {1, 2, 4}) check(problem(ncclDcpScatterNone, cp, 6));
+  check(problem(ncclDcpScatterNone, 3, 4, 2, ncclDcpLseBaseE));
+}
+
+TEST_P(ModeReference, BatchBelowRanksMatchesOracle) {
+  for (int m : kAllModes) {
+    check(problem(m, 4, 2));
+    check(problem(m, 8, 3, 1));
+  }
+}
+
+TEST_P(ModeReference, BatchOfOneMatchesOracle) {
+  for (int m : kAllModes)
+    for (int cp : {1, 2, 4}) check(problem(m, cp, 1));
+  // And a batch of 0 writes nothing.
+  for (int m : kAllModes) check(problem(m, 4, 0));
+}
+
+// Sequences over the rows (qsl [1, 3, 3, 6, 8], batch 10): row 0 and rows
+// 8, 9 are padding, sequence 1 has no rows; local lengths 0 on some ranks,
+// and sequence 3 (rows 6, 7) empty on every rank.
+void addSequences(ModeProblem* p) {
+  p->numSeqs = 4;
+  p->qsl = {1, 3, 3, 6, 8};
+  p->seqLens.assign(p->cp, {});
+  for (int r = 0; r < p->cp; r++) p->seqLens[r] = {(r % 2) ? 0 : 17, r, (r % 3 == 1) ? 0 : 5, 0};
+}
+
+TEST_P(ModeReference, EmptyShardsAreMinusInfinityWhateverTheyHold) {
+  for (int m : kAllModes) {
+    ModeProblem p = problem(m, 4, 10);
+    addSequences(&p);
+    check(p, false);
+  }
+  ModeProblem p = problem(ncclDcpScatterToken, 4, 10);
+  addSequences(&p);
+  p.counts = {0, 6, 4, 0};
+  check(p, false);
+}
+
+// The rows empty on every rank (a sequence of local length 0 everywhere,
+// and the padding) give exactly 0 and -inf however their inputs are spoilt;
+// the others are finite.
+TEST_P(ModeReference, RowsEmptyOnEveryRankGiveZeroAndMinusInf) {
+  for (int m : kAllModes) {
+    SCOPED_TRACE(modeName(m));
+    ModeProblem p = problem(m, 4, 10);
+    addSequences(&p);
+    fillModeProblem(&p, rng, false);
+    spoilEmptyRows(&p);
+    const ModeOutputs o = runModeReference(p, false);
+    ASSERT_TRUE(MatchesModeOracle(p, o));
+    const std::vector<int> start = oracleStarts(p);
+    for (int b : {0, 6, 7, 8, 9})
+      for (int h = 0; h < p.cp * p.cfg.localHeads; h++)
+        for (int r = 0; r < p.cp; r++) {
+          int row, head;
+          if (!oraclePlace(p, start, r, b, h, &row, &head)) continue;
+          for (int d = 0; d < p.cfg.headDim; d++) {
+            const float g = loadElement(p.cfg.dtype, o.out[r].data(), row * o.s.outRow + head * o.s.outHead + d);
+            ASSERT_TRUE(g == 0.f) << "rank " << r << " row " << b << " head " << h << ": " << g;
+          }
+          ASSERT_EQ(o.outLse[r][row * o.s.outLseRow + head * o.s.outLseHead], -INFINITY) << "row " << b;
+        }
+    // No merge is +inf.
+    for (int r = 0; r < p.cp; r++)
+      for (size_t i = 0; i < o.outLse[r].size(); i++) EXPECT_FALSE(o.outLse[r][i] == INFINITY);
+  }
+}
+
+// Padding past queryStartLoc[numSeqs] with LSEs that would dominate: empty.
+TEST_P(ModeReference, PaddingRowsPastTheLastSequenceAreEmpty) {
+  for (int m : kAllModes) {
+    ModeProblem p = problem(m, 2, 7);
+    p.numSeqs = 2;
+    p.qsl = {0, 2, 4};  // rows 4, 5, 6: padding
+    p.seqLens = {{3, 4}, {1, 9}};
+    check(p, false);
+  }
+}
+
+// Equal consecutive queryStartLoc: sequences with no rows; a row belongs to
+// the last sequence starting at or before it.
+TEST_P(ModeReference, SequencesWithoutRowsAreSkipped) {
+  for (int m : kAllModes) {
+    // Rows 2..4 are sequence 3's (length 7 on rank 0): live, though
+    // sequences 1, 2 (no rows, start 2 too) have length 0.
+    ModeProblem p = problem(m, 2, 5);
+    p.numSeqs = 4;
+    p.qsl = {0, 2, 2, 2, 5};
+    p.seqLens = {{5, 0, 0, 7}, {0, 0, 0, 3}};
+    check(p, false);
+    // Reversed: the empty sequences have lengths, the one with rows not.
+    ModeProblem q = problem(m, 2, 5);
+    q.numSeqs = 4;
+    q.qsl = {0, 2, 2, 2, 5};
+    q.seqLens = {{5, 9, 9, 0}, {2, 9, 9, 0}};
+    check(q, false);
+    // Empty sequences at both ends.
+    ModeProblem e = problem(m, 3, 4);
+    e.numSeqs = 4;
+    e.qsl = {0, 0, 3, 4, 4};
+    e.seqLens = {{0, 3, 0, 0}, {0, 0, 1, 0}, {6, 2, 2, 6}};
+    check(e, false);
+  }
+}
+
+// The merged bits of (row, head) depend on that row's inputs alone: the
+// same row placed in batches of 1, 7 and 97 (among other random rows, at
+// different positions, so on different ranks under TOKEN) gives identical
+// bits in every mode, and the modes agree with each other.
+TEST_P(ModeReference, BatchInvariantBitwise) {
+  const auto [dtype, lseDtype] = GetParam();
+  const int cp = 4, Hl = 2, D = dtype == ncclFloat32 ? 12 : 24, H = cp * Hl;
+  const int eltSize = dtypeSize(dtype), lseSize = dtypeSize(lseDtype);
+  // The row: every source's payload and LSEs for it.
+  ModeProblem one;
+  one.cfg = modeResolvedConfig(D, Hl, dtype, ncclDcpScatterHead, lseDtype);
+  one.cp = cp;
+  one.batch = 1;
+  fillModeProblem(&one, rng);
+  std::vector<uint8_t> rowBits;  // [H][D] of out, then [H] of outLse
+  for (int m : kAllModes) {
+    for (const auto& [batch, at, counts] : std::vector<std::tuple<int, int, std::vector<int>>>{
+             {1, 0, {}}, {7, 3, {}}, {7, 6, {}}, {97, 60, {}}, {97, 96, {}}, {97, 5, {0, 90, 0, 7}}, {7, 0, {0, 0, 7, 0}}}) {
+      if (!counts.empty() && m != ncclDcpScatterToken) continue;
+      SCOPED_TRACE(::testing::Message() << modeName(m) << " batch " << batch << " row at " << at);
+      ModeProblem p;
+      p.cfg = modeResolvedConfig(D, Hl, dtype, m, lseDtype);
+      p.cp = cp;
+      p.batch = batch;
+      p.counts = counts;
+      fillModeProblem(&p, rng);
+      for (int r = 0; r < cp; r++) {
+        memcpy(p.in[r].data() + p.inIndex(at, 0) * eltSize, one.in[r].data(), (size_t)H * D * eltSize);
+        memcpy(p.lse[r].data() + p.lseIndex(at, 0) * lseSize, one.lse[r].data(), (size_t)H * lseSize);
+      }
+      const ModeOutputs o = runModeReference(p, false);
+      const std::vector<int> start = oracleStarts(p);
+      std::vector<uint8_t> bits((size_t)H * D * eltSize + H * 4);
+      std::vector<bool> seen(H, false);
+      for (int r = 0; r < cp; r++)
+        for (int h = 0; h < H; h++) {
+          int row, head;
+          if (!oraclePlace(p, start, r, at, h, &row, &head)) continue;
+          uint8_t* outBits = bits.data() + (size_t)h * D * eltSize;
+          uint8_t* lseBits = bits.data() + (size_t)H * D * eltSize + h * 4;
+          const uint8_t* got = o.out[r].data() + (row * o.s.outRow + head * o.s.outHead) * eltSize;
+          const float* gotLse = &o.outLse[r][row * o.s.outLseRow + head * o.s.outLseHead];
+          if (seen[h]) {  // NONE: every rank holds the same bits
+            EXPECT_EQ(memcmp(outBits, got, (size_t)D * eltSize), 0) << "rank " << r << " head " << h;
+            EXPECT_EQ(memcmp(lseBits, gotLse, 4), 0) << "rank " << r << " head " << h;
+          }
+          memcpy(outBits, got, (size_t)D * eltSize);
+          memcpy(lseBits, gotLse, 4);
+          seen[h] = true;
+        }
+      for (int h = 0; h < H; h++) ASSERT_TRUE(seen[h]) << "head " << h << " of the row is on no rank";
+      if (rowBits.empty()) rowBits = bits;
+      EXPECT_EQ(bits, rowBits) << "the row's bits differ from its first placement (HEAD, batch 1)";
+    }
+  }
+}
+
+// A bf16 / fp16 partial LSE is read as stored (rounded), not as anything
+// wider: with two live sources whose LSEs round apart, the merge follows
+// the rounded values. LSEs 100.3 and 100.0: bf16 stores 100.5 and 100.
+TEST(ModeReferenceLse, RoundedLseValuesAreTheWeights) {
+  for (ncclDataType_t lseDtype : {ncclBfloat16, ncclFloat16, ncclFloat32}) {
+    SCOPED_TRACE(dtypeName(lseDtype));
+    ModeProblem p;
+    p.cfg = modeResolvedConfig(4, 1, ncclFloat32, ncclDcpScatterNone, lseDtype);
+    p.cp = 2;
+    p.batch = 1;
+    std::mt19937_64 rng(test::freshSeed());
+    fillModeProblem(&p, rng, false);
+    storeElement(lseDtype, p.lse[0].data(), 0, 100.3f);
+    storeElement(lseDtype, p.lse[1].data(), 0, 100.0f);
+    storeElement(lseDtype, p.lse[0].data(), 1, 100.0f);
+    storeElement(lseDtype, p.lse[1].data(), 1, 100.3f);
+    for (int d = 0; d < 4; d++) {
+      storeElement(ncclFloat32, p.in[0].data(), d, 1.f);   // (row 0, head 0) from rank 0
+      storeElement(ncclFloat32, p.in[1].data(), d, 0.f);   // (row 0, head 0) from rank 1
+    }
+    const ModeOutputs o = runModeReference(p, false);
+    ASSERT_TRUE(MatchesModeOracle(p, o));
+    // out = w0 / (w0 + w1) with w0 / w1 = 2^(stored(100.3) - 100).
+    const double stored = decode(lseDtype, p.lse[0].data(), 0);
+    if (lseDtype == ncclBfloat16) {
+      EXPECT_EQ(stored, 100.5);
+    }
+    const double want = 1.0 / (1.0 + std::exp2(100.0 - stored));
+    EXPECT_NEAR(((const float*)o.out[0].data())[0], want, 1e-6);
+    EXPECT_NEAR(o.outLse[1][0], 100.0 + std::log2(1.0 + std::exp2(stored - 100.0)), 1e-4);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, ModeReference,
+    ::testing::Combine(::testing::Values(ncclBfloat16, ncclFloat16, ncclFloat32),
+                       ::testing::Values(ncclFloat32, ncclBfloat16, ncclFloat16)),
+    [](const ::testing::TestParamInfo<ModeParam>& info) {
+      return dtypeParamName(std::get<0>(info.param)) + "_lse_" + dtypeParamName(std::get<1>(info.param));
+    });
 
 }  // namespace
 }  // namespace nccl_dcp

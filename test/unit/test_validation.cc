@@ -4,7 +4,10 @@
 // argument, so a message that blames the wrong field fails too. No GPU is
 // needed: checkCall never dereferences the buffers, so fake addresses and
 // plain host buffers stand in for device memory.
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -868,6 +871,765 @@ TEST_F(CallFixture, ViewLargerThanTheAddressSpaceRejected) {
   const std::string msg = ncclDcpGetLastError();
   EXPECT_TRUE(msg.find("outRow") != std::string::npos || msg.find("batch") != std::string::npos)
       << "last error \"" << msg << "\" names neither strides->outRow nor batch";
+}
+
+
+// ---------------------------------------------------------------------------
+// resolveConfig: the 0.3 fields, scatter and lseDtype.
+
+ncclDcpConfig_t modeConfigIn(int scatter, ncclDataType_t lseDtype = (ncclDataType_t)NCCL_CONFIG_UNDEF_INT) {
+  ncclDcpConfig_t c = validConfig();
+  c.scatter = scatter;
+  c.lseDtype = lseDtype;
+  return c;
+}
+
+// Hl = 4, D = 128 bf16, in the given mode and LSE dtype.
+Config modeConfig(int scatter, ncclDataType_t lseDtype = ncclFloat32) {
+  const ncclDcpConfig_t in = modeConfigIn(scatter, lseDtype);
+  Config c{};
+  EXPECT_EQ(resolveConfig(&in, Env{}, &c), ncclSuccess) << ncclDcpGetLastError();
+  return c;
+}
+
+const int kModes[] = {ncclDcpScatterHead, ncclDcpScatterToken, ncclDcpScatterNone};
+
+TEST(ConfigScatter, UnsetIsHeadWithFp32Lses) {
+  const ncclDcpConfig_t in = validConfig();  // the initializer leaves both unset
+  ASSERT_EQ(in.scatter, NCCL_CONFIG_UNDEF_INT);
+  ASSERT_EQ((int)in.lseDtype, NCCL_CONFIG_UNDEF_INT);
+  Config c{};
+  c.scatter = Scatter::None;
+  c.lseDtype = ncclFloat16;
+  ASSERT_EQ(resolveConfig(&in, Env{}, &c), ncclSuccess) << ncclDcpGetLastError();
+  EXPECT_EQ(c.scatter, Scatter::Head);
+  EXPECT_EQ(c.lseDtype, ncclFloat32);
+  EXPECT_EQ(c.lseEltSize, 4);
+}
+
+TEST(ConfigScatter, EveryModeAccepted) {
+  for (int m : kModes) {
+    SCOPED_TRACE(std::string("scatter ") + scatterName(m));
+    const Config c = modeConfig(m);
+    EXPECT_EQ((int)c.scatter, m);
+    EXPECT_EQ(headsPerRow(c, 4), m == ncclDcpScatterHead ? 4 : 16);
+    EXPECT_EQ(headsPerRow(c, 1), 4);
+  }
+}
+
+TEST(ConfigScatter, OutOfEnumRejected) {
+  for (int bad : {-1, (int)ncclDcpNumScatters, 7, INT32_MAX}) {
+    SCOPED_TRACE("scatter " + std::to_string(bad));
+    EXPECT_REJECTED(resolve(modeConfigIn(bad)), ncclInvalidArgument, "config->scatter " + std::to_string(bad));
+  }
+}
+
+TEST(ConfigLseDtype, EverySupportedDtypeAccepted) {
+  const struct {
+    ncclDataType_t dtype;
+    int bytes;
+  } ok[] = {{ncclFloat32, 4}, {ncclBfloat16, 2}, {ncclFloat16, 2}};
+  for (const auto& t : ok)
+    for (int m : kModes) {
+      SCOPED_TRACE(std::string(dtypeName(t.dtype)) + " " + scatterName(m));
+      const Config c = modeConfig(m, t.dtype);
+      EXPECT_EQ(c.lseDtype, t.dtype);
+      EXPECT_EQ(c.lseEltSize, t.bytes);
+      EXPECT_EQ(c.dtype, ncclBfloat16) << "lseDtype must not change the payload's dtype";
+    }
+}
+
+TEST(ConfigLseDtype, UnsupportedRejected) {
+  for (ncclDataType_t bad : {ncclInt8, ncclUint8, ncclInt32, ncclInt64, ncclFloat64, (ncclDataType_t)99,
+                             (ncclDataType_t)-2}) {
+    SCOPED_TRACE("lseDtype " + std::to_string((int)bad));
+    EXPECT_REJECTED(resolve(modeConfigIn(ncclDcpScatterHead, bad)), ncclInvalidArgument,
+                    "config->lseDtype " + std::to_string((int)bad));
+  }
+}
+
+// A caller built against 0.2 passes a struct that ends before scatter and
+// lseDtype: whatever lies past its size is not read, the defaults apply.
+TEST(ConfigSize, ZeroPointTwoSizedConfigTakesTheDefaults) {
+  ncclDcpConfig_t cfg = modeConfigIn(ncclDcpScatterToken, ncclBfloat16);  // ignored: past the size
+  cfg.size = offsetof(ncclDcpConfig_t, scatter);
+  cfg.version = NCCL_DCP_VERSION(0, 2, 0);
+  Config c{};
+  clearLastError();
+  ASSERT_EQ(resolveConfig(&cfg, Env{}, &c), ncclSuccess) << ncclDcpGetLastError();
+  EXPECT_EQ(c.scatter, Scatter::Head);
+  EXPECT_EQ(c.lseDtype, ncclFloat32);
+  EXPECT_EQ(c.lseEltSize, 4);
+  EXPECT_EQ(c.headDim, 128);
+  // Even values past the size that would be refused are not read.
+  cfg.scatter = 99;
+  cfg.lseDtype = (ncclDataType_t)99;
+  EXPECT_ACCEPTED(resolveConfig(&cfg, Env{}, &c));
+  EXPECT_EQ(c.scatter, Scatter::Head);
+}
+
+// The struct a 0.2 caller really has: nccl_dcp.h 0.2's ncclDcpConfig_t,
+// whose sizeof (what its NCCL_DCP_CONFIG_INITIALIZER puts in size) is
+// padded to the alignment of its size_t.
+struct ConfigV02 {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int headDim, localHeads;
+  ncclDataType_t dtype;
+  int lseBase, maxBatch, protocol, timeoutMs;
+};
+static_assert(offsetof(ConfigV02, timeoutMs) == offsetof(ncclDcpConfig_t, timeoutMs), "0.2's layout");
+static_assert(offsetof(ConfigV02, timeoutMs) + sizeof(int) == offsetof(ncclDcpConfig_t, scatter), "appended");
+
+// BUG (src/validate.cc resolveConfig, the size check): it accepts
+// size == offsetof(ncclDcpConfig_t, scatter) (44 on x86-64) as 0.2's size,
+// but 0.2's sizeof(ncclDcpConfig_t), which NCCL_DCP_CONFIG_INITIALIZER
+// writes, is padded to 8 bytes (48): every config of a caller built against
+// 0.2 is refused ("config->size 48 is not sizeof(ncclDcpConfig_t) = 56 (or
+// 0.2's 44)"). 0.2's size is sizeof(ConfigV02); the bytes past its last
+// field (the padding, which overlays 0.3's scatter) must not be read.
+TEST(ConfigSize, ConfigOfAZeroPointTwoCallerAccepted) {
+  // 0.2's struct inside a larger block whose bytes past it hold garbage
+  // (which 0.3's scatter and lseDtype would read as refused values).
+  union {
+    ConfigV02 v2;
+    unsigned char bytes[sizeof(ncclDcpConfig_t) + 16];
+  } block;
+  memset(&block, 0x5a, sizeof(block));
+  const ncclDcpConfig_t now = validConfig();
+  block.v2 = {sizeof(ConfigV02), NCCL_DCP_CONFIG_MAGIC, NCCL_DCP_VERSION(0, 2, 0), now.headDim, now.localHeads,
+              now.dtype, now.lseBase, now.maxBatch, now.protocol, now.timeoutMs};
+  memset(block.bytes + offsetof(ConfigV02, timeoutMs) + sizeof(int), 0x5a,
+         sizeof(block) - offsetof(ConfigV02, timeoutMs) - sizeof(int));  // the padding too
+  Config c{};
+  clearLastError();
+  EXPECT_EQ(resolveConfig((const ncclDcpConfig_t*)&block, Env{}, &c), ncclSuccess)
+      << "a 0.2 caller's config (size " << sizeof(ConfigV02) << ") refused: " << ncclDcpGetLastError();
+  if (c.headDim == now.headDim) {
+    EXPECT_EQ(c.scatter, Scatter::Head);
+    EXPECT_EQ(c.lseDtype, ncclFloat32);
+  }
+}
+
+TEST(ConfigSize, SizeOfNeitherVersionRejected) {
+  const size_t v2 = offsetof(ncclDcpConfig_t, scatter);
+  for (size_t size : {v2 - 4, v2 + 2, offsetof(ncclDcpConfig_t, lseDtype) + 2, sizeof(ncclDcpConfig_t) - 2,
+                      sizeof(ncclDcpConfig_t) + 4, size_t(8)}) {
+    SCOPED_TRACE("size " + std::to_string(size));
+    ncclDcpConfig_t cfg = validConfig();
+    cfg.size = size;
+    EXPECT_REJECTED(resolve(cfg), ncclInvalidArgument, "config->size " + std::to_string(size));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// resolveCallArgs: the call's additions, and the mode's shape.
+
+constexpr int kCp = 4;
+
+CallShape shapeOf(const Config& cfg, const ncclDcpCallArgs_t* args, int batch, int nRanks = kCp) {
+  CallShape s;
+  memset(&s, 0xab, sizeof(s));  // nothing left from before
+  clearLastError();
+  EXPECT_EQ(resolveCallArgs(args, cfg, nRanks, batch, &s), ncclSuccess) << ncclDcpGetLastError();
+  return s;
+}
+
+ncclResult_t resolveArgs(const Config& cfg, const ncclDcpCallArgs_t& args, int batch, int nRanks = kCp) {
+  CallShape s;
+  return resolveCallArgs(&args, cfg, nRanks, batch, &s);
+}
+
+// Rows per rank of a split.
+std::vector<int> rowsOf(const RowSplit& split, int nRanks) {
+  std::vector<int> n(nRanks);
+  for (int p = 0; p < nRanks; p++) n[p] = split.start[p + 1] - split.start[p];
+  return n;
+}
+
+TEST(CallArgs, NoArgsGiveTheModesShape) {
+  for (int m : kModes)
+    for (ncclDataType_t lse : {ncclFloat32, ncclBfloat16}) {
+      SCOPED_TRACE(std::string(scatterName(m)) + " " + dtypeName(lse));
+      const Config cfg = modeConfig(m, lse);
+      const CallShape s = shapeOf(cfg, nullptr, 10);
+      EXPECT_EQ((int)s.scatter, m);
+      EXPECT_EQ(s.localHeads, 4);
+      EXPECT_EQ(s.heads, m == ncclDcpScatterHead ? 4 : kCp * 4);
+      EXPECT_EQ(s.batch, 10);
+      EXPECT_EQ(s.lseDtype, (int)lse);
+      EXPECT_EQ(s.numSeqs, 0);
+      EXPECT_EQ(s.split.deviceCounts, nullptr);
+      EXPECT_EQ(rowsOf(s.split, kCp), (std::vector<int>{3, 3, 2, 2}));
+      EXPECT_EQ(s.split.start[0], 0);
+    }
+}
+
+TEST(CallArgs, InitializerAloneIsNoArgs) {
+  for (int m : kModes) {
+    const Config cfg = modeConfig(m);
+    const ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+    const CallShape a = shapeOf(cfg, &args, 9), b = shapeOf(cfg, nullptr, 9);
+    EXPECT_EQ(a.scatter, b.scatter);
+    EXPECT_EQ(a.heads, b.heads);
+    EXPECT_EQ(a.batch, b.batch);
+    EXPECT_EQ(a.numSeqs, 0);
+    EXPECT_EQ(a.split.deviceCounts, nullptr);
+    EXPECT_EQ(rowsOf(a.split, kCp), rowsOf(b.split, kCp));
+  }
+}
+
+TEST(CallArgs, WrongMagicRejected) {
+  ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+  args.magic = NCCL_DCP_CONFIG_MAGIC;
+  EXPECT_REJECTED(resolveArgs(modeConfig(ncclDcpScatterToken), args, 4), ncclInvalidArgument, "args->magic");
+  args.magic = 0;
+  EXPECT_REJECTED(resolveArgs(modeConfig(ncclDcpScatterHead), args, 4), ncclInvalidArgument, "args->magic");
+}
+
+TEST(CallArgs, UnknownVersionRejected) {
+  // The struct came in 0.3: no earlier version has it.
+  for (unsigned v : {0u, (unsigned)NCCL_DCP_VERSION(0, 2, 0), (unsigned)NCCL_DCP_VERSION_CODE + 1,
+                     (unsigned)NCCL_DCP_VERSION(1, 0, 0)}) {
+    SCOPED_TRACE("version " + std::to_string(v));
+    ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+    args.version = v;
+    EXPECT_REJECTED(resolveArgs(modeConfig(ncclDcpScatterToken), args, 4), ncclInvalidArgument,
+                    "args->version " + std::to_string(v));
+  }
+}
+
+TEST(CallArgs, WrongSizeRejected) {
+  for (size_t size : {size_t(0), sizeof(ncclDcpCallArgs_t) - 8, sizeof(ncclDcpCallArgs_t) + 8}) {
+    SCOPED_TRACE("size " + std::to_string(size));
+    ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+    args.size = size;
+    EXPECT_REJECTED(resolveArgs(modeConfig(ncclDcpScatterToken), args, 4), ncclInvalidArgument, "args->size");
+  }
+}
+
+TEST(CallArgs, CountsOutsideTokenRejectedNamingTheMode) {
+  const int counts[kCp] = {1, 1, 1, 1};
+  for (int m : {ncclDcpScatterHead, ncclDcpScatterNone}) {
+    SCOPED_TRACE(scatterName(m));
+    ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+    args.rowCounts = counts;
+    EXPECT_REJECTED(resolveArgs(modeConfig(m), args, 4), ncclInvalidArgument, "args->rowCounts is set");
+    EXPECT_NE(std::string(ncclDcpGetLastError()).find(scatterName(m)), std::string::npos) << ncclDcpGetLastError();
+    args.rowCounts = nullptr;
+    args.rowCountsDevice = (const int*)0x10000;
+    EXPECT_REJECTED(resolveArgs(modeConfig(m), args, 4), ncclInvalidArgument, "args->rowCountsDevice is set");
+  }
+}
+
+TEST(CallArgs, BothCountFormsRejected) {
+  const int counts[kCp] = {1, 1, 1, 1};
+  ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+  args.rowCounts = counts;
+  args.rowCountsDevice = (const int*)0x10000;
+  EXPECT_REJECTED(resolveArgs(modeConfig(ncclDcpScatterToken), args, 4), ncclInvalidArgument,
+                  "args->rowCounts and args->rowCountsDevice are both set");
+}
+
+TEST(CallArgs, NegativeCountNamesItsIndex) {
+  const struct {
+    std::vector<int> counts;
+    int batch;
+    const char* named;
+  } cases[] = {
+      {{3, -1, 2, 0}, 4, "args->rowCounts[1] = -1"},
+      {{1, 1, 1, -2}, 1, "args->rowCounts[3] = -2"},
+      {{-1, 5, 0, 0}, 4, "args->rowCounts[0] = -1"},  // sums to batch: refused all the same
+      {{2, 0, INT32_MIN, 0}, 2, "args->rowCounts[2]"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.named);
+    ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+    args.rowCounts = c.counts.data();
+    EXPECT_REJECTED(resolveArgs(modeConfig(ncclDcpScatterToken), args, c.batch), ncclInvalidArgument, c.named);
+    EXPECT_NE(std::string(ncclDcpGetLastError()).find("negative"), std::string::npos) << ncclDcpGetLastError();
+  }
+}
+
+TEST(CallArgs, CountsNotSummingToBatchRejected) {
+  const struct {
+    std::vector<int> counts;
+    int batch;
+    const char* sum;
+  } cases[] = {
+      {{1, 1, 1, 1}, 5, "sum to 4"},
+      {{1, 1, 1, 1}, 3, "sum to 4"},
+      {{0, 0, 0, 0}, 1, "sum to 0"},
+      {{0, 0, 0, 1}, 0, "sum to 1"},
+      // Would wrap to batch in 32 bits: 2^31 - 1 + 2^31 - 1 + 2 = 2^32.
+      {{INT32_MAX, INT32_MAX, 2, 0}, 0, "sum to 4294967296"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.sum);
+    ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+    args.rowCounts = c.counts.data();
+    EXPECT_REJECTED(resolveArgs(modeConfig(ncclDcpScatterToken), args, c.batch), ncclInvalidArgument,
+                    "args->rowCounts " + std::string(c.sum));
+    EXPECT_NE(std::string(ncclDcpGetLastError()).find("batch " + std::to_string(c.batch)), std::string::npos)
+        << ncclDcpGetLastError();
+  }
+}
+
+// Host counts are the split: zero-row ranks anywhere, all rows on one rank.
+TEST(CallArgs, HostCountsAreTheSplit) {
+  const std::vector<std::vector<int>> splits = {{0, 5, 0, 2}, {7, 0, 0, 0}, {0, 0, 0, 7}, {1, 2, 3, 1}, {2, 2, 2, 1}};
+  for (const std::vector<int>& counts : splits) {
+    ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+    args.rowCounts = counts.data();
+    const CallShape s = shapeOf(modeConfig(ncclDcpScatterToken), &args, 7);
+    EXPECT_EQ(s.split.deviceCounts, nullptr);
+    EXPECT_EQ(s.split.start[0], 0);
+    EXPECT_EQ(rowsOf(s.split, kCp), counts);
+    for (int r = 0; r < kCp; r++) EXPECT_EQ(outRowsOf(s, r), counts[r]) << "rank " << r;
+  }
+  // Zero rows, every count 0.
+  const int zeros[kCp] = {0, 0, 0, 0};
+  ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+  args.rowCounts = zeros;
+  const CallShape s = shapeOf(modeConfig(ncclDcpScatterToken), &args, 0);
+  for (int r = 0; r < kCp; r++) EXPECT_EQ(outRowsOf(s, r), 0);
+}
+
+// The counts are read for the call's ranks only (cp of them), not more.
+TEST(CallArgs, HostCountsReadForTheRanksOnly) {
+  const int counts[3] = {0, 3, 1};  // no fourth entry: cp = 3
+  ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+  args.rowCounts = counts;
+  const CallShape s = shapeOf(modeConfig(ncclDcpScatterToken), &args, 4, 3);
+  EXPECT_EQ(rowsOf(s.split, 3), (std::vector<int>{0, 3, 1}));
+  EXPECT_EQ(s.heads, 12);
+}
+
+TEST(CallArgs, DeviceCountsLeaveTheRowsToTheKernels) {
+  ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+  args.rowCountsDevice = (const int*)0x10000;
+  const CallShape s = shapeOf(modeConfig(ncclDcpScatterToken), &args, 9);
+  EXPECT_EQ(s.split.deviceCounts, (const int*)0x10000);
+  for (int r = 0; r < kCp; r++) EXPECT_EQ(outRowsOf(s, r), -1) << "rank " << r;
+  args.rowCountsDevice = (const int*)0x10002;
+  EXPECT_REJECTED(resolveArgs(modeConfig(ncclDcpScatterToken), args, 9), ncclInvalidArgument,
+                  "args->rowCountsDevice");
+  EXPECT_NE(std::string(ncclDcpGetLastError()).find("aligned"), std::string::npos) << ncclDcpGetLastError();
+}
+
+TEST(CallArgs, SeqLensWithoutQueryStartLocRejected) {
+  for (int m : kModes) {
+    ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+    args.seqLens = (const int*)0x10000;
+    args.numSeqs = 2;
+    EXPECT_REJECTED(resolveArgs(modeConfig(m), args, 4), ncclInvalidArgument,
+                    "args->seqLens is set without args->queryStartLoc");
+  }
+}
+
+TEST(CallArgs, QueryStartLocWithoutSeqLensRejected) {
+  for (int m : kModes) {
+    ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+    args.queryStartLoc = (const int*)0x10000;
+    args.numSeqs = 2;
+    EXPECT_REJECTED(resolveArgs(modeConfig(m), args, 4), ncclInvalidArgument,
+                    "args->queryStartLoc is set without args->seqLens");
+  }
+}
+
+TEST(CallArgs, NumSeqsOutOfRangeRejected) {
+  for (int n : {0, -1, INT32_MIN, NCCL_DCP_MAX_BATCH_CAPACITY + 1, INT32_MAX}) {
+    SCOPED_TRACE("numSeqs " + std::to_string(n));
+    ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+    args.seqLens = (const int*)0x10000;
+    args.queryStartLoc = (const int*)0x20000;
+    args.numSeqs = n;
+    EXPECT_REJECTED(resolveArgs(modeConfig(ncclDcpScatterNone), args, 4), ncclInvalidArgument,
+                    "args->numSeqs " + std::to_string(n) + " is out of range");
+  }
+}
+
+TEST(CallArgs, NumSeqsInRangeAcceptedInEveryMode) {
+  for (int m : kModes)
+    for (int n : {1, 3, NCCL_DCP_MAX_BATCH_CAPACITY}) {
+      ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+      args.seqLens = (const int*)0x10000;
+      args.queryStartLoc = (const int*)0x20000;
+      args.numSeqs = n;
+      EXPECT_EQ(shapeOf(modeConfig(m), &args, 4).numSeqs, n) << scatterName(m);
+    }
+}
+
+TEST(CallArgs, NumSeqsWithoutArraysRejected) {
+  for (int n : {3, -1}) {
+    ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+    args.numSeqs = n;
+    EXPECT_REJECTED(resolveArgs(modeConfig(ncclDcpScatterHead), args, 4), ncclInvalidArgument,
+                    "args->numSeqs " + std::to_string(n) + " is set without");
+  }
+}
+
+TEST(CallArgs, MisalignedArraysRejected) {
+  ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+  args.seqLens = (const int*)0x10002;
+  args.queryStartLoc = (const int*)0x20000;
+  args.numSeqs = 1;
+  EXPECT_REJECTED(resolveArgs(modeConfig(ncclDcpScatterHead), args, 4), ncclInvalidArgument, "args->seqLens");
+  EXPECT_NE(std::string(ncclDcpGetLastError()).find("aligned"), std::string::npos) << ncclDcpGetLastError();
+  args.seqLens = (const int*)0x10004;
+  args.queryStartLoc = (const int*)0x20001;
+  EXPECT_REJECTED(resolveArgs(modeConfig(ncclDcpScatterHead), args, 4), ncclInvalidArgument, "args->queryStartLoc");
+  args.queryStartLoc = (const int*)0x20004;
+  EXPECT_ACCEPTED(resolveArgs(modeConfig(ncclDcpScatterHead), args, 4));
+}
+
+// ---------------------------------------------------------------------------
+// The even split: the first batch % cp ranks take one row more.
+
+TEST(EvenSplit, RemainderGoesToTheFirstRanks) {
+  const struct {
+    int batch, cp;
+    std::vector<int> rows;
+  } cases[] = {
+      {10, 4, {3, 3, 2, 2}}, {7, 4, {2, 2, 2, 1}}, {8, 4, {2, 2, 2, 2}}, {2, 4, {1, 1, 0, 0}},  // B < cp
+      {1, 8, {1, 0, 0, 0, 0, 0, 0, 0}},                                                      // B = 1
+      {0, 3, {0, 0, 0}},                                                                     // B = 0
+      {5, 1, {5}},       {1, 1, {1}},       {65, 64, std::vector<int>(64, 1)},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE("batch " + std::to_string(c.batch) + " cp " + std::to_string(c.cp));
+    RowSplit split;
+    memset(&split, 0xab, sizeof(split));
+    evenSplit(c.batch, c.cp, &split);
+    EXPECT_EQ(split.deviceCounts, nullptr);
+    EXPECT_EQ(split.start[0], 0);
+    std::vector<int> want = c.rows;
+    if (c.batch == 65) want[0] = 2;
+    EXPECT_EQ(rowsOf(split, c.cp), want);
+    // The same through resolveCallArgs and outRowsOf.
+    const CallShape s = shapeOf(modeConfig(ncclDcpScatterToken), nullptr, c.batch, c.cp);
+    for (int r = 0; r < c.cp; r++) EXPECT_EQ(outRowsOf(s, r), want[r]) << "rank " << r;
+  }
+}
+
+TEST(EvenSplit, EveryBatchAndRankCount) {
+  for (int cp : {1, 2, 3, 5, 8, 16, 64})
+    for (int batch = 0; batch <= 3 * cp + 1; batch++) {
+      RowSplit split;
+      evenSplit(batch, cp, &split);
+      ASSERT_EQ(split.start[0], 0);
+      ASSERT_EQ(split.start[cp], batch) << batch << " rows over " << cp;
+      for (int p = 0; p < cp; p++)
+        ASSERT_EQ(split.start[p + 1] - split.start[p], batch / cp + (p < batch % cp ? 1 : 0))
+            << "rank " << p << ", " << batch << " rows over " << cp;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// outRowsOf: the rows of out on a rank, per mode.
+
+TEST(OutRows, HeadAndNoneHoldTheBatchOnEveryRank) {
+  for (int m : {ncclDcpScatterHead, ncclDcpScatterNone})
+    for (int batch : {0, 1, 3, 10}) {
+      const CallShape s = shapeOf(modeConfig(m), nullptr, batch);
+      for (int r = 0; r < kCp; r++) EXPECT_EQ(outRowsOf(s, r), batch) << scatterName(m) << " rank " << r;
+    }
+}
+
+TEST(OutRows, TokenHoldsItsShare) {
+  const CallShape s = shapeOf(modeConfig(ncclDcpScatterToken), nullptr, 6);
+  EXPECT_EQ(outRowsOf(s, 0), 2);
+  EXPECT_EQ(outRowsOf(s, 1), 2);
+  EXPECT_EQ(outRowsOf(s, 2), 1);
+  EXPECT_EQ(outRowsOf(s, 3), 1);
+}
+
+// ---------------------------------------------------------------------------
+// packedStrides: inputs are the same in every mode; out and outLse are the
+// mode's [rows][heads].
+
+TEST(PackedStrides, PerMode) {
+  for (int cp : {1, 2, 8})
+    for (int m : kModes) {
+      SCOPED_TRACE(std::string(scatterName(m)) + " cp " + std::to_string(cp));
+      const Config cfg = modeConfig(m, ncclBfloat16);
+      const int64_t D = 128, Hl = 4, heads = m == ncclDcpScatterHead ? Hl : cp * Hl;
+      const Strides s = packedStrides(cfg, cp);
+      EXPECT_EQ(s.inHead, D);
+      EXPECT_EQ(s.inPeer, Hl * D);
+      EXPECT_EQ(s.inRow, cp * Hl * D);
+      EXPECT_EQ(s.lseHead, 1);
+      EXPECT_EQ(s.lsePeer, Hl);
+      EXPECT_EQ(s.lseRow, cp * Hl);
+      EXPECT_EQ(s.outHead, D);
+      EXPECT_EQ(s.outRow, heads * D);
+      EXPECT_EQ(s.outLseHead, 1);
+      EXPECT_EQ(s.outLseRow, heads);
+      // NULL strides and all-zero strides are the same packed layout.
+      Strides r{};
+      ASSERT_EQ(resolveStrides(nullptr, cfg, cp, &r), ncclSuccess);
+      EXPECT_EQ(r.outRow, s.outRow);
+      EXPECT_EQ(r.outLseRow, s.outLseRow);
+      const ncclDcpStrides_t zero = packedStridesIn();
+      ASSERT_EQ(resolveStrides(&zero, cfg, cp, &r), ncclSuccess) << ncclDcpGetLastError();
+      EXPECT_EQ(r.outRow, s.outRow);
+      EXPECT_EQ(r.outLseRow, s.outLseRow);
+      EXPECT_EQ(r.lseRow, s.lseRow);
+    }
+}
+
+// LSE strides count elements of lseDtype and need no 16-byte multiple.
+TEST(PackedStrides, OddLseStridesAcceptedForEveryLseDtype) {
+  for (ncclDataType_t lse : {ncclFloat32, ncclBfloat16, ncclFloat16}) {
+    const Config cfg = modeConfig(ncclDcpScatterToken, lse);
+    ncclDcpStrides_t in = packedStridesIn();
+    in.lseRow = 2 * 4 + 1;
+    in.lseHead = 1;
+    in.lsePeer = 4 * 9;
+    Strides s{};
+    EXPECT_ACCEPTED(resolveStrides(&in, cfg, 2, &s));
+    EXPECT_EQ(s.lseRow, 9);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// checkCall per mode: out and outLse are the mode's rows x heads, and the
+// overlap checks use that extent. Fake addresses: never dereferenced.
+
+struct ModeCall {
+  Config cfg;
+  Strides strides;
+  CallShape shape;
+  int rank;
+  CallBuffers buf;
+
+  ModeCall(int scatter, int batch, const ncclDcpCallArgs_t* args = nullptr, int rank_ = 0,
+           ncclDataType_t lse = ncclFloat32)
+      : cfg(modeConfig(scatter, lse)), strides(packedStrides(cfg, kCp)), shape(shapeOf(cfg, args, batch)),
+        rank(rank_) {
+    buf = {(const void*)0x100000000, (const void*)0x200000000, (void*)0x300000000, (float*)0x400000000};
+  }
+  int outRows() const { return outRowsOf(shape, rank); }
+  ncclResult_t check() const { return checkCall(cfg, kCp, buf, shape.batch, strides, shape, outRows()); }
+  // Bytes of out (and outLse) a packed call writes on this rank.
+  uintptr_t outBytes() const { return (uintptr_t)std::max(outRows(), 1) * shape.heads * cfg.headDim * 2; }
+  uintptr_t outLseBytes() const { return (uintptr_t)std::max(outRows(), 1) * shape.heads * 4; }
+};
+
+// out (then outLse) right before partialOut (then partialLse): accepted
+// when it ends where the input starts, refused 16 bytes later; so the
+// extent checked is the mode's, neither more nor less.
+void expectOutExtent(ModeCall call, const char* what) {
+  SCOPED_TRACE(what);
+  const uintptr_t in = (uintptr_t)call.buf.partialOut;
+  call.buf.out = (void*)(in - call.outBytes());
+  EXPECT_ACCEPTED(call.check());
+  call.buf.out = (void*)(in - call.outBytes() + 16);
+  EXPECT_REJECTED(call.check(), ncclInvalidArgument, "out overlaps partialOut");
+  call.buf.out = (void*)0x300000000;
+
+  const uintptr_t lse = (uintptr_t)call.buf.partialLse;
+  call.buf.outLse = (float*)(lse - call.outLseBytes());
+  EXPECT_ACCEPTED(call.check());
+  call.buf.outLse = (float*)(lse - call.outLseBytes() + 4);
+  EXPECT_REJECTED(call.check(), ncclInvalidArgument, "outLse overlaps partialLse");
+}
+
+TEST(ModeCheckCall, HeadOutIsBatchByLocalHeads) {
+  ModeCall call(ncclDcpScatterHead, 6);
+  EXPECT_EQ(call.outBytes(), 6u * 4 * 128 * 2);
+  expectOutExtent(call, "HEAD");
+}
+
+TEST(ModeCheckCall, NoneOutIsBatchByAllHeads) {
+  ModeCall call(ncclDcpScatterNone, 6);
+  EXPECT_EQ(call.outBytes(), 6u * 16 * 128 * 2);
+  expectOutExtent(call, "NONE");
+  // HEAD's packed out row is too short for NONE's heads.
+  call.strides.outRow = 4 * 128;
+  EXPECT_REJECTED(call.check(), ncclInvalidArgument, "strides->outRow");
+  call.strides = packedStrides(call.cfg, kCp);
+  call.strides.outLseRow = 4;
+  EXPECT_REJECTED(call.check(), ncclInvalidArgument, "strides->outLseRow");
+}
+
+TEST(ModeCheckCall, TokenOutIsItsRowsByAllHeads) {
+  // Even split of 10 rows: 3, 3, 2, 2.
+  for (int r = 0; r < kCp; r++) {
+    ModeCall call(ncclDcpScatterToken, 10, nullptr, r);
+    EXPECT_EQ(call.outRows(), r < 2 ? 3 : 2);
+    expectOutExtent(call, ("TOKEN even, rank " + std::to_string(r)).c_str());
+  }
+  // Host counts.
+  const int counts[kCp] = {1, 6, 0, 3};
+  ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+  args.rowCounts = counts;
+  for (int r : {0, 1, 3}) {
+    ModeCall call(ncclDcpScatterToken, 10, &args, r);
+    EXPECT_EQ(call.outRows(), counts[r]);
+    expectOutExtent(call, ("TOKEN counts, rank " + std::to_string(r)).c_str());
+  }
+  // Self-overlap over a TOKEN rank's rows: HEAD's packed row is too short.
+  ModeCall call(ncclDcpScatterToken, 10, &args, 1);
+  call.strides.outRow = 4 * 128;
+  EXPECT_REJECTED(call.check(), ncclInvalidArgument, "strides->outRow");
+}
+
+// A rank the split gives no rows writes no out: NULL out and outLse are fine.
+TEST(ModeCheckCall, TokenRankWithoutRowsMayPassNullOut) {
+  const int counts[kCp] = {4, 0, 3, 0};
+  ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+  args.rowCounts = counts;
+  for (int r : {1, 3}) {
+    ModeCall call(ncclDcpScatterToken, 7, &args, r);
+    ASSERT_EQ(call.outRows(), 0);
+    call.buf.out = nullptr;
+    call.buf.outLse = nullptr;
+    EXPECT_ACCEPTED(call.check());
+    // Outputs that would overlap inputs if they had rows: no rows, no overlap.
+    call.buf.out = (void*)call.buf.partialOut;
+    EXPECT_ACCEPTED(call.check());
+  }
+  // A rank with rows still needs out.
+  ModeCall call(ncclDcpScatterToken, 7, &args, 2);
+  call.buf.out = nullptr;
+  EXPECT_REJECTED(call.check(), ncclInvalidArgument, "out is NULL");
+  // B < cp, even split: ranks past the batch hold no rows.
+  ModeCall few(ncclDcpScatterToken, 2, nullptr, 3);
+  ASSERT_EQ(few.outRows(), 0);
+  few.buf.out = nullptr;
+  EXPECT_ACCEPTED(few.check());
+  // HEAD and NONE hold every row on every rank: out is needed.
+  for (int m : {ncclDcpScatterHead, ncclDcpScatterNone}) {
+    ModeCall other(m, 2, nullptr, 3);
+    other.buf.out = nullptr;
+    EXPECT_REJECTED(other.check(), ncclInvalidArgument, "out is NULL");
+  }
+}
+
+// Device counts: the host knows neither the rows nor whether there are
+// any: out is required and its first row is checked.
+TEST(ModeCheckCall, TokenWithDeviceCountsChecksTheFirstRow) {
+  ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+  args.rowCountsDevice = (const int*)0x10000;
+  ModeCall call(ncclDcpScatterToken, 10, &args, 2);
+  ASSERT_EQ(call.outRows(), -1);
+  EXPECT_EQ(call.outBytes(), 16u * 128 * 2);
+  expectOutExtent(call, "TOKEN device counts");
+  call.buf.out = nullptr;
+  EXPECT_REJECTED(call.check(), ncclInvalidArgument, "out is NULL");
+}
+
+// partialLse is aligned to its element: 2 bytes for bf16 and fp16, 4 for fp32.
+TEST(ModeCheckCall, PartialLseAlignedToLseDtype) {
+  for (ncclDataType_t lse : {ncclBfloat16, ncclFloat16}) {
+    ModeCall call(ncclDcpScatterHead, 3, nullptr, 0, lse);
+    call.buf.partialLse = (const void*)(0x200000000 + 2);
+    EXPECT_ACCEPTED(call.check());
+    call.buf.partialLse = (const void*)(0x200000000 + 1);
+    EXPECT_REJECTED(call.check(), ncclInvalidArgument, "partialLse");
+    EXPECT_NE(std::string(ncclDcpGetLastError()).find("2-byte aligned"), std::string::npos) << ncclDcpGetLastError();
+  }
+  ModeCall call(ncclDcpScatterHead, 3, nullptr, 0, ncclFloat32);
+  call.buf.partialLse = (const void*)(0x200000000 + 2);
+  EXPECT_REJECTED(call.check(), ncclInvalidArgument, "partialLse");
+  EXPECT_NE(std::string(ncclDcpGetLastError()).find("4-byte aligned"), std::string::npos) << ncclDcpGetLastError();
+  call.buf.partialLse = (const void*)(0x200000000 + 4);
+  EXPECT_ACCEPTED(call.check());
+}
+
+// partialLse's extent counts lseDtype elements: out placed right after a
+// bf16 partialLse is clear of it, and overlaps an fp32 one.
+TEST(ModeCheckCall, PartialLseExtentInLseDtypeElements) {
+  for (int m : kModes) {
+    SCOPED_TRACE(scatterName(m));
+    const int batch = 8;
+    const uintptr_t bf16Bytes = (uintptr_t)batch * kCp * 4 * 2;  // 256
+    ModeCall half(m, batch, nullptr, 0, ncclBfloat16);
+    half.buf.out = (void*)((uintptr_t)half.buf.partialLse + bf16Bytes);
+    EXPECT_ACCEPTED(half.check());
+    half.buf.out = (void*)((uintptr_t)half.buf.partialLse + bf16Bytes - 16);
+    EXPECT_REJECTED(half.check(), ncclInvalidArgument, "out overlaps partialLse");
+    ModeCall full(m, batch, nullptr, 0, ncclFloat32);
+    full.buf.out = (void*)((uintptr_t)full.buf.partialLse + bf16Bytes);
+    EXPECT_REJECTED(full.check(), ncclInvalidArgument, "out overlaps partialLse");
+    full.buf.out = (void*)((uintptr_t)full.buf.partialLse + 2 * bf16Bytes);
+    EXPECT_ACCEPTED(full.check());
+  }
+}
+
+// The empty-shard arrays: a shape with sequences needs both.
+TEST(ModeCheckCall, ShapeWithSequencesNeedsBothArrays) {
+  ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+  args.seqLens = (const int*)0x10000;
+  args.queryStartLoc = (const int*)0x20000;
+  args.numSeqs = 2;
+  for (int m : kModes) {
+    ModeCall call(m, 4, &args);
+    call.buf.seqLens = (const int*)0x10000;
+    call.buf.queryStartLoc = (const int*)0x20000;
+    EXPECT_ACCEPTED(call.check());
+    call.buf.queryStartLoc = nullptr;
+    EXPECT_REJECTED(call.check(), ncclInvalidArgument, "queryStartLoc");
+    call.buf.queryStartLoc = (const int*)0x20000;
+    call.buf.seqLens = nullptr;
+    EXPECT_REJECTED(call.check(), ncclInvalidArgument, "seqLens");
+  }
+}
+
+// The 5-argument checkCall is rank 0 of the even split.
+TEST(ModeCheckCall, WithoutArgsIsRankZeroOfTheEvenSplit) {
+  const Config cfg = modeConfig(ncclDcpScatterToken);
+  const Strides s = packedStrides(cfg, kCp);
+  // 5 rows: rank 0 holds 2; out ending 2 rows before partialOut is clear.
+  const uintptr_t in = 0x100000000, rowBytes = 16 * 128 * 2;
+  CallBuffers buf = {(const void*)in, (const void*)0x200000000, (void*)(in - 2 * rowBytes), nullptr};
+  EXPECT_ACCEPTED(checkCall(cfg, kCp, buf, 5, s));
+  buf.out = (void*)(in - 2 * rowBytes + 16);
+  EXPECT_REJECTED(checkCall(cfg, kCp, buf, 5, s), ncclInvalidArgument, "out overlaps partialOut");
+}
+
+// ---------------------------------------------------------------------------
+// ncclDcpWorkspaceSize per mode: TOKEN and NONE hold every head of a row
+// (cp times HEAD's), HEAD its Hl; one rank is the same in every mode.
+
+size_t workspaceOf(int scatter, int nRanks, int protocol, ncclDataType_t lse = ncclFloat32) {
+  ncclDcpConfig_t cfg = modeConfigIn(scatter, lse);
+  cfg.protocol = protocol;
+  cfg.maxBatch = 32;
+  size_t bytes = 0;
+  EXPECT_EQ(ncclDcpWorkspaceSize(&cfg, nRanks, &bytes), ncclSuccess) << ncclDcpGetLastError();
+  return bytes;
+}
+
+TEST(WorkspaceSizePerMode, TokenAndNoneHoldMoreThanHead) {
+  for (int proto : {ncclDcpProtoAuto, ncclDcpProtoLL, ncclDcpProtoLL128, ncclDcpProtoSimple})
+    for (int cp : {2, 4, 8}) {
+      SCOPED_TRACE("protocol " + std::to_string(proto) + " cp " + std::to_string(cp));
+      const size_t head = workspaceOf(ncclDcpScatterHead, cp, proto);
+      const size_t token = workspaceOf(ncclDcpScatterToken, cp, proto);
+      const size_t none = workspaceOf(ncclDcpScatterNone, cp, proto);
+      EXPECT_GT(token, head);
+      EXPECT_GT(none, head);
+      EXPECT_EQ(token, none) << "both hold every head of a row";
+    }
+}
+
+TEST(WorkspaceSizePerMode, OneRankIsTheSameInEveryMode) {
+  for (int proto : {ncclDcpProtoAuto, ncclDcpProtoLL, ncclDcpProtoLL128, ncclDcpProtoSimple}) {
+    const size_t head = workspaceOf(ncclDcpScatterHead, 1, proto);
+    EXPECT_EQ(workspaceOf(ncclDcpScatterToken, 1, proto), head) << "protocol " << proto;
+    EXPECT_EQ(workspaceOf(ncclDcpScatterNone, 1, proto), head) << "protocol " << proto;
+  }
+}
+
+TEST(WorkspaceSizePerMode, RefusesABadScatterOrLseDtype) {
+  size_t bytes = 0;
+  const ncclDcpConfig_t badScatter = modeConfigIn(3);
+  EXPECT_REJECTED(ncclDcpWorkspaceSize(&badScatter, 2, &bytes), ncclInvalidArgument, "config->scatter");
+  const ncclDcpConfig_t badLse = modeConfigIn(ncclDcpScatterHead, ncclInt32);
+  EXPECT_REJECTED(ncclDcpWorkspaceSize(&badLse, 2, &bytes), ncclInvalidArgument, "config->lseDtype");
 }
 
 }  // namespace
