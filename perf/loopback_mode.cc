@@ -286,6 +286,7 @@ class LoopbackMode : public Mode {
       const size_t units = (size_t)outRowsOf(shape, r) * shape.heads;
       std::vector<uint8_t> got(units * cfg_.headDim * cfg_.eltSize);
       std::vector<float> gotLse(units);
+      if (units == 0) continue;  // TOKEN: a rank of no rows (B < cp)
       CUDA_OR_DIE(cudaMemcpy(got.data(), out + r * t_.outBytes, got.size(), cudaMemcpyDeviceToHost));
       CUDA_OR_DIE(cudaMemcpy(gotLse.data(), (char*)outLse + r * t_.outLseBytes, gotLse.size() * 4,
                              cudaMemcpyDeviceToHost));

@@ -228,6 +228,7 @@ class RankMode : public Mode {
       const size_t units = (size_t)outRowsOf(shape, r.rank) * shape.heads;
       std::vector<uint8_t> got(units * cfg_.headDim * cfg_.eltSize);
       std::vector<float> gotLse(units);
+      if (units == 0) continue;  // TOKEN: a rank of no rows (B < cp)
       CUDA_OR_DIE(cudaSetDevice(r.dev));
       CUDA_OR_DIE(cudaMemcpy(got.data(), base ? r.outBase : r.out, got.size(), cudaMemcpyDeviceToHost));
       CUDA_OR_DIE(cudaMemcpy(gotLse.data(), base ? r.outLseBase : r.outLse, units * 4, cudaMemcpyDeviceToHost));
