@@ -20,6 +20,9 @@ struct PackCopies {
   int copies;
   int64_t in, lse, send, sendLse;
 };
+// TOKEN (p.shape.scatter): copy k merges rank k's rows, p.row0 its first
+// (p.shape.split.start[k], the host form), from receive buffers of p.rows
+// rows per source (the padded all-to-all blocks).
 struct CombineCopies {
   int copies;
   int64_t recv, recvLse, out, outLse;
@@ -27,6 +30,23 @@ struct CombineCopies {
 
 cudaError_t launchPackCopies(const PackParams& p, const PackCopies& c, cudaStream_t stream);
 cudaError_t launchCombineCopies(const CombineParams& p, const CombineCopies& c, cudaStream_t stream);
+
+// The loopback baseline's NCCL exchanges as copies, one launch: for every
+// (source s, destination d) pair of `ranks` virtual ranks and each plane
+// (the data, then the LSEs), bytes[d] from src + s * srcRank + srcOff[d]
+// to dst + d * dstRank + s * dstSlot. An all-to-all sends each destination
+// its part (srcOff, bytes per d); an all-gather sends everyone the same.
+struct ExchangePlane {
+  const char* src;
+  char* dst;
+  int64_t srcRank, dstRank, dstSlot;
+  int64_t srcOff[kMaxLoopbackRanks], bytes[kMaxLoopbackRanks];
+};
+struct Exchange {
+  int ranks, planes;
+  ExchangePlane plane[2];
+};
+cudaError_t launchExchange(const Exchange& x, cudaStream_t stream);
 
 }  // namespace perf
 }  // namespace nccl_dcp

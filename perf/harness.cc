@@ -12,12 +12,46 @@
 namespace nccl_dcp {
 namespace perf {
 
-const char* baselineName(int baseline) {
-  switch (baseline) {
-    case kBaselineFull: return "a2a + combine";
-    case kBaselineAllToAll: return "a2a alone";
-    default: return "none";
+const char* baselineName(int baseline, int scatter) {
+  const bool full = baseline == kBaselineFull;
+  if (baseline != kBaselineFull && baseline != kBaselineAllToAll) return "none";
+  switch (scatter) {
+    case ncclDcpScatterToken: return full ? "token a2a + combine" : "token a2a alone";
+    case ncclDcpScatterNone: return full ? "all-gather + combine" : "all-gather alone";
+    default: return full ? "a2a + combine" : "a2a alone";
   }
+}
+
+bool hasBaseline2(const Args& a) { return a.scatter == ncclDcpScatterNone && a.baseline == kBaselineFull; }
+
+int headsOf(int scatter, int nRanks, int localHeads) {
+  return scatter == ncclDcpScatterHead ? localHeads : std::max(nRanks, 1) * localHeads;
+}
+
+int64_t tokenBlockRows(int nRanks, int64_t rows) {
+  nRanks = std::max(nRanks, 1);
+  return (rows + nRanks - 1) / nRanks;
+}
+
+int64_t maxOutRows(int scatter, int nRanks, int64_t rows) {
+  return scatter == ncclDcpScatterToken ? tokenBlockRows(nRanks, rows) : rows;
+}
+
+int64_t peerBytesPerRow(int scatter, int nRanks, int localHeads, int headDim, int eltSize) {
+  const int64_t share = (int64_t)localHeads * headDim * eltSize;
+  return scatter == ncclDcpScatterNone ? std::max(nRanks, 1) * share : share;
+}
+
+int64_t receiveBytesPerRow(int scatter, int nRanks, int localHeads, int headDim, int eltSize) {
+  return std::max(nRanks - 1, 0) * peerBytesPerRow(scatter, nRanks, localHeads, headDim, eltSize);
+}
+
+double idealBytes(int scatter, int nRanks, int64_t rows, int localHeads, int headDim, int eltSize) {
+  const double unit = (double)headDim * eltSize + 4, b = (double)rows, cp = nRanks, hl = localHeads;
+  // Units a rank sends to each peer per row (and, summed over the ranks,
+  // the outputs per row): Hl, or H for NONE.
+  const double peer = scatter == ncclDcpScatterNone ? cp * hl : hl;
+  return cp * b * cp * hl * unit + 2.0 * cp * (cp - 1) * b * peer * unit + cp * b * peer * unit;
 }
 
 std::vector<int64_t> batchSweep(const Args& a) {
@@ -44,6 +78,7 @@ ncclDcpConfig_t configOf(const Args& a) {
   c.lseBase = a.lseBase;
   c.maxBatch = capacityOf(a);
   c.protocol = a.protocol;
+  c.scatter = a.scatter;
   return c;
 }
 
@@ -69,6 +104,7 @@ void fillBandwidths(Row* r, int nRanks) {
   r->baseAlgBw = bw(r->baseUs);
   r->baseBusBw = r->baseAlgBw * busFactor;
   r->speedup = r->fusedUs > 0 && r->baseUs > 0 ? r->baseUs / r->fusedUs : 0;
+  r->speedup2 = r->fusedUs > 0 && r->base2Us > 0 ? r->base2Us / r->fusedUs : 0;
   const double floors[] = {r->peerWriteUs, r->copyEngineUs};
   r->floorUs = 0;
   for (double f : floors)
@@ -84,8 +120,10 @@ Row makeRow(const Args& a, int64_t rows, int64_t bytes, int nRanks, const Sample
   r.baseUs = aggregate(a.aggregate, s.baseUs);
   r.peerWriteUs = aggregate(a.aggregate, s.peerWriteUs);
   r.copyEngineUs = aggregate(a.aggregate, s.copyEngineUs);
+  r.base2Us = aggregate(a.aggregate, s.base2Us);
   r.fusedWrong = s.fusedWrong;
   r.baseWrong = s.baseWrong;
+  r.base2Wrong = s.base2Wrong;
   r.idealUs = idealUs;
   fillBandwidths(&r, nRanks);
   return r;
@@ -94,6 +132,7 @@ Row makeRow(const Args& a, int64_t rows, int64_t bytes, int nRanks, const Sample
 Columns columnsOf(const Args& a, bool loopback, bool floorsMeasured) {
   Columns c;
   c.baseline = a.baseline != kBaselineOff;
+  c.baseline2 = hasBaseline2(a);
   c.ideal = loopback;
   c.floor = floorsMeasured;
   return c;
@@ -113,21 +152,32 @@ std::string tableHeader(const Args& a, int nRanks, const Columns& c) {
            a.threads, a.gpusPerThread, (long long)(a.minRows * perRow), (long long)(a.maxRows * perRow), step, a.warmup,
            a.iters, a.aggIters, a.check, a.graphLaunches);
   h += line;
-  snprintf(line, sizeof(line), "#  dtype %s  D %d  Hl %d  protocol %s  LSE base %s  rows %lld..%lld  baseline %s\n",
-           dtypeName(a.dtype), a.headDim, a.localHeads, protocolName(a.protocol), a.lseBase ? "e" : "2",
-           (long long)a.minRows, (long long)a.maxRows, baselineName(a.baseline));
+  snprintf(line, sizeof(line),
+           "#  dtype %s  D %d  Hl %d  scatter %s  protocol %s  LSE base %s  rows %lld..%lld  baseline %s%s%s\n",
+           dtypeName(a.dtype), a.headDim, a.localHeads, scatterName(a.scatter), protocolName(a.protocol),
+           a.lseBase ? "e" : "2", (long long)a.minRows, (long long)a.maxRows, baselineName(a.baseline, a.scatter),
+           c.baseline2 ? "  baseline 2 " : "", c.baseline2 ? kBaseline2Name : "");
   h += line;
-  const std::string base = std::string("baseline (") + baselineName(a.baseline == kBaselineOff ? kBaselineFull : a.baseline) + ")";
-  snprintf(line, sizeof(line), "#%10s %12s   %28s %7s   %28s\n", "", "", "fused (nccl-dcp)", "", base.c_str());
+  const std::string base = std::string("baseline (") +
+                           baselineName(a.baseline == kBaselineOff ? kBaselineFull : a.baseline, a.scatter) + ")";
+  // NONE's second baseline: its time, #wrong and the speed-up against it.
+  const char* base2 = c.baseline2 ? "   baseline 2 (HEAD + all-gather)" : "";
+  snprintf(line, sizeof(line), "#%10s %12s   %28s %7s   %28s %8s%s\n", "", "", "fused (nccl-dcp)", "", base.c_str(), "",
+           base2);
   h += line;
   const char* ideal = c.ideal ? "   xIdeal" : "";
   const char* floor = c.floor ? "   xFloor" : "";
-  snprintf(line, sizeof(line), "#%10s %12s %9s %8s %8s %7s %9s %8s %8s %7s %8s%s%s %13s\n", "rows", "size", "time",
-           "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "speedup", ideal, floor, "protocol");
+  char names2[64] = "", units2[64] = "";
+  if (c.baseline2) {
+    snprintf(names2, sizeof(names2), " %9s %7s %8s", "time", "#wrong", "speedup");
+    snprintf(units2, sizeof(units2), " %9s %7s %8s", "(us)", "", "(x)");
+  }
+  snprintf(line, sizeof(line), "#%10s %12s %9s %8s %8s %7s %9s %8s %8s %7s %8s%s%s%s %13s\n", "rows", "size", "time",
+           "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "speedup", names2, ideal, floor, "protocol");
   h += line;
-  snprintf(line, sizeof(line), "#%10s %12s %9s %8s %8s %7s %9s %8s %8s %7s %8s%s%s %13s\n", "", "(B)", "(us)", "(GB/s)",
-           "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(x)", c.ideal ? "      (x)" : "", c.floor ? "      (x)" : "",
-           "(fused)");
+  snprintf(line, sizeof(line), "#%10s %12s %9s %8s %8s %7s %9s %8s %8s %7s %8s%s%s%s %13s\n", "", "(B)", "(us)", "(GB/s)",
+           "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(x)", units2, c.ideal ? "      (x)" : "",
+           c.floor ? "      (x)" : "", "(fused)");
   h += line;
   return h;
 }
@@ -140,27 +190,35 @@ std::string formatRow(const Row& r, const Columns& c) {
   };
   wrong(wrongF, r.fusedWrong);
   wrong(wrongB, r.baseWrong);
+  char base2[64] = "";
+  if (c.baseline2) {
+    char wrong2[24];
+    wrong(wrong2, r.base2Wrong);
+    snprintf(base2, sizeof(base2), " %9.2f %7s %8.2f", r.base2Us, wrong2, r.speedup2);
+  }
   char ideal[32] = "", floor[32] = "";
   if (c.ideal) snprintf(ideal, sizeof(ideal), " %8.2f", r.idealUs > 0 ? r.fusedUs / r.idealUs : 0.0);
   if (c.floor) snprintf(floor, sizeof(floor), " %8.2f", r.xFloor);
   const char* proto = r.protocol.empty() ? "-" : r.protocol.c_str();
   if (c.baseline)
-    snprintf(line, sizeof(line), " %10lld %12lld %9.2f %8.2f %8.2f %7s %9.2f %8.2f %8.2f %7s %8.2f%s%s %13s\n",
+    snprintf(line, sizeof(line), " %10lld %12lld %9.2f %8.2f %8.2f %7s %9.2f %8.2f %8.2f %7s %8.2f%s%s%s %13s\n",
              (long long)r.rows, (long long)r.bytes, r.fusedUs, r.fusedAlgBw, r.fusedBusBw, wrongF, r.baseUs,
-             r.baseAlgBw, r.baseBusBw, wrongB, r.speedup, ideal, floor, proto);
+             r.baseAlgBw, r.baseBusBw, wrongB, r.speedup, base2, ideal, floor, proto);
   else
-    snprintf(line, sizeof(line), " %10lld %12lld %9.2f %8.2f %8.2f %7s %9s %8s %8s %7s %8s%s%s %13s\n",
+    snprintf(line, sizeof(line), " %10lld %12lld %9.2f %8.2f %8.2f %7s %9s %8s %8s %7s %8s%s%s%s %13s\n",
              (long long)r.rows, (long long)r.bytes, r.fusedUs, r.fusedAlgBw, r.fusedBusBw, wrongF, "-", "-", "-", "-",
-             "-", ideal, floor, proto);
+             "-", base2, ideal, floor, proto);
   return line;
 }
 
 Summary summarize(const std::vector<Row>& rows) {
   Summary s;
-  double logSum = 0;
-  int both = 0;
+  double logSum = 0, logSum2 = 0;
+  int both = 0, both2 = 0;
   for (const Row& r : rows) {
-    s.wrong += std::max<int64_t>(r.fusedWrong, 0) + std::max<int64_t>(r.baseWrong, 0);
+    s.wrong += std::max<int64_t>(r.fusedWrong, 0) + std::max<int64_t>(r.baseWrong, 0) +
+               std::max<int64_t>(r.base2Wrong, 0);
+    if (r.speedup2 > 0 && std::isfinite(r.speedup2)) logSum2 += std::log(r.speedup2), both2++;
     if (r.fusedUs > 0 && std::isfinite(r.fusedBusBw)) s.busBw += r.fusedBusBw, s.sizes++;
     if (r.baseUs > 0 && std::isfinite(r.baseBusBw)) s.baseBusBw += r.baseBusBw, s.baseSizes++;
     if (r.speedup > 0 && std::isfinite(r.speedup)) logSum += std::log(r.speedup), both++;
@@ -168,10 +226,11 @@ Summary summarize(const std::vector<Row>& rows) {
   s.busBw = s.sizes ? s.busBw / s.sizes : 0;
   s.baseBusBw = s.baseSizes ? s.baseBusBw / s.baseSizes : 0;
   s.speedup = both ? std::exp(logSum / both) : 0;
+  s.speedup2 = both2 ? std::exp(logSum2 / both2) : 0;
   return s;
 }
 
-std::string tableFooter(const std::vector<Row>& rows, bool baseline) {
+std::string tableFooter(const std::vector<Row>& rows, bool baseline, bool baseline2) {
   const Summary s = summarize(rows);
   char line[256];
   std::string f;
@@ -183,6 +242,11 @@ std::string tableFooter(const std::vector<Row>& rows, bool baseline) {
     snprintf(line, sizeof(line), "# %-20s : %g (the baseline's)\n", "Avg bus bandwidth", s.baseBusBw);
     f += line;
     snprintf(line, sizeof(line), "# %-20s : %g (geometric mean)\n", "Speed-up", s.speedup);
+    f += line;
+  }
+  if (baseline2) {
+    snprintf(line, sizeof(line), "# %-20s : %g (geometric mean, against baseline 2: %s)\n", "Speed-up", s.speedup2,
+             kBaseline2Name);
     f += line;
   }
   f += "#\n# Collective test concluded: dcp_a2a_lse_reduce_perf\n";

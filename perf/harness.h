@@ -30,6 +30,11 @@ constexpr int kExitFailed = 5;  // a CUDA / NCCL / nccl-dcp / MPI call failed
 constexpr int kBaselineOff = 0;
 constexpr int kBaselineFull = 1;      // ncclAlltoAll (data + LSE) + the combine kernel
 constexpr int kBaselineAllToAll = 2;  // the same all-to-all alone (compare with alltoall_perf)
+// What the baseline's exchange is, per scatter mode (--scatter): HEAD
+// ncclAlltoAll of each peer's heads; TOKEN ncclAlltoAll of each peer's rows
+// in token layout (blocks padded to ceil(B/cp) rows: equal sizes); NONE
+// ncclAllGather of every partial. NONE has a second baseline in the same
+// run: the HEAD call + ncclAllGather of the merged heads (baseline2).
 
 // A size flag (-b -e -i): batch rows, or bytes of one rank's partials
 // (rows * ranks * Hl * D * element size), turned into rows once the rank
@@ -63,6 +68,7 @@ struct Args {
   int virtualRanks = 0;                 // --virtual-ranks N loopback ranks on one GPU (0: real ranks)
   int maxBatch = 0;                     // --max-batch workspace rows (0: = -e); larger batches run in chunks
   int baseline = kBaselineFull;         // --baseline (-B) 0|1|2
+  int scatter = ncclDcpScatterHead;     // --scatter head|token|none: the config's scatter mode
   int floors = 1;                       // --floors (-F) 0 skips the floors
   int timeline = 0;                     // --timeline: the in-kernel timeline per size (-Dtimeline=true builds)
   std::string json;                     // -J file
@@ -96,6 +102,27 @@ std::string sizeNote(const Args& a, int nRanks);
 // The batch sizes of the sweep: -b to -e by factor -f, or by step -i.
 std::vector<int64_t> batchSweep(const Args& a);
 
+// ---- The scatter modes' bytes (even split), for the floors, the ideal
+// time and the buffers. Units are (row, head) pairs of D elements.
+// Heads of an output row: Hl (HEAD), cp * Hl (TOKEN, NONE).
+int headsOf(int scatter, int nRanks, int localHeads);
+// Rows of the largest output (TOKEN's first rank: ceil(rows / cp)), and the
+// rows of one TOKEN all-to-all block (the same: blocks padded to equal size).
+int64_t maxOutRows(int scatter, int nRanks, int64_t rows);
+int64_t tokenBlockRows(int nRanks, int64_t rows);
+// Bytes of one batch row that one rank must send to each peer (and receive
+// from each): HEAD and TOKEN Hl * D * elt (TOKEN: a row's H heads to its one
+// owner, 1/cp of the rows per peer), NONE cp * Hl * D * elt (every head to
+// every peer, the one-hop algorithm the fused kernel runs).
+int64_t peerBytesPerRow(int scatter, int nRanks, int localHeads, int headDim, int eltSize);
+// What each rank must receive per batch row: (cp - 1) * peerBytesPerRow:
+// (cp-1)/cp of B*H*D (HEAD, TOKEN), (cp-1) * B*H*D (NONE).
+int64_t receiveBytesPerRow(int scatter, int nRanks, int localHeads, int headDim, int eltSize);
+// Loopback's ideal bytes of a batch (every virtual rank): the inputs read,
+// the payload written into and read out of the peers' workspaces, the
+// outputs written; each unit D * elt + 4 (its LSE).
+double idealBytes(int scatter, int nRanks, int64_t rows, int localHeads, int headDim, int eltSize);
+
 // Workspace rows: -m, else the largest batch of the sweep.
 int capacityOf(const Args& a);
 // The context config the flags describe.
@@ -125,8 +152,8 @@ double aggregate(int how, const std::vector<double>& perRank);
 // measured), and the wrong-element counts summed over the ranks (-1: not
 // checked).
 struct Samples {
-  std::vector<double> fusedUs, baseUs, peerWriteUs, copyEngineUs;
-  int64_t fusedWrong = -1, baseWrong = -1;
+  std::vector<double> fusedUs, baseUs, base2Us, peerWriteUs, copyEngineUs;
+  int64_t fusedWrong = -1, baseWrong = -1, base2Wrong = -1;
 };
 
 // One line of the table. Times in microseconds; bandwidths in GB/s.
@@ -139,6 +166,9 @@ struct Row {
   double baseUs = 0, baseAlgBw = 0, baseBusBw = 0;
   int64_t baseWrong = -1;
   double speedup = 0;
+  double base2Us = 0;       // NONE's second baseline (HEAD + all-gather of the merged heads); 0: not run
+  int64_t base2Wrong = -1;
+  double speedup2 = 0;      // base2Us / fusedUs
   double idealUs = 0;       // loopback: ideal time at the measured copy bandwidth (0: n/a)
   double peerWriteUs = 0;   // floor (a), same bytes (0: not measured)
   double copyEngineUs = 0;  // floor (b)
@@ -157,6 +187,7 @@ Row makeRow(const Args& a, int64_t rows, int64_t bytes, int nRanks, const Sample
 // Which columns a table has.
 struct Columns {
   bool baseline = true;  // else "-"
+  bool baseline2 = false;  // NONE's HEAD + all-gather
   bool ideal = false;    // loopback's xIdeal
   bool floor = false;    // xFloor
 };
@@ -171,12 +202,13 @@ struct Summary {
   double busBw = 0;    // fused: average over the sizes that were timed
   double baseBusBw = 0;
   double speedup = 0;  // geometric mean over the sizes with both times
+  double speedup2 = 0;  // the same against baseline 2
   int sizes = 0, baseSizes = 0;
 };
 Summary summarize(const std::vector<Row>& rows);
 // After the table, as nccl-tests closes it: the wrong values, the average
 // bus bandwidth (fused; the baseline's and the speed-up beside it).
-std::string tableFooter(const std::vector<Row>& rows, bool baseline);
+std::string tableFooter(const std::vector<Row>& rows, bool baseline, bool baseline2 = false);
 
 // The protocol(s) the fused call runs a batch of `rows` with: rounds of at
 // most `capacity` rows, each SIMPLE from simpleMinRows rows (0: never),
@@ -232,7 +264,13 @@ std::vector<std::string> relevantEnvironment(char** envp);
 // Now, local time, "%Y-%m-%d %H:%M:%S" (nccl-tests' start_time format).
 std::string nowString();
 
-const char* baselineName(int baseline);
+// What the baseline (-B) runs in a scatter mode: "a2a + combine",
+// "token a2a + combine", "all-gather + combine", "... alone", "none".
+const char* baselineName(int baseline, int scatter = ncclDcpScatterHead);
+// NONE's second baseline, in every header and the JSON.
+constexpr const char* kBaseline2Name = "HEAD + all-gather of the merged heads";
+// True when the run has it: NONE with -B 1.
+bool hasBaseline2(const Args& a);
 
 }  // namespace perf
 }  // namespace nccl_dcp

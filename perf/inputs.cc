@@ -4,6 +4,7 @@
 #include <cstring>
 #include <random>
 
+#include "checks.h"
 #include "reference.h"
 
 namespace nccl_dcp {
@@ -52,23 +53,71 @@ Inputs::Inputs(const Config& cfg, int nRanks, int64_t maxRows) : cfg_(cfg), nRan
   }
 }
 
+// The reference of every rank for `rows` rows in the config's mode (even
+// split), rank r's output rows x the mode's heads each. NONE's outputs are
+// the same on every rank: one buffer, written by each rank's turn.
 void Inputs::computeReference(int64_t rows) {
-  const size_t units = (size_t)rows * cfg_.localHeads;
-  refOut_.assign(nRanks_, std::vector<uint8_t>(units * cfg_.headDim * cfg_.eltSize));
-  refLse_.assign(nRanks_, std::vector<float>(units));
+  NCCL_OR_DIE(resolveCallArgs(nullptr, cfg_, nRanks_, (int)rows, &shape_));
+  const bool shared = cfg_.scatter == Scatter::None;
+  refOut_.assign(nRanks_, std::vector<uint8_t>());
+  refLse_.assign(nRanks_, std::vector<float>());
   std::vector<CallBuffers> bufs(nRanks_);
-  for (int r = 0; r < nRanks_; r++) bufs[r] = {out_[r].data(), lse_[r].data(), refOut_[r].data(), refLse_[r].data()};
-  referenceA2aLseReduce(cfg_, nRanks_, (int)rows, packedStrides(cfg_, nRanks_), bufs.data());
+  for (int r = 0; r < nRanks_; r++) {
+    const size_t units = (size_t)outRowsOf(shape_, r) * shape_.heads;
+    if (!shared || r == 0) {
+      refOut_[r].resize(units * cfg_.headDim * cfg_.eltSize);
+      refLse_[r].resize(units);
+    }
+    const int k = shared ? 0 : r;
+    bufs[r] = {out_[r].data(), lse_[r].data(), refOut_[k].data(), refLse_[k].data()};
+  }
+  referenceA2aLseReduce(cfg_, nRanks_, (int)rows, packedStrides(cfg_, nRanks_), bufs.data(), &shape_);
   refRows_ = rows;
 }
+
+namespace {
+
+// Rank r's outputs as those of a one-rank call with the same elements:
+// forEachOutput(view, 1, 0) visits (row, head) of r's output, each once.
+CallShape oneRankView(const CallShape& shape, int nRanks, int r) {
+  CallShape v = shape;
+  if (shape.scatter == Scatter::Head) return v;  // rank 0's heads: j < Hl of every row
+  v.localHeads = nRanks * shape.localHeads;     // every head h < H
+  v.heads = v.localHeads;
+  if (shape.scatter == Scatter::Token) {
+    v.batch = shape.split.start[r + 1] - shape.split.start[r];
+    v.split.deviceCounts = nullptr;
+    v.split.start[0] = 0;
+    v.split.start[1] = v.batch;
+  }
+  return v;
+}
+
+}  // namespace
 
 int64_t Inputs::countWrong(int rank, int64_t rows, const uint8_t* out, const float* outLse) {
   std::lock_guard<std::mutex> l(mutex_);
   if (refRows_ != rows) computeReference(rows);
-  // Output strides do not depend on cp: one rank compared on its own.
+  const int k = cfg_.scatter == Scatter::None ? 0 : rank;
   const CallBuffers got = {nullptr, nullptr, const_cast<uint8_t*>(out), const_cast<float*>(outLse)};
-  const CallBuffers want = {nullptr, nullptr, refOut_[rank].data(), refLse_[rank].data()};
-  return (int64_t)countMismatches(cfg_, 1, (int)rows, packedStrides(cfg_, nRanks_), &got, &want, nullptr);
+  const CallBuffers want = {nullptr, nullptr, refOut_[k].data(), refLse_[k].data()};
+  const CallShape view = oneRankView(shape_, nRanks_, rank);
+  return (int64_t)countMismatches(cfg_, 1, view.batch, packedStrides(cfg_, nRanks_), &got, &want, nullptr, &view);
+}
+
+int64_t Inputs::countWrongGathered(int rank, int64_t rows, const uint8_t* gathered, const float* gatheredLse) {
+  const int Hl = cfg_.localHeads, H = nRanks_ * Hl;
+  const size_t headBytes = (size_t)cfg_.headDim * cfg_.eltSize;
+  std::vector<uint8_t> out((size_t)rows * H * headBytes);
+  std::vector<float> outLse((size_t)rows * H);
+  for (int s = 0; s < nRanks_; s++)
+    for (int64_t b = 0; b < rows; b++)
+      for (int j = 0; j < Hl; j++) {
+        const size_t from = ((size_t)s * rows + b) * Hl + j, to = (size_t)b * H + s * Hl + j;
+        memcpy(&out[to * headBytes], gathered + from * headBytes, headBytes);
+        outLse[to] = gatheredLse[from];
+      }
+  return countWrong(rank, rows, out.data(), outLse.data());
 }
 
 }  // namespace perf

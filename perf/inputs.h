@@ -19,7 +19,8 @@ namespace perf {
 class Inputs {
  public:
   // Every rank's inputs for maxRows rows, packed [B][cp][Hl][D] (a prefix
-  // of rows is the input of a smaller batch).
+  // of rows is the input of a smaller batch). cfg.scatter: the mode the
+// reference is computed in.
   Inputs(const Config& cfg, int nRanks, int64_t maxRows);
 
   const Config& config() const { return cfg_; }
@@ -27,9 +28,15 @@ class Inputs {
   const std::vector<uint8_t>& partialOut(int rank) const { return out_[rank]; }
   const std::vector<float>& partialLse(int rank) const { return lse_[rank]; }
 
-  // Elements of rank's outputs (host copies of `rows` packed rows) that
-  // differ from the reference (the tests' tolerance). Thread-safe.
+  // Elements of rank's outputs (host copies of its packed output rows in
+  // the config's scatter mode: [B][Hl], TOKEN [n_rank][H], NONE [B][H])
+  // that differ from the reference of that mode (referenceA2aLseReduce
+  // with the call's CallShape; the tests' tolerance). Thread-safe.
   int64_t countWrong(int rank, int64_t rows, const uint8_t* out, const float* outLse);
+  // NONE's second baseline: every rank's merged heads as an all-gather
+  // leaves them, rank-major [cp][B][Hl] (`gathered`, `gatheredLse`),
+  // compared with the NONE reference [B][H] they hold in another order.
+  int64_t countWrongGathered(int rank, int64_t rows, const uint8_t* gathered, const float* gatheredLse);
 
  private:
   void computeReference(int64_t rows);  // under mutex_
@@ -40,6 +47,7 @@ class Inputs {
   std::vector<std::vector<float>> lse_;
   std::mutex mutex_;
   int64_t refRows_ = -1;
+  CallShape shape_;  // of the reference's call (refRows_ rows)
   std::vector<std::vector<uint8_t>> refOut_;
   std::vector<std::vector<float>> refLse_;
 };

@@ -8,6 +8,8 @@
 #include <nccl.h>
 #include <nccl_device.h>
 
+#include <algorithm>
+
 #include "baseline_kernels.h"
 #include "device/combine.h"
 #include "floors.h"
@@ -210,8 +212,45 @@ __global__ void __launch_bounds__(kCombineThreads) combineCopiesKernel(CombinePa
   p.recvLse = (const float*)((const char*)p.recvLse + k * c.recvLse);
   p.out += k * c.out;
   if (p.outLse) p.outLse = (float*)((char*)p.outLse + k * c.outLse);
-  p.rank = (int)k;  // HEAD: the rank changes nothing but the outputs, offset above
-  if (unit < p.rows * p.shape.heads) combineUnit<T>(p, nullptr, unit, weights[warp]);
+  p.rank = (int)k;  // HEAD, NONE: the rank changes nothing but the outputs, offset above
+  const int* start = nullptr;
+  int units = p.rows * p.shape.heads;
+  if (p.shape.scatter == Scatter::Token) {  // rank k's rows, the first p.rows of each source's block
+    start = p.shape.split.start;
+    p.row0 = start[k];
+    units = (start[k + 1] - start[k]) * p.shape.heads;
+  }
+  if (unit < units) combineUnit<T>(p, start, unit, weights[warp]);
+}
+
+// Block (x, pair, plane): pair = s * ranks + d. 16-byte words when the pair's
+// pointers and size allow, else 4-byte words (LSE rows), else bytes.
+__global__ void __launch_bounds__(kCopyThreads) exchangeKernel(Exchange x) {
+  const ExchangePlane& p = x.plane[blockIdx.z];
+  const int s = blockIdx.y / x.ranks, d = blockIdx.y % x.ranks;
+  const char* src = p.src + s * p.srcRank + p.srcOff[d];
+  char* dst = p.dst + d * p.dstRank + s * p.dstSlot;
+  const size_t bytes = (size_t)p.bytes[d], t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  const uintptr_t align = (uintptr_t)src | (uintptr_t)dst | bytes;
+  if (align % 16 == 0) {
+    const int4* from = (const int4*)src;
+    int4* to = (int4*)dst;
+    const size_t words = bytes / 16;
+    size_t i = t;
+    for (; i + (kUnroll - 1) * stride < words; i += kUnroll * stride) {
+      int4 v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; u++) v[u] = __ldg(from + i + u * stride);
+#pragma unroll
+      for (int u = 0; u < kUnroll; u++) to[i + u * stride] = v[u];
+    }
+    for (; i < words; i += stride) to[i] = __ldg(from + i);
+  } else if (align % 4 == 0) {
+    for (size_t i = t; i < bytes / 4; i += stride) ((int*)dst)[i] = __ldg((const int*)src + i);
+  } else {
+    for (size_t i = t; i < bytes; i += stride) dst[i] = src[i];
+  }
 }
 
 unsigned blocksFor(size_t units) { return (unsigned)((units + kCombineWarps - 1) / kCombineWarps); }
@@ -235,6 +274,20 @@ cudaError_t launchCombineCopies(const CombineParams& p, const CombineCopies& c, 
     combineCopiesKernel<decltype(elt)><<<grid, kCombineThreads, 0, stream>>>(p, c);
     return ncclSuccess;
   });
+  return cudaGetLastError();
+}
+
+cudaError_t launchExchange(const Exchange& x, cudaStream_t stream) {
+  if (x.ranks < 1 || x.ranks > kMaxLoopbackRanks || x.planes < 1 || x.planes > 2) return cudaErrorInvalidValue;
+  int64_t most = 0;
+  for (int k = 0; k < x.planes; k++)
+    for (int d = 0; d < x.ranks; d++) most = std::max(most, x.plane[k].bytes[d]);
+  if (most == 0) return cudaSuccess;
+  // Enough blocks per pair for its largest copy, at most 64 (cp 8: 4096
+  // blocks of the data plane, every SM busy).
+  const int64_t perBlock = (int64_t)kCopyThreads * kUnroll * 16;
+  const unsigned blocks = (unsigned)std::min<int64_t>(std::max<int64_t>((most + perBlock - 1) / perBlock, 1), 64);
+  exchangeKernel<<<dim3(blocks, x.ranks * x.ranks, x.planes), kCopyThreads, 0, stream>>>(x);
   return cudaGetLastError();
 }
 

@@ -2,9 +2,15 @@
  * Loopback hooks (--virtual-ranks N): N virtual ranks on one GPU, the production kernel
  * in one cooperative launch. The baseline is the unfused path without NCCL
  * (which cannot put several ranks on one GPU): one copy kernel doing every
- * virtual rank's all-to-all + one combine kernel for every rank. The floors
- * are local copies of the same all-to-all traffic, and the ideal time is
- * the bytes the op must move at the measured copy bandwidth.
+ * virtual rank's exchange + one combine kernel for every rank. The
+ * exchange is the mode's (--scatter): HEAD the all-to-all of each peer's
+ * heads (the pack kernel writing straight into the receive buffers), TOKEN
+ * the all-to-all of each peer's rows in token layout (blocks of ceil(B/cp)
+ * rows), NONE the all-gather of every partial; NONE's baseline 2 is the
+ * HEAD call (a second loopback in HEAD mode) + the all-gather of its merged
+ * heads, as copies. The floors are local copies of the mode's traffic, and
+ * the ideal time is the bytes the op must move at the measured copy
+ * bandwidth.
  ************************************************************************/
 #include <unistd.h>
 
@@ -13,6 +19,7 @@
 #include <cstring>
 
 #include "baseline_kernels.h"
+#include "enums.h"
 #include "launch.h"
 #include "loopback.h"
 #include "mode.h"
@@ -29,14 +36,87 @@ struct LoopbackTensors {
   char *in, *out, *outBase, *recv;
   float *lse, *outLse, *outLseBase, *recvLse;
   size_t inBytes, lseBytes, outBytes, outLseBytes;  // one rank's, for the largest batch
+  // NONE's baseline 2: the HEAD call's outputs, and the all-gather of them
+  // ([cp][B][Hl] on every rank).
+  char *outHead, *gather;
+  float *outLseHead, *gatherLse;
+  size_t outHeadBytes, outLseHeadBytes;
 };
 
-// The loopback baseline. All-to-all: source c writes its block for every
-// destination d into d's receive buffer [src][rows][Hl][D]; then, unless
-// `allToAllOnly`, the combine of every rank. One launch each for all ranks.
+// The exchange of TOKEN's (all-to-all of the rows in token layout, blocks
+// of ceil(B/cp) rows) or NONE's (all-gather of every partial) baseline: each
+// virtual rank's partials and LSEs into every rank's receive buffer
+// [src][block rows][H].
+Exchange partialsExchange(const Config& cfg, int cp, int rows, const LoopbackTensors& t) {
+  CallShape shape;
+  NCCL_OR_DIE(resolveCallArgs(nullptr, cfg, cp, rows, &shape));
+  const bool token = cfg.scatter == Scatter::Token;
+  const int64_t blockRows = token ? tokenBlockRows(cp, rows) : rows;
+  Exchange x = {};
+  x.ranks = cp;
+  x.planes = 2;
+  const int64_t rowBytes[2] = {(int64_t)shape.heads * cfg.headDim * cfg.eltSize, (int64_t)shape.heads * 4};
+  const char* src[2] = {t.in, (const char*)t.lse};
+  char* dst[2] = {t.recv, (char*)t.recvLse};
+  const int64_t srcRank[2] = {(int64_t)t.inBytes, (int64_t)t.lseBytes};
+  for (int k = 0; k < 2; k++) {
+    ExchangePlane& p = x.plane[k];
+    p.src = src[k];
+    p.dst = dst[k];
+    p.srcRank = srcRank[k];
+    p.dstSlot = blockRows * rowBytes[k];
+    p.dstRank = cp * p.dstSlot;
+    for (int d = 0; d < cp; d++) {
+      p.srcOff[d] = token ? shape.split.start[d] * rowBytes[k] : 0;
+      p.bytes[d] = (token ? shape.split.start[d + 1] - shape.split.start[d] : rows) * rowBytes[k];
+    }
+  }
+  return x;
+}
+
+// NONE's baseline 2 after the HEAD call: every rank's merged heads and
+// their LSEs to every rank, [src][rows][Hl] (rank-major: no transpose).
+Exchange mergedHeadsGather(const Config& cfg, int cp, int rows, const LoopbackTensors& t) {
+  Exchange x = {};
+  x.ranks = cp;
+  x.planes = 2;
+  const int64_t bytes[2] = {(int64_t)rows * cfg.localHeads * cfg.headDim * cfg.eltSize, (int64_t)rows * cfg.localHeads * 4};
+  const char* src[2] = {t.outHead, (const char*)t.outLseHead};
+  char* dst[2] = {t.gather, (char*)t.gatherLse};
+  const int64_t srcRank[2] = {(int64_t)t.outHeadBytes, (int64_t)t.outLseHeadBytes};
+  for (int k = 0; k < 2; k++) {
+    ExchangePlane& p = x.plane[k];
+    p.src = src[k];
+    p.dst = dst[k];
+    p.srcRank = srcRank[k];
+    p.dstSlot = bytes[k];
+    p.dstRank = cp * bytes[k];
+    for (int d = 0; d < cp; d++) p.bytes[d] = bytes[k];
+  }
+  return x;
+}
+
+// The loopback baseline. HEAD's all-to-all: source c writes its block for
+// every destination d into d's receive buffer [src][rows][Hl][D]; TOKEN's
+// and NONE's exchange: partialsExchange. Then, unless `allToAllOnly`, the
+// combine of every rank. One launch each for all ranks.
 void launchLoopbackBaseline(const Config& cfg, int cp, int rows, const LoopbackTensors& t, bool allToAllOnly,
                             cudaStream_t s) {
   const Strides packed = packedStrides(cfg, cp);
+  if (cfg.scatter != Scatter::Head) {
+    CUDA_OR_DIE(launchExchange(partialsExchange(cfg, cp, rows, t), s));
+    if (allToAllOnly) return;
+    CallShape shape;
+    NCCL_OR_DIE(resolveCallArgs(nullptr, cfg, cp, rows, &shape));
+    const int blockRows = cfg.scatter == Scatter::Token ? (int)tokenBlockRows(cp, rows) : rows;
+    const int64_t perSource = (int64_t)blockRows * shape.heads;
+    const CombineParams m = combineLaunch(cfg, cp, shape, 0, 0, blockRows, t.recv, t.recvLse, t.outBase,
+                                          t.outLseBase, packed, nullptr);
+    const CombineCopies mc = {cp, cp * perSource * cfg.headDim * cfg.eltSize, cp * perSource * 4,
+                              (int64_t)t.outBytes, (int64_t)t.outLseBytes};
+    CUDA_OR_DIE(launchCombineCopies(m, mc, s));
+    return;
+  }
   const int64_t units = (int64_t)rows * cfg.localHeads, headBytes = (int64_t)cfg.headDim * cfg.eltSize;
   CallShape shape;
   NCCL_OR_DIE(resolveCallArgs(nullptr, cfg, cp, rows, &shape));
@@ -82,8 +162,9 @@ double measureCopyGBps(cudaStream_t stream) {
 
 class LoopbackMode : public Mode {
  public:
-  LoopbackMode(const Args& a, Inputs& inputs, std::unique_ptr<Loopback> lb)
-      : Mode(lb->config()), cp_(a.virtualRanks), inputs_(inputs), lb_(std::move(lb)) {
+  LoopbackMode(const Args& a, Inputs& inputs, std::unique_ptr<Loopback> lb, std::unique_ptr<Loopback> lbHead)
+      : Mode(lb->config()), cp_(a.virtualRanks), baseline_(a.baseline != kBaselineOff), inputs_(inputs),
+        lb_(std::move(lb)), lbHead_(std::move(lbHead)) {
     CUDA_OR_DIE(cudaGetDevice(&dev_));
     CUDA_OR_DIE(cudaGetDeviceProperties(&prop_, dev_));
     cudaStream_t stream;
@@ -96,7 +177,8 @@ class LoopbackMode : public Mode {
 
   ~LoopbackMode() override {
     for (void* p : {(void*)t_.in, (void*)t_.lse, (void*)t_.out, (void*)t_.outLse, (void*)t_.outBase,
-                    (void*)t_.outLseBase, (void*)t_.recv, (void*)t_.recvLse, (void*)floorSrc_, (void*)floorDst_,
+                    (void*)t_.outLseBase, (void*)t_.recv, (void*)t_.recvLse, (void*)t_.outHead,
+                    (void*)t_.outLseHead, (void*)t_.gather, (void*)t_.gatherLse, (void*)floorSrc_, (void*)floorDst_,
                     (void*)flagLines_, (void*)rig_.state})
       cudaFree(p);
     cudaStreamDestroy(slots_[0].stream);
@@ -108,8 +190,14 @@ class LoopbackMode : public Mode {
     char s[1024];
     snprintf(s, sizeof(s),
              "# nccl-dcp %d  NCCL %d  loopback: %d virtual ranks on %s; device-to-device copy %.0f GB/s (read + write)\n"
-             "# baseline: one copy kernel doing every virtual rank's all-to-all + one combine kernel for all",
-             NCCL_DCP_VERSION_CODE, ncclVersion(), cp_, prop_.name, copyGBps_);
+             "# scatter %s; baseline: one copy kernel doing every virtual rank's %s + one combine kernel for all%s",
+             NCCL_DCP_VERSION_CODE, ncclVersion(), cp_, prop_.name, copyGBps_, scatterName((int)cfg_.scatter),
+             cfg_.scatter == Scatter::Head    ? "all-to-all"
+             : cfg_.scatter == Scatter::Token ? "all-to-all in token layout (blocks of ceil(B/cp) rows)"
+                                              : "all-gather of every partial",
+             lbHead_ ? "\n# baseline 2: the HEAD call (a second loopback in HEAD mode) + one copy kernel doing every "
+                       "virtual rank's all-gather of the merged heads"
+                     : "");
     return s;
   }
 
@@ -171,11 +259,16 @@ class LoopbackMode : public Mode {
       case Call::Fused: NCCL_OR_DIE(lb_->call(calls_.data(), (int)rows, nullptr, s)); break;
       case Call::Baseline: launchLoopbackBaseline(cfg_, cp_, (int)rows, t_, false, s); break;
       case Call::BaselineAllToAll: launchLoopbackBaseline(cfg_, cp_, (int)rows, t_, true, s); break;
+      case Call::Baseline2:
+        NCCL_OR_DIE(lbHead_->call(headCalls_.data(), (int)rows, nullptr, s));
+        CUDA_OR_DIE(launchExchange(mergedHeadsGather(cfg_, cp_, (int)rows, t_), s));
+        break;
       default: enqueueFloor(rig_, c, rows, s);
     }
   }
 
   int64_t countWrong(Call c, int64_t rows) override {
+    if (c == Call::Baseline2) return countWrongGathered(rows);
     const bool base = c != Call::Fused;
     char* out = base ? t_.outBase : t_.out;
     float* outLse = base ? t_.outLseBase : t_.outLse;
@@ -185,10 +278,15 @@ class LoopbackMode : public Mode {
     CUDA_OR_DIE(cudaMemsetAsync(outLse, 0xff, cp_ * t_.outLseBytes, slots_[0].stream));
     enqueue(c, rows);
     syncSlots();
-    std::vector<uint8_t> got(rows * cfg_.localHeads * cfg_.headDim * cfg_.eltSize);
-    std::vector<float> gotLse(rows * cfg_.localHeads);
+    CallShape shape;
+    NCCL_OR_DIE(resolveCallArgs(nullptr, cfg_, cp_, (int)rows, &shape));
     int64_t wrong = 0;
     for (int r = 0; r < cp_; r++) {
+      // Rank r's output rows in the mode: [B][Hl], TOKEN [n_r][H], NONE [B][H].
+      const size_t units = (size_t)outRowsOf(shape, r) * shape.heads;
+      std::vector<uint8_t> got(units * cfg_.headDim * cfg_.eltSize);
+      std::vector<float> gotLse(units);
+      if (units == 0) continue;  // TOKEN: a rank of no rows (B < cp)
       CUDA_OR_DIE(cudaMemcpy(got.data(), out + r * t_.outBytes, got.size(), cudaMemcpyDeviceToHost));
       CUDA_OR_DIE(cudaMemcpy(gotLse.data(), (char*)outLse + r * t_.outLseBytes, gotLse.size() * 4,
                              cudaMemcpyDeviceToHost));
@@ -197,17 +295,37 @@ class LoopbackMode : public Mode {
     return wrong;
   }
 
+  // Baseline 2: each rank's all-gathered merged heads [cp][B][Hl].
+  int64_t countWrongGathered(int64_t rows) {
+    const size_t bytes = (size_t)cp_ * rows * cfg_.localHeads * cfg_.headDim * cfg_.eltSize;
+    const size_t lseBytes = (size_t)cp_ * rows * cfg_.localHeads * 4;
+    CUDA_OR_DIE(cudaMemsetAsync(t_.gather, 0xff, (size_t)cp_ * cp_ * t_.outHeadBytes, slots_[0].stream));
+    CUDA_OR_DIE(cudaMemsetAsync(t_.gatherLse, 0xff, (size_t)cp_ * cp_ * t_.outLseHeadBytes, slots_[0].stream));
+    enqueue(Call::Baseline2, rows);
+    syncSlots();
+    std::vector<uint8_t> got(bytes);
+    std::vector<float> gotLse(lseBytes / 4);
+    int64_t wrong = 0;
+    for (int r = 0; r < cp_; r++) {
+      CUDA_OR_DIE(cudaMemcpy(got.data(), t_.gather + (size_t)r * bytes, bytes, cudaMemcpyDeviceToHost));
+      CUDA_OR_DIE(cudaMemcpy(gotLse.data(), (char*)t_.gatherLse + (size_t)r * lseBytes, lseBytes,
+                             cudaMemcpyDeviceToHost));
+      wrong += inputs_.countWrongGathered(r, rows, got.data(), gotLse.data());
+    }
+    return wrong;
+  }
+
   // Every rank's inputs read, the payload written into and read out of the
   // peers' workspaces, the outputs written: at the copy bandwidth.
   double idealUs(int64_t rows) const override {
-    const double unit = (double)cfg_.headDim * cfg_.eltSize + 4, b = (double)rows, cp = cp_;
-    const double bytes = cp * b * cp * cfg_.localHeads * unit + 2.0 * cp * (cp - 1) * b * cfg_.localHeads * unit +
-                         cp * b * cfg_.localHeads * unit;
-    return bytes / (copyGBps_ * 1e3);
+    return idealBytes((int)cfg_.scatter, cp_, rows, cfg_.localHeads, cfg_.headDim, cfg_.eltSize) / (copyGBps_ * 1e3);
   }
 
   bool roundTripTimedOut() override { return timedOut(rig_); }
-  void checkAsyncErrors() override { NCCL_OR_DIE(lb_->asyncError()); }
+  void checkAsyncErrors() override {
+    NCCL_OR_DIE(lb_->asyncError());
+    if (lbHead_) NCCL_OR_DIE(lbHead_->asyncError());
+  }
 
  private:
   static int ncclVersion() {
@@ -216,33 +334,56 @@ class LoopbackMode : public Mode {
     return v;
   }
 
+  // Per rank, for the largest batch: the inputs [B][cp][Hl]; the outputs
+  // in the mode ([B][Hl], TOKEN [ceil(B/cp)][H], NONE [B][H]); the
+  // baseline's receive buffers (HEAD [cp][B][Hl], TOKEN [cp][ceil(B/cp)][H],
+  // NONE [cp][B][H]); baseline 2's HEAD outputs and their all-gather.
   void allocTensors(int64_t maxRows) {
+    const int scatter = (int)cfg_.scatter, heads = headsOf(scatter, cp_, cfg_.localHeads);
     const size_t units = (size_t)maxRows * cfg_.localHeads, headBytes = (size_t)cfg_.headDim * cfg_.eltSize;
+    const size_t outUnits = (size_t)maxOutRows(scatter, cp_, maxRows) * heads;
+    const size_t recvUnits = scatter == ncclDcpScatterHead    ? (size_t)cp_ * units
+                             : scatter == ncclDcpScatterToken ? (size_t)cp_ * tokenBlockRows(cp_, maxRows) * heads
+                                                              : (size_t)cp_ * maxRows * heads;
     t_.inBytes = units * cp_ * headBytes;
     t_.lseBytes = units * cp_ * 4;
-    t_.outBytes = units * headBytes;
-    t_.outLseBytes = units * 4;
+    t_.outBytes = outUnits * headBytes;
+    t_.outLseBytes = outUnits * 4;
     CUDA_OR_DIE(cudaMalloc(&t_.in, cp_ * t_.inBytes));
     CUDA_OR_DIE(cudaMalloc(&t_.lse, cp_ * t_.lseBytes));
     CUDA_OR_DIE(cudaMalloc(&t_.out, cp_ * t_.outBytes));
     CUDA_OR_DIE(cudaMalloc(&t_.outLse, cp_ * t_.outLseBytes));
-    CUDA_OR_DIE(cudaMalloc(&t_.outBase, cp_ * t_.outBytes));
-    CUDA_OR_DIE(cudaMalloc(&t_.outLseBase, cp_ * t_.outLseBytes));
-    CUDA_OR_DIE(cudaMalloc(&t_.recv, (size_t)cp_ * cp_ * t_.outBytes));
-    CUDA_OR_DIE(cudaMalloc(&t_.recvLse, (size_t)cp_ * cp_ * t_.outLseBytes));
+    if (baseline_) {
+      CUDA_OR_DIE(cudaMalloc(&t_.outBase, cp_ * t_.outBytes));
+      CUDA_OR_DIE(cudaMalloc(&t_.outLseBase, cp_ * t_.outLseBytes));
+      CUDA_OR_DIE(cudaMalloc(&t_.recv, (size_t)cp_ * recvUnits * headBytes));
+      CUDA_OR_DIE(cudaMalloc(&t_.recvLse, (size_t)cp_ * recvUnits * 4));
+    }
+    if (lbHead_) {
+      t_.outHeadBytes = units * headBytes;
+      t_.outLseHeadBytes = units * 4;
+      CUDA_OR_DIE(cudaMalloc(&t_.outHead, cp_ * t_.outHeadBytes));
+      CUDA_OR_DIE(cudaMalloc(&t_.outLseHead, cp_ * t_.outLseHeadBytes));
+      CUDA_OR_DIE(cudaMalloc(&t_.gather, (size_t)cp_ * cp_ * t_.outHeadBytes));
+      CUDA_OR_DIE(cudaMalloc(&t_.gatherLse, (size_t)cp_ * cp_ * t_.outLseHeadBytes));
+    }
     for (int r = 0; r < cp_; r++) {
       CUDA_OR_DIE(cudaMemcpy(t_.in + r * t_.inBytes, inputs_.partialOut(r).data(), t_.inBytes, cudaMemcpyHostToDevice));
       CUDA_OR_DIE(cudaMemcpy((char*)t_.lse + r * t_.lseBytes, inputs_.partialLse(r).data(), t_.lseBytes,
                              cudaMemcpyHostToDevice));
       calls_.push_back({t_.in + r * t_.inBytes, (float*)((char*)t_.lse + r * t_.lseBytes), t_.out + r * t_.outBytes,
                         (float*)((char*)t_.outLse + r * t_.outLseBytes)});
+      if (lbHead_)
+        headCalls_.push_back({t_.in + r * t_.inBytes, (float*)((char*)t_.lse + r * t_.lseBytes),
+                              t_.outHead + r * t_.outHeadBytes, (float*)((char*)t_.outLseHead + r * t_.outLseHeadBytes)});
     }
   }
 
-  // (a), (b): the all-to-all traffic of every virtual rank (cp (cp - 1)
-  // blocks of a rank's share; one rank: its partials) as one local copy.
+  // (a), (b): the mode's traffic of every virtual rank (cp (cp - 1) blocks
+  // of what a rank sends a peer: peerBytesPerRow; one rank: that block) as
+  // one local copy.
   void allocFloors(int64_t maxRows) {
-    const int64_t share = (int64_t)cfg_.localHeads * cfg_.headDim * cfg_.eltSize;
+    const int64_t share = peerBytesPerRow((int)cfg_.scatter, cp_, cfg_.localHeads, cfg_.headDim, cfg_.eltSize);
     rig_.copies.bytesPerRow = cp_ > 1 ? (int64_t)cp_ * (cp_ - 1) * share : share;
     const size_t bytes = (size_t)(maxRows * rig_.copies.bytesPerRow);
     CUDA_OR_DIE(cudaMalloc(&floorSrc_, bytes));
@@ -257,12 +398,14 @@ class LoopbackMode : public Mode {
   }
 
   int cp_, dev_ = 0;
+  bool baseline_;
   Inputs& inputs_;
   std::unique_ptr<Loopback> lb_;
+  std::unique_ptr<Loopback> lbHead_;  // NONE's baseline 2: the same ranks in HEAD mode (else null)
   cudaDeviceProp prop_;
   double copyGBps_ = 0;
   LoopbackTensors t_ = {};
-  std::vector<CallBuffers> calls_;
+  std::vector<CallBuffers> calls_, headCalls_;
   char *floorSrc_ = nullptr, *floorDst_ = nullptr, *flagLines_ = nullptr;
   FloorRig rig_;
 };
@@ -271,9 +414,14 @@ class LoopbackMode : public Mode {
 
 std::unique_ptr<Mode> makeLoopbackMode(const Args& a, Inputs& inputs) {
   const ncclDcpConfig_t c = configOf(a);
-  std::unique_ptr<Loopback> lb;
+  std::unique_ptr<Loopback> lb, lbHead;
   NCCL_OR_DIE(Loopback::create(&c, a.virtualRanks, &lb));
-  return std::unique_ptr<Mode>(new LoopbackMode(a, inputs, std::move(lb)));
+  if (hasBaseline2(a)) {
+    ncclDcpConfig_t h = c;
+    h.scatter = ncclDcpScatterHead;
+    NCCL_OR_DIE(Loopback::create(&h, a.virtualRanks, &lbHead));
+  }
+  return std::unique_ptr<Mode>(new LoopbackMode(a, inputs, std::move(lb), std::move(lbHead)));
 }
 
 }  // namespace perf

@@ -29,8 +29,9 @@ namespace perf {
 // What the sweep asks a mode to enqueue, one call on every rank it drives.
 enum class Call {
   Fused,             // ncclDcpA2aLseReduce (loopback: every virtual rank in one launch)
-  Baseline,          // the all-to-all + the combine kernel
-  BaselineAllToAll,  // the all-to-all alone (-B 2)
+  Baseline,          // the mode's exchange (HEAD, TOKEN: all-to-all; NONE: all-gather) + the combine kernel
+  BaselineAllToAll,  // that exchange alone (-B 2)
+  Baseline2,         // NONE: the HEAD call + an all-gather of the merged heads (hasBaseline2)
   PeerWrite,         // floor (a)
   CopyEngine,        // floor (b)
   RoundTrip,         // floor (c): kRoundTripsPerLaunch round trips
@@ -65,8 +66,8 @@ class Mode {
   virtual void prepare(int64_t rows) = 0;
   // One call on every slot, grouped where NCCL needs it; capturable.
   virtual void enqueue(Call c, int64_t rows) = 0;
-  // Poisons c's outputs (Fused or Baseline), runs one call, and counts the
-  // wrong elements of this thread's ranks.
+  // Poisons c's outputs (Fused, Baseline or Baseline2), runs one call, and
+  // counts the wrong elements of this thread's ranks.
   virtual int64_t countWrong(Call c, int64_t rows) = 0;
   // Loopback: the ideal time of a size at the copy bandwidth (0: none).
   virtual double idealUs(int64_t) const { return 0; }

@@ -99,6 +99,16 @@ std::string usage(const char* program) {
 #else
     << "no)\n"
 #endif
+    << "  --scatter <mode>          the scatter mode (the config's scatter), with its own baselines:\n"
+    << "                            head:  rank r gets heads r*Hl.. of every row; baseline ncclAlltoAll +\n"
+    << "                                   combine (default)\n"
+    << "                            token: rank r gets every head of its rows (even split); baseline\n"
+    << "                                   ncclAlltoAll of the rows in token layout (blocks of ceil(B/cp)\n"
+    << "                                   rows) + combine of its rows\n"
+    << "                            none:  every rank gets everything; baseline ncclAllGather of every\n"
+    << "                                   partial + combine of every row, and baseline 2: the head call +\n"
+    << "                                   ncclAllGather of the merged heads (rank-major, no transpose)\n"
+    << "                            The size columns stay the partials each rank holds, in every mode.\n"
     << "  --provider <p>            the fused path's workspace: auto | nccl-window | cuda-ipc | fallback\n"
     << "                            (sets NCCL_DCP_PROVIDER; default: as the environment says, else auto)\n"
     << "  --version                 the versions of nccl-dcp and NCCL, then exit\n"
@@ -129,6 +139,7 @@ enum LongOnly {
   kOptTimeline,
   kOptProvider,
   kOptVersion,
+  kOptScatter,
 };
 
 const struct option kLongOptions[] = {
@@ -160,6 +171,7 @@ const struct option kLongOptions[] = {
     {"floors", required_argument, nullptr, 'F'},
     {"timeline", no_argument, nullptr, kOptTimeline},
     {"provider", required_argument, nullptr, kOptProvider},
+    {"scatter", required_argument, nullptr, kOptScatter},
     {"version", no_argument, nullptr, kOptVersion},
     {nullptr, 0, nullptr, 0},
 };
@@ -271,6 +283,9 @@ bool parseWordOption(int code, const char* v, Args* a, std::string* error) {
     case 'J':
       if (!*v) return bad("a file name");
       a->json = v;
+      return true;
+    case kOptScatter:
+      if (!parseScatter(v, &a->scatter)) return bad("head, token or none");
       return true;
     case kOptProvider: {
       int p = 0;

@@ -1,8 +1,14 @@
 /*************************************************************************
  * Real-rank hooks: this thread's GPUs (-g) as NCCL ranks of one
- * communicator spanning every thread (-t) of every MPI process. Baseline:
- * ncclAlltoAll of the data and of the LSEs (one group) + the combine
- * kernel, inputs already peer-major (the pack is not timed). Floors: the
+ * communicator spanning every thread (-t) of every MPI process. Baseline,
+ * per scatter mode: the exchange of the data and of the LSEs (one group) +
+ * the combine kernel, inputs already in the exchange's send layout (the
+ * pack is not timed): HEAD ncclAlltoAll of each peer's heads; TOKEN
+ * ncclAlltoAll of each peer's rows in token layout, blocks padded to
+ * ceil(B/cp) rows (equal sizes), then the combine of the rank's rows; NONE
+ * ncclAllGather of every partial, then the combine of every row. NONE's
+ * baseline 2: the HEAD call (a second context, HEAD mode, same
+ * communicator) + ncclAllGather of the merged heads (rank-major). Floors: the
  * peers' addresses in an NCCL window registered for them (LSA pointers of
  * the device API), so the same code serves threads and processes.
  ************************************************************************/
@@ -28,9 +34,12 @@ struct Rank {
   cudaStream_t stream = nullptr;
   ncclComm_t comm = nullptr;
   ncclDcpContext_t ctx = nullptr;
+  ncclDcpContext_t ctxHead = nullptr;  // NONE's baseline 2 (HEAD mode), else null
   ncclDcpTopology_t topo = NCCL_DCP_TOPOLOGY_INITIALIZER;
   char *in = nullptr, *inPeerMajor = nullptr, *out = nullptr, *outBase = nullptr, *recv = nullptr;
   float *lse = nullptr, *lsePeerMajor = nullptr, *outLse = nullptr, *outLseBase = nullptr, *recvLse = nullptr;
+  char *outHead = nullptr, *gather = nullptr;  // baseline 2 (ncclMemAlloc)
+  float *outLseHead = nullptr, *gatherLse = nullptr;
   // floors
   void* window = nullptr;  // ncclMemAlloc
   ncclWindow_t win = nullptr;
@@ -59,8 +68,12 @@ class RankMode : public Mode {
     for (Rank& r : ranks_)
       if (r.win) NCCL_OR_DIE(ncclCommWindowDeregister(r.comm, r.win));
     NCCL_OR_DIE(ncclGroupEnd());
-    std::vector<ncclDcpContext_t> ctxs;
-    for (Rank& r : ranks_) ctxs.push_back(r.ctx);
+    std::vector<ncclDcpContext_t> ctxs, heads;
+    for (Rank& r : ranks_) {
+      ctxs.push_back(r.ctx);
+      if (r.ctxHead) heads.push_back(r.ctxHead);
+    }
+    if (!heads.empty()) NCCL_OR_DIE(ncclDcpContextDestroyGroup((int)heads.size(), heads.data()));
     NCCL_OR_DIE(ncclDcpContextDestroyGroup((int)ctxs.size(), ctxs.data()));
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));
@@ -69,6 +82,8 @@ class RankMode : public Mode {
         CUDA_OR_DIE(cudaFree(q));
       for (void* q : {(void*)r.inPeerMajor, (void*)r.lsePeerMajor, (void*)r.recv, (void*)r.recvLse})
         NCCL_OR_DIE(ncclMemFree(q));
+      for (void* q : {(void*)r.outHead, (void*)r.outLseHead, (void*)r.gather, (void*)r.gatherLse})
+        if (q) NCCL_OR_DIE(ncclMemFree(q));
       if (r.window) NCCL_OR_DIE(ncclMemFree(r.window));
       CUDA_OR_DIE(cudaStreamDestroy(r.stream));
     }
@@ -146,17 +161,36 @@ class RankMode : public Mode {
 
   Floors floors() const override { return floors_; }
 
-  // The baseline's inputs peer-major, the layout ncclAlltoAll sends from.
+  // The baseline's inputs in its exchange's send layout: HEAD peer-major
+  // [cp][B][Hl] (the pack kernel), TOKEN each peer's rows [cp][ceil(B/cp)][H]
+  // (padding rows unused), NONE the partials as they are [B][H].
   void prepare(int64_t rows) override {
     if (a_.baseline == kBaselineOff) return;
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));
       CallShape shape;
       NCCL_OR_DIE(resolveCallArgs(nullptr, cfg_, nRanks(), (int)rows, &shape));
-      const CallBuffers in = {r.in, r.lse, nullptr, nullptr};
-      const PackParams p = packLaunch(cfg_, nRanks(), shape, 0, (int)rows, in, r.inPeerMajor, r.lsePeerMajor,
-                                      packedStrides(cfg_, nRanks()));
-      NCCL_OR_DIE(launchPack(p, r.stream));
+      if (cfg_.scatter == Scatter::Head) {
+        const CallBuffers in = {r.in, r.lse, nullptr, nullptr};
+        const PackParams p = packLaunch(cfg_, nRanks(), shape, 0, (int)rows, in, r.inPeerMajor, r.lsePeerMajor,
+                                        packedStrides(cfg_, nRanks()));
+        NCCL_OR_DIE(launchPack(p, r.stream));
+        continue;
+      }
+      const size_t rowBytes = (size_t)shape.heads * cfg_.headDim * cfg_.eltSize, rowLse = (size_t)shape.heads * 4;
+      if (cfg_.scatter == Scatter::None) {
+        CUDA_OR_DIE(cudaMemcpyAsync(r.inPeerMajor, r.in, rows * rowBytes, cudaMemcpyDeviceToDevice, r.stream));
+        CUDA_OR_DIE(cudaMemcpyAsync(r.lsePeerMajor, r.lse, rows * rowLse, cudaMemcpyDeviceToDevice, r.stream));
+        continue;
+      }
+      const int64_t block = tokenBlockRows(nRanks(), rows);
+      for (int d = 0; d < nRanks(); d++) {
+        const int64_t first = shape.split.start[d], n = shape.split.start[d + 1] - first;
+        CUDA_OR_DIE(cudaMemcpyAsync(r.inPeerMajor + d * block * rowBytes, r.in + first * rowBytes, n * rowBytes,
+                                    cudaMemcpyDeviceToDevice, r.stream));
+        CUDA_OR_DIE(cudaMemcpyAsync((char*)r.lsePeerMajor + d * block * rowLse, (char*)r.lse + first * rowLse,
+                                    n * rowLse, cudaMemcpyDeviceToDevice, r.stream));
+      }
     }
     syncSlots();
   }
@@ -166,6 +200,7 @@ class RankMode : public Mode {
       case Call::Fused: return enqueueFused(rows);
       case Call::Baseline: enqueueAllToAll(rows, true); return enqueueCombine(rows);
       case Call::BaselineAllToAll: return enqueueAllToAll(rows, false);
+      case Call::Baseline2: return enqueueHeadThenGather(rows);
       default:
         for (Rank& r : ranks_) {
           CUDA_OR_DIE(cudaSetDevice(r.dev));
@@ -175,23 +210,51 @@ class RankMode : public Mode {
   }
 
   int64_t countWrong(Call c, int64_t rows) override {
+    if (c == Call::Baseline2) return countWrongGathered(rows);
     const bool base = c != Call::Fused;
-    const size_t units = (size_t)rows * cfg_.localHeads;
+    CallShape shape;
+    NCCL_OR_DIE(resolveCallArgs(nullptr, cfg_, nRanks(), (int)rows, &shape));
+    const size_t most = (size_t)maxOutRows((int)cfg_.scatter, nRanks(), rows) * shape.heads;
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));
-      CUDA_OR_DIE(cudaMemsetAsync(base ? r.outBase : r.out, 0xff, units * cfg_.headDim * cfg_.eltSize, r.stream));
-      CUDA_OR_DIE(cudaMemsetAsync(base ? r.outLseBase : r.outLse, 0xff, units * 4, r.stream));
+      CUDA_OR_DIE(cudaMemsetAsync(base ? r.outBase : r.out, 0xff, most * cfg_.headDim * cfg_.eltSize, r.stream));
+      CUDA_OR_DIE(cudaMemsetAsync(base ? r.outLseBase : r.outLse, 0xff, most * 4, r.stream));
     }
     enqueue(c, rows);
+    syncSlots();
+    int64_t wrong = 0;
+    for (Rank& r : ranks_) {
+      // The rank's output rows in the mode: [B][Hl], TOKEN [n_r][H], NONE [B][H].
+      const size_t units = (size_t)outRowsOf(shape, r.rank) * shape.heads;
+      std::vector<uint8_t> got(units * cfg_.headDim * cfg_.eltSize);
+      std::vector<float> gotLse(units);
+      if (units == 0) continue;  // TOKEN: a rank of no rows (B < cp)
+      CUDA_OR_DIE(cudaSetDevice(r.dev));
+      CUDA_OR_DIE(cudaMemcpy(got.data(), base ? r.outBase : r.out, got.size(), cudaMemcpyDeviceToHost));
+      CUDA_OR_DIE(cudaMemcpy(gotLse.data(), base ? r.outLseBase : r.outLse, units * 4, cudaMemcpyDeviceToHost));
+      wrong += inputs_.countWrong(r.rank, rows, got.data(), gotLse.data());
+    }
+    return wrong;
+  }
+
+  // Baseline 2: each rank's all-gathered merged heads [cp][B][Hl].
+  int64_t countWrongGathered(int64_t rows) {
+    const size_t units = (size_t)nRanks() * rows * cfg_.localHeads;
+    for (Rank& r : ranks_) {
+      CUDA_OR_DIE(cudaSetDevice(r.dev));
+      CUDA_OR_DIE(cudaMemsetAsync(r.gather, 0xff, units * cfg_.headDim * cfg_.eltSize, r.stream));
+      CUDA_OR_DIE(cudaMemsetAsync(r.gatherLse, 0xff, units * 4, r.stream));
+    }
+    enqueue(Call::Baseline2, rows);
     syncSlots();
     std::vector<uint8_t> got(units * cfg_.headDim * cfg_.eltSize);
     std::vector<float> gotLse(units);
     int64_t wrong = 0;
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));
-      CUDA_OR_DIE(cudaMemcpy(got.data(), base ? r.outBase : r.out, got.size(), cudaMemcpyDeviceToHost));
-      CUDA_OR_DIE(cudaMemcpy(gotLse.data(), base ? r.outLseBase : r.outLse, units * 4, cudaMemcpyDeviceToHost));
-      wrong += inputs_.countWrong(r.rank, rows, got.data(), gotLse.data());
+      CUDA_OR_DIE(cudaMemcpy(got.data(), r.gather, got.size(), cudaMemcpyDeviceToHost));
+      CUDA_OR_DIE(cudaMemcpy(gotLse.data(), r.gatherLse, units * 4, cudaMemcpyDeviceToHost));
+      wrong += inputs_.countWrongGathered(r.rank, rows, got.data(), gotLse.data());
     }
     return wrong;
   }
@@ -210,6 +273,10 @@ class RankMode : public Mode {
       ncclResult_t async = ncclSuccess;
       NCCL_OR_DIE(ncclDcpGetAsyncError(r.ctx, &async));
       NCCL_OR_DIE(async);
+      if (r.ctxHead) {
+        NCCL_OR_DIE(ncclDcpGetAsyncError(r.ctxHead, &async));
+        NCCL_OR_DIE(async);
+      }
     }
   }
 
@@ -237,6 +304,13 @@ class RankMode : public Mode {
     std::vector<ncclDcpContext_t> ctxs(comms.size());
     const ncclDcpConfig_t c = configOf(a_);
     NCCL_OR_DIE(ncclDcpContextCreateGroup((int)comms.size(), comms.data(), &c, ctxs.data()));
+    if (hasBaseline2(a_)) {  // the HEAD call of NONE's baseline 2: a second context on the same communicators
+      ncclDcpConfig_t h = c;
+      h.scatter = ncclDcpScatterHead;
+      std::vector<ncclDcpContext_t> heads(comms.size());
+      NCCL_OR_DIE(ncclDcpContextCreateGroup((int)comms.size(), comms.data(), &h, heads.data()));
+      for (size_t i = 0; i < ranks_.size(); i++) ranks_[i].ctxHead = heads[i];
+    }
     for (size_t i = 0; i < ranks_.size(); i++) {
       ranks_[i].ctx = ctxs[i];
       NCCL_OR_DIE(ncclDcpGetTopology(ctxs[i], &ranks_[i].topo));
@@ -246,21 +320,40 @@ class RankMode : public Mode {
     }
   }
 
+  // Per rank, for the largest batch: the inputs [B][cp][Hl]; the exchange's
+  // send buffer (HEAD [cp][B][Hl], TOKEN [cp][ceil(B/cp)][H], NONE [B][H])
+  // and receive buffer (HEAD [cp][B][Hl], TOKEN [cp][ceil(B/cp)][H], NONE
+  // [cp][B][H]); the outputs in the mode; baseline 2's.
   void allocTensors(Rank& r) {
+    const int scatter = (int)cfg_.scatter, heads = headsOf(scatter, nRanks(), cfg_.localHeads);
     const size_t units = (size_t)maxRows_ * cfg_.localHeads, headBytes = (size_t)cfg_.headDim * cfg_.eltSize;
-    const size_t inBytes = units * nRanks() * headBytes, lseBytes = units * nRanks() * 4;
+    const size_t inUnits = units * nRanks();
+    const size_t tokenUnits = (size_t)nRanks() * tokenBlockRows(nRanks(), maxRows_) * heads;
+    const size_t sendUnits = scatter == ncclDcpScatterToken ? tokenUnits : inUnits;
+    const size_t recvUnits = scatter == ncclDcpScatterHead    ? inUnits
+                             : scatter == ncclDcpScatterToken ? tokenUnits
+                                                              : (size_t)nRanks() * inUnits;
+    const size_t outUnits = (size_t)maxOutRows(scatter, nRanks(), maxRows_) * heads;
     CUDA_OR_DIE(cudaSetDevice(r.dev));
-    CUDA_OR_DIE(cudaMalloc(&r.in, inBytes));
-    CUDA_OR_DIE(cudaMalloc(&r.lse, lseBytes));
-    // The baseline's all-to-all buffers from ncclMemAlloc, as nccl-tests
+    CUDA_OR_DIE(cudaMalloc(&r.in, inUnits * headBytes));
+    CUDA_OR_DIE(cudaMalloc(&r.lse, inUnits * 4));
+    // The baseline's exchange buffers from ncclMemAlloc, as nccl-tests
     // allocates them: NCCL then registers them in graph capture and moves
     // large messages without its staging copy (docs/perf.md, baseline).
-    for (char** q : {&r.inPeerMajor, &r.recv}) NCCL_OR_DIE(ncclMemAlloc((void**)q, inBytes));
-    for (float** q : {&r.lsePeerMajor, &r.recvLse}) NCCL_OR_DIE(ncclMemAlloc((void**)q, lseBytes));
-    for (char** q : {&r.out, &r.outBase}) CUDA_OR_DIE(cudaMalloc(q, units * headBytes));
-    for (float** q : {&r.outLse, &r.outLseBase}) CUDA_OR_DIE(cudaMalloc(q, units * 4));
-    CUDA_OR_DIE(cudaMemcpy(r.in, inputs_.partialOut(r.rank).data(), inBytes, cudaMemcpyHostToDevice));
-    CUDA_OR_DIE(cudaMemcpy(r.lse, inputs_.partialLse(r.rank).data(), lseBytes, cudaMemcpyHostToDevice));
+    NCCL_OR_DIE(ncclMemAlloc((void**)&r.inPeerMajor, sendUnits * headBytes));
+    NCCL_OR_DIE(ncclMemAlloc((void**)&r.recv, recvUnits * headBytes));
+    NCCL_OR_DIE(ncclMemAlloc((void**)&r.lsePeerMajor, sendUnits * 4));
+    NCCL_OR_DIE(ncclMemAlloc((void**)&r.recvLse, recvUnits * 4));
+    for (char** q : {&r.out, &r.outBase}) CUDA_OR_DIE(cudaMalloc(q, outUnits * headBytes));
+    for (float** q : {&r.outLse, &r.outLseBase}) CUDA_OR_DIE(cudaMalloc(q, outUnits * 4));
+    if (r.ctxHead) {  // the HEAD call's outputs are the all-gather's send buffers: ncclMemAlloc too
+      NCCL_OR_DIE(ncclMemAlloc((void**)&r.outHead, units * headBytes));
+      NCCL_OR_DIE(ncclMemAlloc((void**)&r.outLseHead, units * 4));
+      NCCL_OR_DIE(ncclMemAlloc((void**)&r.gather, nRanks() * units * headBytes));
+      NCCL_OR_DIE(ncclMemAlloc((void**)&r.gatherLse, nRanks() * units * 4));
+    }
+    CUDA_OR_DIE(cudaMemcpy(r.in, inputs_.partialOut(r.rank).data(), inUnits * headBytes, cudaMemcpyHostToDevice));
+    CUDA_OR_DIE(cudaMemcpy(r.lse, inputs_.partialLse(r.rank).data(), inUnits * 4, cudaMemcpyHostToDevice));
   }
 
   void enqueueFused(int64_t rows) {
@@ -272,28 +365,62 @@ class RankMode : public Mode {
     NCCL_OR_DIE(ncclGroupEnd());
   }
 
-  // The baseline's all-to-all of the partials and, withLse, of their LSEs
-  // (one group). -B 2 times the partials' alone: the bytes and the call
-  // nccl-tests' alltoall_perf times, so the two can be compared.
+  // The baseline's exchange of the partials and, withLse, of their LSEs
+  // (one group): HEAD and TOKEN ncclAlltoAll (TOKEN: blocks of ceil(B/cp)
+  // rows of H heads), NONE ncclAllGather. -B 2 times the partials' alone:
+  // for HEAD the bytes and the call nccl-tests' alltoall_perf times, so the
+  // two can be compared.
   void enqueueAllToAll(int64_t rows, bool withLse) {
-    const size_t units = (size_t)rows * cfg_.localHeads;
+    const int heads = headsOf((int)cfg_.scatter, nRanks(), cfg_.localHeads);
+    size_t units = (size_t)rows * cfg_.localHeads;                                        // HEAD: per peer
+    if (cfg_.scatter == Scatter::Token) units = (size_t)tokenBlockRows(nRanks(), rows) * heads;  // per peer
+    if (cfg_.scatter == Scatter::None) units = (size_t)rows * heads;                     // per rank
     NCCL_OR_DIE(ncclGroupStart());
     for (Rank& r : ranks_) {
+      if (cfg_.scatter == Scatter::None) {
+        NCCL_OR_DIE(ncclAllGather(r.inPeerMajor, r.recv, units * cfg_.headDim, cfg_.dtype, r.comm, r.stream));
+        if (withLse) NCCL_OR_DIE(ncclAllGather(r.lsePeerMajor, r.recvLse, units, ncclFloat32, r.comm, r.stream));
+        continue;
+      }
       NCCL_OR_DIE(ncclAlltoAll(r.inPeerMajor, r.recv, units * cfg_.headDim, cfg_.dtype, r.comm, r.stream));
       if (withLse) NCCL_OR_DIE(ncclAlltoAll(r.lsePeerMajor, r.recvLse, units, ncclFloat32, r.comm, r.stream));
     }
     NCCL_OR_DIE(ncclGroupEnd());
   }
 
+  // The combine of what the exchange delivered: HEAD the rank's heads of
+  // every row, TOKEN its rows (the first n_r of each source's block: rows =
+  // the block, row0 = the rank's first row), NONE every row.
   void enqueueCombine(int64_t rows) {
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));
       CallShape shape;
       NCCL_OR_DIE(resolveCallArgs(nullptr, cfg_, nRanks(), (int)rows, &shape));
-      const CombineParams m = combineLaunch(cfg_, nRanks(), shape, r.rank, 0, (int)rows, r.recv, r.recvLse, r.outBase,
+      const bool token = cfg_.scatter == Scatter::Token;
+      const int row0 = token ? shape.split.start[r.rank] : 0;
+      const int block = token ? (int)tokenBlockRows(nRanks(), rows) : (int)rows;
+      const CombineParams m = combineLaunch(cfg_, nRanks(), shape, r.rank, row0, block, r.recv, r.recvLse, r.outBase,
                                             r.outLseBase, packedStrides(cfg_, nRanks()), nullptr);
       NCCL_OR_DIE(launchCombine(m, r.stream));
     }
+  }
+
+  // NONE's baseline 2: the HEAD call, then ncclAllGather of its merged
+  // heads and their LSEs (one group), rank-major [cp][B][Hl] on every rank.
+  void enqueueHeadThenGather(int64_t rows) {
+    const size_t units = (size_t)rows * cfg_.localHeads;
+    NCCL_OR_DIE(ncclGroupStart());
+    for (Rank& r : ranks_) {
+      CUDA_OR_DIE(cudaSetDevice(r.dev));
+      NCCL_OR_DIE(ncclDcpA2aLseReduce(r.ctxHead, r.in, r.lse, r.outHead, r.outLseHead, (int)rows, nullptr, r.stream));
+    }
+    NCCL_OR_DIE(ncclGroupEnd());
+    NCCL_OR_DIE(ncclGroupStart());
+    for (Rank& r : ranks_) {
+      NCCL_OR_DIE(ncclAllGather(r.outHead, r.gather, units * cfg_.headDim, cfg_.dtype, r.comm, r.stream));
+      NCCL_OR_DIE(ncclAllGather(r.outLseHead, r.gatherLse, units, ncclFloat32, r.comm, r.stream));
+    }
+    NCCL_OR_DIE(ncclGroupEnd());
   }
 
   // Peer pointers exist when every rank sits in one LSA team (the fused path).
@@ -313,8 +440,10 @@ class RankMode : public Mode {
   // A window per rank: nRanks slots of the largest share (rank p's copy
   // lands in slot `sender`), then the flag lines. Registered together (one
   // thread may drive several GPUs), then each rank's copies and flags.
+  // perRow: what a rank sends each peer per batch row in the mode
+  // (peerBytesPerRow: Hl * D * elt, NONE cp times that).
   void initFloors() {
-    const int64_t perRow = (int64_t)cfg_.localHeads * cfg_.headDim * cfg_.eltSize;
+    const int64_t perRow = peerBytesPerRow((int)cfg_.scatter, nRanks(), cfg_.localHeads, cfg_.headDim, cfg_.eltSize);
     const size_t slot = ((size_t)(maxRows_ * perRow) + 4095) / 4096 * 4096, winBytes = nRanks() * slot + kFlagBytes;
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));

@@ -185,6 +185,15 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
     w.key("baseline");
     if (a.baseline != kBaselineOff) writeTiming(w, r.baseUs, r.baseAlgBw, r.baseBusBw, r.baseWrong);
     else w.null();
+    w.key("baseline2");  // NONE's HEAD + all-gather (same bytes column: bandwidths as the others')
+    if (hasBaseline2(a)) {
+      Row b2 = r;
+      b2.fusedUs = r.base2Us;
+      fillBandwidths(&b2, run.nRanks);
+      writeTiming(w, r.base2Us, b2.fusedAlgBw, b2.fusedBusBw, r.base2Wrong);
+    } else {
+      w.null();
+    }
     w.close();
   }
   w.close();
@@ -212,6 +221,7 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
   w.key("threads").integer(run.placement.threads);
   w.key("gpusPerThread").integer(run.placement.gpusPerThread);
   w.key("virtualRanks").integer(a.virtualRanks);
+  w.key("scatter").str(scatterName(a.scatter));
   w.key("dtype").str(dtypeName(a.dtype));
   w.key("headDim").integer(a.headDim);
   w.key("localHeads").integer(a.localHeads);
@@ -228,10 +238,14 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
   w.key("timeoutS");
   if (a.timeoutS >= 0) w.integer(a.timeoutS);
   else w.null();
-  w.key("baseline").str(baselineName(a.baseline));
+  w.key("baseline").str(baselineName(a.baseline, a.scatter));
+  w.key("baseline2");
+  if (hasBaseline2(a)) w.str(kBaseline2Name);
+  else w.null();
   w.key("copyGBps").num(run.copyGBps);
   w.key("averageBusBwBaseline").num(sum.baseBusBw);
   w.key("speedupGeomean").num(sum.speedup);
+  w.key("speedup2Geomean").num(sum.speedup2);
   w.key("floors").open('{', true);
   w.key("measured").boolean(f.measured);
   w.key("why").str(f.why);
@@ -256,6 +270,9 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
     w.key("baseBusBw").num(r.baseBusBw);
     w.key("baseWrong").integer(r.baseWrong);
     w.key("speedup").num(r.speedup);
+    w.key("base2Us").num(r.base2Us);
+    w.key("base2Wrong").integer(r.base2Wrong);
+    w.key("speedup2").num(r.speedup2);
     w.key("idealUs").num(r.idealUs);
     w.key("peerWriteUs").num(r.peerWriteUs);
     w.key("copyEngineUs").num(r.copyEngineUs);

@@ -302,9 +302,11 @@ int runSweep(const Args& a, Team& team, int thread, Mode& m) {
     s.fusedUs = timeEveryRank(a, team, thread, m, Call::Fused, b);
     if (a.baseline != kBaselineOff)
       s.baseUs = timeEveryRank(a, team, thread, m, a.baseline == kBaselineAllToAll ? Call::BaselineAllToAll : Call::Baseline, b);
+    if (hasBaseline2(a)) s.base2Us = timeEveryRank(a, team, thread, m, Call::Baseline2, b);
     if (a.check > 0 && b > 0) {
       s.fusedWrong = checkEveryRank(a, team, thread, m, Call::Fused, b);
       if (a.baseline != kBaselineOff) s.baseWrong = checkEveryRank(a, team, thread, m, Call::Baseline, b);
+      if (hasBaseline2(a)) s.base2Wrong = checkEveryRank(a, team, thread, m, Call::Baseline2, b);
     }
     if (a.timeline) {
       team.barrier(thread);
@@ -312,14 +314,14 @@ int runSweep(const Args& a, Team& team, int thread, Mode& m) {
     }
     rows[k] = makeRow(a, b, m.bytesOf(b), m.nRanks(), s, m.idealUs(b));
     rows[k].protocol = m.protocolOf(b);
-    anyWrong = anyWrong || rows[k].fusedWrong > 0 || rows[k].baseWrong > 0;
+    anyWrong = anyWrong || rows[k].fusedWrong > 0 || rows[k].baseWrong > 0 || rows[k].base2Wrong > 0;
     if (leader) {
       printf("%s", formatRow(rows[k], columns).c_str());
       fflush(stdout);
     }
   }
   m.checkAsyncErrors();
-  if (leader) printf("%s", tableFooter(rows, a.baseline != kBaselineOff).c_str());
+  if (leader) printf("%s", tableFooter(rows, a.baseline != kBaselineOff, hasBaseline2(a)).c_str());
   if (!a.json.empty()) run.devices = gatherDevices(team, thread, m);
   if (leader && !a.json.empty()) writeJson(a, m, run, floors, rows);
   team.barrier(thread);

@@ -5,9 +5,15 @@
  * one thread per GPU (-t 2), one thread driving two GPUs (-g 2), one
  * process per GPU (mpirun -np 2, when built with MPI: it skips without, or
  * fails where NCCL_DCP_REQUIRE_GPU requires 2 GPUs), and loopback (--virtual-ranks 4).
+ * Then each scatter mode (--scatter head|token|none, AUTO) with its own
+ * baselines, checked (-c 1) against the reference of that mode: loopback at
+ * 4 and 3 virtual ranks (3: uneven splits, and ranks of no rows at 1 and 2
+ * rows), one rank, two threads, two MPI processes, two threads on the
+ * fallback path.
  * A run fails on a non-zero exit, a missing row, a table printed by more
- * than one process, or any #wrong. DCP_PERF_BINARY names the binary (set
- * by meson test).
+ * than one process, or any #wrong (fused, baseline, NONE's baseline 2), or
+ * a check that did not run. DCP_PERF_BINARY names the binary (set by meson
+ * test).
  ************************************************************************/
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -79,11 +85,12 @@ int tableRows(const std::string& out) {
   return n;
 }
 
-class PerfBinary : public testing::TestWithParam<std::tuple<Launch, const char*>> {};
-
-TEST_P(PerfBinary, RunsEverySizeWithoutWrongResults) {
-  const Launch& l = std::get<0>(GetParam());
-  const char* proto = std::get<1>(GetParam());
+// Runs the binary in launch l with `flags` (-b 1 -e 64 -m 10 -B 1 -c 1 and
+// a JSON report added) and checks what every run must show; the report's
+// text comes back in *report. Skips (GTEST_SKIP in the caller's body) where
+// the machine lacks the GPUs or the MPI launch.
+void runPerf(const Launch& l, const std::string& flags, std::string* output, std::string* report, bool* skipped) {
+  *skipped = true;
   const char* binary = getenv("DCP_PERF_BINARY");
   ASSERT_NE(binary, nullptr) << "DCP_PERF_BINARY is not set (run through meson test)";
   // What the MPI launch lacks here, if anything. Where the GPUs it needs are
@@ -104,6 +111,7 @@ TEST_P(PerfBinary, RunsEverySizeWithoutWrongResults) {
   }
   DCP_REQUIRE_GPUS(l.gpus);
   if (!noMpi.empty()) GTEST_SKIP() << noMpi;
+  *skipped = false;
   std::string launcher = "timeout 900 ";
   if (l.mpi) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);  // containers run as root
@@ -115,28 +123,73 @@ TEST_P(PerfBinary, RunsEverySizeWithoutWrongResults) {
   const int fd = mkstemp(json);
   ASSERT_GE(fd, 0);
   close(fd);
-  const std::string cmd = launcher + binary + " " + l.flags + " -b 1 -e 64 -m 10 -B 1 -c 1 -P " + proto + " -J " + json;
+  const std::string cmd = launcher + binary + " " + l.flags + " -b 1 -e 64 -m 10 -B 1 -c 1 " + flags + " -J " + json;
   const Result r = runCommand(cmd);
   std::ifstream f(json);
-  const std::string report((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  report->assign((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   unlink(json);
-  SCOPED_TRACE(cmd + "\n" + r.output);
+  *output = cmd + "\n" + r.output;
+  SCOPED_TRACE(*output);
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(tableRows(r.output), kSizes);
   size_t titles = 0;  // only one process prints the table
   for (size_t at = r.output.find("# nccl-dcp "); at != std::string::npos; at = r.output.find("# nccl-dcp ", at + 1))
     titles++;
   EXPECT_EQ(titles, 1u);
+  // Every size checked (-1: not checked) and right, fused and baseline.
   for (const char* key : {"fusedWrong", "baseWrong"}) {
-    const std::vector<long long> wrong = jsonValues(report, key);
+    const std::vector<long long> wrong = jsonValues(*report, key);
     EXPECT_EQ(wrong.size(), (size_t)kSizes) << key;
     for (long long w : wrong) EXPECT_EQ(w, 0) << key;
   }
 }
 
+class PerfBinary : public testing::TestWithParam<std::tuple<Launch, const char*>> {};
+
+TEST_P(PerfBinary, RunsEverySizeWithoutWrongResults) {
+  const Launch& l = std::get<0>(GetParam());
+  std::string output, report;
+  bool skipped = true;
+  runPerf(l, std::string("-P ") + std::get<1>(GetParam()), &output, &report, &skipped);
+}
+
 INSTANTIATE_TEST_SUITE_P(LaunchesAndProtocols, PerfBinary,
                          testing::Combine(testing::ValuesIn(kLaunches), testing::ValuesIn(kProtocols)),
                          [](const testing::TestParamInfo<PerfBinary::ParamType>& i) {
+                           return std::string(std::get<0>(i.param).name) + "_" + std::get<1>(i.param);
+                         });
+
+// --scatter: each mode's fused call and baselines, checked against that
+// mode's reference. NONE has baseline 2 (the HEAD call + an all-gather of
+// the merged heads), checked too.
+const Launch kScatterLaunches[] = {
+    {"loopbackV4", 1, "--virtual-ranks 4", false}, {"loopbackV3", 1, "--virtual-ranks 3", false},
+    {"t1", 1, "-t 1", false}, {"t2", 2, "-t 2", false}, {"mpi2", 2, "-t 1", true},
+    {"t2fallback", 2, "-t 2 --provider fallback", false},
+};
+const char* const kScatterModes[] = {"head", "token", "none"};
+
+class PerfScatter : public testing::TestWithParam<std::tuple<Launch, const char*>> {};
+
+TEST_P(PerfScatter, EveryModeAgainstItsReferenceAndBaselines) {
+  const Launch& l = std::get<0>(GetParam());
+  const std::string mode = std::get<1>(GetParam());
+  std::string output, report;
+  bool skipped = true;
+  runPerf(l, "-P AUTO --scatter " + mode, &output, &report, &skipped);
+  if (skipped || HasFatalFailure()) return;
+  SCOPED_TRACE(output);
+  EXPECT_NE(output.find("scatter " + mode), std::string::npos);  // the table's header names the mode
+  EXPECT_NE(report.find("\"scatter\": \"" + mode + "\""), std::string::npos);
+  const std::vector<long long> base2 = jsonValues(report, "base2Wrong");
+  EXPECT_EQ(base2.size(), (size_t)kSizes);
+  for (long long w : base2) EXPECT_EQ(w, mode == "none" ? 0 : -1) << "base2Wrong";  // NONE: run and checked
+  EXPECT_EQ(output.find("baseline 2") != std::string::npos, mode == "none");
+}
+
+INSTANTIATE_TEST_SUITE_P(LaunchesAndModes, PerfScatter,
+                         testing::Combine(testing::ValuesIn(kScatterLaunches), testing::ValuesIn(kScatterModes)),
+                         [](const testing::TestParamInfo<PerfScatter::ParamType>& i) {
                            return std::string(std::get<0>(i.param).name) + "_" + std::get<1>(i.param);
                          });
 

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "enums.h"
 #include "harness.h"
 #include "json.h"
 #include "team.h"
@@ -49,7 +50,99 @@ TEST(PerfArgs, DefaultsAreTheDesignSweep) {
   EXPECT_EQ(a.graphLaunches, 1);  // launched once per sample
   EXPECT_EQ(a.timeoutS, -1);
   EXPECT_EQ(a.timeline, 0);
+  EXPECT_EQ(a.scatter, ncclDcpScatterHead);  // --scatter head: 0.2's behaviour
+  EXPECT_EQ(configOf(a).scatter, ncclDcpScatterHead);
   EXPECT_EQ(a.argv, std::vector<std::string>{"dcp_a2a_lse_reduce_perf"});
+}
+
+// --scatter head|token|none (any case): the config's mode, and the
+// baselines of that mode.
+TEST(PerfArgs, ScatterModeSetsTheConfig) {
+  const std::vector<std::pair<std::vector<const char*>, int>> good = {
+      {{"--scatter", "head"}, ncclDcpScatterHead},
+      {{"--scatter", "token"}, ncclDcpScatterToken},
+      {{"--scatter=none"}, ncclDcpScatterNone},
+      {{"--scatter", "TOKEN"}, ncclDcpScatterToken},
+      {{"--scatter", "None", "--virtual-ranks", "8"}, ncclDcpScatterNone},
+  };
+  for (const auto& [argv, mode] : good) {
+    Args a;
+    std::string err;
+    ASSERT_EQ(parse(argv, &a, &err), ParseResult::Ok) << argv[1] << ": " << err;
+    EXPECT_EQ(a.scatter, mode) << argv[1];
+    EXPECT_EQ(configOf(a).scatter, mode) << argv[1];
+  }
+  Args last;  // the last one given wins, as for every option
+  std::string err;
+  ASSERT_EQ(parse({"--scatter", "none", "--scatter", "token"}, &last, &err), ParseResult::Ok) << err;
+  EXPECT_EQ(last.scatter, ncclDcpScatterToken);
+  for (const std::vector<const char*>& bad :
+       std::vector<std::vector<const char*>>{{"--scatter", "diag"}, {"--scatter", ""}, {"--scatter", "1"},
+                                             {"--scatter", "heads"}, {"--scatter"}}) {
+    Args a;
+    err.clear();
+    EXPECT_EQ(parse(bad, &a, &err), ParseResult::Error) << (bad.size() > 1 ? bad[1] : "(no value)");
+    EXPECT_NE(err.find("--scatter"), std::string::npos) << err;
+    if (bad.size() > 1) EXPECT_NE(err.find("head, token or none"), std::string::npos) << err;
+    else EXPECT_NE(err.find("needs a value"), std::string::npos) << err;
+  }
+  // Baseline 2 (HEAD + all-gather of the merged heads) only where it means
+  // something: NONE with the full baseline.
+  Args a;
+  a.scatter = ncclDcpScatterNone;
+  EXPECT_TRUE(hasBaseline2(a));
+  a.baseline = kBaselineAllToAll;
+  EXPECT_FALSE(hasBaseline2(a));
+  a.baseline = kBaselineOff;
+  EXPECT_FALSE(hasBaseline2(a));
+  a.baseline = kBaselineFull;
+  a.scatter = ncclDcpScatterToken;
+  EXPECT_FALSE(hasBaseline2(a));
+  EXPECT_STREQ(baselineName(kBaselineFull), "a2a + combine");  // HEAD: the names of 0.2
+  EXPECT_STREQ(baselineName(kBaselineAllToAll, ncclDcpScatterHead), "a2a alone");
+  EXPECT_STREQ(baselineName(kBaselineFull, ncclDcpScatterToken), "token a2a + combine");
+  EXPECT_STREQ(baselineName(kBaselineAllToAll, ncclDcpScatterToken), "token a2a alone");
+  EXPECT_STREQ(baselineName(kBaselineFull, ncclDcpScatterNone), "all-gather + combine");
+  EXPECT_STREQ(baselineName(kBaselineAllToAll, ncclDcpScatterNone), "all-gather alone");
+  EXPECT_STREQ(baselineName(kBaselineOff, ncclDcpScatterNone), "none");
+}
+
+// What each rank must receive per batch row, per mode (the floors' bytes),
+// and the buffers' shapes: cp 2 and cp 8, Hl 16, D 512, bf16.
+TEST(PerfScatter, BytesEachModeMoves) {
+  const int64_t share = 16 * 512 * 2;  // Hl * D * elt: 16 KiB
+  for (int cp : {2, 8}) {
+    EXPECT_EQ(headsOf(ncclDcpScatterHead, cp, 16), 16);
+    EXPECT_EQ(headsOf(ncclDcpScatterToken, cp, 16), cp * 16);
+    EXPECT_EQ(headsOf(ncclDcpScatterNone, cp, 16), cp * 16);
+    EXPECT_EQ(peerBytesPerRow(ncclDcpScatterHead, cp, 16, 512, 2), share);
+    EXPECT_EQ(peerBytesPerRow(ncclDcpScatterToken, cp, 16, 512, 2), share);
+    EXPECT_EQ(peerBytesPerRow(ncclDcpScatterNone, cp, 16, 512, 2), cp * share);
+    // HEAD and TOKEN: (cp - 1) / cp of a row's B*H*D; NONE: (cp - 1) rows' worth.
+    const int64_t row = cp * share;  // H * D * elt
+    EXPECT_EQ(receiveBytesPerRow(ncclDcpScatterHead, cp, 16, 512, 2) * cp, (cp - 1) * row);
+    EXPECT_EQ(receiveBytesPerRow(ncclDcpScatterToken, cp, 16, 512, 2) * cp, (cp - 1) * row);
+    EXPECT_EQ(receiveBytesPerRow(ncclDcpScatterNone, cp, 16, 512, 2), (cp - 1) * row);
+  }
+  EXPECT_EQ(receiveBytesPerRow(ncclDcpScatterNone, 1, 16, 512, 2), 0);  // one rank: nothing to receive
+  // TOKEN's blocks and largest output: ceil(B / cp) rows.
+  EXPECT_EQ(tokenBlockRows(8, 1), 1);
+  EXPECT_EQ(tokenBlockRows(8, 8), 1);
+  EXPECT_EQ(tokenBlockRows(8, 9), 2);
+  EXPECT_EQ(tokenBlockRows(8, 1024), 128);
+  EXPECT_EQ(tokenBlockRows(3, 64), 22);
+  EXPECT_EQ(tokenBlockRows(8, 0), 0);
+  EXPECT_EQ(maxOutRows(ncclDcpScatterToken, 3, 64), 22);
+  EXPECT_EQ(maxOutRows(ncclDcpScatterHead, 3, 64), 64);
+  EXPECT_EQ(maxOutRows(ncclDcpScatterNone, 3, 64), 64);
+  // Loopback's ideal bytes: HEAD's are 0.2's formula; TOKEN moves the same
+  // (even split); NONE's payload and outputs are cp times HEAD's.
+  const double unit = 512 * 2 + 4, b = 64, cp = 8, hl = 16;
+  const double head = cp * b * cp * hl * unit + 2 * cp * (cp - 1) * b * hl * unit + cp * b * hl * unit;
+  EXPECT_DOUBLE_EQ(idealBytes(ncclDcpScatterHead, 8, 64, 16, 512, 2), head);
+  EXPECT_DOUBLE_EQ(idealBytes(ncclDcpScatterToken, 8, 64, 16, 512, 2), head);
+  EXPECT_DOUBLE_EQ(idealBytes(ncclDcpScatterNone, 8, 64, 16, 512, 2),
+                   cp * b * cp * hl * unit + cp * (2 * cp * (cp - 1) * b * hl * unit + cp * b * hl * unit));
 }
 
 TEST(PerfArgs, EveryShortOptionParses) {
@@ -176,6 +269,8 @@ TEST(PerfArgs, ErrorsNameTheOption) {
       {{"-F", "2"}, "-F"},
       {{"-n", "5000000000"}, "-n"},
       {{"--provider", "nvshmem"}, "--provider"},
+      {{"--scatter", "diag"}, "--scatter"},
+      {{"--scatter"}, "--scatter"},  // no value
       {{"-b", "64", "-e", "8"}, "-b"},
       {{"--minbytes", "64K", "--maxbytes", "8K"}, "--minbytes"},
       {{"extra"}, "extra"},
@@ -224,7 +319,7 @@ TEST(PerfArgs, UsageDocumentsEveryOptionAndMpirun) {
                         "-G, --cudagraph", "-c, --check", "-a, --average", "-d, --datatype", "-T, --timeout",
                         "-J, --output_file", "-h, --help", "-H, --local-heads", "--head-dim", "-P, --protocol",
                         "-L, --lse-base", "--virtual-ranks", "--max-batch", "-B, --baseline", "-F, --floors",
-                        "--timeline", "--provider", "--version"})
+                        "--timeline", "--provider", "--scatter", "--version"})
     EXPECT_NE(u.find(std::string("  ") + f), std::string::npos) << f;
   EXPECT_NE(u.find("3 no GPU"), std::string::npos);
   EXPECT_NE(u.find("mpirun -np"), std::string::npos);
@@ -478,6 +573,61 @@ TEST(PerfTable, HeaderNamesTheBaselineAndTheSettings) {
       << h;
   a.baseline = kBaselineAllToAll;
   EXPECT_NE(tableHeader(a, 2, Columns()).find("a2a alone"), std::string::npos);
+  EXPECT_NE(h.find("scatter head"), std::string::npos) << h;
+  a.baseline = kBaselineFull;
+  a.scatter = ncclDcpScatterToken;
+  const std::string t = tableHeader(a, 2, columnsOf(a, false, false));
+  EXPECT_NE(t.find("scatter token"), std::string::npos) << t;
+  EXPECT_NE(t.find("baseline token a2a + combine"), std::string::npos) << t;
+  EXPECT_EQ(t.find("baseline 2"), std::string::npos) << t;
+  a.scatter = ncclDcpScatterNone;
+  const std::string n = tableHeader(a, 2, columnsOf(a, false, false));
+  EXPECT_NE(n.find("scatter none"), std::string::npos) << n;
+  EXPECT_NE(n.find("baseline all-gather + combine"), std::string::npos) << n;
+  EXPECT_NE(n.find(std::string("baseline 2 ") + kBaseline2Name), std::string::npos) << n;
+}
+
+// NONE's second baseline: three more columns (time, #wrong, speed-up
+// against it) that line up with the header, in every layout.
+TEST(PerfTable, BaselineTwoColumnsLineUp) {
+  Row r;
+  r.rows = 64;
+  r.bytes = 64 * 32768;
+  r.fusedUs = 10;
+  r.fusedWrong = 0;
+  r.baseUs = 30;
+  r.baseWrong = 0;
+  r.base2Us = 25;
+  r.base2Wrong = 7;
+  r.protocol = "LL128";
+  fillBandwidths(&r, 2);
+  EXPECT_DOUBLE_EQ(r.speedup2, 2.5);
+  for (int ideal = 0; ideal < 2; ideal++)
+    for (int floor = 0; floor < 2; floor++) {
+      Args a;
+      a.scatter = ncclDcpScatterNone;
+      const Columns c = columnsOf(a, ideal, floor);
+      ASSERT_TRUE(c.baseline2);
+      const std::string h = tableHeader(a, 2, c), line = formatRow(r, c);
+      const std::string lastHeader = h.substr(h.rfind('\n', h.size() - 2) + 1);
+      EXPECT_EQ(line.size(), lastHeader.size()) << "\n" << h << line;
+      EXPECT_NE(line.find("   25.00       7     2.50"), std::string::npos) << line;
+      EXPECT_NE(h.find("baseline 2 (HEAD + all-gather)"), std::string::npos) << h;
+    }
+  std::vector<Row> rows = {r};
+  const std::string f = tableFooter(rows, true, true);
+  EXPECT_NE(f.find("# Out of bounds values : 7 FAILED"), std::string::npos) << f;  // baseline 2's wrong count too
+  EXPECT_NE(f.find("2.5 (geometric mean, against baseline 2"), std::string::npos) << f;
+  EXPECT_EQ(tableFooter(rows, true, false).find("baseline 2"), std::string::npos);
+  Samples s;  // makeRow aggregates baseline 2 as the rest
+  s.fusedUs = {10, 20};
+  s.base2Us = {30, 50};
+  s.base2Wrong = 0;
+  Args a;
+  const Row m = makeRow(a, 1, 32768, 2, s, 0);
+  EXPECT_DOUBLE_EQ(m.base2Us, 40);
+  EXPECT_EQ(m.base2Wrong, 0);
+  EXPECT_DOUBLE_EQ(m.speedup2, 40.0 / 15);
 }
 
 // nccl-tests' closing lines (scripts grep "Avg bus bandwidth" and take the
@@ -693,6 +843,47 @@ TEST(PerfJson, IsValidJsonWithNcclTestsFieldsAndOurs) {
   size_t wrongKeys = 0;
   for (size_t p = j.find("\"fusedWrong\""); p != std::string::npos; p = j.find("\"fusedWrong\"", p + 1)) wrongKeys++;
   EXPECT_EQ(wrongKeys, 3u);
+  // The scatter mode; no baseline 2 outside NONE.
+  EXPECT_EQ(at(doc, "scatter").string, "head");
+  EXPECT_EQ(at(doc, "baseline2").type, json::Value::Null);
+  EXPECT_EQ(at(r2, "baseline2").type, json::Value::Null);
+  EXPECT_EQ(at(rows.array[2], "base2Wrong").number, -1);
+}
+
+// NONE: the mode, both baselines' names, and baseline 2's figures per size.
+TEST(PerfJson, ScatterModeAndBaselineTwo) {
+  for (int mode : {ncclDcpScatterHead, ncclDcpScatterToken, ncclDcpScatterNone}) {
+    JsonCase c = jsonCase();
+    c.a.scatter = mode;
+    c.a.baseline = kBaselineFull;
+    for (Row& r : c.rows) {
+      r.base2Us = mode == ncclDcpScatterNone ? 2 * r.fusedUs : 0;
+      r.base2Wrong = mode == ncclDcpScatterNone ? 0 : -1;
+      fillBandwidths(&r, 2);
+    }
+    const std::string j = jsonReport(c.a, c.run, c.f, c.rows);
+    json::Value doc;
+    std::string err;
+    ASSERT_TRUE(json::parse(j, &doc, &err)) << err << "\n" << j;
+    expectClean(doc, "$");
+    EXPECT_EQ(at(doc, "scatter").string, scatterName(mode));
+    EXPECT_EQ(at(doc, "baseline").string, baselineName(kBaselineFull, mode));
+    const json::Value& r2 = at(doc, "results").array[2];
+    const json::Value& row2 = at(doc, "rows").array[2];
+    if (mode != ncclDcpScatterNone) {
+      EXPECT_EQ(at(doc, "baseline2").type, json::Value::Null);
+      EXPECT_EQ(at(r2, "baseline2").type, json::Value::Null);
+      continue;
+    }
+    EXPECT_EQ(at(doc, "baseline2").string, kBaseline2Name);
+    EXPECT_EQ(at(at(r2, "baseline2"), "time").number, 9);  // 2 x the fused 4.5 us
+    EXPECT_EQ(at(at(r2, "baseline2"), "nwrong").number, 0);
+    EXPECT_GT(at(at(r2, "baseline2"), "alg_bw").number, 0);
+    EXPECT_EQ(at(row2, "base2Us").number, 9);
+    EXPECT_EQ(at(row2, "base2Wrong").number, 0);
+    EXPECT_EQ(at(row2, "speedup2").number, 2);
+    EXPECT_EQ(at(doc, "speedup2Geomean").number, 2);
+  }
 }
 
 // A NaN or an infinity (a time of 0 divided, a floor that never ran) is
