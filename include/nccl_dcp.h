@@ -398,10 +398,11 @@ ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* partialOut,
  *  Only a TOKEN context takes counts.
  * Empty shards (vLLM's seq_lens / query_start_loc), any scatter mode:
  *  - seqLens: device int32[numSeqs], this rank's local KV length of each
- *    sequence; queryStartLoc: device int32[numSeqs + 1], the rows of
- *    sequence i are [queryStartLoc[i], queryStartLoc[i+1]). Rows of a
- *    sequence whose local length is 0, and rows past queryStartLoc[numSeqs]
- *    (padding), are empty on this rank whatever partialLse and partialOut
+ *    sequence; queryStartLoc: device int32[numSeqs + 1], non-decreasing,
+ *    the rows of sequence i are [queryStartLoc[i], queryStartLoc[i+1]).
+ *    Rows of a sequence whose local length is 0 (or negative), and rows
+ *    outside [queryStartLoc[0], queryStartLoc[numSeqs]) (padding), are
+ *    empty on this rank whatever partialLse and partialOut
  *    hold (attention leaves them undefined): their LSE reads as -inf. A row
  *    empty on every rank merges to out 0 and outLse -inf. Read by the
  *    kernels when they run (graph-safe); both or neither, numSeqs >= 1. */

@@ -7,6 +7,7 @@
 
 #include "error.h"
 #include "protocol.h"
+#include "device/layout.h"
 #include "device/nccl_compat.h"
 
 namespace nccl_dcp {
@@ -29,8 +30,9 @@ ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* o
                 "config->version %u is not one this library (%d) knows: rebuild against its "
                 "nccl_dcp.h",
                 cfg->version, NCCL_DCP_VERSION_CODE);
-  // Append-only: a caller built against 0.2 passes the struct without scatter and lseDtype.
-  const size_t v2 = offsetof(ncclDcpConfig_t, scatter);
+  // Append-only: a caller built against 0.2 passes the struct without
+  // scatter and lseDtype, padded to its alignment (sizeof of 0.2's struct).
+  const size_t v2 = alignUp(offsetof(ncclDcpConfig_t, scatter), alignof(ncclDcpConfig_t));
   if (cfg->size != sizeof(ncclDcpConfig_t) && cfg->size != v2)
     return fail(ncclInvalidArgument, "config->size %zu is not sizeof(ncclDcpConfig_t) = %zu (or 0.2's %zu)",
                 cfg->size, sizeof(ncclDcpConfig_t), v2);

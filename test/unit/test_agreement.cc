@@ -203,7 +203,9 @@ TEST(Agreement, ScatterAndLseDtypeComeFromTheConfigAndMustAgree) {
     const char* named = set.scatter != ncclDcpScatterHead ? "config->scatter" : "config->lseDtype";
     EXPECT_NE(msg.find(named), std::string::npos) << msg;
     EXPECT_NE(msg.find("rank 2"), std::string::npos) << msg;
-    if (set.scatter == ncclDcpScatterHead) EXPECT_EQ(msg.find("config->scatter"), std::string::npos) << msg;
+    if (set.scatter == ncclDcpScatterHead) {
+      EXPECT_EQ(msg.find("config->scatter"), std::string::npos) << msg;
+    }
   }
 }
 

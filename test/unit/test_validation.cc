@@ -949,10 +949,11 @@ TEST(ConfigLseDtype, UnsupportedRejected) {
 }
 
 // A caller built against 0.2 passes a struct that ends before scatter and
-// lseDtype: whatever lies past its size is not read, the defaults apply.
+// lseDtype (sizeof of 0.2's struct: padded to its size_t's alignment):
+// whatever lies past its size is not read, the defaults apply.
 TEST(ConfigSize, ZeroPointTwoSizedConfigTakesTheDefaults) {
   ncclDcpConfig_t cfg = modeConfigIn(ncclDcpScatterToken, ncclBfloat16);  // ignored: past the size
-  cfg.size = offsetof(ncclDcpConfig_t, scatter);
+  cfg.size = (offsetof(ncclDcpConfig_t, scatter) + alignof(size_t) - 1) / alignof(size_t) * alignof(size_t);
   cfg.version = NCCL_DCP_VERSION(0, 2, 0);
   Config c{};
   clearLastError();
@@ -982,13 +983,10 @@ struct ConfigV02 {
 static_assert(offsetof(ConfigV02, timeoutMs) == offsetof(ncclDcpConfig_t, timeoutMs), "0.2's layout");
 static_assert(offsetof(ConfigV02, timeoutMs) + sizeof(int) == offsetof(ncclDcpConfig_t, scatter), "appended");
 
-// BUG (src/validate.cc resolveConfig, the size check): it accepts
-// size == offsetof(ncclDcpConfig_t, scatter) (44 on x86-64) as 0.2's size,
-// but 0.2's sizeof(ncclDcpConfig_t), which NCCL_DCP_CONFIG_INITIALIZER
-// writes, is padded to 8 bytes (48): every config of a caller built against
-// 0.2 is refused ("config->size 48 is not sizeof(ncclDcpConfig_t) = 56 (or
-// 0.2's 44)"). 0.2's size is sizeof(ConfigV02); the bytes past its last
-// field (the padding, which overlays 0.3's scatter) must not be read.
+// 0.2's sizeof(ncclDcpConfig_t), which its NCCL_DCP_CONFIG_INITIALIZER
+// writes, is padded to 8 bytes (48, not offsetof(scatter) = 44): a check
+// for 44 would refuse every 0.2 caller (it once did). The bytes past its
+// last field (the padding, which overlays 0.3's scatter) must not be read.
 TEST(ConfigSize, ConfigOfAZeroPointTwoCallerAccepted) {
   // 0.2's struct inside a larger block whose bytes past it hold garbage
   // (which 0.3's scatter and lseDtype would read as refused values).
