@@ -5,12 +5,14 @@ any communicator is touched. Needs the library (CPU only, no GPU)."""
 import ctypes
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
 
 import pytest
 
+import nccl_dcp
 from nccl_dcp import Context, NcclDcpArgumentError, NcclVersionError, _abi, _library
 from nccl_dcp.context import make_config
 
@@ -35,7 +37,7 @@ def test_library_error_message_reaches_python(lib):
     cfg.size = 40  # what an older or newer header would pass
     size = ctypes.c_size_t(0)
     with pytest.raises(NcclDcpArgumentError, match=r"ncclDcpWorkspaceSize failed: ncclInvalidArgument: "
-                                                   r"config->size 40 is not sizeof\(ncclDcpConfig_t\) = 48"):
+                                                   r"config->size 40 is not sizeof\(ncclDcpConfig_t\) = 56"):
         lib.check(lib.cdll.ncclDcpWorkspaceSize(ctypes.byref(cfg), 2, ctypes.byref(size)), "ncclDcpWorkspaceSize")
 
 
@@ -135,7 +137,7 @@ def test_stale_handles_never_reach_the_library(lib):
 def test_library_of_another_version_is_refused(tmp_path):
     with pytest.raises(_library.LibraryVersionError,
                        match=r"^/x/libnccl_dcp.so is nccl-dcp 0\.1\.0 \(version code 100\), but this Python "
-                             r"package is nccl_dcp 0\.2\.0: they must share major\.minor"):
+                             rf"package is nccl_dcp {re.escape(nccl_dcp.__version__)}: they must share major\.minor"):
         _library.check_library_version("/x/libnccl_dcp.so", 100)
     _library.check_library_version("/x/libnccl_dcp.so", _abi.NCCL_DCP_VERSION_CODE + 3)  # a patch level
 

@@ -137,9 +137,11 @@ def test_count_mismatches():
 # ---- Context.__call__ on CPU: the fast path, against a library stand-in
 #
 # CpuLibrary stands in for libnccl_dcp.so on one rank (cp = 1): its
-# ncclDcpA2aLseReduce reads the tensors back from the raw pointers and the
+# ncclDcpA2aLseReduceEx reads the tensors back from the raw pointers and the
 # ncclDcpStrides_t it is given, and writes the merge (nccl_dcp.reference)
-# through the out pointers. So the pointers, strides and batch that the
+# through the out pointers. With cp = 1 every scatter mode's output is the
+# single source's partials (TOKEN: every row is rank 0's), with the rows of
+# seq_lens / query_start_loc empty. So the pointers, strides and batch that the
 # Python side passes are checked end to end, on CPU tensors.
 
 HL1, D1 = 4, 32
@@ -164,18 +166,32 @@ class CpuLibrary:
         self.calls = []
         self.cdll = self
         # A C function pointer, as the library's: the launchers call it by address.
-        restype, argtypes = _abi.FUNCTIONS["ncclDcpA2aLseReduce"]
-        self.ncclDcpA2aLseReduce = ctypes.CFUNCTYPE(restype, *argtypes)(self.reduce)
+        restype, argtypes = _abi.FUNCTIONS["ncclDcpA2aLseReduceEx"]
+        self.ncclDcpA2aLseReduceEx = ctypes.CFUNCTYPE(restype, *argtypes)(self.reduce)
 
-    def reduce(self, handle, po, pl, out, out_lse, batch, strides, stream):
-        self.calls.append((handle, po, pl, out, out_lse, batch, strides.contents, stream))
+    def reduce(self, handle, po, pl, out, out_lse, batch, strides, args, stream):
+        a = args.contents if args else None
+        extras = None
+        if a is not None:
+            import ctypes
+            assert (a.magic, a.size) == (0xDC9CA115, ctypes.sizeof(a))
+            counts = list(ctypes.cast(a.rowCounts, ctypes.POINTER(ctypes.c_int))[:1]) if a.rowCounts else None
+            extras = {"rowCounts": counts, "rowCountsDevice": a.rowCountsDevice, "seqLens": a.seqLens,
+                      "queryStartLoc": a.queryStartLoc, "numSeqs": a.numSeqs}
+        self.calls.append((handle, po, pl, out, out_lse, batch, strides.contents, stream, extras))
         if self.result:
             return self.result
         st, hl, d = strides.contents, self.spec.local_heads, self.spec.head_dim
-        dt = DTYPE_OF[self.spec.dtype]
+        dt, lse_dt = DTYPE_OF[self.spec.dtype], DTYPE_OF[self.spec.lse_dtype]
         s = lambda v, packed: v or packed  # noqa: E731 -- 0 = packed
         x = strided_view(po, dt, (batch, 1, hl, d), (s(st.inRow, hl * d), s(st.inPeer, hl * d), s(st.inHead, d), 1))
-        lse = strided_view(pl, torch.float32, (batch, 1, hl), (s(st.lseRow, hl), s(st.lsePeer, hl), s(st.lseHead, 1)))
+        lse = strided_view(pl, lse_dt, (batch, 1, hl), (s(st.lseRow, hl), s(st.lsePeer, hl), s(st.lseHead, 1)))
+        lse = lse.float()
+        if a is not None and a.numSeqs:  # CPU tensors here: the pointers are host memory
+            sl = strided_view(a.seqLens, torch.int32, (a.numSeqs,), (1,))
+            qsl = strided_view(a.queryStartLoc, torch.int32, (a.numSeqs + 1,), (1,))
+            empty = reference.empty_rows(batch, sl, qsl)
+            lse = torch.where(empty.view(batch, 1, 1), torch.full_like(lse, float("-inf")), lse)
         merged, merged_lse = reference.merge(x.transpose(0, 1), lse.transpose(0, 1), self.base)
         strided_view(out, dt, (batch, hl, d), (s(st.outRow, hl * d), s(st.outHead, d), 1)).copy_(merged)
         if out_lse is not None:
@@ -433,7 +449,7 @@ def test_call_takes_any_stream_and_passes_it(cpu_context):
     ctx(po, pl)
     ctx(po, pl, stream=0x77)
     ctx(po, pl, stream=0x5)
-    assert [c[-1] for c in ctx._lib.calls] == [0x5, 0x77, 0x5]
+    assert [c[7] for c in ctx._lib.calls] == [0x5, 0x77, 0x5]
     with pytest.raises(ValueError, match=r"^stream must be a torch.cuda.Stream or a cudaStream_t int"):
         ctx(po, pl, stream=-1)
 
@@ -445,7 +461,7 @@ def test_call_takes_a_stream_object_on_the_cached_layout(cpu_context, checks):
     stream = SimpleNamespace(cuda_stream=0x99, device=torch.device("cuda", 0))
     ctx(po, pl, stream=stream)
     ctx(po, pl, stream=stream)
-    assert [c[-1] for c in ctx._lib.calls] == [0x99, 0x99] and len(checks) == 1
+    assert [c[7] for c in ctx._lib.calls] == [0x99, 0x99] and len(checks) == 1
     with pytest.raises(ValueError, match=r"^stream is on cuda:1, but the context's communicator is on cuda:0"):
         ctx(po, pl, stream=SimpleNamespace(cuda_stream=0x99, device=torch.device("cuda", 1)))
 
