@@ -268,13 +268,17 @@ def _is_tensor(x):
     return all(hasattr(x, a) for a in ("shape", "stride", "dtype", "device", "data_ptr"))
 
 
-def _int32_vector(name, t, spec, size, size_text):
-    """A device int32 array the kernels read: on the context's GPU, 1-d of
-    `size` entries (None = any >= 1), contiguous, 4-byte aligned."""
+def _check_array_device(name, t, spec):
     dev = t.device
     if getattr(dev, "type", None) != "cuda" or getattr(dev, "index", None) != spec.device:
         raise ValueError(f"{name} is on {dev}, but the kernels read it: it must be an int32 tensor on "
                          f"cuda:{spec.device} (the context's communicator)")
+
+
+def _int32_vector(name, t, spec, size, size_text):
+    """A device int32 array the kernels read: on the context's GPU, 1-d of
+    `size` entries (None = any >= 1), contiguous, 4-byte aligned."""
+    _check_array_device(name, t, spec)
     _check_dtype(name, t, "int32")
     shape = _shape(t)
     if len(shape) != 1 or (size is not None and shape[0] != size) or (size is None and shape[0] < 1):
