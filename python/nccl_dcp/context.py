@@ -464,13 +464,18 @@ class Context:
 
     def async_error(self):
         """None, or the NcclDcpError a device-side wait recorded (a peer that
-        did not take part in time): the context is then poisoned. Reads
+        did not take part in time), or the kernels (device row_counts they
+        refused): the context is then poisoned. Reads
         host-mapped memory; no synchronization."""
         err = ctypes.c_int(0)
         self._lib.check(self._lib.cdll.ncclDcpGetAsyncError(self._live_handle(), ctypes.byref(err)),
                         "ncclDcpGetAsyncError")
         if err.value == _abi.NCCL_SUCCESS:
             return None
+        if err.value == _abi.NCCL_INVALID_ARGUMENT:  # what the kernels refuse: device row_counts
+            return NcclDcpError(err.value, f"nccl_dcp context (rank {self.rank} of {self.n_ranks}) is poisoned: "
+                                           f"ncclInvalidArgument (device row_counts that are negative or do not "
+                                           f"sum to the batch); its calls now write NaN. abort() it")
         return NcclDcpError(err.value, f"nccl_dcp context (rank {self.rank} of {self.n_ranks}) is poisoned: "
                                        f"{_abi.result_name(err.value)} (a device-side wait timed out after "
                                        f"{self.timeout_ms if self.timeout_ms is not None else 'the default'} ms, "
