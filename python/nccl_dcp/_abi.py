@@ -33,10 +33,11 @@ SIZE_MAX = 2**64 - 1
 # ncclDataType_t of the supported element types, by canonical name.
 NCCL_DTYPES = {"bfloat16": 9, "float16": 6, "float32": 7}
 
-# ncclDcpLseBase_t, ncclDcpProtocol_t, ncclDcpPath_t, ncclDcpLink_t, ncclDcpProvider_t
+# ncclDcpLseBase_t, ncclDcpProtocol_t, ncclDcpScatter_t, ncclDcpPath_t, ncclDcpLink_t, ncclDcpProvider_t
 LSE_BASE_2 = 0
 LSE_BASE_E = 1
 PROTOCOLS = {"AUTO": 0, "LL": 1, "LL128": 2, "SIMPLE": 3}
+SCATTERS = ("head", "token", "none")  # ncclDcpScatterHead = 0, Token = 1, None = 2
 PATHS = ("fused", "fallback")
 LINKS = ("unknown", "self", "nvlink", "pcie", "network")
 PROVIDERS = ("auto", "nccl-window", "cuda-ipc", "fallback")  # auto: a request only (NCCL_DCP_PROVIDER)
@@ -44,6 +45,7 @@ PROVIDERS = ("auto", "nccl-window", "cuda-ipc", "fallback")  # auto: a request o
 CONFIG_MAGIC = 0xDC9C0F16
 STRIDES_MAGIC = 0xDC95721D
 TOPOLOGY_MAGIC = 0xDC970901
+CALL_ARGS_MAGIC = 0xDC9CA115
 
 
 class _Versioned(ctypes.Structure):
@@ -76,6 +78,8 @@ class Config(_Versioned):
     _fields_ = _HEADER + [
         ("headDim", c_int), ("localHeads", c_int), ("dtype", c_int), ("lseBase", c_int),
         ("maxBatch", c_int), ("protocol", c_int), ("timeoutMs", c_int),
+        # appended in 0.3
+        ("scatter", c_int), ("lseDtype", c_int),
     ]
 
 
@@ -88,6 +92,17 @@ class Strides(_Versioned):
         ("lseRow", c_int64), ("lsePeer", c_int64), ("lseHead", c_int64),
         ("outRow", c_int64), ("outHead", c_int64),
         ("outLseRow", c_int64), ("outLseHead", c_int64),
+    ]
+
+
+class CallArgs(_Versioned):
+    """ncclDcpCallArgs_t: what a call adds (ncclDcpA2aLseReduceEx). Its
+    fields default to NULL / 0 (NCCL_DCP_CALL_ARGS_INITIALIZER)."""
+
+    _magic = CALL_ARGS_MAGIC
+    _fields_ = _HEADER + [
+        ("rowCounts", c_void_p), ("rowCountsDevice", c_void_p), ("seqLens", c_void_p), ("queryStartLoc", c_void_p),
+        ("numSeqs", c_int),
     ]
 
 
@@ -128,6 +143,8 @@ FUNCTIONS = {
     "ncclDcpGroupEnd": (c_int, []),
     "ncclDcpA2aLseReduce": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int,
                                     POINTER(Strides), c_void_p]),
+    "ncclDcpA2aLseReduceEx": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int,
+                                      POINTER(Strides), POINTER(CallArgs), c_void_p]),
     "ncclDcpContextBindStream": (c_int, [c_void_p, c_void_p]),
     "ncclDcpGetTopology": (c_int, [c_void_p, POINTER(Topology)]),
     "ncclDcpGetAsyncError": (c_int, [c_void_p, _INT_P]),

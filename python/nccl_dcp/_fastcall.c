@@ -5,25 +5,33 @@
  * alone is ~0.5 us, and building and hashing a Python layout key of
  * twelve torch attributes as much again. Here one METH_FASTCALL call reads
  * the tensors' metadata, finds the checked layout in a small hash table
- * and calls ncclDcpA2aLseReduce through its function pointer.
+ * and calls ncclDcpA2aLseReduceEx through its function pointer.
  *
  * Optional: plain Python C API (no torch headers, no pybind), built by
  * `pip install ./python` when a C compiler and Python.h are there; without
  * it nccl_dcp uses context.PyLauncher (ctypes), the same contract in Python.
  *
  * Contract (mirrored by context.PyLauncher; Context owns the checks):
- *   Launcher(fn, handle, raw_stream, device_index, device, dtype, lse_dtype, local_heads, head_dim)
- *     fn: address of ncclDcpA2aLseReduce; handle: the ncclDcpContext_t;
+ *   Launcher(fn, handle, raw_stream, device_index, device, dtype, lse_dtype, local_heads, head_dim
+ *            [, out_lse_dtype, lse_align])
+ *     fn: address of ncclDcpA2aLseReduceEx; handle: the ncclDcpContext_t;
  *     raw_stream(device_index) -> cudaStream_t int (the current stream);
  *     device: the torch.device every tensor must be on (checked as
  *     is_cuda and get_device(): exact for a CUDA device; the tests' CPU
  *     device takes any tensor of index -1); dtype: the torch dtype of
- *     partial_out and out; lse_dtype: that of the LSE tensors; out is
- *     [B, local_heads, head_dim].
- *   launch(po, pl, out, out_lse, stream) -> out, or an int when the call
+ *     partial_out and out; lse_dtype: that of partial_lse, out_lse_dtype
+ *     that of out_lse (default: lse_dtype); lse_align: the alignment in
+ *     bytes partial_lse's pointer must have (default 4: its element size);
+ *     out, when made here, is [B, local_heads, head_dim] (the context's
+ *     heads per out row: Hl for HEAD, H for NONE; Context never leaves a
+ *     TOKEN call's out to the launcher, its rows are not B).
+ *   launch(po, pl, out, out_lse, stream[, args]) -> out, or an int when the call
  *     failed: the library's ncclResult_t, or < 0 when it was not called:
  *     an unknown layout, a wrong dtype or device, a misaligned pointer, a
  *     stream that is not None or an int, not tensors, a closed launcher.
+ *     args: None or the address (an int) of the call's ncclDcpCallArgs_t,
+ *     checked by Context (the layout key does not see it; Context checks
+ *     out's rows against a TOKEN call's counts before every launch).
  *     The caller then checks the call in Python (naming the bad argument)
  *     and remember()s the layout. out None: allocated
  *     (po.new_empty(B, Hl, D), ~0.15 us less than from Python) and
@@ -51,8 +59,8 @@
 #define PyObject_CallOneArg(fn, arg) PyObject_CallFunctionObjArgs((fn), (arg), NULL)
 #endif
 
-typedef int (*ReduceFn)(void* ctx, const void* partialOut, const float* partialLse, void* out, float* outLse,
-                        int batch, const void* strides, void* stream);
+typedef int (*ReduceFn)(void* ctx, const void* partialOut, const void* partialLse, void* out, float* outLse,
+                        int batch, const void* strides, const void* args, void* stream);
 
 enum {
   kMaxDims = 4,       /* partial_out has 3 or 4 dimensions, the others fewer */
@@ -80,6 +88,8 @@ typedef struct {
   long want_index;     /* device.index, -1 for none (as get_device() says for the CPU) */
   PyObject* dtype;
   PyObject* lse_dtype;
+  PyObject* out_lse_dtype;
+  uintptr_t lse_mask; /* partial_lse's pointer & lse_mask must be 0 */
   PyObject* local_heads; /* Hl and D, ints: out is [B, Hl, D] */
   PyObject* head_dim;
   int64_t hl, d;
@@ -264,7 +274,7 @@ static PyObject* new_out(Launcher* self, PyObject* po, int64_t batch) {
  * allocated here (*made) and read. */
 static int read_call(Launcher* self, PyObject* const* t, PyObject** made, int64_t* key, uintptr_t* ptr) {
   int pos = 1, r;
-  PyObject* want[4] = {self->dtype, self->lse_dtype, self->dtype, self->lse_dtype};
+  PyObject* want[4] = {self->dtype, self->lse_dtype, self->dtype, self->out_lse_dtype};
   ptr[2] = ptr[3] = 0;
   for (int i = 0; i < 4; i++) {
     PyObject* x = t[i];
@@ -315,19 +325,21 @@ static PyObject* not_called_result(PyObject* out) {
 }
 
 static PyObject* launcher_launch(Launcher* self, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 5) {
-    PyErr_SetString(PyExc_TypeError, "launch(partial_out, partial_lse, out, out_lse, stream)");
+  if (nargs != 5 && nargs != 6) {
+    PyErr_SetString(PyExc_TypeError, "launch(partial_out, partial_lse, out, out_lse, stream[, args])");
     return NULL;
   }
   PyObject* stream = args[4]; /* None or a cudaStream_t int; Python takes anything else */
-  if (self->handle == NULL || self->n_entries == 0 || (stream != Py_None && !PyLong_CheckExact(stream)))
+  PyObject* call_args = nargs == 6 ? args[5] : Py_None; /* None or an ncclDcpCallArgs_t address */
+  if (self->handle == NULL || self->n_entries == 0 || (stream != Py_None && !PyLong_CheckExact(stream)) ||
+      (call_args != Py_None && !PyLong_CheckExact(call_args)))
     return not_called_result(args[2]);
   int64_t key[kKeyWords];
   uintptr_t p[4];
   PyObject* out = NULL; /* a new reference: the caller's out, or one allocated here */
   int r = read_call(self, args, &out, key, p);
   if (r != 0) goto not_called;
-  if (((p[0] | p[2]) & 15) || ((p[1] | p[3]) & 3)) goto not_called; /* Python names it */
+  if (((p[0] | p[2]) & 15) || (p[1] & self->lse_mask) || (p[3] & 3)) goto not_called; /* Python names it */
   int16_t slot = *find_slot(self, key);
   if (slot < 0) goto not_called;
   /* Copies, before anything that may run Python or release the GIL:
@@ -362,13 +374,18 @@ static PyObject* launcher_launch(Launcher* self, PyObject* const* args, Py_ssize
       goto not_called;
     }
   }
+  const void* a = NULL;
+  if (call_args != Py_None) {
+    a = PyLong_AsVoidPtr(call_args);
+    if (a == NULL && PyErr_Occurred()) goto error;
+  }
   ReduceFn fn = self->fn;
   void* handle = self->handle;
   if (handle == NULL) goto not_called; /* closed meanwhile */
   int result;
   /* As ctypes: the GIL is released around the call (it may wait for NCCL). */
   Py_BEGIN_ALLOW_THREADS
-  result = fn(handle, (const void*)p[0], (const float*)p[1], (void*)p[2], (float*)p[3], batch, strides, s);
+  result = fn(handle, (const void*)p[0], (const void*)p[1], (void*)p[2], (float*)p[3], batch, strides, a, s);
   Py_END_ALLOW_THREADS
   if (result == 0) return out;
   Py_DECREF(out);
@@ -433,9 +450,17 @@ static PyObject* launcher_len(Launcher* self, PyObject* unused) { return PyLong_
 
 static int launcher_init(Launcher* self, PyObject* args, PyObject* kwargs) {
   PyObject *fn, *handle, *raw_stream, *device_index, *device, *dtype, *lse_dtype, *local_heads, *head_dim;
-  if (!PyArg_ParseTuple(args, "OOOOOOOO!O!:Launcher", &fn, &handle, &raw_stream, &device_index, &device, &dtype,
-                        &lse_dtype, &PyLong_Type, &local_heads, &PyLong_Type, &head_dim))
+  PyObject* out_lse_dtype = NULL;
+  int lse_align = 4;
+  if (!PyArg_ParseTuple(args, "OOOOOOOO!O!|Oi:Launcher", &fn, &handle, &raw_stream, &device_index, &device, &dtype,
+                        &lse_dtype, &PyLong_Type, &local_heads, &PyLong_Type, &head_dim, &out_lse_dtype, &lse_align))
     return -1;
+  if (out_lse_dtype == NULL) out_lse_dtype = lse_dtype;
+  if (lse_align != 2 && lse_align != 4) {
+    PyErr_SetString(PyExc_ValueError, "Launcher: lse_align must be 2 or 4");
+    return -1;
+  }
+  self->lse_mask = (uintptr_t)lse_align - 1;
   if (PyLong_AsLongLong(local_heads) < 1 || PyLong_AsLongLong(head_dim) < 1) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "Launcher: local_heads and head_dim must be >= 1");
     return -1;
@@ -460,6 +485,8 @@ static int launcher_init(Launcher* self, PyObject* args, PyObject* kwargs) {
   Py_XSETREF(self->dtype, dtype);
   Py_INCREF(lse_dtype);
   Py_XSETREF(self->lse_dtype, lse_dtype);
+  Py_INCREF(out_lse_dtype);
+  Py_XSETREF(self->out_lse_dtype, out_lse_dtype);
   Py_INCREF(local_heads);
   Py_XSETREF(self->local_heads, local_heads);
   Py_INCREF(head_dim);
@@ -488,6 +515,7 @@ static void launcher_dealloc(Launcher* self) {
   Py_XDECREF(self->device);
   Py_XDECREF(self->dtype);
   Py_XDECREF(self->lse_dtype);
+  Py_XDECREF(self->out_lse_dtype);
   Py_XDECREF(self->local_heads);
   Py_XDECREF(self->head_dim);
   PyMem_Free(self->entries);
@@ -496,7 +524,7 @@ static void launcher_dealloc(Launcher* self) {
 
 static PyMethodDef launcher_methods[] = {
     {"launch", (PyCFunction)(void (*)(void))launcher_launch, METH_FASTCALL,
-     "launch(partial_out, partial_lse, out, out_lse, stream) -> ncclResult_t, or -1: not called"},
+     "launch(partial_out, partial_lse, out, out_lse, stream[, args]) -> out, or ncclResult_t, or -1: not called"},
     {"remember", (PyCFunction)(void (*)(void))launcher_remember, METH_FASTCALL,
      "remember(partial_out, partial_lse, out, out_lse, batch, strides) -> bool: caches a checked layout"},
     {"close", (PyCFunction)launcher_close, METH_NOARGS, "close(): launch() returns -1 from now on"},

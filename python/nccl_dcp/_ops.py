@@ -1,17 +1,25 @@
 """The collective as torch.library custom ops, for torch.compile:
 
-    torch.ops.nccl_dcp.a2a_lse_reduce(ctx_id, partial_out, partial_lse) -> (out, out_lse)
-        functional: returns new tensors [B, Hl, D] and [B, Hl] fp32;
-    torch.ops.nccl_dcp.a2a_lse_reduce_out(ctx_id, partial_out, partial_lse, out, out_lse) -> ()
-        writes the preallocated out (and out_lse, which may be None).
+    torch.ops.nccl_dcp.a2a_lse_reduce(ctx_id, partial_out, partial_lse,
+                                      row_counts=None, seq_lens=None, query_start_loc=None) -> (out, out_lse)
+        functional: returns new tensors of the context's scatter mode,
+        out HEAD [B, Hl, D] / TOKEN [n_r, H, D] / NONE [B, H, D] and
+        out_lse [rows, heads] fp32; row_counts: host counts (a list of
+        ints, TOKEN), n_r = row_counts[rank], else the even split;
+    torch.ops.nccl_dcp.a2a_lse_reduce_out(ctx_id, partial_out, partial_lse, out, out_lse, row_counts=None,
+                                          row_counts_device=None, seq_lens=None, query_start_loc=None) -> ()
+        writes the preallocated out (and out_lse, which may be None); the
+        only one that takes device counts (row_counts_device: the host
+        cannot size out for them).
 
 ctx_id is Context.op_id: an int naming an open Context of this process
 (never a pointer, so a stale id is refused, not dereferenced). Both ops run
 on the current CUDA stream, do no host synchronization and allocate only
 their outputs, so they are safe under torch.compile(fullgraph=True) and in
 CUDA graphs (mode="reduce-overhead", torch.cuda.graph). Their fake
-implementations give the output shapes from the context's head_dim and
-local_heads, with no GPU and no library call.
+implementations give the output shapes from the context's head_dim,
+local_heads, scatter mode, rank and the call's host row_counts, with no GPU
+and no library call.
 
 Context.__call__ routes here by itself while torch.compile traces, so
 `torch.compile(fn, fullgraph=True)` of a function that calls `ctx(...)`
@@ -22,9 +30,11 @@ compiles without a graph break; eager calls take the direct ctypes path
 import itertools
 import threading
 import weakref
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
+
+from ._validate import even_rows
 
 _lock = threading.Lock()
 _ids = itertools.count(1)
@@ -54,45 +64,83 @@ def lookup(op_id):
 
 @torch.library.custom_op("nccl_dcp::a2a_lse_reduce_out", mutates_args=("out", "out_lse"))
 def a2a_lse_reduce_out(ctx_id: int, partial_out: torch.Tensor, partial_lse: torch.Tensor, out: torch.Tensor,
-                       out_lse: Optional[torch.Tensor]) -> None:
-    lookup(ctx_id)._launch(partial_out, partial_lse, out, out_lse, None)
+                       out_lse: Optional[torch.Tensor], row_counts: Optional[List[int]] = None,
+                       row_counts_device: Optional[torch.Tensor] = None, seq_lens: Optional[torch.Tensor] = None,
+                       query_start_loc: Optional[torch.Tensor] = None) -> None:
+    lookup(ctx_id)._launch(partial_out, partial_lse, out, out_lse, None, _counts(row_counts, row_counts_device),
+                           seq_lens, query_start_loc)
 
 
 @a2a_lse_reduce_out.register_fake
-def _(ctx_id, partial_out, partial_lse, out, out_lse):
+def _(ctx_id, partial_out, partial_lse, out, out_lse, row_counts=None, row_counts_device=None, seq_lens=None,
+      query_start_loc=None):
     lookup(ctx_id)
     return None
 
 
 @torch.library.custom_op("nccl_dcp::a2a_lse_reduce", mutates_args=())
-def a2a_lse_reduce(ctx_id: int, partial_out: torch.Tensor,
-                   partial_lse: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def a2a_lse_reduce(ctx_id: int, partial_out: torch.Tensor, partial_lse: torch.Tensor,
+                   row_counts: Optional[List[int]] = None, seq_lens: Optional[torch.Tensor] = None,
+                   query_start_loc: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     ctx = lookup(ctx_id)
-    out, out_lse = _outputs(ctx, partial_out, partial_lse)
-    ctx._launch(partial_out, partial_lse, out, out_lse, None)
+    out, out_lse = _outputs(ctx, partial_out, partial_lse, row_counts)
+    ctx._launch(partial_out, partial_lse, out, out_lse, None, _counts(row_counts, None), seq_lens, query_start_loc)
     return out, out_lse
 
 
 @a2a_lse_reduce.register_fake
-def _(ctx_id, partial_out, partial_lse):
-    return _outputs(lookup(ctx_id), partial_out, partial_lse)
+def _(ctx_id, partial_out, partial_lse, row_counts=None, seq_lens=None, query_start_loc=None):
+    return _outputs(lookup(ctx_id), partial_out, partial_lse, row_counts)
 
 
-def _outputs(ctx, partial_out, partial_lse):
+def _counts(row_counts, row_counts_device):
+    """The row_counts of Context: the host list, else the device tensor."""
+    if row_counts is not None and row_counts_device is not None:
+        raise ValueError("row_counts and row_counts_device are both given: give one form")
+    return list(row_counts) if row_counts is not None else row_counts_device
+
+
+def _outputs(ctx, partial_out, partial_lse, row_counts=None):
+    """New out and out_lse of the context's scatter mode: HEAD [B, Hl, D],
+    TOKEN [n_r, H, D] (n_r from the host row_counts, else the even split),
+    NONE [B, H, D]; out_lse [rows, heads] float32. Works on SymInts."""
     spec = ctx.spec
     batch = partial_out.shape[0]
-    return (partial_out.new_empty((batch, spec.local_heads, spec.head_dim)),
-            partial_lse.new_empty((batch, spec.local_heads)))
+    if spec.scatter != "token":
+        if row_counts is not None:
+            raise ValueError(f"row_counts is only for scatter='token'; this context's scatter is {spec.scatter!r}")
+        rows = batch
+    elif row_counts is not None:
+        if len(row_counts) != spec.cp:
+            raise ValueError(f"row_counts has {len(row_counts)} entries, expected cp = {spec.cp} (one per rank)")
+        rows = row_counts[spec.rank]
+    else:
+        rows = even_rows(batch, spec.cp, spec.rank)
+    return (partial_out.new_empty((rows, spec.heads, spec.head_dim)),
+            partial_lse.new_empty((rows, spec.heads), dtype=torch.float32))
 
 
-def call(ctx, partial_out, partial_lse, out, out_lse, return_lse):
-    """Context.__call__ under torch.compile: one of the two ops."""
+def call(ctx, partial_out, partial_lse, out, out_lse, return_lse, row_counts=None, seq_lens=None,
+         query_start_loc=None):
+    """Context.__call__ under torch.compile: one of the two ops. Device
+    row_counts (a tensor) need the in-place op, so out (see Context.__call__)."""
+    host = list(row_counts) if isinstance(row_counts, (list, tuple)) else None
+    device = row_counts if row_counts is not None and host is None else None
+    if device is not None and not isinstance(device, torch.Tensor):
+        raise ValueError(f"row_counts must be a list or tuple of ints (host counts) or an int32 CUDA tensor "
+                         f"(device counts), got {type(row_counts).__name__}")
+    if device is not None and (out is None or (out_lse is None and return_lse)):
+        name = "out" if out is None else "out_lse"
+        raise ValueError(f"{name} is required with device row_counts: the host cannot know this rank's rows "
+                         f"(see Context.__call__)")
     if out is None and out_lse is None:
-        out, out_lse = torch.ops.nccl_dcp.a2a_lse_reduce(ctx.op_id, partial_out, partial_lse)
+        out, out_lse = torch.ops.nccl_dcp.a2a_lse_reduce(ctx.op_id, partial_out, partial_lse, host, seq_lens,
+                                                         query_start_loc)
         return (out, out_lse) if return_lse else out
     if out is None:
-        out = _outputs(ctx, partial_out, partial_lse)[0]
+        out = _outputs(ctx, partial_out, partial_lse, host)[0]
     if out_lse is None and return_lse:
-        out_lse = _outputs(ctx, partial_out, partial_lse)[1]
-    torch.ops.nccl_dcp.a2a_lse_reduce_out(ctx.op_id, partial_out, partial_lse, out, out_lse)
+        out_lse = _outputs(ctx, partial_out, partial_lse, host)[1]
+    torch.ops.nccl_dcp.a2a_lse_reduce_out(ctx.op_id, partial_out, partial_lse, out, out_lse, host, device, seq_lens,
+                                          query_start_loc)
     return (out, out_lse) if out_lse is not None else out

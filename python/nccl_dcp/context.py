@@ -4,6 +4,8 @@ called on torch tensors.
     ctx = nccl_dcp.Context(group, head_dim=512, local_heads=16, dtype=torch.bfloat16, lse_base=2)
     out = ctx(partial_out, partial_lse)            # [B, Hl, D]; any stream; graph-capturable
     out, out_lse = ctx(partial_out, partial_lse, return_lse=True)
+    tok = nccl_dcp.Context(group, 512, 16, torch.bfloat16, 2, scatter="token", lse_dtype=torch.bfloat16)
+    out = tok(partial_out, partial_lse, row_counts=[3, 5], seq_lens=seq_lens, query_start_loc=qsl)  # [n_r, H, D]
     ctx.check()                                    # raises if a peer failed (graph replays)
     ctx.close()                                    # collective, like creation (ctx.abort() after a failure)
 
@@ -19,7 +21,11 @@ kept, their dtypes, devices and pointer alignment are checked every call
 (and the library checks pointers, extents and overlaps every call); no
 host sync, no allocation beyond `out` / `out_lse` when they are not given.
 The lookup and the call run in C (_fastcall.c) when that helper was built
-(pip install ./python), else in Python through ctypes (PyLauncher).
+(pip install ./python), else in Python through ctypes (PyLauncher). Calls
+with row_counts / seq_lens / query_start_loc, and every TOKEN call, take
+the same cached path after a few more checks in Python (the additions'
+dtypes, devices and shapes; out's rows against the split), a few
+microseconds more.
 """
 
 import ctypes
@@ -29,7 +35,7 @@ import warnings
 
 from . import _abi
 from ._library import NcclDcpError, check_nccl_versions, library, loaded_nccl_paths, torch_nccl_version
-from ._validate import CallSpec, check_call, dtype_name, make_strides
+from ._validate import UNKNOWN_ROWS, CallSpec, check_call, check_call_args, dtype_name, make_strides
 
 try:
     from . import _fastcall  # optional C helper: the eager hot path (see _fastcall.c for why)
@@ -38,7 +44,8 @@ except ImportError:
 
 # The library's config fields under the names of Context's arguments.
 _CONFIG_ARGS = {"headDim": "head_dim", "localHeads": "local_heads", "dtype": "dtype", "lseBase": "lse_base",
-                "maxBatch": "max_batch", "protocol": "protocol", "timeoutMs": "timeout_ms"}
+                "maxBatch": "max_batch", "protocol": "protocol", "timeoutMs": "timeout_ms", "scatter": "scatter",
+                "lseDtype": "lse_dtype"}
 _NCCL_INVALID_USAGE = 5
 
 
@@ -61,6 +68,24 @@ def protocol_code(protocol):
     return code
 
 
+def scatter_name(scatter):
+    """The canonical name ("head", "token", "none") of a scatter mode given
+    by name (any case) or ncclDcpScatter_t value."""
+    if isinstance(scatter, str) and scatter.lower() in _abi.SCATTERS:
+        return scatter.lower()
+    if isinstance(scatter, int) and not isinstance(scatter, bool) and 0 <= scatter < len(_abi.SCATTERS):
+        return _abi.SCATTERS[scatter]
+    raise ValueError(f"scatter must be one of {', '.join(repr(x) for x in _abi.SCATTERS)}, got {scatter!r}")
+
+
+def lse_dtype_name(lse_dtype):
+    """Canonical name of the partial LSEs' dtype (None: float32)."""
+    name = "float32" if lse_dtype is None else dtype_name(lse_dtype)
+    if name not in _abi.NCCL_DTYPES:
+        raise ValueError(f"lse_dtype must be float32, bfloat16 or float16, got {lse_dtype!r}")
+    return name
+
+
 def c_int_arg(name, value, lo=_abi.INT_MIN + 1, hi=_abi.INT_MAX, what=""):
     """value, checked to be an int in [lo, hi] (by default: a C int other
     than INT_MIN, which the config reads as "unset"): ctypes would wrap
@@ -80,7 +105,8 @@ def _optional_int(name, value, lo=_abi.INT_MIN + 1, what=""):
     return c_int_arg(name, value, lo=lo, what=what)
 
 
-def make_config(head_dim, local_heads, dtype, lse_base, max_batch=None, protocol=None, timeout_ms=None):
+def make_config(head_dim, local_heads, dtype, lse_base, max_batch=None, protocol=None, timeout_ms=None,
+                scatter="head", lse_dtype="float32"):
     """The ncclDcpConfig_t of Context's arguments, checked by the library
     (ncclDcpWorkspaceSize: local, no GPU) so the rules live in one place;
     a rejected value raises ValueError naming the argument."""
@@ -93,7 +119,9 @@ def make_config(head_dim, local_heads, dtype, lse_base, max_batch=None, protocol
                       lseBase=lse_base_code(lse_base), maxBatch=_optional_int("max_batch", max_batch),
                       protocol=protocol_code(protocol),
                       timeoutMs=_optional_int("timeout_ms", timeout_ms, lo=0,
-                                              what=" (milliseconds; 0 waits forever)"))
+                                              what=" (milliseconds; 0 waits forever)"),
+                      scatter=_abi.SCATTERS.index(scatter_name(scatter)),
+                      lseDtype=_abi.NCCL_DTYPES[lse_dtype_name(lse_dtype)])
     _workspace_size(cfg, 1)
     return cfg
 
@@ -111,11 +139,14 @@ def _workspace_size(cfg, n_ranks):
     return size.value
 
 
-def workspace_size(n_ranks, head_dim, local_heads, dtype, lse_base, max_batch=None, protocol=None):
+def workspace_size(n_ranks, head_dim, local_heads, dtype, lse_base, max_batch=None, protocol=None, *,
+                   scatter="head", lse_dtype="float32"):
     """Bytes of symmetric workspace one rank of n_ranks needs for this
     configuration (ncclDcpWorkspaceSize): what Context allocates, and the
-    least a window region given to Context(window=...) must hold."""
-    cfg = make_config(head_dim, local_heads, dtype, lse_base, max_batch, protocol)
+    least a window region given to Context(window=...) must hold (TOKEN
+    and NONE hold all H heads per row: cp times HEAD's)."""
+    cfg = make_config(head_dim, local_heads, dtype, lse_base, max_batch, protocol, scatter=scatter,
+                      lse_dtype=lse_dtype)
     return _workspace_size(cfg, c_int_arg("n_ranks", n_ranks))
 
 
@@ -144,6 +175,20 @@ class Context:
     ncclComm_t, the library's default (60000 ms). At most 2**31 - 1 ms. All
     ranks must use the same value (checked at creation).
 
+    scatter: where the merged heads go (the library's ncclDcpScatter_t; H =
+    cp*Hl; every rank passes partials [B, H, D] and LSEs [B, H]):
+      "head"  (default) rank r gets its Hl heads of every row: out [B, Hl, D];
+      "token" rank r gets every head of its slice of rows: out [n_r, H, D],
+              the slices contiguous in rank order; n_r by the even split
+              (the first B % cp ranks take one row more) or a call's
+              row_counts (see __call__);
+      "none"  every rank gets everything: out [B, H, D].
+    out_lse has out's rows and heads, float32, in every mode.
+    lse_dtype: the dtype of partial_lse, torch.float32 (default),
+    torch.bfloat16 or torch.float16 (vLLM's kernels give bf16 LSEs); the
+    merge still runs in fp32 and out_lse stays float32. Both are part of
+    the config: equal on every rank (checked at creation).
+
     window, window_offset, window_bytes: carve the workspace from an
     ncclWindow_t (an int) that the application registered on the
     communicator, [window_offset, window_offset + window_bytes), instead of
@@ -152,20 +197,22 @@ class Context:
     """
 
     _launcher = None  # set by _adopt: a closed or half-made Context never calls the library
+    _plain = True  # set by _adopt: HEAD or NONE, whose out has the batch's rows
 
     @staticmethod
     def _fast(*args):
         return -1
 
     def __init__(self, group_or_comm_ptr, head_dim, local_heads, dtype, lse_base, max_batch=None, protocol=None,
-                 timeout_ms=None, *, window=None, window_offset=0, window_bytes=None):
+                 timeout_ms=None, *, window=None, window_offset=0, window_bytes=None, scatter="head",
+                 lse_dtype="float32"):
         self._h = None
         self._op_id = None
         self._lib = lib = library()
         # PyTorch may have been imported after the library was loaded.
         check_nccl_versions(lib.path, lib.built_nccl_version, lib.nccl_version, torch_nccl_version(),
                             loaded_nccl_paths())
-        cfg = make_config(head_dim, local_heads, dtype, lse_base, max_batch, protocol, timeout_ms)
+        cfg = make_config(head_dim, local_heads, dtype, lse_base, max_batch, protocol, timeout_ms, scatter, lse_dtype)
         if window is not None:
             c_int_arg("window", window, lo=1, hi=_abi.SIZE_MAX, what=" (an ncclWindow_t)")
             c_int_arg("window_offset", window_offset, lo=0, hi=_abi.SIZE_MAX)
@@ -182,7 +229,8 @@ class Context:
         rank, n_ranks, device = lib.comm_info(comm)
         self.rank, self.n_ranks, self._comm = rank, n_ranks, comm
         self.spec = CallSpec(cp=n_ranks, local_heads=local_heads, head_dim=head_dim, dtype=dtype_name(dtype),
-                             device=device)
+                             device=device, scatter=scatter_name(scatter), lse_dtype=lse_dtype_name(lse_dtype),
+                             rank=rank)
         handle = ctypes.c_void_p(None)
         if window is None:
             lib.check(lib.cdll.ncclDcpContextCreate(comm, ctypes.byref(cfg), ctypes.byref(handle)),
@@ -204,6 +252,8 @@ class Context:
         self._compiling = _is_compiling_fn()
         self._device = self.spec.device
         self._hl, self._d = self.spec.local_heads, self.spec.head_dim
+        self._heads = self.spec.heads  # heads per out row: Hl (HEAD), H (TOKEN, NONE)
+        self._plain = self.spec.scatter != "token"  # out's rows are the batch: the launcher may make out
         self._start_launcher(_torch.cuda_device(self._device), _torch.current_raw_stream)
 
     def _start_launcher(self, device, raw_stream, native=True):
@@ -211,11 +261,14 @@ class Context:
         tensors on `device`; raw_stream(index) gives the current stream.
         Tests call it again for CPU tensors, or with native=False."""
         from . import _torch
-        fn = ctypes.cast(self._lib.cdll.ncclDcpA2aLseReduce, ctypes.c_void_p).value
+        from ._validate import ELEMENT_BYTES
+        fn = ctypes.cast(self._lib.cdll.ncclDcpA2aLseReduceEx, ctypes.c_void_p).value
         cls = _fastcall.Launcher if native and _fastcall is not None else PyLauncher
         self._raw_stream = raw_stream
+        self._out_lse_dtype = _torch.torch_dtype("float32")
         self._launcher = cls(fn, self._h, raw_stream, self._device, device, _torch.torch_dtype(self.spec.dtype),
-                             _torch.torch_dtype("float32"), self._hl, self._d)
+                             _torch.torch_dtype(self.spec.lse_dtype), self._heads, self._d, self._out_lse_dtype,
+                             ELEMENT_BYTES[self.spec.lse_dtype])
         self._fast = self._launcher.launch
 
     @staticmethod
@@ -242,21 +295,55 @@ class Context:
 
     # ---- the collective
 
-    def __call__(self, partial_out, partial_lse, out=None, out_lse=None, stream=None, *, return_lse=False):
-        """Merges every rank's partials of this rank's heads: returns out
-        [B, Hl, D], or (out, out_lse) when out_lse is given or return_lse.
-        Enqueued on stream (default: PyTorch's current stream); any stream,
-        any mix of streams: the library orders the calls of one context.
-        Every rank must call with the same batch, in the same order.
-        Raises NcclDcpError when the context is poisoned (see Context)."""
+    def __call__(self, partial_out, partial_lse, out=None, out_lse=None, stream=None, *, return_lse=False,
+                 row_counts=None, seq_lens=None, query_start_loc=None):
+        """Merges every rank's partials: returns out, or (out, out_lse) when
+        out_lse is given or return_lse. out is the scatter mode's (HEAD
+        [B, Hl, D], TOKEN [n_r, H, D], NONE [B, H, D]; out_lse its [rows,
+        heads], float32), made when not given. Enqueued on stream (default:
+        PyTorch's current stream); any stream, any mix of streams: the
+        library orders the calls of one context. Every rank must call with
+        the same batch (and the same row_counts), in the same order.
+        Raises NcclDcpError when the context is poisoned (see Context).
+
+        row_counts (scatter="token" only): this call's split, one count per
+        rank (>= 0, summing to B; rank r gets rows [n_0+..+n_{r-1}, +n_r)):
+          - a list or tuple of ints: host counts, checked now; out has
+            row_counts[rank] rows. A call captured in a CUDA graph keeps
+            the counts it was captured with.
+          - an int32 tensor of cp entries on this GPU: device counts, read
+            by the kernels when they run, so each replay of a captured graph
+            may use new counts (write them into the same tensor). Checked
+            there: counts that are negative or do not sum to B poison the
+            context (ctx.check() raises ncclInvalidArgument). out is then
+            REQUIRED (and out_lse, for the LSEs): the host cannot know n_r
+            without a device-to-host copy, a sync that breaks CUDA-graph
+            capture, so it cannot size out; it must hold the rows the counts
+            give this rank (B rows always do: [B, H, D], of which the first
+            n_r are written).
+        Without row_counts the TOKEN split is even (the first B % cp ranks
+        take one row more).
+        seq_lens [numSeqs] and query_start_loc [numSeqs + 1] (vLLM's; int32
+        tensors on this GPU, both or neither; any mode): rows of a sequence
+        whose local length (seq_lens) is 0 on this rank, and rows outside
+        [query_start_loc[0], query_start_loc[-1]) (padding), are empty on
+        this rank whatever its partials hold (NaN, garbage): their LSE
+        reads as -inf. A row empty on every rank merges to out 0 and
+        out_lse -inf. Read by the kernels when they run (graph-safe: write
+        new values into the same tensors between replays; numSeqs is fixed
+        at capture)."""
         if self._compiling():
             if stream is not None:
                 raise ValueError("stream= is not supported under torch.compile: the op runs on the current stream")
             from . import _ops
-            return _ops.call(self, partial_out, partial_lse, out, out_lse, return_lse)
+            return _ops.call(self, partial_out, partial_lse, out, out_lse, return_lse, row_counts, seq_lens,
+                             query_start_loc)
+        if row_counts is not None or seq_lens is not None or query_start_loc is not None or not self._plain:
+            return self._call_ex(partial_out, partial_lse, out, out_lse, stream, return_lse, row_counts, seq_lens,
+                                 query_start_loc)
         if out_lse is None and return_lse:
             try:
-                out_lse = partial_lse.new_empty(partial_lse.shape[0], self._hl)  # sizes as arguments: faster
+                out_lse = partial_lse.new_empty((partial_lse.shape[0], self._heads), dtype=self._out_lse_dtype)
             except (AttributeError, IndexError, TypeError):
                 pass  # not a tensor: _launch_checked's checks say which argument
         res = self._fast(partial_out, partial_lse, out, out_lse, stream)  # out (made when None), or an int
@@ -265,45 +352,105 @@ class Context:
                                                                               out_lse, stream)
         return (out, out_lse) if out_lse is not None else out
 
-    def _launch(self, partial_out, partial_lse, out, out_lse, stream):
+    def _extras(self, partial_out, row_counts, seq_lens, query_start_loc):
+        """The call's checked additions (CallExtras), or None when
+        partial_out is not a tensor (check_call then says so)."""
+        try:
+            batch = int(partial_out.shape[0])
+        except (AttributeError, IndexError, TypeError, ValueError):
+            return None
+        return check_call_args(self.spec, batch, row_counts, seq_lens, query_start_loc)
+
+    def _call_ex(self, partial_out, partial_lse, out, out_lse, stream, return_lse, row_counts, seq_lens,
+                 query_start_loc):
+        """__call__ with additions, or on a TOKEN context: out and out_lse
+        made here with the split's rows, then _launch_ex."""
+        extras = self._extras(partial_out, row_counts, seq_lens, query_start_loc)
+        if extras is None:
+            check_call(self.spec, partial_out, partial_lse, out, out_lse)  # raises: not a tensor
+        if extras.device_counts and (out is None or (out_lse is None and return_lse)):
+            name = "out" if out is None else "out_lse"
+            raise ValueError(f"{name} is required with device row_counts: the host cannot know this rank's rows "
+                             f"n_r without a device-to-host copy (a sync, impossible under CUDA-graph capture); pass "
+                             f"{name} with room for the rows the counts give rank {self.rank} (B rows always do)")
+        try:
+            if out is None:
+                out = partial_out.new_empty((extras.rows, self._heads, self._d))
+            if out_lse is None and return_lse:
+                out_lse = partial_lse.new_empty((extras.rows, self._heads), dtype=self._out_lse_dtype)
+        except (AttributeError, IndexError, TypeError):
+            pass  # not a tensor: check_call says which argument
+        self._launch_ex(partial_out, partial_lse, out, out_lse, stream, extras)
+        return (out, out_lse) if out_lse is not None else out
+
+    def _launch_ex(self, partial_out, partial_lse, out, out_lse, stream, extras):
+        """One library call with checked additions: out's rows checked here
+        against the split (the layout cache does not see the counts), then
+        the launcher's call, else checked first."""
+        rows = extras.rows
+        if rows != UNKNOWN_ROWS:
+            try:
+                bad = out.shape[0] != rows or (out_lse is not None and out_lse.shape[0] != rows)
+            except (AttributeError, IndexError, TypeError):
+                bad = True
+            if bad:
+                check_call(self.spec, partial_out, partial_lse, out, out_lse, rows)  # raises, naming it
+        address = ctypes.addressof(extras.struct) if extras.struct is not None else None
+        res = self._fast(partial_out, partial_lse, out, out_lse, stream, address)
+        if res is not out:
+            self._launch_checked(res, partial_out, partial_lse, out, out_lse, stream, extras)
+
+    def _launch(self, partial_out, partial_lse, out, out_lse, stream, row_counts=None, seq_lens=None,
+                query_start_loc=None):
         """One library call on a given out (the torch.library ops'): the
         launcher's, else checked first."""
+        if row_counts is not None or seq_lens is not None or query_start_loc is not None or not self._plain:
+            extras = self._extras(partial_out, row_counts, seq_lens, query_start_loc)
+            if extras is None:
+                check_call(self.spec, partial_out, partial_lse, out, out_lse)  # raises: not a tensor
+            self._launch_ex(partial_out, partial_lse, out, out_lse, stream, extras)
+            return
         res = self._fast(partial_out, partial_lse, out, out_lse, stream)
         if res is not out:
             self._launch_checked(res, partial_out, partial_lse, out, out_lse, stream)
 
-    def _launch_checked(self, r, partial_out, partial_lse, out, out_lse, stream):
+    def _launch_checked(self, r, partial_out, partial_lse, out, out_lse, stream, extras=None):
         """After the launcher returned the int r: raises the library's
-        error (r > 0); else (r < 0, not called) makes out when None,
-        checks the call (ValueError naming the bad argument), caches its
-        layout and makes it. Returns out."""
+        error (r > 0); else (r < 0, not called) makes out when None (HEAD
+        and NONE without additions only), checks the call (ValueError
+        naming the bad argument), caches its layout and makes it. Returns
+        out."""
         if r > 0:
-            self._lib.check(r, "ncclDcpA2aLseReduce")  # raises
+            self._lib.check(r, "ncclDcpA2aLseReduceEx")  # raises
         h = self._h
         if h is None:
             raise ValueError("the context is closed")
         if out is None:
             try:
-                out = partial_out.new_empty(partial_out.shape[0], self._hl, self._d)
+                out = partial_out.new_empty(partial_out.shape[0], self._heads, self._d)
             except (AttributeError, IndexError, TypeError):
                 pass  # not a tensor: check_call says which argument
+        struct = extras.struct if extras is not None else None
+        address = ctypes.addressof(struct) if struct is not None else None
         if stream is not None:
             handle = self._stream_handle(stream, self._device)  # raises ValueError on a bad one
             if not isinstance(stream, int):  # a torch.cuda.Stream: the launcher takes its handle
-                res = self._fast(partial_out, partial_lse, out, out_lse, handle)
+                res = self._fast(partial_out, partial_lse, out, out_lse, handle, address)
                 if res is out:
                     return out
                 if res > 0:
-                    self._lib.check(res, "ncclDcpA2aLseReduce")  # raises
+                    self._lib.check(res, "ncclDcpA2aLseReduceEx")  # raises
             stream = handle
-        args = check_call(self.spec, partial_out, partial_lse, out, out_lse)  # raises ValueError
+        args = check_call(self.spec, partial_out, partial_lse, out, out_lse,
+                          extras.rows if extras is not None else None)  # raises ValueError
         strides = make_strides(args)
         self._launcher.remember(partial_out, partial_lse, out, out_lse, args.batch, strides)
         s = self._raw_stream(self._device) if stream is None else stream
         p3 = out_lse.data_ptr() if out_lse is not None else None
-        self._lib.check(self._lib.cdll.ncclDcpA2aLseReduce(h, partial_out.data_ptr(), partial_lse.data_ptr(),
-                                                           out.data_ptr(), p3, args.batch, ctypes.byref(strides),
-                                                           s), "ncclDcpA2aLseReduce")
+        self._lib.check(self._lib.cdll.ncclDcpA2aLseReduceEx(h, partial_out.data_ptr(), partial_lse.data_ptr(),
+                                                             out.data_ptr(), p3, args.batch, ctypes.byref(strides),
+                                                             ctypes.byref(struct) if struct is not None else None,
+                                                             s), "ncclDcpA2aLseReduceEx")
         return out
 
     def bind_stream(self, stream):
@@ -317,13 +464,18 @@ class Context:
 
     def async_error(self):
         """None, or the NcclDcpError a device-side wait recorded (a peer that
-        did not take part in time): the context is then poisoned. Reads
+        did not take part in time), or the kernels (device row_counts they
+        refused): the context is then poisoned. Reads
         host-mapped memory; no synchronization."""
         err = ctypes.c_int(0)
         self._lib.check(self._lib.cdll.ncclDcpGetAsyncError(self._live_handle(), ctypes.byref(err)),
                         "ncclDcpGetAsyncError")
         if err.value == _abi.NCCL_SUCCESS:
             return None
+        if err.value == _abi.NCCL_INVALID_ARGUMENT:  # what the kernels refuse: device row_counts
+            return NcclDcpError(err.value, f"nccl_dcp context (rank {self.rank} of {self.n_ranks}) is poisoned: "
+                                           f"ncclInvalidArgument (device row_counts that are negative or do not "
+                                           f"sum to the batch); its calls now write NaN. abort() it")
         return NcclDcpError(err.value, f"nccl_dcp context (rank {self.rank} of {self.n_ranks}) is poisoned: "
                                        f"{_abi.result_name(err.value)} (a device-side wait timed out after "
                                        f"{self.timeout_ms if self.timeout_ms is not None else 'the default'} ms, "
@@ -439,10 +591,11 @@ class Context:
         return self._h
 
 
-# ncclDcpA2aLseReduce for PyLauncher: plain pointers (ints) are converted
-# more cheaply than the bound POINTER(Strides) (the strides go by address).
+# ncclDcpA2aLseReduceEx for PyLauncher: plain pointers (ints) are converted
+# more cheaply than the bound POINTER(Strides) (the strides and the call's
+# args go by address).
 _REDUCE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                              ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+                              ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 
 
 class PyLauncher:
@@ -452,9 +605,11 @@ class PyLauncher:
     property but its pointers was checked; the pointers' alignment is
     checked on every call, as there."""
 
-    def __init__(self, fn, handle, raw_stream, device_index, device, dtype, lse_dtype, local_heads, head_dim):
+    def __init__(self, fn, handle, raw_stream, device_index, device, dtype, lse_dtype, local_heads, head_dim,
+                 out_lse_dtype=None, lse_align=4):
         self._fn = _REDUCE_FN(fn)
         self._h = handle
+        self._lse_mask = lse_align - 1
         self._raw_stream, self._device_index = raw_stream, device_index
         self._hl, self._d = local_heads, head_dim
         self._layouts = {}  # layout key -> (batch, ncclDcpStrides_t, its address)
@@ -468,7 +623,7 @@ class PyLauncher:
                 out.shape, out.stride(), out.dtype, out.device,
                 out_lse.shape, out_lse.stride(), out_lse.dtype, out_lse.device)
 
-    def launch(self, po, pl, out, out_lse, stream):
+    def launch(self, po, pl, out, out_lse, stream, args=None):
         h = self._h
         if h is None or not self._layouts or out.__class__ is int:  # an int out: not -1, the same object
             return -1 if out.__class__ is not int else -1000
@@ -486,13 +641,15 @@ class PyLauncher:
             layout = self._layouts.get(key)
         except Exception:  # not tensors: the caller's checks name the argument
             return -1
-        if layout is None or (p0 | p2) & 15 or (p1 | p3) & 3:
+        if layout is None or (p0 | p2) & 15 or p1 & self._lse_mask or p3 & 3:
+            return -1
+        if args is not None and type(args) is not int:
             return -1
         if stream is None:
             stream = self._raw_stream(self._device_index)
         elif type(stream) is not int or not 0 <= stream <= _abi.SIZE_MAX:
             return -1
-        r = self._fn(h, p0, p1, p2, p3, layout[0], layout[2], stream)
+        r = self._fn(h, p0, p1, p2, p3, layout[0], layout[2], args, stream)
         return r if r else out
 
     def remember(self, po, pl, out, out_lse, batch, strides):
@@ -525,17 +682,19 @@ def _is_compiling_fn():
         return lambda: False
 
 
-def create_group(comm_ptrs, head_dim, local_heads, dtype, lse_base, max_batch=None, protocol=None, timeout_ms=None):
+def create_group(comm_ptrs, head_dim, local_heads, dtype, lse_base, max_batch=None, protocol=None, timeout_ms=None,
+                 *, scatter="head", lse_dtype="float32"):
     """Contexts for several communicators driven by this thread, one per GPU
     (e.g. from ncclCommInitAll), created together (ncclDcpContextCreateGroup):
     a list of Context, the i-th on comm_ptrs[i] (raw ncclComm_t ints).
+    scatter and lse_dtype as for Context.
     Call each on its own GPU's tensors; destroy them with destroy_group."""
     comms = [Context._comm_ptr(c) for c in comm_ptrs]
     if not comms:
         raise ValueError("comm_ptrs is empty")
     c_int_arg("len(comm_ptrs)", len(comms), lo=1)
     lib = library()
-    cfg = make_config(head_dim, local_heads, dtype, lse_base, max_batch, protocol, timeout_ms)
+    cfg = make_config(head_dim, local_heads, dtype, lse_base, max_batch, protocol, timeout_ms, scatter, lse_dtype)
     infos = [lib.comm_info(c) for c in comms]
     handles = (ctypes.c_void_p * len(comms))()
     lib.check(lib.cdll.ncclDcpContextCreateGroup(len(comms), (ctypes.c_void_p * len(comms))(*comms),
@@ -547,7 +706,8 @@ def create_group(comm_ptrs, head_dim, local_heads, dtype, lse_base, max_batch=No
         ctx.rank, ctx.n_ranks = rank, n_ranks
         ctx.timeout_ms = None if cfg.timeoutMs == _abi.NCCL_CONFIG_UNDEF_INT else cfg.timeoutMs
         ctx.spec = CallSpec(cp=n_ranks, local_heads=local_heads, head_dim=head_dim, dtype=dtype_name(dtype),
-                            device=device)
+                            device=device, scatter=scatter_name(scatter), lse_dtype=lse_dtype_name(lse_dtype),
+                            rank=rank)
         ctx._adopt(handle)
         contexts.append(ctx)
     return contexts

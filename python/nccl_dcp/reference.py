@@ -1,13 +1,19 @@
 """The same operation in plain PyTorch: all_to_all_single of the partials
-and the LSEs, then the merge in fp32. The baseline of the tests and of the
-example, and a readable statement of the math (include/nccl_dcp.h):
+and the LSEs (HEAD scatter; an all_gather for TOKEN and NONE), then the
+merge in fp32. The baseline of the tests and of the example, and a
+readable statement of the math (include/nccl_dcp.h):
 
-    l_s = lse_s with NaN and +inf read as -inf
+    l_s = lse_s with NaN and +inf read as -inf (and -inf where the row is
+          empty on rank s: seq_lens / query_start_loc)
     m   = max_s l_s (0 if all are -inf),  w_s = base^(l_s - m),  W = sum_s w_s
     out = sum_s (w_s / W) o_s  (0 if W == 0; a source with w_s == 0 is skipped, never multiplied)
     lse = m + log_base(W)      (-inf if W == 0)
 
-accumulated in fp32 in source order s = 0..cp-1.
+accumulated in fp32 in source order s = 0..cp-1. Where the merges go is
+the scatter mode: HEAD rank r keeps heads [r*Hl, (r+1)*Hl) of every row;
+TOKEN rank r keeps every head of rows [start_r, start_r + n_r) (even split:
+the first B % cp ranks take one row more; or the call's row_counts); NONE
+every rank keeps everything.
 """
 
 import torch
@@ -61,10 +67,75 @@ def exchange(partial_out, partial_lse, local_heads, group=None):
     return parts, lses
 
 
-def a2a_lse_reduce(partial_out, partial_lse, local_heads, lse_base, group=None):
+def empty_rows(batch, seq_lens, query_start_loc):
+    """bool [B], on seq_lens' device: the rows that are empty on this rank
+    (src/device/merge.h rowIsEmpty): outside [qsl[0], qsl[numSeqs]), or in
+    a sequence whose local length is <= 0; sequence i holds rows
+    [qsl[i], qsl[i+1]) (the last sequence starting at or before the row)."""
+    qsl = query_start_loc.to(torch.int64)
+    n = seq_lens.shape[0]
+    rows = torch.arange(batch, device=qsl.device, dtype=torch.int64)
+    seq = (torch.searchsorted(qsl[:n].contiguous(), rows, right=True) - 1).clamp(0, n - 1)
+    outside = (rows < qsl[0]) | (rows >= qsl[n])
+    return outside | (seq_lens.to(qsl.device)[seq] <= 0)
+
+
+def row_starts(batch, cp, row_counts=None):
+    """[start_0, ..., start_cp] of the TOKEN split: row_counts (a list, or a
+    tensor read back to the host), else the even split."""
+    if row_counts is None:
+        counts = [batch // cp + (p < batch % cp) for p in range(cp)]
+    else:
+        counts = [int(n) for n in (row_counts.tolist() if hasattr(row_counts, "tolist") else row_counts)]
+    starts = [0]
+    for n in counts:
+        starts.append(starts[-1] + n)
+    return starts
+
+
+def masked_lse(partial_lse, local_heads, seq_lens=None, query_start_loc=None):
+    """partial_lse as fp32 [B, cp*Hl] (exact for bf16 / fp16), -inf on the
+    rows that seq_lens / query_start_loc make empty on this rank."""
+    batch = partial_lse.shape[0]
+    lse = partial_lse.reshape(batch, -1).float()
+    if seq_lens is not None:
+        empty = empty_rows(batch, seq_lens, query_start_loc).to(lse.device)
+        lse = torch.where(empty.unsqueeze(1), torch.full_like(lse, float("-inf")), lse)
+    return lse
+
+
+def sources(partial_out, partial_lse, local_heads, scatter="head", row_counts=None, seq_lens=None,
+            query_start_loc=None, group=None):
+    """The cp sources of this rank's outputs, source first: (parts [cp,
+    rows, heads, D], lses [cp, rows, heads] fp32) of the scatter mode (HEAD:
+    B rows of Hl heads, by exchange(); TOKEN: this rank's n_r rows of all H
+    heads; NONE: B rows of H heads, both by an all_gather in fp32, exact)."""
+    lse = masked_lse(partial_lse, local_heads, seq_lens, query_start_loc)
+    if scatter == "head":
+        return exchange(partial_out, lse, local_heads, group)
+    cp, rank = dist.get_world_size(group), dist.get_rank(group)
+    batch, d = partial_out.shape[0], partial_out.shape[-1]
+    po = partial_out.reshape(batch, cp * local_heads, d).float().contiguous()
+    all_po = [torch.empty_like(po) for _ in range(cp)]
+    all_lse = [torch.empty_like(lse) for _ in range(cp)]
+    dist.all_gather(all_po, po, group=group)
+    dist.all_gather(all_lse, lse.contiguous(), group=group)
+    parts, lses = torch.stack(all_po), torch.stack(all_lse)
+    if scatter == "token":
+        starts = row_starts(batch, cp, row_counts)
+        parts, lses = parts[:, starts[rank]:starts[rank + 1]], lses[:, starts[rank]:starts[rank + 1]]
+    elif scatter != "none":
+        raise ValueError(f"scatter must be 'head', 'token' or 'none', got {scatter!r}")
+    return parts, lses
+
+
+def a2a_lse_reduce(partial_out, partial_lse, local_heads, lse_base, group=None, scatter="head", row_counts=None,
+                   seq_lens=None, query_start_loc=None):
     """The whole operation in PyTorch: exchange, then merge. Returns
-    (out [B, Hl, D] in partial_out's dtype, lse [B, Hl] fp32)."""
-    parts, lses = exchange(partial_out, partial_lse, local_heads, group)
+    (out in partial_out's dtype, lse fp32) of the scatter mode: HEAD
+    [B, Hl, D], TOKEN [n_r, H, D], NONE [B, H, D]."""
+    parts, lses = sources(partial_out, partial_lse, local_heads, scatter, row_counts, seq_lens, query_start_loc,
+                          group)
     out, lse = merge(parts, lses, lse_base)
     return out.to(partial_out.dtype), lse
 

@@ -44,20 +44,20 @@ class Inputs:
     """One call's tensors, in one of the layouts the API accepts, with the
     LSE corner cases of the header planted at rows that all ranks agree on."""
 
-    def __init__(self, layout, batch, cp, hl, d, dtype, seed, rank, device=None):
+    def __init__(self, layout, batch, cp, hl, d, dtype, seed, rank, device=None, lse_dtype=torch.float32):
         device = device or DEVICE
         self.layout, self.hl = layout, hl
         g = torch.Generator(device=device).manual_seed(seed * 1009 + rank)
         pad = 16 // torch.tensor([], dtype=dtype).element_size()  # 16 bytes of padding
         if layout == "packed":       # [B, cp*Hl, D] and [B, cp*Hl], both contiguous
             self.po = torch.empty(batch, cp * hl, d, dtype=dtype, device=device)
-            self.pl = torch.empty(batch, cp * hl, device=device)
+            self.pl = torch.empty(batch, cp * hl, dtype=lse_dtype, device=device)
         elif layout == "transposed":  # the attention kernel's [B, Hl, cp, D], seen as [B, cp, Hl, D]
             self.po = torch.empty(batch, hl, cp, d, dtype=dtype, device=device).transpose(1, 2)
-            self.pl = torch.empty(batch, hl, cp, device=device).transpose(1, 2)
+            self.pl = torch.empty(batch, hl, cp, dtype=lse_dtype, device=device).transpose(1, 2)
         elif layout == "padded":     # rows and heads padded: [B, cp*Hl, D + pad][..., :D]
             self.po = torch.empty(batch, cp * hl, d + pad, dtype=dtype, device=device)[..., :d]
-            self.pl = torch.empty(batch, cp * hl + 3, device=device)[:, :cp * hl]
+            self.pl = torch.empty(batch, cp * hl + 3, dtype=lse_dtype, device=device)[:, :cp * hl]
         else:
             raise ValueError(layout)
         self.fill(g, rank)
@@ -83,11 +83,24 @@ class Inputs:
             pl[partly, :, 1] = float("nan") if rank % 2 == 0 else INF
         pl[rows % 4 == 3] += 80
 
-    def reference(self, lse_base, group):
-        """The float64 merge of the exchanged partials, on the CPU, returned on the inputs' device."""
-        parts, lses = reference.exchange(self.po, self.pl, self.hl, group)
+    def reference(self, lse_base, group, scatter="head", row_counts=None, seq_lens=None, query_start_loc=None):
+        """The float64 merge of the exchanged partials (the scatter mode's
+        sources: nccl_dcp.reference.sources), on the CPU, returned on the
+        inputs' device."""
+        parts, lses = reference.sources(self.po, self.pl, self.hl, scatter, row_counts, seq_lens, query_start_loc,
+                                        group)
         out, lse = reference.merge(parts.cpu().double(), lses.cpu().double(), lse_base, dtype=torch.float64)
         return out.to(self.po.device), lse.to(self.po.device)
+
+    def plant_empty(self, seq_lens, query_start_loc):
+        """What attention leaves in the rows that are empty on this rank:
+        NaN payloads behind a large finite LSE (it would win the merge if the
+        row were not masked)."""
+        empty = reference.empty_rows(self.po.shape[0], seq_lens, query_start_loc).to(self.po.device)
+        po = self.po.unflatten(1, (-1, self.hl)) if self.po.dim() == 3 else self.po
+        pl = self.pl.unflatten(1, (-1, self.hl)) if self.pl.dim() == 2 else self.pl
+        po[empty] = float("nan")
+        pl[empty] = 50.0
 
     def refill(self, seed, rank):
         """Fresh random data in the same tensors (captured graphs read them)."""
@@ -613,6 +626,200 @@ def add_failures(suite, group):
     suite.case("failure/silent_peer", silent_peer)
 
 
+# ---- scatter modes, uneven token counts, bf16 LSEs, empty shards (issue 27)
+
+def empty_shards(batch, rank, device=None):
+    """seq_lens / query_start_loc (int32, on device) of this rank: sequences
+    of 3 rows; sequence 1 is empty on every rank (out 0, out_lse -inf),
+    sequence i (i != 1) on the ranks where (i + rank) % 3 == 0; past 4 rows
+    the last 2 are padding (outside query_start_loc[-1])."""
+    end = batch - 2 if batch > 4 else batch
+    starts = list(range(0, end, 3)) or [0]
+    lens = [0 if i == 1 or (i + rank) % 3 == 0 else 7 * i + 1 for i in range(len(starts))]
+    device = device or DEVICE
+    return (torch.tensor(lens, dtype=torch.int32, device=device),
+            torch.tensor(starts + [end], dtype=torch.int32, device=device))
+
+
+def token_counts(batch, cp, kind):
+    """One TOKEN split (every rank computes the same): 'first' (rank 0 takes
+    all), 'last', 'uneven' (rank p takes ~(p+1)/sum of it, zero-row ranks
+    when batch < cp), or 'even' (the library's even split, given as counts)."""
+    if kind == "first":
+        return [batch] + [0] * (cp - 1)
+    if kind == "last":
+        return [0] * (cp - 1) + [batch]
+    if kind == "even":
+        return [batch // cp + (p < batch % cp) for p in range(cp)]
+    weights = list(range(1, cp + 1))
+    counts = [batch * w // sum(weights) for w in weights]
+    counts[0] += batch - sum(counts)
+    return counts
+
+
+def mode_outputs(scatter, rows, hl, d, dtype, cp):
+    """Strided, NaN-poisoned out and out_lse of a mode: [rows, heads, D + pad][..., :D], [rows, heads + 3][:, :heads]."""
+    return strided_outputs(rows, hl if scatter == "head" else cp * hl, d, dtype)
+
+
+def check_mode_call(suite, ctx, x, scatter, base, group, out_mode, row_counts=None, seq_lens=None,
+                    query_start_loc=None):
+    """One call of a mode ('alloc': out and out_lse made by the call, or
+    'strided' outputs), its shapes checked, compared with the reference."""
+    batch, hl, d, cp = x.po.shape[0], x.hl, x.po.shape[-1], suite.cp
+    heads = hl if scatter == "head" else cp * hl
+    rows = batch
+    if scatter == "token":
+        rows = reference.row_starts(batch, cp, row_counts)
+        rows = rows[suite.rank + 1] - rows[suite.rank]
+    extra = dict(row_counts=row_counts, seq_lens=seq_lens, query_start_loc=query_start_loc)
+    extra = {k: v for k, v in extra.items() if v is not None}
+    if out_mode == "alloc":
+        out, out_lse = ctx(x.po, x.pl, return_lse=True, **extra)
+    else:
+        out, out_lse = mode_outputs(scatter, rows, hl, d, x.po.dtype, cp)
+        ctx(x.po, x.pl, out=out, out_lse=out_lse, **extra)
+    if tuple(out.shape) != (rows, heads, d) or tuple(out_lse.shape) != (rows, heads):
+        raise AssertionError(f"out {tuple(out.shape)}, out_lse {tuple(out_lse.shape)}: expected ({rows}, {heads}, {d})")
+    if out_lse.dtype != torch.float32:
+        raise AssertionError(f"out_lse is {out_lse.dtype}")
+    want, want_lse = x.reference(base, group, scatter, row_counts, seq_lens, query_start_loc)
+    return reference.count_mismatches(out, out_lse, want, want_lse).item()
+
+
+def add_modes(suite, group):
+    """Each scatter mode x fp32 / bf16 partial LSEs: the even split at three
+    batches (1 < cp when cp > 1; 150 > max_batch: chunks), empty shards by
+    seq_lens / query_start_loc, and TOKEN's host counts (all rows on the
+    first or the last rank, an uneven split)."""
+    hl, d, base, dtype = 4, 128, "e", torch.bfloat16
+    for scatter in ("head", "token", "none"):
+        for lname, lse_dtype in (("lse_fp32", torch.float32), ("lse_bf16", torch.bfloat16)):
+            state = {}
+
+            def create(scatter=scatter, lse_dtype=lse_dtype, state=state):
+                state["ctx"] = nccl_dcp.Context(group, head_dim=d, local_heads=hl, dtype=dtype, lse_base=base,
+                                                max_batch=64, scatter=scatter, lse_dtype=lse_dtype)
+                return 0
+
+            tag = f"modes/{scatter}/{lname}"
+            suite.case(f"{tag}/create", create)
+            for i, (layout, batch, out_mode) in enumerate((("packed", 1, "alloc"), ("transposed", 37, "strided"),
+                                                           ("padded", 150, "alloc"))):
+                def even(scatter=scatter, lse_dtype=lse_dtype, layout=layout, batch=batch, out_mode=out_mode,
+                         state=state, seed=3000 + i):
+                    x = Inputs(layout, batch, suite.cp, hl, d, dtype, seed, suite.rank, lse_dtype=lse_dtype)
+                    return check_mode_call(suite, state["ctx"], x, scatter, base, group, out_mode)
+
+                def shards(scatter=scatter, lse_dtype=lse_dtype, layout=layout, batch=batch, out_mode=out_mode,
+                           state=state, seed=3100 + i):
+                    x = Inputs(layout, batch, suite.cp, hl, d, dtype, seed, suite.rank, lse_dtype=lse_dtype)
+                    sl, qsl = empty_shards(batch, suite.rank, x.po.device)
+                    x.plant_empty(sl, qsl)
+                    return check_mode_call(suite, state["ctx"], x, scatter, base, group, out_mode, seq_lens=sl,
+                                           query_start_loc=qsl)
+
+                suite.case(f"{tag}/{layout}/B{batch}", even)
+                suite.case(f"{tag}/{layout}/B{batch}/seq_lens", shards)
+            if scatter == "token":
+                for kind, batch in (("first", 9), ("last", 70), ("uneven", 37), ("uneven", 1)):
+                    def host(lse_dtype=lse_dtype, kind=kind, batch=batch, state=state):
+                        x = Inputs("transposed", batch, suite.cp, hl, d, dtype, seed=3200 + batch, rank=suite.rank,
+                                   lse_dtype=lse_dtype)
+                        counts = token_counts(batch, suite.cp, kind)
+                        bad = check_mode_call(suite, state["ctx"], x, "token", base, group, "strided", counts)
+                        sl, qsl = empty_shards(batch, suite.rank, x.po.device)  # counts and shards together
+                        x.plant_empty(sl, qsl)
+                        return bad + check_mode_call(suite, state["ctx"], x, "token", base, group, "alloc", counts,
+                                                     sl, qsl)
+                    suite.case(f"{tag}/row_counts/{kind}/B{batch}", host)
+            suite.case(f"{tag}/close", lambda state=state: state.pop("ctx").close() or 0)
+
+
+def add_mode_graphs(suite, group):
+    """CUDA graphs: TOKEN with device counts and empty shards whose values
+    change between replays of one capture (no recapture), NONE with bf16
+    LSEs; then device counts that do not sum to B poison the context."""
+    hl, d, base, dtype, cp = 4, 128, 2, torch.bfloat16, suite.cp
+
+    def capture(ctx, x, out, lse, **extra):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            ctx(x.po, x.pl, out=out, out_lse=lse, **extra)  # warm-up
+        side.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=side):
+            ctx(x.po, x.pl, out=out, out_lse=lse, **extra)
+        return graph
+
+    def token_device_counts():
+        bad, batch = 0, 100
+        with nccl_dcp.Context(group, head_dim=d, local_heads=hl, dtype=dtype, lse_base=base, max_batch=64,
+                              scatter="token", lse_dtype=torch.bfloat16) as ctx:
+            x = Inputs("transposed", batch, cp, hl, d, dtype, seed=3300, rank=suite.rank, lse_dtype=torch.bfloat16)
+            counts = torch.tensor(token_counts(batch, cp, "even"), dtype=torch.int32, device=DEVICE)
+            sl, qsl = empty_shards(batch, suite.rank)
+            out = torch.full((batch, cp * hl, d), float("nan"), dtype=dtype, device=DEVICE)  # room for any split
+            lse = torch.full((batch, cp * hl), float("nan"), device=DEVICE)
+            graph = capture(ctx, x, out, lse, row_counts=counts, seq_lens=sl, query_start_loc=qsl)
+            for i, kind in enumerate(("uneven", "first", "last", "even", "uneven")):
+                split = token_counts(batch, cp, kind) if i != 4 else token_counts(batch, cp, kind)[::-1]
+                counts.copy_(torch.tensor(split, dtype=torch.int32))
+                new_sl, new_qsl = empty_shards(batch, (suite.rank + i) % 3)  # other sequences empty this time
+                sl.copy_(new_sl)
+                qsl.copy_(new_qsl)
+                x.refill(3400 + i, suite.rank)
+                x.plant_empty(sl, qsl)
+                poison(out, lse)
+                graph.replay()
+                torch.cuda.synchronize()
+                n = split[suite.rank]
+                want, want_lse = x.reference(base, group, "token", split, sl, qsl)
+                bad += reference.count_mismatches(out[:n], lse[:n], want, want_lse).item()
+            ctx.check()
+            del graph
+        return bad
+
+    def none_bf16_lse():
+        bad, batch = 0, 48
+        with nccl_dcp.Context(group, head_dim=d, local_heads=hl, dtype=dtype, lse_base=base, max_batch=32,
+                              scatter="none", lse_dtype=torch.bfloat16) as ctx:
+            x = Inputs("packed", batch, cp, hl, d, dtype, seed=3500, rank=suite.rank, lse_dtype=torch.bfloat16)
+            out, lse = mode_outputs("none", batch, hl, d, dtype, cp)
+            graph = capture(ctx, x, out, lse)
+            for i in range(3):
+                x.refill(3600 + i, suite.rank)
+                poison(out, lse)
+                graph.replay()
+                torch.cuda.synchronize()
+                want, want_lse = x.reference(base, group, "none")
+                bad += reference.count_mismatches(out, lse, want, want_lse).item()
+            ctx.check()
+            del graph
+        return bad
+
+    def bad_device_counts():
+        """Counts that do not sum to B: the kernels refuse them, the context
+        is poisoned (ncclInvalidArgument), the outputs are NaN."""
+        batch = 8
+        ctx = nccl_dcp.Context(group, head_dim=d, local_heads=hl, dtype=dtype, lse_base=base, scatter="token")
+        try:
+            x = Inputs("packed", batch, cp, hl, d, dtype, seed=3700, rank=suite.rank)
+            counts = torch.tensor([batch + 1] + [0] * (cp - 1), dtype=torch.int32, device=DEVICE)
+            out = torch.zeros(batch + 1, cp * hl, d, dtype=dtype, device=DEVICE)
+            ctx(x.po, x.pl, out=out, row_counts=counts)
+            torch.cuda.synchronize()
+            bad = expect(nccl_dcp.NcclDcpError, "ncclInvalidArgument", ctx.check)
+        finally:
+            ctx.abort()
+        return bad
+
+    suite.case("modes/graph/token_device_counts_and_seq_lens", token_device_counts)
+    suite.case("modes/graph/none_bf16_lse", none_bf16_lse)
+    suite.case("modes/poison/device_counts_not_summing_to_batch", bad_device_counts)
+
+
 # ---- main
 
 def write_junit(path, results):
@@ -651,6 +858,8 @@ def main():
     add_graphs(suite, group)
     add_streams(suite, group)
     add_compile(suite, group)
+    add_modes(suite, group)
+    add_mode_graphs(suite, group)
     add_failures(suite, group)  # last: it leaves aborted contexts behind
     results = suite.run()
     failed = sum(1 for r in results if r[1])

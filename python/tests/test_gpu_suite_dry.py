@@ -20,17 +20,23 @@ class ReferenceContext:
 
     broken = False
 
-    def __init__(self, group, head_dim, local_heads, dtype, lse_base, max_batch=None, protocol=None):
+    def __init__(self, group, head_dim, local_heads, dtype, lse_base, max_batch=None, protocol=None, scatter="head",
+                 lse_dtype=torch.float32):
         import torch.distributed as dist
         from nccl_dcp._validate import CallSpec, dtype_name
         self.group, self.base, self.protocol = group, lse_base, protocol or "LL128"
         self.spec = CallSpec(cp=dist.get_world_size(group), local_heads=local_heads, head_dim=head_dim,
-                             dtype=dtype_name(dtype), device=0)
+                             dtype=dtype_name(dtype), device=0, scatter=scatter, lse_dtype=dtype_name(lse_dtype),
+                             rank=dist.get_rank(group))
 
-    def __call__(self, partial_out, partial_lse, out=None, out_lse=None, return_lse=False):
+    def __call__(self, partial_out, partial_lse, out=None, out_lse=None, return_lse=False, row_counts=None,
+                 seq_lens=None, query_start_loc=None):
         from nccl_dcp import reference
+        if partial_lse.dtype != torch.float32 and self.spec.lse_dtype == "float32":
+            raise AssertionError(f"partial_lse is {partial_lse.dtype}: the suite passes another LSE dtype")
         lse = torch.zeros_like(partial_lse) if self.broken else partial_lse
-        merged, merged_lse = reference.a2a_lse_reduce(partial_out, lse, self.spec.local_heads, self.base, self.group)
+        merged, merged_lse = reference.a2a_lse_reduce(partial_out, lse, self.spec.local_heads, self.base, self.group,
+                                                      self.spec.scatter, row_counts, seq_lens, query_start_loc)
         out = merged if out is None else out.copy_(merged)
         if out_lse is None and not return_lse:
             return out
@@ -69,6 +75,7 @@ def worker(rank, port, broken, verdicts):
         suite_module.add_matrix(suite, group)
         suite_module.add_mla_shape(suite, group)
         suite_module.add_protocols(suite, group)
+        suite_module.add_modes(suite, group)
         results = suite.run()
         if rank == 0:
             for name, bad, detail, _, _ in results:
@@ -93,14 +100,17 @@ def run_suite(broken):
 
 def test_suite_passes_a_correct_collective():
     results = run_suite(broken=False)
-    assert len(results) == 70  # 6 x (create + 9 calls + close), the MLA shape, 3 protocols
+    # 6 x (create + 9 calls + close), the MLA shape, 3 protocols; the modes: 3 x 2 LSE dtypes x (create + 6
+    # calls + close), TOKEN's 4 host-count cases per LSE dtype
+    assert len(results) == 70 + 6 * 8 + 2 * 4
     failed = [r for r in results if r[1]]
     assert not failed, failed
 
 
 def test_suite_fails_a_wrong_collective():
     results = run_suite(broken=True)
-    calls = [r for r in results if r[0].startswith(("matrix/", "mla/", "protocol/"))]
+    calls = [r for r in results if r[0].startswith(("matrix/", "mla/", "protocol/", "modes/"))
+             and not r[0].endswith(("/create", "/close"))]
     passed = [r[0] for r in calls if not r[1]]
     # A batch of one row has no corner case and random LSEs: every call must catch the wrong weights.
     assert calls and not passed, passed

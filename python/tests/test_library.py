@@ -5,12 +5,14 @@ any communicator is touched. Needs the library (CPU only, no GPU)."""
 import ctypes
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
 
 import pytest
 
+import nccl_dcp
 from nccl_dcp import Context, NcclDcpArgumentError, NcclVersionError, _abi, _library
 from nccl_dcp.context import make_config
 
@@ -35,7 +37,7 @@ def test_library_error_message_reaches_python(lib):
     cfg.size = 40  # what an older or newer header would pass
     size = ctypes.c_size_t(0)
     with pytest.raises(NcclDcpArgumentError, match=r"ncclDcpWorkspaceSize failed: ncclInvalidArgument: "
-                                                   r"config->size 40 is not sizeof\(ncclDcpConfig_t\) = 48"):
+                                                   r"config->size 40 is not sizeof\(ncclDcpConfig_t\) = 56"):
         lib.check(lib.cdll.ncclDcpWorkspaceSize(ctypes.byref(cfg), 2, ctypes.byref(size)), "ncclDcpWorkspaceSize")
 
 
@@ -135,7 +137,7 @@ def test_stale_handles_never_reach_the_library(lib):
 def test_library_of_another_version_is_refused(tmp_path):
     with pytest.raises(_library.LibraryVersionError,
                        match=r"^/x/libnccl_dcp.so is nccl-dcp 0\.1\.0 \(version code 100\), but this Python "
-                             r"package is nccl_dcp 0\.2\.0: they must share major\.minor"):
+                             rf"package is nccl_dcp {re.escape(nccl_dcp.__version__)}: they must share major\.minor"):
         _library.check_library_version("/x/libnccl_dcp.so", 100)
     _library.check_library_version("/x/libnccl_dcp.so", _abi.NCCL_DCP_VERSION_CODE + 3)  # a patch level
 
@@ -221,3 +223,37 @@ def test_wheel_library_runpath_becomes_origin(lib, tmp_path):
              "ctypes.CDLL(sys.argv[1]).ncclDcpGetVersion(ctypes.byref(v)); print(v.value)")
     r = subprocess.run([sys.executable, "-c", probe, copy], capture_output=True, text=True)
     assert r.returncode == 0 and int(r.stdout) == lib.version, r.stderr
+
+
+def test_scatter_and_lse_dtype_reach_the_library(lib):
+    from nccl_dcp import workspace_size
+    head = workspace_size(8, **VALID)
+    assert workspace_size(8, **VALID, scatter="token") > head  # all H heads per row: cp times HEAD's
+    assert workspace_size(8, **VALID, scatter="NONE") == workspace_size(8, **VALID, scatter="token")
+    for lse_dtype in ("float32", "bf16", "torch.float16", None):
+        make_config(**VALID, lse_dtype=lse_dtype)
+    cfg = make_config(**VALID, scatter="token", lse_dtype="bfloat16")
+    assert (cfg.scatter, cfg.lseDtype) == (1, _abi.NCCL_DTYPES["bfloat16"])
+    with pytest.raises(ValueError, match=r"^scatter must be one of 'head', 'token', 'none', got 'rows'"):
+        make_config(**VALID, scatter="rows")
+    with pytest.raises(ValueError, match=r"^lse_dtype must be float32, bfloat16 or float16, got 'int32'"):
+        make_config(**VALID, lse_dtype="int32")
+    with pytest.raises(ValueError, match=r"^scatter: .*config->scatter 3 is not"):
+        _check_raw_scatter(lib)
+
+
+def _check_raw_scatter(lib):
+    """A scatter value past the enum, as the library refuses it (named by make_config's error mapping)."""
+    from nccl_dcp.context import _workspace_size
+    cfg = make_config(**VALID)
+    cfg.scatter = 3
+    _workspace_size(cfg, 2)
+
+
+def test_a_0_2_sized_config_is_accepted(lib):
+    """Append-only: a 0.2 caller's config ends at offsetof(scatter) and takes HEAD / fp32."""
+    cfg = make_config(**VALID)
+    cfg.size = _abi.Config.scatter.offset
+    size = ctypes.c_size_t(0)
+    lib.check(lib.cdll.ncclDcpWorkspaceSize(ctypes.byref(cfg), 8, ctypes.byref(size)), "ncclDcpWorkspaceSize")
+    assert size.value == nccl_dcp.workspace_size(8, **VALID)

@@ -137,9 +137,11 @@ def test_count_mismatches():
 # ---- Context.__call__ on CPU: the fast path, against a library stand-in
 #
 # CpuLibrary stands in for libnccl_dcp.so on one rank (cp = 1): its
-# ncclDcpA2aLseReduce reads the tensors back from the raw pointers and the
+# ncclDcpA2aLseReduceEx reads the tensors back from the raw pointers and the
 # ncclDcpStrides_t it is given, and writes the merge (nccl_dcp.reference)
-# through the out pointers. So the pointers, strides and batch that the
+# through the out pointers. With cp = 1 every scatter mode's output is the
+# single source's partials (TOKEN: every row is rank 0's), with the rows of
+# seq_lens / query_start_loc empty. So the pointers, strides and batch that the
 # Python side passes are checked end to end, on CPU tensors.
 
 HL1, D1 = 4, 32
@@ -164,18 +166,32 @@ class CpuLibrary:
         self.calls = []
         self.cdll = self
         # A C function pointer, as the library's: the launchers call it by address.
-        restype, argtypes = _abi.FUNCTIONS["ncclDcpA2aLseReduce"]
-        self.ncclDcpA2aLseReduce = ctypes.CFUNCTYPE(restype, *argtypes)(self.reduce)
+        restype, argtypes = _abi.FUNCTIONS["ncclDcpA2aLseReduceEx"]
+        self.ncclDcpA2aLseReduceEx = ctypes.CFUNCTYPE(restype, *argtypes)(self.reduce)
 
-    def reduce(self, handle, po, pl, out, out_lse, batch, strides, stream):
-        self.calls.append((handle, po, pl, out, out_lse, batch, strides.contents, stream))
+    def reduce(self, handle, po, pl, out, out_lse, batch, strides, args, stream):
+        a = args.contents if args else None
+        extras = None
+        if a is not None:
+            import ctypes
+            assert (a.magic, a.size) == (0xDC9CA115, ctypes.sizeof(a))
+            counts = list(ctypes.cast(a.rowCounts, ctypes.POINTER(ctypes.c_int))[:1]) if a.rowCounts else None
+            extras = {"rowCounts": counts, "rowCountsDevice": a.rowCountsDevice, "seqLens": a.seqLens,
+                      "queryStartLoc": a.queryStartLoc, "numSeqs": a.numSeqs}
+        self.calls.append((handle, po, pl, out, out_lse, batch, strides.contents, stream, extras))
         if self.result:
             return self.result
         st, hl, d = strides.contents, self.spec.local_heads, self.spec.head_dim
-        dt = DTYPE_OF[self.spec.dtype]
+        dt, lse_dt = DTYPE_OF[self.spec.dtype], DTYPE_OF[self.spec.lse_dtype]
         s = lambda v, packed: v or packed  # noqa: E731 -- 0 = packed
         x = strided_view(po, dt, (batch, 1, hl, d), (s(st.inRow, hl * d), s(st.inPeer, hl * d), s(st.inHead, d), 1))
-        lse = strided_view(pl, torch.float32, (batch, 1, hl), (s(st.lseRow, hl), s(st.lsePeer, hl), s(st.lseHead, 1)))
+        lse = strided_view(pl, lse_dt, (batch, 1, hl), (s(st.lseRow, hl), s(st.lsePeer, hl), s(st.lseHead, 1)))
+        lse = lse.float()
+        if a is not None and a.numSeqs:  # CPU tensors here: the pointers are host memory
+            sl = strided_view(a.seqLens, torch.int32, (a.numSeqs,), (1,))
+            qsl = strided_view(a.queryStartLoc, torch.int32, (a.numSeqs + 1,), (1,))
+            empty = reference.empty_rows(batch, sl, qsl)
+            lse = torch.where(empty.view(batch, 1, 1), torch.full_like(lse, float("-inf")), lse)
         merged, merged_lse = reference.merge(x.transpose(0, 1), lse.transpose(0, 1), self.base)
         strided_view(out, dt, (batch, hl, d), (s(st.outRow, hl * d), s(st.outHead, d), 1)).copy_(merged)
         if out_lse is not None:
@@ -212,6 +228,7 @@ def cpu_context(monkeypatch, launcher):
     """A Context over CpuLibrary whose tensors live on the CPU."""
     from nccl_dcp import Context, _validate
     monkeypatch.setattr(_validate, "_check_device", lambda name, t, spec: None)
+    monkeypatch.setattr(_validate, "_check_array_device", lambda name, t, spec: None)
     made = []
 
     def make(spec=SPEC1, **kwargs):
@@ -433,7 +450,7 @@ def test_call_takes_any_stream_and_passes_it(cpu_context):
     ctx(po, pl)
     ctx(po, pl, stream=0x77)
     ctx(po, pl, stream=0x5)
-    assert [c[-1] for c in ctx._lib.calls] == [0x5, 0x77, 0x5]
+    assert [c[7] for c in ctx._lib.calls] == [0x5, 0x77, 0x5]
     with pytest.raises(ValueError, match=r"^stream must be a torch.cuda.Stream or a cudaStream_t int"):
         ctx(po, pl, stream=-1)
 
@@ -445,7 +462,7 @@ def test_call_takes_a_stream_object_on_the_cached_layout(cpu_context, checks):
     stream = SimpleNamespace(cuda_stream=0x99, device=torch.device("cuda", 0))
     ctx(po, pl, stream=stream)
     ctx(po, pl, stream=stream)
-    assert [c[-1] for c in ctx._lib.calls] == [0x99, 0x99] and len(checks) == 1
+    assert [c[7] for c in ctx._lib.calls] == [0x99, 0x99] and len(checks) == 1
     with pytest.raises(ValueError, match=r"^stream is on cuda:1, but the context's communicator is on cuda:0"):
         ctx(po, pl, stream=SimpleNamespace(cuda_stream=0x99, device=torch.device("cuda", 1)))
 
@@ -581,3 +598,203 @@ def test_close_and_abort_after_the_group_is_destroyed(cpu_context, tmp_path):
         ctx_a.close()  # idempotent now
     finally:
         dist.destroy_process_group()
+
+
+# ---- scatter modes, bf16 LSEs and the call's additions (issue 27), on the stand-in
+#
+# With cp = 1 every mode's output is the one source's merge: out [B, Hl, D]
+# (TOKEN: n_r = B). What is checked is what Python passes: the additions'
+# struct, the LSE dtype, the output shapes and the refusals.
+
+def spec1(scatter="head", lse_dtype="float32", cp=1, rank=0):
+    return CallSpec(cp=cp, local_heads=HL1, head_dim=D1, dtype="bfloat16", device=0, scatter=scatter,
+                    lse_dtype=lse_dtype, rank=rank)
+
+
+def seqs(batch):
+    """seq_lens / query_start_loc over batch rows: sequences of 2 rows, the
+    second one empty on this rank (length 0), and the last row padding."""
+    starts = list(range(0, batch, 2))
+    qsl = torch.tensor(starts + [batch - 1], dtype=torch.int32)
+    lens = torch.tensor([0 if i % 2 else 5 + i for i in range(len(starts))], dtype=torch.int32)
+    return lens, qsl
+
+
+def expected_masked(po, pl, sl=None, qsl=None):
+    pl = pl.float()
+    if sl is not None:
+        empty = reference.empty_rows(po.shape[0], sl, qsl)
+        pl = torch.where(empty.unsqueeze(1), torch.full_like(pl, float("-inf")), pl)
+    return expected(po, pl)
+
+
+def test_empty_rows_as_the_library():
+    sl, qsl = torch.tensor([3, 0, 2, -1], dtype=torch.int32), torch.tensor([1, 3, 3, 6, 8], dtype=torch.int32)
+    # row 0: before qsl[0]; rows 1-2: seq 0; seq 1 has no rows; 3-5: seq 2; 6-7: seq 3 (length -1); 8-9: padding
+    assert reference.empty_rows(10, sl, qsl).tolist() == [True, False, False, False, False, False, True, True, True,
+                                                          True]
+
+
+def test_row_starts():
+    assert reference.row_starts(5, 4) == [0, 2, 3, 4, 5]
+    assert reference.row_starts(5, 3, [0, 5, 0]) == [0, 0, 5, 5]
+    assert reference.row_starts(5, 3, torch.tensor([2, 0, 3], dtype=torch.int32)) == [0, 2, 2, 5]
+
+
+@pytest.mark.parametrize("scatter", ["head", "token", "none"])
+def test_each_mode_merges_with_seq_lens(cpu_context, scatter, checks):
+    ctx = cpu_context(spec1(scatter))
+    po, pl = random_inputs(9)
+    sl, qsl = seqs(9)
+    for _ in range(2):
+        out, out_lse = ctx(po, pl, return_lse=True, seq_lens=sl, query_start_loc=qsl)
+        want, want_lse = expected_masked(po, pl, sl, qsl)
+        assert torch.equal(out, want) and torch.equal(out_lse, want_lse)
+        assert torch.isinf(out_lse[-1]).all() and (out[-1] == 0).all()  # padding: empty on the only rank
+    extras = ctx._lib.calls[-1][8]
+    assert (extras["seqLens"], extras["queryStartLoc"], extras["numSeqs"]) == (sl.data_ptr(), qsl.data_ptr(), 5)
+    assert len(checks) == 1  # the second call's layout was cached: additions do not leave the fast path
+    out = ctx(po, pl)  # no additions: nothing masked
+    assert torch.equal(out, expected(po, pl)[0]) and ctx._lib.calls[-1][8] is None
+
+
+def test_token_host_and_device_counts(cpu_context):
+    ctx = cpu_context(spec1("token"))
+    po, pl = random_inputs(6)
+    out = ctx(po, pl, row_counts=[6])
+    assert out.shape == (6, HL1, D1) and torch.equal(out, expected(po, pl)[0])
+    assert ctx._lib.calls[-1][8]["rowCounts"] == [6] and ctx._lib.calls[-1][8]["rowCountsDevice"] is None
+    counts = torch.tensor([6], dtype=torch.int32)
+    big = torch.full((8, HL1, D1), float("nan"), dtype=torch.bfloat16)  # room for any count: B rows and more
+    lse = torch.full((8, HL1), float("nan"))
+    assert ctx(po, pl, out=big, out_lse=lse, row_counts=counts)[0] is big
+    assert ctx._lib.calls[-1][8]["rowCountsDevice"] == counts.data_ptr()
+    with pytest.raises(ValueError, match=r"^out is required with device row_counts: the host cannot know"):
+        ctx(po, pl, row_counts=counts)
+    with pytest.raises(ValueError, match=r"^out_lse is required with device row_counts"):
+        ctx(po, pl, out=big, row_counts=counts, return_lse=True)
+    with pytest.raises(ValueError, match=r"^row_counts sum to 5, not the batch 6"):
+        ctx(po, pl, row_counts=[5])
+    with pytest.raises(ValueError, match=r"^out has 5 rows \(dim 0\), expected n_r = 6"):
+        ctx(po, pl, out=big[:5], row_counts=[6])
+    with pytest.raises(ValueError, match=r"^out has 8 rows \(dim 0\), expected n_r = 6"):
+        ctx(po, pl, out=big)  # even split: n_r = 6 here, checked before the cached layout is used
+
+
+def test_token_out_rows_checked_on_a_cached_layout(cpu_context):
+    """The layout cache keys on shapes, not counts: out's rows are checked
+    against each call's split before the launcher runs."""
+    spec = spec1("token", cp=1)
+    ctx = cpu_context(spec)
+    po, pl = random_inputs(4)
+    out = torch.empty(4, HL1, D1, dtype=torch.bfloat16)
+    ctx(po, pl, out=out, row_counts=[4])
+    ctx(po, pl, out=out, row_counts=[4])
+    calls = len(ctx._lib.calls)
+    with pytest.raises(ValueError, match=r"^row_counts sum to 3"):
+        ctx(po, pl, out=out, row_counts=[3])
+    assert len(ctx._lib.calls) == calls
+
+
+def test_additions_refused_on_head(cpu_context):
+    ctx = cpu_context(spec1("head"))
+    po, pl = random_inputs(3)
+    sl, qsl = seqs(3)
+    with pytest.raises(ValueError, match=r"^row_counts is only for scatter='token'"):
+        ctx(po, pl, row_counts=[3])
+    with pytest.raises(ValueError, match=r"^seq_lens is given without query_start_loc"):
+        ctx(po, pl, seq_lens=sl)
+    with pytest.raises(ValueError, match=r"^seq_lens has dtype int64, expected int32"):
+        ctx(po, pl, seq_lens=sl.long(), query_start_loc=qsl)
+    assert ctx._lib.calls == []
+
+
+@pytest.mark.parametrize("lse_dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_lse(cpu_context, lse_dtype, checks):
+    from nccl_dcp._validate import dtype_name
+    ctx = cpu_context(spec1("head", dtype_name(lse_dtype)))
+    po, pl = random_inputs(5)
+    pl = pl.to(lse_dtype)
+    for _ in range(2):
+        out, out_lse = ctx(po, pl, return_lse=True)
+        assert out_lse.dtype == torch.float32
+        want, want_lse = expected(po, pl.float())
+        assert torch.equal(out, want) and torch.equal(out_lse, want_lse)
+    out_lse = torch.empty(5, HL1)
+    ctx(po, pl, out_lse=out_lse)
+    assert len(checks) == 1  # return_lse's out_lse and the given one: one layout, fp32 both
+    with pytest.raises(ValueError, match=rf"^partial_lse has dtype float32, expected {dtype_name(lse_dtype)}"):
+        ctx(po, pl.float())
+    with pytest.raises(ValueError, match=rf"^out_lse has dtype {dtype_name(lse_dtype)}, expected float32"):
+        ctx(po, pl, out_lse=torch.empty(5, HL1, dtype=lse_dtype))
+
+
+@pytest.mark.parametrize("scatter, rows, heads", [("head", 7, HL1), ("token", 2, 4 * HL1), ("none", 7, 4 * HL1)])
+def test_ops_fake_shapes_per_mode(cpu_context, scatter, rows, heads):
+    """cp = 4, rank 1: TOKEN's even split of 7 rows gives rank 1 two."""
+    ctx = cpu_context(spec1(scatter, cp=4, rank=1))
+    po = torch.empty(7, 4, HL1, D1, dtype=torch.bfloat16, device="meta")
+    pl = torch.empty(7, 4 * HL1, dtype=torch.bfloat16, device="meta")
+    out, lse = torch.ops.nccl_dcp.a2a_lse_reduce(ctx.op_id, po, pl)
+    assert (out.shape, out.dtype) == ((rows, heads, D1), torch.bfloat16)
+    assert (lse.shape, lse.dtype) == ((rows, heads), torch.float32)
+    if scatter == "token":
+        out, lse = torch.ops.nccl_dcp.a2a_lse_reduce(ctx.op_id, po, pl, [1, 5, 0, 1])
+        assert out.shape == (5, heads, D1) and lse.shape == (5, heads)
+    else:
+        with pytest.raises(ValueError, match=r"^row_counts is only for scatter='token'"):
+            torch.ops.nccl_dcp.a2a_lse_reduce(ctx.op_id, po, pl, [1, 5, 0, 1])
+    assert ctx._lib.calls == []
+
+
+def test_ops_fake_shapes_under_dynamic_shapes(cpu_context):
+    """TOKEN's n_r of a symbolic batch: the fake implementation's arithmetic
+    works on SymInts (traced symbolically, nothing runs)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    ctx = cpu_context(spec1("token", cp=4, rank=1))
+    po, pl = torch.empty(7, 4 * HL1, D1, dtype=torch.bfloat16), torch.empty(7, 4 * HL1)
+    gm = make_fx(lambda po, pl: torch.ops.nccl_dcp.a2a_lse_reduce(ctx.op_id, po, pl), tracing_mode="symbolic")(po, pl)
+    node = next(n for n in gm.graph.nodes if n.op == "call_function" and "a2a_lse_reduce" in str(n.target))
+    out, lse = node.meta["val"]
+    rows = out.shape[0]
+    assert isinstance(rows, torch.SymInt) and "//" in str(rows), rows  # (s0 + 2)//4: not specialized to 7's 2
+    assert str(lse.shape[0]) == str(rows)
+    assert out.shape[1:] == (4 * HL1, D1) and lse.shape[1] == 4 * HL1
+    assert ctx._lib.calls == []
+
+
+@pytest.mark.parametrize("scatter", ["token", "none"])
+def test_ops_pass_opcheck_per_mode(cpu_context, scatter):
+    ctx = cpu_context(spec1(scatter))
+    po, pl = random_inputs(4)
+    sl, qsl = seqs(4)
+    torch.library.opcheck(torch.ops.nccl_dcp.a2a_lse_reduce, (ctx.op_id, po, pl, None, sl, qsl))
+    out, out_lse = torch.empty(4, HL1, D1, dtype=torch.bfloat16), torch.empty(4, HL1)
+    torch.library.opcheck(torch.ops.nccl_dcp.a2a_lse_reduce_out,
+                          (ctx.op_id, po, pl, out, out_lse, None, None, sl, qsl))
+    if scatter == "token":
+        torch.library.opcheck(torch.ops.nccl_dcp.a2a_lse_reduce, (ctx.op_id, po, pl, [4], None, None))
+        counts = torch.tensor([4], dtype=torch.int32)
+        torch.library.opcheck(torch.ops.nccl_dcp.a2a_lse_reduce_out,
+                              (ctx.op_id, po, pl, out, out_lse, None, counts, None, None))
+
+
+def test_compile_token_with_counts_and_seq_lens(cpu_context):
+    ctx = cpu_context(spec1("token", "bfloat16"))
+    torch._dynamo.reset()
+
+    def step(po, pl, sl, qsl, counts, out, out_lse):
+        merged, lse = ctx(po, pl, return_lse=True, row_counts=[po.shape[0]], seq_lens=sl, query_start_loc=qsl)
+        ctx(po, pl, out=out, out_lse=out_lse, row_counts=counts)  # device counts: the in-place op
+        return merged.float() * 2, lse
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    po, pl = random_inputs(6)
+    pl = pl.bfloat16()
+    sl, qsl = seqs(6)
+    counts = torch.tensor([6], dtype=torch.int32)
+    out, out_lse = torch.full((6, HL1, D1), float("nan"), dtype=torch.bfloat16), torch.full((6, HL1), float("nan"))
+    got = compiled(po, pl, sl, qsl, counts, out, out_lse)
+    want, want_lse = expected_masked(po, pl, sl, qsl)
+    assert torch.equal(got[0], want.float() * 2) and torch.equal(got[1], want_lse)
+    assert torch.equal(out, expected(po, pl.float())[0]) and torch.equal(out_lse, expected(po, pl.float())[1])

@@ -150,3 +150,178 @@ def test_refused(case):
     index, tensor, pattern = REFUSED[case]
     with pytest.raises(ValueError, match=pattern):
         check(*replace(index, tensor))
+
+
+# ---- scatter modes, the LSE dtype and the call's additions (issue 27)
+
+from nccl_dcp import _abi  # noqa: E402
+from nccl_dcp._validate import UNKNOWN_ROWS, check_call_args, even_rows, out_rows  # noqa: E402
+
+H = CP * HL
+
+
+def spec_of(scatter="head", lse_dtype="float32", rank=1):
+    return CallSpec(cp=CP, local_heads=HL, head_dim=D, dtype="bfloat16", device=0, scatter=scatter,
+                    lse_dtype=lse_dtype, rank=rank)
+
+
+def mode_tensors(scatter, rows, batch=B, lse_dtype="float32"):
+    heads = HL if scatter == "head" else H
+    return (FakeTensor((batch, H, D), data_ptr=0x10000000),
+            FakeTensor((batch, H), lse_dtype, data_ptr=0x20000000),
+            FakeTensor((rows, heads, D), data_ptr=0x30000000),
+            FakeTensor((rows, heads), "float32", data_ptr=0x40000000))
+
+
+def test_even_split_gives_the_first_ranks_one_row_more():
+    for batch in (0, 1, 3, 4, 5, 7, 8, 97):
+        rows = [even_rows(batch, CP, r) for r in range(CP)]
+        assert sum(rows) == batch and max(rows) - min(rows) <= 1 and rows == sorted(rows, reverse=True)
+        assert rows[:batch % CP] == [batch // CP + 1] * (batch % CP)
+    assert [even_rows(5, 4, r) for r in range(4)] == [2, 1, 1, 1]
+    assert [even_rows(1, 4, r) for r in range(4)] == [1, 0, 0, 0]
+
+
+@pytest.mark.parametrize("scatter, rows", [("head", B), ("token", 1), ("none", B)])
+def test_each_mode_passes_its_out_shape_and_strides(scatter, rows):
+    spec = spec_of(scatter)
+    assert out_rows(spec, B) == rows
+    heads = HL if scatter == "head" else H
+    args = check_call(spec, *mode_tensors(scatter, rows))
+    assert (args.strides["outRow"] if rows > 1 else heads * D, args.strides["outHead"]) == (heads * D, D)
+    assert args.strides["outLseHead"] == 1
+
+
+def test_token_rows_of_each_rank():
+    for rank, rows in enumerate((2, 1, 1, 1)):
+        check_call(spec_of("token", rank=rank), *mode_tensors("token", rows))
+    check_call(spec_of("token", rank=3), *mode_tensors("token", 0, batch=3))  # no rows on this rank
+    # host counts: rank 1's share
+    check_call(spec_of("token"), *mode_tensors("token", 4), rows=4)
+    # device counts: any rows (the host cannot know n_r)
+    check_call(spec_of("token"), *mode_tensors("token", B), rows=UNKNOWN_ROWS)
+
+
+def test_bf16_lse_strides_are_in_its_elements():
+    spec = spec_of("head", "bfloat16")
+    pl = FakeTensor((B, H + 8), "bfloat16", data_ptr=0x20000002).narrow_last(H)  # 2-byte aligned is enough
+    po, _, out, out_lse = mode_tensors("head", B, lse_dtype="bfloat16")
+    s = check_call(spec, po, pl, out, out_lse).strides
+    assert (s["lseRow"], s["lsePeer"], s["lseHead"]) == (H + 8, HL, 1)
+
+
+MODE_REFUSED = {
+    "token out of HEAD's shape": ("token", lambda t: (t[0], t[1], FakeTensor((1, HL, D), data_ptr=0x30000000), None),
+                                  r"^out has shape \[1, 8, 64\], expected \[n_r, H, D\] = \[n_r, 32, 64\] \(TOKEN "
+                                  r"scatter\)"),
+    "token out of B rows": ("token", lambda t: (t[0], t[1], FakeTensor((B, H, D), data_ptr=0x30000000), None),
+                            r"^out has 5 rows \(dim 0\), expected n_r = 1: rank 1's rows of the TOKEN split of 5"),
+    "token out_lse rows": ("token", lambda t: (t[0], t[1], t[2], FakeTensor((2, H), "float32", data_ptr=0x40000000)),
+                           r"^out_lse has 2 rows \(dim 0\), expected n_r = 1"),
+    "none out of Hl heads": ("none", lambda t: (t[0], t[1], FakeTensor((B, HL, D), data_ptr=0x30000000), None),
+                             r"^out has shape \[5, 8, 64\], expected \[B, H, D\] = \[B, 32, 64\] \(NONE scatter\)"),
+    "none out rows": ("none", lambda t: (t[0], t[1], FakeTensor((B - 1, H, D), data_ptr=0x30000000), None),
+                      r"^out has 4 rows \(dim 0\), partial_out has 5"),
+    "none out_lse heads": ("none", lambda t: (t[0], t[1], t[2], FakeTensor((B, HL), "float32", data_ptr=0x40000000)),
+                           r"^out_lse has shape \[5, 8\], expected \[B, H\] = \[B, 32\] \(NONE scatter\)"),
+    "head out of H heads": ("head", lambda t: (t[0], t[1], FakeTensor((B, H, D), data_ptr=0x30000000), None),
+                            r"^out has shape \[5, 32, 64\], expected \[B, Hl, D\]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MODE_REFUSED))
+def test_mode_refused(case):
+    scatter, edit, pattern = MODE_REFUSED[case]
+    spec = spec_of(scatter)
+    with pytest.raises(ValueError, match=pattern):
+        check_call(spec, *edit(mode_tensors(scatter, out_rows(spec, B))))
+
+
+@pytest.mark.parametrize("lse_dtype", ["bfloat16", "float16"])
+def test_lse_dtype_refusals(lse_dtype):
+    spec = spec_of("none", lse_dtype)
+    po, pl, out, out_lse = mode_tensors("none", B, lse_dtype=lse_dtype)
+    check_call(spec, po, pl, out, out_lse)
+    with pytest.raises(ValueError, match=rf"^partial_lse has dtype float32, expected {lse_dtype}"):
+        check_call(spec, po, FakeTensor((B, H), "float32", data_ptr=0x20000000), out, out_lse)
+    with pytest.raises(ValueError, match=rf"^out_lse has dtype {lse_dtype}, expected float32"):
+        check_call(spec, po, pl, out, FakeTensor((B, H), lse_dtype, data_ptr=0x40000000))
+    with pytest.raises(ValueError, match=r"^partial_lse.data_ptr\(\) 0x20000001 is not 2-byte aligned"):
+        check_call(spec, po, FakeTensor((B, H), lse_dtype, data_ptr=0x20000001), out, out_lse)
+    with pytest.raises(ValueError, match=r"^partial_lse.data_ptr\(\) 0x20000002 is not 4-byte aligned"):
+        check_call(spec_of("none"), po, FakeTensor((B, H), "float32", data_ptr=0x20000002), out, out_lse)
+
+
+def ints(n, data_ptr=0x50000000, device=None, strides=None):
+    return FakeTensor((n,), "int32", device=device, strides=strides, data_ptr=data_ptr)
+
+
+def test_call_args_host_counts():
+    extras = check_call_args(spec_of("token"), 7, row_counts=[0, 4, 3, 0])
+    assert extras.rows == 4 and not extras.device_counts
+    assert extras.struct.magic == _abi.CALL_ARGS_MAGIC and extras.struct.rowCountsDevice is None
+    import ctypes
+    assert list(ctypes.cast(extras.struct.rowCounts, ctypes.POINTER(ctypes.c_int))[:CP]) == [0, 4, 3, 0]
+    assert check_call_args(spec_of("token", rank=0), 7, row_counts=(0, 4, 3, 0)).rows == 0
+
+
+def test_call_args_device_counts_and_seq_lens():
+    extras = check_call_args(spec_of("token"), 7, row_counts=ints(CP, 0x50000000), seq_lens=ints(3, 0x60000000),
+                             query_start_loc=ints(4, 0x70000000))
+    assert extras.rows == UNKNOWN_ROWS and extras.device_counts
+    s = extras.struct
+    assert (s.rowCounts, s.rowCountsDevice, s.seqLens, s.queryStartLoc, s.numSeqs) == (
+        None, 0x50000000, 0x60000000, 0x70000000, 3)
+
+
+@pytest.mark.parametrize("scatter", ["head", "token", "none"])
+def test_call_args_seq_lens_in_every_mode(scatter):
+    extras = check_call_args(spec_of(scatter), B, seq_lens=ints(1), query_start_loc=ints(2, 0x50000010))
+    assert extras.struct.numSeqs == 1 and extras.rows == out_rows(spec_of(scatter), B)
+    none = check_call_args(spec_of(scatter), B)
+    assert none.struct is None and none.rows == out_rows(spec_of(scatter), B)
+
+
+CUDA1 = FakeDevice("cuda", 1)
+ARGS_REFUSED = {
+    "counts on head": ("head", dict(row_counts=[2, 1, 1, 1]), r"^row_counts is only for scatter='token'; this "
+                                                               r"context's scatter is 'head'"),
+    "counts on none": ("none", dict(row_counts=ints(CP)), r"^row_counts is only for scatter='token'"),
+    "counts length": ("token", dict(row_counts=[5, 0]), r"^row_counts has 2 entries, expected cp = 4"),
+    "counts negative": ("token", dict(row_counts=[6, -1, 0, 0]), r"^row_counts\[1\] = -1 is negative"),
+    "counts sum": ("token", dict(row_counts=[1, 1, 1, 1]), r"^row_counts sum to 4, not the batch 5"),
+    "counts float": ("token", dict(row_counts=[2.0, 1, 1, 1]), r"^row_counts\[0\] must be an int, got 2.0"),
+    "counts bool": ("token", dict(row_counts=[True, 2, 1, 1]), r"^row_counts\[0\] must be an int"),
+    "counts type": ("token", dict(row_counts={0: 5}), r"^row_counts must be a list or tuple of ints .* got dict"),
+    "device counts dtype": ("token", dict(row_counts=FakeTensor((CP,), "int64")),
+                            r"^row_counts has dtype int64, expected int32"),
+    "device counts on cpu": ("token", dict(row_counts=ints(CP, device=CPU)),
+                             r"^row_counts is on cpu, but the kernels read it: it must be an int32 tensor on cuda:0"),
+    "device counts other gpu": ("token", dict(row_counts=ints(CP, device=CUDA1)), r"^row_counts is on cuda:1"),
+    "device counts shape": ("token", dict(row_counts=ints(CP + 1)), r"^row_counts has shape \[5\], expected \[cp\] "
+                                                                    r"= \[4\]"),
+    "device counts strided": ("token", dict(row_counts=ints(CP, strides=(2,))), r"^row_counts has stride 2: it must "
+                                                                                 r"be contiguous"),
+    "device counts misaligned": ("token", dict(row_counts=ints(CP, data_ptr=0x50000002)),
+                                 r"^row_counts.data_ptr\(\) 0x50000002 is not 4-byte aligned"),
+    "seq_lens alone": ("head", dict(seq_lens=ints(2)), r"^seq_lens is given without query_start_loc: give both"),
+    "qsl alone": ("none", dict(query_start_loc=ints(3)), r"^query_start_loc is given without seq_lens"),
+    "seq_lens empty": ("head", dict(seq_lens=ints(0), query_start_loc=ints(1)),
+                       r"^seq_lens has shape \[0\], expected \[numSeqs\] with numSeqs >= 1"),
+    "seq_lens 2-d": ("head", dict(seq_lens=FakeTensor((2, 1), "int32"), query_start_loc=ints(3)),
+                     r"^seq_lens has shape \[2, 1\]"),
+    "seq_lens dtype": ("token", dict(seq_lens=FakeTensor((2,), "int64"), query_start_loc=ints(3)),
+                       r"^seq_lens has dtype int64, expected int32"),
+    "seq_lens list": ("head", dict(seq_lens=[1, 2], query_start_loc=ints(3)),
+                      r"^seq_lens must be an int32 CUDA tensor, got list"),
+    "qsl shape": ("head", dict(seq_lens=ints(2), query_start_loc=ints(2)),
+                  r"^query_start_loc has shape \[2\], expected \[numSeqs \+ 1\] = \[3\] \(seq_lens has 2 entries\)"),
+    "qsl on cpu": ("head", dict(seq_lens=ints(2), query_start_loc=ints(3, device=CPU)), r"^query_start_loc is on cpu"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ARGS_REFUSED))
+def test_call_args_refused(case):
+    scatter, kwargs, pattern = ARGS_REFUSED[case]
+    with pytest.raises(ValueError, match=pattern):
+        check_call_args(spec_of(scatter), B, **kwargs)
