@@ -251,9 +251,11 @@ def _check_raw_scatter(lib):
 
 
 def test_a_0_2_sized_config_is_accepted(lib):
-    """Append-only: a 0.2 caller's config ends at offsetof(scatter) and takes HEAD / fp32."""
+    """Append-only: a 0.2 caller's config (its sizeof: offsetof(scatter) padded to
+    the size_t's alignment) takes HEAD / fp32."""
     cfg = make_config(**VALID)
-    cfg.size = _abi.Config.scatter.offset
+    align = ctypes.alignment(ctypes.c_size_t)
+    cfg.size = (_abi.Config.scatter.offset + align - 1) // align * align
     size = ctypes.c_size_t(0)
     lib.check(lib.cdll.ncclDcpWorkspaceSize(ctypes.byref(cfg), 8, ctypes.byref(size)), "ncclDcpWorkspaceSize")
     assert size.value == nccl_dcp.workspace_size(8, **VALID)
