@@ -162,6 +162,37 @@ __device__ void poisonGroup(const FusedParams<Peers>& p, const RankIo& io, const
     io.outLse[outRow * p.strides.outLseRow + head * p.strides.outLseHead] = NAN;
 }
 
+// TOKEN keeps the ranks in step: a rank whose slice has no row in the
+// round receives no unit, so it would wait on nobody and could run two
+// rounds ahead, into a peer's slot that peer is still reading. Every rank
+// therefore sends such a rank a presence mark -- group 0 of unit (0, 0) of
+// its slot, flagged, no payload -- and the rank waits for every peer's
+// (then resets it, as any receiver does): each round waits on every peer.
+template <class Transport, class Peers>
+__device__ void sendPresence(const FusedParams<Peers>& p, const int* start, int rank, int slot, uint32_t flag) {
+  Region group0 = p.region;
+  group0.groups = 1;  // storeBatch stops after group 0
+  typename Transport::Batch none = {};
+  for (int dst = 0; dst < p.nRanks; dst++) {
+    const RoundRows rows = roundRowsOf(p, start, dst);
+    if (dst == rank || rows.lo < rows.hi) continue;
+    char* unit = p.peers.peerWorkspace(dst) + p.region.unitOffset(slot, rank, dst, 0, 0);
+    Transport::storeBatch(group0, none, 0, 0.f, unit, flag, threadIdx.x & 31);
+  }
+}
+
+template <class Transport, class Peers>
+__device__ bool awaitPresence(const FusedParams<Peers>& p, char* ws, int rank, int slot, uint32_t flag, float* scratch,
+                              Waiter& waiter) {
+  const SourceUnits units{ws + p.region.firstUnitOffset(slot, 0, 0), p.region.sourceBytes()};
+  typename Transport::Line line[kSourceBatch];
+  for (int s0 = 0; s0 < p.nRanks; s0 += kSourceBatch)
+    if (!fetchSources<Transport>(p, units, rank, flag, 0, s0, line, scratch, waiter)) return false;
+  for (int src = 0; src < p.nRanks; src++)
+    if (src != rank) Transport::release(p.region, units.of(src, rank), 0, threadIdx.x & 31);
+  return true;
+}
+
 template <typename T, class Transport, class Peers>
 __global__ void __launch_bounds__(kFusedThreads, 1)
     a2aLseReduceKernel(const __grid_constant__ FusedParams<Peers> p) {
@@ -248,8 +279,11 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     }
     stamp(p.timeline, kStageFirstSend);
   }
+  if (token && !refused && warpInRank == 0 && !waiter.failed) sendPresence<Transport>(p, start, rank, slot, flag);
   stamp(p.timeline, kStageSendsDone);
   allowDependentGrid();
+  if (token && !refused && mine.lo == mine.hi && warpInRank == 0 && !waiter.failed)
+    awaitPresence<Transport>(p, ws, rank, slot, flag, weights[warp], waiter);
 
   const int groups = r.groups;
   const int recvItems = (mine.hi - mine.lo) * heads * groups;

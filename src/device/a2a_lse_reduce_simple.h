@@ -184,6 +184,26 @@ __device__ __forceinline__ bool waitChunk(const Region& r, const char* ws, int n
   return true;
 }
 
+// TOKEN keeps the ranks in step (see a2a_lse_reduce.h's sendPresence): a
+// rank whose slice has no row in the round gets chunk 0's flag from every
+// peer, with no payload, and waits for all of them (then resets them).
+template <class Peers>
+__device__ void sendPresence(const FusedParams<Peers>& p, const int* start, int rank, int slot, uint32_t flag,
+                             int lane) {
+  for (int dst = lane; dst < p.nRanks; dst += 32) {
+    const RoundRows rows = roundRowsOf(p, start, dst);
+    if (dst != rank && rows.lo == rows.hi)
+      storeRelaxedSys8(p.peers.peerWorkspace(dst) + p.region.flagOffsetOf(slot, rank, dst, 0), flag);
+  }
+}
+
+__device__ __forceinline__ void awaitPresence(const Region& r, char* ws, int nRanks, int rank, int slot,
+                                              uint32_t flag, int lane, Waiter& waiter) {
+  if (!waitChunk(r, ws, nRanks, rank, slot, flag, 0, lane, waiter)) return;
+  for (int src = lane; src < nRanks; src += 32)
+    if (src != rank) storeVolatile8(ws + r.flagOffsetOf(slot, src, rank, 0), 0);
+}
+
 // Per lane, 16-byte vectors merged at once and sources loaded per step:
 // kMergeVectors * kMergeSources loads in flight (registers bound both).
 constexpr int kMergeVectors = 4;
@@ -394,6 +414,8 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
     if (!waiter.failed && warp == kSimpleSignalWarp) {
       signalSteps(p, start, plan, sendProgress, &sendFlagged, rank, localBlock, round.slot, round.flag, writers,
                   lane);
+      if (p.shape.scatter == Scatter::Token && localBlock == 0)
+        sendPresence(p, start, rank, round.slot, round.flag, lane);
     } else if (!waiter.failed && warp < writers) {
       for (int step = 0; step < plan.steps; step++) {
         simple::awaitFlagged(&sendFlagged, step + 1 - plan.ahead);
@@ -411,6 +433,8 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
     const int receiver = warp - kSimpleSendWarps;
     const int warps = receiversPerChunk((myChunks + p.blocksPerRank - 1) / p.blocksPerRank);
     const int groups = kSimpleRecvWarps / warps, group = receiver / warps;
+    if (p.shape.scatter == Scatter::Token && myChunks == 0 && localBlock == 0 && receiver == 0 && !waiter.failed)
+      awaitPresence(p.region, ws, p.nRanks, rank, round.slot, round.flag, lane, waiter);
     for (int c = localBlock * groups + group; c < myChunks; c += p.blocksPerRank * groups)
       receiveChunk<T>(p, io, start, ws, rank, round.slot, round.flag, myFirstChunk + c, receiver % warps, warps,
                       kSimpleRecvBarrier + group, weights[receiver], &waitFailed[group], waiter, lane);

@@ -84,13 +84,14 @@ __device__ __forceinline__ void copyShare(const char* src, char* dst, int units,
 // waiting for NVLink. Both sides are atomics (an exchange, an OR of 0):
 // compute-sanitizer's racecheck does not model plain release/acquire
 // accesses between warps and reports them as hazards; atomics it accepts.
-__device__ __forceinline__ void publishProgress(int* progress, int steps) {
+// Returns the progress it replaced (callers need only the release).
+__device__ __forceinline__ int publishProgress(int* progress, int steps) {
   int old;
   asm volatile("atom.release.cta.shared.exch.b32 %0, [%1], %2;"
                : "=r"(old)
                : "r"((unsigned)__cvta_generic_to_shared(progress)), "r"(steps)
                : "memory");
-  (void)old;  // the exchange is for its release; the value is not needed
+  return old;
 }
 __device__ __forceinline__ int loadProgress(const int* progress) {
   int v;
