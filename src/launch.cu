@@ -136,7 +136,8 @@ ncclResult_t launchFusedSimple(const FusedArgs& a, const Peers& peers, const Ran
   static std::atomic<int> cache[kMaxDevices];
   const Region& r = a.region;
   const long chunks = ((long)a.rows * r.localHeads + r.chunkUnits - 1) / r.chunkUnits;
-  const long blocks = std::max(chunks * (a.nRanks - 1), chunks);
+  // TOKEN sends each chunk once (to the rank whose slice holds it).
+  const long blocks = a.shape.scatter == Scatter::Token ? chunks : std::max(chunks * (a.nRanks - 1), chunks);
   return launchCooperative(simpleA2aLseReduceKernel<T, Peers>, cache, kSimpleThreads, 0, 0, blocks, a, peers, io,
                            pdl, stream);
 }

@@ -55,34 +55,6 @@ constexpr int kSimpleDefaultWriters = kSimpleSignalWarp;
 // __syncthreads); sending warps never take part.
 constexpr int kSimpleRecvBarrier = 1;
 
-// A block's sends: items localBlock + m * blocksPerRank (m = 0, 1, ...),
-// item = chunk * (cp - 1) + the destination's turn, perStep of them a step.
-struct SendPlan {
-  int items;    // of the block
-  int perStep;  // items per step: a lane of the step's warp per (item, unit)
-  int steps;
-  int ahead;    // steps written and not yet flagged, at most
-};
-
-template <class Peers>
-__device__ __forceinline__ SendPlan sendPlan(const FusedParams<Peers>& p, int chunks, int localBlock) {
-  const int all = chunks * (p.nRanks - 1), perBlock = (all + p.blocksPerRank - 1) / p.blocksPerRank;
-  SendPlan s;
-  s.items = all > localBlock ? (all - localBlock + p.blocksPerRank - 1) / p.blocksPerRank : 0;
-  // One GPU has no link to overlap: the fewest steps (each costs a load
-  // round trip). Over NVLink a block whose share fits in what may be in
-  // flight sends it in one step (one fence); a larger share goes in steps of
-  // kSendStepBytes, flagged while the next ones cross.
-  const int most = 32 / p.region.chunkUnits, itemBytes = p.region.chunkUnits * (int)p.region.unitBytes;
-  const int fewest =
-      (int64_t)perBlock * itemBytes <= simple::kSendBytesInFlight ? perBlock : simple::kSendStepBytes / itemBytes;
-  s.perStep = Peers::kLoopback ? most : max(1, min(fewest, most));
-  s.steps = (s.items + s.perStep - 1) / s.perStep;
-  const int stepBytes = s.perStep * itemBytes;
-  s.ahead = max(simple::kMinStepsAhead, (simple::kSendBytesInFlight + stepBytes - 1) / stepBytes);
-  return s;
-}
-
 // Units [first, end) of the round that rank q merges: every unit, or
 // (TOKEN) those of its slice's rows.
 struct UnitRange {
@@ -103,6 +75,59 @@ __device__ __forceinline__ simple::Chunk chunkFor(const FusedParams<Peers>& p, c
   return {first, max(end - first, 0)};
 }
 
+// TOKEN's send items: only the chunks holding a destination's units, by
+// destination turn t (dst = rank + 1 + t mod cp): items [itemStart[t],
+// itemStart[t + 1]) are its chunks from firstChunk[t] on. Filled by one
+// thread per block before the round's first barrier.
+struct TokenItems {
+  int itemStart[kMaxRanks];
+  int firstChunk[kMaxRanks - 1];
+};
+template <class Peers>
+__device__ void planTokenItems(const FusedParams<Peers>& p, const int* start, int rank, TokenItems* t) {
+  const int cu = p.region.chunkUnits;
+  t->itemStart[0] = 0;
+  for (int turn = 0; turn < p.nRanks - 1; turn++) {
+    const int dst = rank + 1 + turn < p.nRanks ? rank + 1 + turn : rank + 1 + turn - p.nRanks;
+    const UnitRange u = unitsOf(p, start, dst);
+    t->firstChunk[turn] = u.first / cu;
+    t->itemStart[turn + 1] = t->itemStart[turn] + (u.end > u.first ? (u.end + cu - 1) / cu - u.first / cu : 0);
+  }
+}
+
+// A block's sends: items localBlock + m * blocksPerRank (m = 0, 1, ...),
+// item = chunk * (cp - 1) + the destination's turn (TOKEN: TokenItems),
+// perStep of them a step.
+struct SendPlan {
+  int items;    // of the block
+  int perStep;  // items per step: a lane of the step's warp per (item, unit)
+  int steps;
+  int ahead;    // steps written and not yet flagged, at most
+  const TokenItems* token;  // TOKEN's items, or NULL
+};
+
+template <class Peers>
+__device__ __forceinline__ SendPlan sendPlan(const FusedParams<Peers>& p, int chunks, int localBlock,
+                                            const TokenItems* token) {
+  const int all = token ? token->itemStart[p.nRanks - 1] : chunks * (p.nRanks - 1);
+  const int perBlock = (all + p.blocksPerRank - 1) / p.blocksPerRank;
+  SendPlan s;
+  s.items = all > localBlock ? (all - localBlock + p.blocksPerRank - 1) / p.blocksPerRank : 0;
+  // One GPU has no link to overlap: the fewest steps (each costs a load
+  // round trip). Over NVLink a block whose share fits in what may be in
+  // flight sends it in one step (one fence); a larger share goes in steps of
+  // kSendStepBytes, flagged while the next ones cross.
+  const int most = 32 / p.region.chunkUnits, itemBytes = p.region.chunkUnits * (int)p.region.unitBytes;
+  const int fewest =
+      (int64_t)perBlock * itemBytes <= simple::kSendBytesInFlight ? perBlock : simple::kSendStepBytes / itemBytes;
+  s.perStep = Peers::kLoopback ? most : max(1, min(fewest, most));
+  s.steps = (s.items + s.perStep - 1) / s.perStep;
+  const int stepBytes = s.perStep * itemBytes;
+  s.ahead = max(simple::kMinStepsAhead, (simple::kSendBytesInFlight + stepBytes - 1) / stepBytes);
+  s.token = token;
+  return s;
+}
+
 // Item k of step `step`, or false past the block's last item.
 struct SendItem {
   int chunk, dst;
@@ -113,6 +138,18 @@ __device__ __forceinline__ bool sendItem(const FusedParams<Peers>& p, const Send
   const int m = step * plan.perStep + k;
   if (k >= plan.perStep || m >= plan.items) return false;
   const int nPeers = p.nRanks - 1, i = localBlock + m * p.blocksPerRank;
+  if (plan.token) {  // the last turn starting at or before i
+    const int* itemStart = plan.token->itemStart;
+    int lo = 0, hi = nPeers - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (itemStart[mid] <= i) lo = mid;
+      else hi = mid - 1;
+    }
+    const int to = rank + 1 + lo;
+    *item = {plan.token->firstChunk[lo] + i - itemStart[lo], to < p.nRanks ? to : to - p.nRanks};
+    return true;
+  }
   const int chunk = p.byPeers.quotient(i), to = rank + 1 + i - chunk * nPeers;
   // Destinations rotate with the rank so peers are not all hit at once.
   *item = {chunk, to < p.nRanks ? to : to - p.nRanks};
@@ -376,6 +413,7 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
   __shared__ int sendProgress[kSimpleSignalWarp];
   __shared__ int sendFlagged;  // send steps whose flags are stored
   __shared__ int splitScratch[kMaxRanks + 1];
+  __shared__ TokenItems tokenItems;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   int localBlock;
   const int rank = p.peers.rankOfBlock(p.blocksPerRank, &localBlock);
@@ -389,6 +427,8 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
   if (threadIdx.x == 0) sendFlagged = 0;
   const int* start = p.shape.scatter == Scatter::Token ? loadSplit(p, splitScratch) : nullptr;
   const bool refused = p.shape.scatter == Scatter::Token && start == nullptr;  // device counts, no split
+  const TokenItems* token = p.shape.scatter == Scatter::Token && !refused ? &tokenItems : nullptr;
+  if (token && threadIdx.x == 0) planTokenItems(p, start, rank, &tokenItems);  // before startRound's barrier
 
   char* ws = p.peers.workspace(rank);
   RoundStart round = startRound(p, rank);
@@ -409,7 +449,7 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
     // Every block sends, step by step: the writers wait only for the
     // signalling warp (plan.ahead), which flags the steps whose bytes
     // have landed.
-    const SendPlan plan = sendPlan(p, chunks, localBlock);
+    const SendPlan plan = sendPlan(p, chunks, localBlock, token);
     const int writers = p.sendWarps;
     if (!waiter.failed && warp == kSimpleSignalWarp) {
       signalSteps(p, start, plan, sendProgress, &sendFlagged, rank, localBlock, round.slot, round.flag, writers,
