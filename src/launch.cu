@@ -160,6 +160,18 @@ ncclResult_t launchFusedPeers(const FusedArgs& a, ncclDataType_t dtype, const Pe
                          [&](auto elt) { return launchFusedProto<decltype(elt)>(a, peers, io, pdl, stream); });
 }
 
+// The kernels of the call's scatter mode (a compile-time constant of each).
+template <class Peers>
+ncclResult_t launchFusedMode(const FusedArgs& a, ncclDataType_t dtype, const Peers& peers, const RankIo* io,
+                             bool pdl, cudaStream_t stream) {
+  switch (a.shape.scatter) {
+    case Scatter::Head: return launchFusedPeers(a, dtype, Scattered<Peers, Scatter::Head>{peers}, io, pdl, stream);
+    case Scatter::Token: return launchFusedPeers(a, dtype, Scattered<Peers, Scatter::Token>{peers}, io, pdl, stream);
+    case Scatter::None: return launchFusedPeers(a, dtype, Scattered<Peers, Scatter::None>{peers}, io, pdl, stream);
+  }
+  return fail(ncclInternalError, "unknown scatter mode %d", (int)a.shape.scatter);
+}
+
 __global__ void zeroWindowKernel(ncclWindow_t window, size_t offset, size_t bytes) {
   uint4* p = (uint4*)ncclGetLocalPointer(window, offset);
   const size_t n = bytes / sizeof(uint4);
@@ -196,12 +208,12 @@ ncclResult_t launchFused(const FusedArgs& args, const RankIo* io, ncclDataType_t
       return fail(ncclInvalidArgument, "loopback supports at most %d virtual ranks, not %d",
                   kMaxLoopbackRanks, args.nRanks);
     LoopbackPeers peers{addr.base, addr.rankBytes};
-    return launchFusedPeers(args, dtype, peers, io, pdl, stream);
+    return launchFusedMode(args, dtype, peers, io, pdl, stream);
   }
   LsaPeers peers;
   for (int i = 0; i < args.nRanks; i++) peers.base[i] = addr.lsa[i];
   peers.rank = rank;
-  return launchFusedPeers(args, dtype, peers, io, pdl, stream);
+  return launchFusedMode(args, dtype, peers, io, pdl, stream);
 }
 
 ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream) {

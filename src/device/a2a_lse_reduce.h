@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
   const int warpsPerRank = p.blocksPerRank * kFusedWarps;
   const int nPeers = p.nRanks - 1;
   const int heads = r.localHeads;  // of a workspace row
-  const bool token = p.shape.scatter == Scatter::Token;
+  constexpr bool token = Peers::kScatter == Scatter::Token;
   const int* start = token ? loadSplit(p, splitScratch) : nullptr;
   const bool refused = token && start == nullptr;  // device counts that make no split
   const RoundRows mine = refused ? RoundRows{0, 0} : roundRowsOf(p, start, rank);

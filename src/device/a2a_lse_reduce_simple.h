@@ -425,9 +425,10 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
   if (rank == p.silentRank) return;
   if (threadIdx.x < kSimpleSignalWarp) sendProgress[threadIdx.x] = 0;  // before startRound's __syncthreads
   if (threadIdx.x == 0) sendFlagged = 0;
-  const int* start = p.shape.scatter == Scatter::Token ? loadSplit(p, splitScratch) : nullptr;
-  const bool refused = p.shape.scatter == Scatter::Token && start == nullptr;  // device counts, no split
-  const TokenItems* token = p.shape.scatter == Scatter::Token && !refused ? &tokenItems : nullptr;
+  constexpr bool isToken = Peers::kScatter == Scatter::Token;
+  const int* start = isToken ? loadSplit(p, splitScratch) : nullptr;
+  const bool refused = isToken && start == nullptr;  // device counts, no split
+  const TokenItems* token = isToken && !refused ? &tokenItems : nullptr;
   if (token && threadIdx.x == 0) planTokenItems(p, start, rank, &tokenItems);  // before startRound's barrier
 
   char* ws = p.peers.workspace(rank);
@@ -454,7 +455,7 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
     if (!waiter.failed && warp == kSimpleSignalWarp) {
       signalSteps(p, start, plan, sendProgress, &sendFlagged, rank, localBlock, round.slot, round.flag, writers,
                   lane);
-      if (p.shape.scatter == Scatter::Token && localBlock == 0)
+      if (isToken && localBlock == 0)
         sendPresence(p, start, rank, round.slot, round.flag, lane);
     } else if (!waiter.failed && warp < writers) {
       for (int step = 0; step < plan.steps; step++) {
@@ -473,7 +474,7 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
     const int receiver = warp - kSimpleSendWarps;
     const int warps = receiversPerChunk((myChunks + p.blocksPerRank - 1) / p.blocksPerRank);
     const int groups = kSimpleRecvWarps / warps, group = receiver / warps;
-    if (p.shape.scatter == Scatter::Token && myChunks == 0 && localBlock == 0 && receiver == 0 && !waiter.failed)
+    if (isToken && myChunks == 0 && localBlock == 0 && receiver == 0 && !waiter.failed)
       awaitPresence(p.region, ws, p.nRanks, rank, round.slot, round.flag, lane, waiter);
     for (int c = localBlock * groups + group; c < myChunks; c += p.blocksPerRank * groups)
       receiveChunk<T>(p, io, start, ws, rank, round.slot, round.flag, myFirstChunk + c, receiver % warps, warps,

@@ -90,8 +90,8 @@ struct CombineUnits {
   int first, end;
 };
 __device__ __forceinline__ CombineUnits combineUnits(const CombineParams& p, int* scratch) {
-  const int* start = p.shape.scatter == Scatter::Token ? loadSplit(p, scratch) : nullptr;
-  if (p.shape.scatter == Scatter::Token && start == nullptr) {
+  const int* start = scatterOf(p) == Scatter::Token ? loadSplit(p, scratch) : nullptr;
+  if (scatterOf(p) == Scatter::Token && start == nullptr) {
     if (blockIdx.x == 0 && threadIdx.x == 0 && p.hostError && p.hostError->code == 0) {
       p.hostError->rank = p.rank;
       p.hostError->peer = -1;

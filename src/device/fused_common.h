@@ -37,7 +37,7 @@ struct PartialAt {
 };
 template <class Args>
 __device__ __forceinline__ PartialAt partialAt(const Args& p, int sh, int dst) {
-  if (p.shape.scatter == Scatter::Head) return {dst, sh};
+  if (scatterOf(p) == Scatter::Head) return {dst, sh};
   const int peer = p.byLocalHeads.quotient(sh);
   return {peer, sh - peer * p.shape.localHeads};
 }

@@ -48,6 +48,14 @@ struct LoopbackPeers {
   __device__ uint32_t* status(int) const { return &((Control*)base)->status; }
 };
 
+// A peer policy with the call's scatter mode fixed at compile time: each
+// mode's kernels carry only its own addressing (the mode's branches cost
+// registers that HEAD, the latency-bound mode, cannot spare).
+template <class Base, Scatter kMode>
+struct Scattered : Base {
+  static constexpr Scatter kScatter = kMode;
+};
+
 }  // namespace nccl_dcp
 
 #endif  // NCCL_DCP_DEVICE_PEERS_H_

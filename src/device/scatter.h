@@ -17,10 +17,19 @@
 #define NCCL_DCP_DEVICE_SCATTER_H_
 
 #include "merge.h"
+#include "params.h"
 #include "primitives.h"
 #include "types.h"
 
 namespace nccl_dcp {
+
+// The mode of a launch: a compile-time constant for the fused kernels
+// (Scattered peers), the call's for the fallback's kernels.
+template <class Peers>
+__device__ __forceinline__ constexpr Scatter scatterOf(const FusedParams<Peers>&) {
+  return Peers::kScatter;
+}
+__device__ __forceinline__ Scatter scatterOf(const CombineParams& p) { return p.shape.scatter; }
 
 // Element offsets of (row, peer, head) in the strided tensors.
 __device__ __forceinline__ int64_t inOffset(const Strides& s, int row, int peer, int head) {
@@ -72,7 +81,7 @@ struct RoundRows {
 };
 template <class Args>
 __device__ __forceinline__ RoundRows roundRowsOf(const Args& p, const int* start, int q) {
-  if (p.shape.scatter != Scatter::Token) return {0, p.rows};
+  if (scatterOf(p) != Scatter::Token) return {0, p.rows};
   const int lo = max(start[q] - p.row0, 0), hi = min(start[q + 1] - p.row0, p.rows);
   return {lo, max(lo, hi)};
 }
@@ -82,7 +91,7 @@ __device__ __forceinline__ RoundRows roundRowsOf(const Args& p, const int* start
 // modes' at the round's (it does).
 template <class Args>
 __device__ __forceinline__ int64_t outRowOf(const Args& p, const int* start, int q, int row) {
-  return p.shape.scatter == Scatter::Token ? (int64_t)p.row0 + row - start[q] : row;
+  return scatterOf(p) == Scatter::Token ? (int64_t)p.row0 + row - start[q] : row;
 }
 
 // The rank whose slice holds row `globalRow` of the call (TOKEN): the last
