@@ -66,50 +66,59 @@ __device__ __forceinline__ UnitRange unitsOf(const FusedParams<Peers>& p, const 
   return {rows.lo * p.region.localHeads, rows.hi * p.region.localHeads};
 }
 
-// The units of chunk c that rank q merges (TOKEN: possibly none).
+// Chunks and slot positions count a destination's units from its first
+// (unitsOf(q).first: 0 but for TOKEN), so TOKEN's chunk c of every
+// destination is sent in the same wave and merged in index order, as
+// HEAD's are, and its units sit at the start of each source's block.
+
+// The units of chunk c of rank q (none past its last).
 template <class Peers>
 __device__ __forceinline__ simple::Chunk chunkFor(const FusedParams<Peers>& p, const int* start, int c, int q) {
-  const simple::Chunk chunk = simple::chunkOf(p.region, c, p.rows);
   const UnitRange units = unitsOf(p, start, q);
-  const int first = max(chunk.first, units.first), end = min(chunk.first + chunk.count, units.end);
-  return {first, max(end - first, 0)};
+  const int first = units.first + c * p.region.chunkUnits;
+  return {first, max(min(p.region.chunkUnits, units.end - first), 0)};
 }
 
-// TOKEN's send items: only the chunks holding a destination's units, by
-// destination turn t (dst = rank + 1 + t mod cp): items [itemStart[t],
-// itemStart[t + 1]) are its chunks from firstChunk[t] on. Filled by one
-// thread per block before the round's first barrier.
+// Chunks of rank q's units.
+template <class Peers>
+__device__ __forceinline__ int chunksOf(const FusedParams<Peers>& p, const int* start, int q) {
+  const UnitRange units = unitsOf(p, start, q);
+  return (units.end - units.first + p.region.chunkUnits - 1) / p.region.chunkUnits;
+}
+
+// TOKEN's chunks per destination turn t (dst = rank + 1 + t mod cp), and
+// the most of any. Filled by one thread per block before the round's
+// first barrier.
 struct TokenItems {
-  int itemStart[kMaxRanks];
-  int firstChunk[kMaxRanks - 1];
+  int chunks[kMaxRanks - 1];
+  int most;
 };
 template <class Peers>
 __device__ void planTokenItems(const FusedParams<Peers>& p, const int* start, int rank, TokenItems* t) {
-  const int cu = p.region.chunkUnits;
-  t->itemStart[0] = 0;
+  t->most = 0;
   for (int turn = 0; turn < p.nRanks - 1; turn++) {
     const int dst = rank + 1 + turn < p.nRanks ? rank + 1 + turn : rank + 1 + turn - p.nRanks;
-    const UnitRange u = unitsOf(p, start, dst);
-    t->firstChunk[turn] = u.first / cu;
-    t->itemStart[turn + 1] = t->itemStart[turn] + (u.end > u.first ? (u.end + cu - 1) / cu - u.first / cu : 0);
+    t->chunks[turn] = chunksOf(p, start, dst);
+    t->most = max(t->most, t->chunks[turn]);
   }
 }
 
 // A block's sends: items localBlock + m * blocksPerRank (m = 0, 1, ...),
-// item = chunk * (cp - 1) + the destination's turn (TOKEN: TokenItems),
-// perStep of them a step.
+// item = chunk * (cp - 1) + the destination's turn, perStep of them a step
+// (TOKEN: an item past its destination's chunks is empty -- uneven splits
+// only -- and skipped).
 struct SendPlan {
   int items;    // of the block
   int perStep;  // items per step: a lane of the step's warp per (item, unit)
   int steps;
   int ahead;    // steps written and not yet flagged, at most
-  const TokenItems* token;  // TOKEN's items, or NULL
+  const TokenItems* token;  // TOKEN's chunks per turn, or NULL
 };
 
 template <class Peers>
 __device__ __forceinline__ SendPlan sendPlan(const FusedParams<Peers>& p, int chunks, int localBlock,
                                             const TokenItems* token) {
-  const int all = token ? token->itemStart[p.nRanks - 1] : chunks * (p.nRanks - 1);
+  const int all = (token ? token->most : chunks) * (p.nRanks - 1);
   const int perBlock = (all + p.blocksPerRank - 1) / p.blocksPerRank;
   SendPlan s;
   s.items = all > localBlock ? (all - localBlock + p.blocksPerRank - 1) / p.blocksPerRank : 0;
@@ -138,19 +147,8 @@ __device__ __forceinline__ bool sendItem(const FusedParams<Peers>& p, const Send
   const int m = step * plan.perStep + k;
   if (k >= plan.perStep || m >= plan.items) return false;
   const int nPeers = p.nRanks - 1, i = localBlock + m * p.blocksPerRank;
-  if (plan.token) {  // the last turn starting at or before i
-    const int* itemStart = plan.token->itemStart;
-    int lo = 0, hi = nPeers - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (itemStart[mid] <= i) lo = mid;
-      else hi = mid - 1;
-    }
-    const int to = rank + 1 + lo;
-    *item = {plan.token->firstChunk[lo] + i - itemStart[lo], to < p.nRanks ? to : to - p.nRanks};
-    return true;
-  }
-  const int chunk = p.byPeers.quotient(i), to = rank + 1 + i - chunk * nPeers;
+  const int chunk = p.byPeers.quotient(i), turn = i - chunk * nPeers, to = rank + 1 + turn;
+  if (plan.token && chunk >= plan.token->chunks[turn]) return false;  // an empty item
   // Destinations rotate with the rank so peers are not all hit at once.
   *item = {chunk, to < p.nRanks ? to : to - p.nRanks};
   return true;
@@ -174,9 +172,10 @@ __device__ void writeStep(const FusedParams<Peers>& p, const RankIo& io, const i
       const PartialAt at = partialAt(p, head, item.dst);
       char* peer = p.peers.peerWorkspace(item.dst);
       src = io.partialOut + inOffset(p.strides, row, at.peer, at.head) * (int64_t)sizeof(T);
-      to = peer + r.unitOffset(slot, rank, item.dst, row, head);
+      const int at = u - unitsOf(p, start, item.dst).first;  // its slot position
+      to = peer + r.unitOffsetAt(slot, rank, item.dst, at);
       if (writer == 0)
-        storeVolatile4(peer + r.lseOffsetOf(slot, rank, item.dst, u),
+        storeVolatile4(peer + r.lseOffsetOf(slot, rank, item.dst, at),
                        __float_as_uint(partialLse(p, io, row, at.peer, at.head)));
     }
   }
@@ -269,12 +268,13 @@ __device__ void mergeUnits(const FusedParams<Peers>& p, const RankIo& io, const 
   const Region& r = p.region;
   const Strides& s = p.strides;
   const int n = p.nRanks, Hl = r.localHeads;
+  const int base = unitsOf(p, start, rank).first;  // slot position of this rank's first unit: 0 but for TOKEN
   for (int i = lane; i < count * n; i += 32) {
     const int k = p.byRanks.quotient(i), src = i - k * n, u = first + k * step;
     const int row = p.byHeads.quotient(u), head = u - row * Hl;
     const PartialAt at = partialAt(p, head, rank);
     weight[k][src] = src == rank ? partialLse(p, io, row, at.peer, at.head)
-                                 : __uint_as_float(loadVolatile4(ws + r.lseOffsetOf(slot, src, rank, u)));
+                                 : __uint_as_float(loadVolatile4(ws + r.lseOffsetOf(slot, src, rank, u - base)));
   }
   __syncwarp();
   if (lane < count) {
@@ -293,7 +293,7 @@ __device__ void mergeUnits(const FusedParams<Peers>& p, const RankIo& io, const 
     const size_t at = (size_t)col * simple::kLaneBytes;
     const PartialAt own = partialAt(p, head, rank);
     return VectorAt{io.partialOut + inOffset(s, row, own.peer, own.head) * (int64_t)sizeof(T) + at,
-                    slotData + (size_t)u * r.unitBytes + at,
+                    slotData + (size_t)(u - base) * r.unitBytes + at,
                     io.out + (outRowOf(p, start, rank, row) * s.outRow + head * s.outHead) * (int64_t)sizeof(T) + at,
                     k};
   };
@@ -441,10 +441,7 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
     return;
   }
   const int chunks = simple::chunksIn(p.region, p.rows);
-  // The chunks holding this rank's units (TOKEN: its slice's).
-  const UnitRange mine = unitsOf(p, start, rank);
-  const int myFirstChunk = mine.first / p.region.chunkUnits;
-  const int myChunks = mine.end > mine.first ? (mine.end + p.region.chunkUnits - 1) / p.region.chunkUnits - myFirstChunk : 0;
+  const int myChunks = chunksOf(p, start, rank);  // TOKEN: its slice's
 
   if (warp < kSimpleSendWarps) {
     // Every block sends, step by step: the writers wait only for the
@@ -477,7 +474,7 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
     if (isToken && myChunks == 0 && localBlock == 0 && receiver == 0 && !waiter.failed)
       awaitPresence(p.region, ws, p.nRanks, rank, round.slot, round.flag, lane, waiter);
     for (int c = localBlock * groups + group; c < myChunks; c += p.blocksPerRank * groups)
-      receiveChunk<T>(p, io, start, ws, rank, round.slot, round.flag, myFirstChunk + c, receiver % warps, warps,
+      receiveChunk<T>(p, io, start, ws, rank, round.slot, round.flag, c, receiver % warps, warps,
                       kSimpleRecvBarrier + group, weights[receiver], &waitFailed[group], waiter, lane);
     stamp(p.timeline, kStageDone);
   }

@@ -133,8 +133,12 @@ struct Region {
 
   // Unit that source `src` sends to `dst` for (row, head), in dst's workspace.
   NCCL_DCP_HD size_t unitOffset(int slot, int src, int dst, int row, int head) const {
+    return unitOffsetAt(slot, src, dst, (size_t)row * localHeads + head);
+  }
+  // The same for slot position u (row * localHeads + head).
+  NCCL_DCP_HD size_t unitOffsetAt(int slot, int src, int dst, size_t u) const {
     int srcIdx = src < dst ? src : src - 1;
-    return firstUnitOffset(slot, row, head) + (size_t)srcIdx * sourceBytes();
+    return offset + (size_t)slot * slotBytes + u * unitBytes + (size_t)srcIdx * sourceBytes();
   }
 
   // SIMPLE: the LSE of unit u and the flag of chunk c from source `src`, in
