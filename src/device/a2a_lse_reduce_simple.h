@@ -172,10 +172,10 @@ __device__ void writeStep(const FusedParams<Peers>& p, const RankIo& io, const i
       const PartialAt at = partialAt(p, head, item.dst);
       char* peer = p.peers.peerWorkspace(item.dst);
       src = io.partialOut + inOffset(p.strides, row, at.peer, at.head) * (int64_t)sizeof(T);
-      const int at = u - unitsOf(p, start, item.dst).first;  // its slot position
-      to = peer + r.unitOffsetAt(slot, rank, item.dst, at);
+      const int pos = u - unitsOf(p, start, item.dst).first;  // its slot position
+      to = peer + r.unitOffsetAt(slot, rank, item.dst, pos);
       if (writer == 0)
-        storeVolatile4(peer + r.lseOffsetOf(slot, rank, item.dst, at),
+        storeVolatile4(peer + r.lseOffsetOf(slot, rank, item.dst, pos),
                        __float_as_uint(partialLse(p, io, row, at.peer, at.head)));
     }
   }
