@@ -192,8 +192,143 @@ PLANTS = [
           "  if (groupDepth > 0) return deferToGroup(ctx, buf, batch, plan, stream);\n", "",
           [("gpu_context", "OneRankContext.GroupedCallsOnBothPaths", 1)],
           "a call inside ncclDcpGroupStart/End is enqueued at once: the fallback's all-to-alls are not grouped"),
+    # ---- issue 26's bug classes no plant covered, and issue 27's code.
+    Plant("head_sent_to_the_wrong_rank", "src/device/fused_common.h",
+          "  if (scatterOf(p) == Scatter::Head) return {dst, sh};\n",
+          "  if (scatterOf(p) == Scatter::Head) return {p.nRanks - 1 - dst, sh};\n",
+          [("gpu_loopback", "Transports/LoopbackMatrix.MatchesReference/LL128_bf16_base2", 1),
+           ("gpu_loopback", "Transports/LoopbackMatrix.MatchesReference/SIMPLE_fp32_baseE", 1),
+           ("gpu_scatter", "Modes/ScatterMatrix.MatchesReference/head_LL", 1),
+           ("multi_ranks", "Cp/Ranks.EveryProtocolMatchesReference/cp2", 2)],
+          "HEAD: rank dst is sent the heads of rank cp-1-dst (both fused kernels)"),
+    Plant("chunk_boundary_row_dropped", "src/engine.h",
+          "DCPCHECK(f(row0, std::min(maxBatch, batch - row0)));",
+          "DCPCHECK(f(row0, std::min(maxBatch - 1, batch - row0)));",
+          [("gpu_loopback", "Transports/LoopbackMatrix.MatchesReference/LL_bf16_base2", 1),
+           ("gpu_scatter", "Modes/ScatterMatrix.MatchesReference/token_AUTO", 1),
+           ("gpu_scatter", "ScatterGpu.BatchInvariance", 1),
+           ("gpu_context", "OneRankContext.ForcedFallback", 1),
+           ("multi_ranks", "Cp/Ranks.EveryProtocolMatchesReference/cp2", 2)],
+          "each round of a chunked call covers one row less than maxBatch: the last row before each chunk "
+          "boundary is never merged (both paths)"),
+    Plant("rounds_read_inputs_at_row_zero", "src/engine.h",
+          "{(const char*)b.partialOut + row0 * s.inRow * e,",
+          "{(const char*)b.partialOut + 0 * row0 * s.inRow * e,",
+          [("gpu_loopback", "Transports/LoopbackMatrix.MatchesReference/LL128_fp16_baseE", 1),
+           ("gpu_scatter", "Modes/ScatterMatrix.MatchesReference/none_SIMPLE", 1),
+           ("gpu_context", "OneRankContext.ForcedFallback", 1),
+           ("multi_ranks", "Cp/Ranks.EveryProtocolMatchesReference/cp2", 2)],
+          "every round of a chunked call reads its partials from row 0 of the input (the LSEs advance)"),
+    Plant("out_row_stride_read_as_packed", "src/validate.cc",
+          'DCPCHECK(resolveOne("outRow", in->outRow, p.outRow, e, true, &s.outRow));',
+          'DCPCHECK(resolveOne("outRow", 0, p.outRow, e, true, &s.outRow));',
+          [("unit_validation", "StrideValues.LargestStrideAccepted", 0),
+           ("gpu_loopback", "Transports/LoopbackProto.StridedEqualsPackedBitwise/LL128", 1),
+           ("gpu_scatter", "Modes/ScatterMatrix.MatchesReference/token_LL", 1),
+           ("gpu_context", "OneRankContext.StridedViewsAndNullOutLseOnTheFusedPath", 1),
+           ("multi_ranks", "Cp/Ranks.StridedViewsAndNullOutLse/cp2", 2)],
+          "strides->outRow is ignored: out rows are written packed whatever the caller's row stride"),
+    Plant("lse_base_e_weighed_as_base_2", "src/device/merge.h",
+          "  return base == LseBase::Two ? exp2f(x) : expf(x);\n",
+          "  return base == LseBase::Two ? exp2f(x) : exp2f(x);\n",
+          [("unit_reference", "Types/ModeReference.HeadMatchesOracle/*:MergeWeights.BaseEOfScaledLsesEqualsBase2", 0),
+           ("gpu_loopback", "Transports/LoopbackMatrix.MatchesReference/LL128_bf16_baseE", 1)],
+          "natural-log LSEs are weighed as base-2 ones (the kernels and the reference alike)"),
+    Plant("merged_lse_always_base_2", "src/device/merge.h",
+          "  return base == LseBase::Two ? log2f(x) : logf(x);\n",
+          "  return base == LseBase::Two ? log2f(x) : log2f(x);\n",
+          [("unit_reference", "Types/ModeReference.NoneMatchesOracle/*:MergeWeights.WeightsSumToOneAndLseMatchesOracle", 0),
+           ("gpu_loopback", "Transports/LoopbackMatrix.MatchesReference/LL_fp32_baseE", 1)],
+          "the merged LSE of a base-e context is m + log2(W): outLse wrong, out right"),
+    Plant("nan_payload_multiplied_by_zero_weight", "src/device/merge.h",
+          "  return weight != 0.f ? fmaf(weight, x, acc) : acc;\n",
+          "  return fmaf(weight, x, acc);\n",
+          [("unit_reference", "MergeWeights.AccumulateSkipsZeroWeightNan:"
+                              "AllTypes/ReferenceExact.NanPayloadsBehindEmptySourcesDoNotLeak/*", 0),
+           ("gpu_loopback", "Transports/LoopbackMatrix.SpecialLseValues/SIMPLE_bf16_base2", 1)],
+          "the select is a multiply: 0 * NaN behind an empty source (-inf, NaN, +inf LSE) leaks NaN"),
+    Plant("padding_rows_not_empty", "src/device/merge.h",
+          "  if (b < queryStartLoc[0] || b >= queryStartLoc[numSeqs]) return true;\n",
+          "  if (b < queryStartLoc[0] || b >= queryStartLoc[numSeqs]) return false;\n",
+          [("unit_reference", "Types/ModeReference.PaddingRowsPastTheLastSequenceAreEmpty/*:"
+                              "Types/ModeReference.RowsEmptyOnEveryRankGiveZeroAndMinusInf/*", 0),
+           ("gpu_scatter", "Modes/ScatterMatrix.EmptyShards/head_LL128", 1)],
+          "rows outside [queryStartLoc[0], queryStartLoc[numSeqs]) (padding) are merged as live rows"),
+    Plant("bf16_lse_read_as_fp32", "src/device/merge.h",
+          "  if (lseDtype == ncclBfloat16) return",
+          "  if (lseDtype == ncclBfloat16 && false) return",
+          [("unit_reference", "Types/ModeReference.*/*_lse_bf16:ModeReferenceLse.RoundedLseValuesAreTheWeights", 0),
+           ("gpu_scatter", "Modes/ScatterMatrix.NarrowLseDtypes/token_LL128", 1)],
+          "partial LSEs of dtype bf16 are read as fp32 (the config's lseDtype dropped)"),
+    Plant("even_split_remainder_to_the_last_ranks", "src/validate.cc",
+          "batch / nRanks + (p < batch % nRanks);",
+          "batch / nRanks + (p >= nRanks - batch % nRanks);",
+          [("unit_reference", "Types/ModeReference.TokenEvenSplitMatchesOracle/*:"
+                              "Types/ModeReference.BatchBelowRanksMatchesOracle/*", 0),
+           ("unit_validation", "CallArgs.NoArgsGiveTheModesShape", 0)],
+          "TOKEN's even split gives the B mod cp extra rows to the last ranks, not the first (the GPU tests "
+          "compare with the reference, which shares the split: only the oracle sees it)"),
+    Plant("fallback_combine_drops_the_second_word", "src/device/combine.h",
+          "    *(uint64_t*)(out + off + 8) = W::pack(acc[1]);\n",
+          "    *(uint64_t*)(out + off + 8) = W::pack(acc[0]);\n",
+          [("gpu_context", "OneRankContext.ForcedFallback", 1),
+           ("gpu_scatter", "ScatterGpu.BatchInvariance", 1),
+           ("multi_ranks", "Cp/Ranks.ForcedFallback/cp2", 2),
+           ("multi_ranks", "Modes/ScatterRanks.FusedAndFallback/head", 2)],
+          "the fallback's combine writes the merge of each 16-byte piece's first 8 bytes twice"),
+    Plant("token_owner_off_by_one", "src/device/scatter.h",
+          "    if (start[mid] <= globalRow) lo = mid;\n",
+          "    if (start[mid] < globalRow) lo = mid;\n",
+          [("gpu_scatter", "Transports/TokenSplit.HostCounts/LL128", 1),
+           ("gpu_scatter", "Modes/ScatterMatrix.MatchesReference/token_LL", 1),
+           ("multi_ranks", "Modes/ScatterRanks.FusedAndFallback/token", 2)],
+          "TOKEN (LL, LL128): the first row of each rank's slice is sent to the rank before it"),
+    Plant("token_out_row_off_by_one", "src/device/scatter.h",
+          "? (int64_t)p.row0 + row - start[q] : row;",
+          "? (int64_t)p.row0 + row - start[q] + 1 : row;",
+          [("gpu_scatter", "Modes/ScatterMatrix.MatchesReference/token_SIMPLE", 1),
+           ("gpu_scatter", "Transports/TokenSplit.HostCounts/LL", 1),
+           ("gpu_scatter", "ScatterGpu.BatchInvariance", 1),
+           ("multi_ranks", "Modes/ScatterRanks.FusedAndFallback/token", 2)],
+          "TOKEN: each rank writes its slice one out row down (into the row past its share)"),
+    Plant("device_counts_sum_unchecked", "src/device/scatter.h",
+          "    valid = ok && sum == p.shape.batch;\n",
+          "    valid = ok;\n",
+          [("gpu_scatter", "Transports/TokenSplit.InvalidCounts/*", 1)],
+          "TOKEN device counts that do not sum to the batch are used as a split, not refused"),
+    Plant("token_presence_not_sent", "src/device/a2a_lse_reduce.h",
+          "  if (token && !refused && warpInRank == 0 && !waiter.failed) sendPresence<Transport>(p, start, rank, slot, flag);\n",
+          "",
+          [("gpu_scatter", "Transports/TokenSplit.HostCounts/LL128", 1),
+           ("multi_ranks", "Modes/ScatterRanks.FusedAndFallback/token", 2)],
+          "TOKEN (LL, LL128): a rank with no row in the round is never sent its peers' presence marks: it "
+          "waits until the timeout (on real ranks, or runs rounds ahead where the wait is skipped)"),
+    Plant("python_flat_peer_stride_is_the_head_stride", "python/nccl_dcp/_validate.py",
+          "(strides[0], hl * strides[1], strides[1]), (0, 1, 1)",
+          "(strides[0], strides[1], strides[1]), (0, 1, 1)",
+          [("pytest", "python/tests/test_validate.py::test_padded_rows_and_strided_outputs", 0),
+           ("pytest", "python/tests/test_validate.py::test_packed_layout_passes_packed_strides", 0)],
+          "the Python binding passes a [B, cp*Hl, D] partial_out's peer stride as one head, not Hl heads"),
+    Plant("python_strides_passed_as_packed", "python/nccl_dcp/_validate.py",
+          "        out[field] = stride\n",
+          "        out[field] = 0\n",
+          [("pytest", "python/tests/test_validate.py::test_transposed_attention_layout_is_passed_as_strides", 0),
+           ("pytest", "python/tests/test_validate.py::test_padded_rows_and_strided_outputs", 0)],
+          "the Python binding checks the tensors' strides but passes 0 (packed) for every one"),
+    Plant("plugin_counts_one_call_per_size_record", "plugin/op_stats.cc",
+          "  if (SizeEntry* e = entry(bytes)) add(e->calls, calls);\n",
+          "  if (SizeEntry* e = entry(bytes)) add(e->calls, 1);\n",
+          [("unit_plugin", "PluginTest.AllToAllsAreCountedExactlyBySize", 0)],
+          "the profiler plugin counts the k all-to-alls of one group as one call of their size"),
 ]
 
+
+# The Python package's tests (python/tests, run by pytest as .ci/run does):
+# binary "pytest", filter one pytest node id relative to the repository
+# root ("python/tests/test_validate.py::test_x"). Run with the build's
+# pytest venv (.ci/run's BUILD/pytest-venv) when there is one, else this
+# interpreter, NCCL_DCP_LIB set to the build's library.
+PYTEST = "pytest"
 
 # Binaries that are Python TAP tests (test/meson.build), by their module in
 # test/scripts; their filters are unittest names ("Class.test_x").
@@ -242,6 +377,23 @@ def apply(plant):
     return 0
 
 
+def touch_cuda_sources():
+    """Marks src/*.cu out of date. nvcc's objects carry no header
+    dependencies in every meson (1.0.1 writes no depfile for them: `ninja
+    -t deps` shows 0), so a plant in a header the kernels include
+    (src/device/*.h) would not reach them, and a GPU test would pass
+    against a plant that is not there; nor would the revert."""
+    for dirpath, _, files in os.walk(os.path.join(ROOT, "src")):
+        for f in files:
+            if f.endswith(".cu"):
+                os.utime(os.path.join(dirpath, f))
+
+
+def needs_cuda_rebuild(plant, gpus):
+    """A header planted for tests that run kernels (any needing a GPU)."""
+    return plant.path.endswith(".h") and any(0 < need <= gpus for _, _, need in plant.tests)
+
+
 def restore(path):
     os.replace(path + BACKUP, path)
     # Newer than anything built with the plant, so the build redoes it.
@@ -273,9 +425,16 @@ def run_test(build, binary, flt, log_path, timeout):
     """Builds and runs one listed test against the applied plant. Returns
     (ok, what happened): ok when it ran at least one case and failed."""
     with open(log_path, "w", encoding="utf-8") as log:
+        env = None
         if binary in TAP_TESTS:
             cmd = [sys.executable, "-m", "unittest", "-v"] + [f"{TAP_TESTS[binary]}.{f}" for f in flt.split(":")]
             cwd = os.path.join(ROOT, "test", "scripts")
+        elif binary == PYTEST:
+            venv = os.path.join(build, "pytest-venv", "bin", "python")
+            python = venv if os.path.exists(venv) else sys.executable
+            cmd = [python, "-m", "pytest", "-v", "-p", "no:cacheprovider", flt]
+            cwd = ROOT
+            env = dict(os.environ, NCCL_DCP_LIB=os.path.join(build, "libnccl_dcp.so"))
         else:
             build_cmd = ["ninja", "-C", build, f"test/{binary}"]
             log.write("$ " + " ".join(build_cmd) + "\n")
@@ -287,17 +446,24 @@ def run_test(build, binary, flt, log_path, timeout):
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
         try:
-            status = subprocess.run(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout).returncode
+            status = subprocess.run(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    timeout=timeout).returncode
         except subprocess.TimeoutExpired:
             status = None
     with open(log_path, encoding="utf-8", errors="replace") as f:
-        return judge(binary in TAP_TESTS, status, f.read(), timeout)
+        return judge(PYTEST if binary == PYTEST else binary in TAP_TESTS, status, f.read(), timeout)
 
 
 def judge(tap, status, out, timeout=600):
     """(ok, what happened) of one listed test run against a plant: ok only
-    when it ran at least one case and failed. status None: timed out."""
-    if tap:
+    when it ran at least one case and failed. status None: timed out.
+    tap: True for a unittest run, PYTEST for a pytest one (-v), else a
+    GoogleTest binary's output."""
+    if tap == PYTEST:
+        results = re.findall(r"^\S+::\S+ (PASSED|FAILED|ERROR)\b", out, re.M)
+        ran = len(results)
+        failed = sum(1 for r in results if r != "PASSED")
+    elif tap:
         counts = re.findall(r"^Ran (\d+) tests?", out, re.M)
         # A name that matches no test is reported as one test that errs.
         ran = int(counts[-1]) if counts and "unittest.loader._FailedTest" not in out else 0
@@ -353,6 +519,8 @@ def run(args):
                 continue
             start = time.time()
             planted = apply(plant) == 0
+            if planted and needs_cuda_rebuild(plant, args.gpus):
+                touch_cuda_sources()
             try:
                 for binary, flt in tests:
                     t0 = time.time()
@@ -371,6 +539,8 @@ def run(args):
             finally:
                 if planted:
                     revert(plant)
+                    if needs_cuda_rebuild(plant, args.gpus):
+                        touch_cuda_sources()
             print(f"  ({plant.name}: {time.time() - start:.0f} s)", flush=True)
     except Interrupted as e:
         print(f"plants run interrupted ({e}): the plant in place was reverted", flush=True)
@@ -385,7 +555,7 @@ def run(args):
     # and redoes it at the next build), and a plant in a header most files
     # include (src/device/merge.h) would cost a full rebuild.
     targets = sorted({f"test/{b}" for p in chosen for b, _, need in p.tests
-                      if need <= args.gpus and b not in TAP_TESTS})
+                      if need <= args.gpus and b not in TAP_TESTS and b != PYTEST})
     if targets:
         rebuilt = subprocess.run(["ninja", "-C", build] + targets, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  text=True)

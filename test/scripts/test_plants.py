@@ -44,13 +44,39 @@ class PlantList(unittest.TestCase):
         built = built_binaries()
         for p in plants.PLANTS:
             for binary, _, _ in p.tests:
+                if binary == plants.PYTEST:
+                    continue
                 self.assertIn(binary, built, f"plant {p.name}")
+
+    def test_pytest_filters_name_one_existing_test_each(self):
+        # A pytest filter is one node id: its file exists and defines the test.
+        for p in plants.PLANTS:
+            for binary, flt, _ in p.tests:
+                if binary != plants.PYTEST:
+                    continue
+                path, _, name = flt.partition("::")
+                self.assertTrue(name and "::" not in name, f"plant {p.name}: {flt} is not FILE::TEST")
+                with open(os.path.join(plants.ROOT, path), encoding="utf-8") as f:
+                    self.assertRegex(f.read(), rf"(?m)^def {re.escape(name.split('[')[0])}\(", f"plant {p.name}")
 
     def test_python_binaries_are_known_tap_tests(self):
         # A Python test not in TAP_TESTS would be run as BUILD/test/NAME.
         with open(os.path.join(plants.ROOT, "test", "meson.build"), encoding="utf-8") as f:
             tap = set(re.findall(r"test\('(\w+)', python3, args: \[?files\('scripts/(\w+)\.py'\)", f.read()))
         self.assertEqual(set(plants.TAP_TESTS.items()), tap)
+
+
+class CudaRebuild(unittest.TestCase):
+    """A plant in a header reaches the kernels: nvcc's objects have no
+    header dependencies in ninja, so the run marks src/*.cu out of date
+    (only when a GPU test of the plant runs)."""
+
+    def test_header_plants_with_gpu_tests_rebuild_the_kernels(self):
+        header = plants.Plant("h", "src/device/x.h", "a", "b", [("unit_x", "A.b", 0), ("gpu_x", "A.b", 1)], "")
+        self.assertTrue(plants.needs_cuda_rebuild(header, 1))
+        self.assertFalse(plants.needs_cuda_rebuild(header, 0), "no GPU test runs: the kernels are not needed")
+        source = plants.Plant("c", "src/x.cc", "a", "b", [("gpu_x", "A.b", 1)], "")
+        self.assertFalse(plants.needs_cuda_rebuild(source, 1))
 
 
 class Judging(unittest.TestCase):
@@ -78,6 +104,25 @@ class Judging(unittest.TestCase):
     def test_unittest_failure_catches(self):
         out = "test_x (m.C.test_x) ... FAIL\n\nRan 1 test in 0.001s\n\nFAILED (failures=1)\n"
         self.assertTrue(plants.judge(True, 1, out)[0])
+
+    def test_pytest_failure_catches(self):
+        out = ("python/tests/test_v.py::test_a PASSED [ 50%]\n"
+               "python/tests/test_v.py::test_b FAILED [100%]\n\n1 failed, 1 passed in 0.1s\n")
+        ok, what = plants.judge(plants.PYTEST, 1, out)
+        self.assertTrue(ok, what)
+        self.assertIn("2 ran, 1 failed", what)
+
+    def test_pytest_pass_and_nothing_collected_do_not(self):
+        ok, what = plants.judge(plants.PYTEST, 0, "python/tests/test_v.py::test_a PASSED [100%]\n")
+        self.assertFalse(ok)
+        self.assertIn("PASSED against the planted break", what)
+        ok, what = plants.judge(plants.PYTEST, 4, "ERROR: not found: python/tests/test_v.py::test_x\n")
+        self.assertFalse(ok)
+        self.assertIn("matched no test", what)
+        # A skip (no torch, no GPU) proves nothing either.
+        ok, what = plants.judge(plants.PYTEST, 0, "python/tests/test_v.py::test_a SKIPPED (no torch) [100%]\n")
+        self.assertFalse(ok)
+        self.assertIn("matched no test", what)
 
     def test_unittest_name_matching_nothing_does_not(self):
         out = ("test_y (unittest.loader._FailedTest.test_y) ... ERROR\n\nRan 1 test in 0.000s\n"
