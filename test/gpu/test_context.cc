@@ -439,6 +439,63 @@ TEST_F(OneRankContext, DestroyWaitsForCallsInFlight) {
   }
 }
 
+// ncclDcpGetAsyncError reads the context's error record (and, on the
+// fallback path, NCCL's ncclCommGetAsyncError) and returns: it never waits
+// for the GPU. A host function of the test holds the stream (at most 10 s)
+// with a call queued behind it; GetAsyncError answers at once, with the
+// call still queued, on both paths. A build that synchronised (the device,
+// or the stream of the last call) would take the 10 s.
+TEST_F(OneRankContext, GetAsyncErrorDoesNotSynchronize) {
+  struct Gate {
+    std::atomic<bool> open{false};
+  };
+  for (bool fallback : {false, true}) {
+    SCOPED_TRACE(fallback ? "fallback" : "fused");
+    std::unique_ptr<ScopedEnv> env(fallback ? new ScopedEnv(forcedFallbackEnv()) : nullptr);
+    const ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8);
+    Config cfg;
+    ASSERT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess);
+    const int batch = 11;
+    const Strides s = packedStrides(cfg, 1);
+    std::mt19937_64 rng(freshSeed());
+    std::vector<RankTensors> host = makeInputs(cfg, 1, batch, s, LseMix::Normal, rng), want = host;
+    CallBuffers ref = want[0].buffers();
+    referenceA2aLseReduce(cfg, 1, batch, s, &ref);
+    RankBuffers b(host[0]);
+    CUDA_ASSERT(b.upload(host[0], stream_));
+    ncclDcpContext_t ctx = nullptr;
+    DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &ctx));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    Gate gate;
+    CUDA_ASSERT(cudaLaunchHostFunc(
+        stream_,
+        [](void* g) {
+          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (!static_cast<Gate*>(g)->open.load() && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        },
+        &gate));
+    DCP_ASSERT(ncclDcpA2aLseReduce(ctx, b.in.ptr, b.lse.as<float>(), b.out.ptr, b.outLse.as<float>(), batch, nullptr,
+                                   stream_));
+    const auto t0 = std::chrono::steady_clock::now();
+    ncclResult_t async = ncclInternalError;
+    const ncclResult_t res = ncclDcpGetAsyncError(ctx, &async);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const cudaError_t busy = cudaStreamQuery(stream_);
+    gate.open = true;
+    CUDA_ASSERT(cudaStreamSynchronize(stream_));
+    EXPECT_EQ(res, ncclSuccess) << ncclDcpGetLastError();
+    EXPECT_EQ(async, ncclSuccess);
+    EXPECT_EQ(busy, cudaErrorNotReady) << "the call was no longer queued when ncclDcpGetAsyncError returned";
+    EXPECT_LT(ms, 1000.0) << "ncclDcpGetAsyncError waited for the GPU";
+    std::vector<RankTensors> got = host;
+    CUDA_ASSERT(b.download(&got[0], stream_));
+    const Mismatch m = compareOutputs(cfg, 1, batch, s, got, want);
+    EXPECT_EQ(m.count, 0u) << m.first;
+    DCP_ASSERT(ncclDcpContextDestroy(ctx));
+  }
+}
+
 // A nonblocking communicator (ncclConfig_t.blocking = 0) answers
 // ncclInProgress: create, calls and destroy wait for NCCL the way NCCL
 // documents, on every provider; the results are the reference's.

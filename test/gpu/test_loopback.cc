@@ -10,6 +10,7 @@
 #include <memory>
 #include <random>
 #include <sstream>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -638,6 +639,112 @@ TEST_F(LoopbackGpu, BadArgumentsLaunchNothing) {
   uint32_t round = 7;
   DCP_ASSERT(lb->getRound(0, &round));
   EXPECT_EQ(round, 0u);  // rank 0 was fine, but nothing ran for it either
+}
+
+// ---- issue 26, coverage: views over 2 GiB, NCCL_DCP_SIMPLE_SEND_WARPS.
+
+// A view over 2 GiB: rows of partialOut and of out 2^30 elements (2 GiB of
+// bf16) apart, so row 1 starts 2 GiB and row 2 4 GiB into each view: an
+// offset computed in 32 bits anywhere (the host's per-round pointers --
+// maxBatch 2: the second round starts at row 2 --, the kernels' row *
+// stride) lands elsewhere. Every protocol, compared with the reference
+// computed on packed copies of the same values. 16 GiB of device memory.
+TEST_F(LoopbackGpu, ViewsOver2GiB) {
+  const int cp = 2, Hl = 2, D = 128, B = 3, cap = 2;
+  const int64_t rowStride = int64_t(1) << 30;  // elements
+  const ncclDcpConfig_t probe = makeConfig(D, Hl, ncclBfloat16, ncclDcpLseBase2, cap);
+  const Config probeCfg = resolved(probe);
+  const Strides packed = packedStrides(probeCfg, cp);
+  const int e = probeCfg.eltSize;
+  const size_t inBytes = (size_t)((B - 1) * rowStride + packed.inRow) * e;
+  const size_t outBytes = (size_t)((B - 1) * rowStride + packed.outRow) * e;
+  ASSERT_GT(inBytes, size_t(1) << 32);  // the view spans more than 2^31 (and 2^32) bytes
+  size_t freeBytes = 0, totalBytes = 0;
+  CUDA_ASSERT(cudaMemGetInfo(&freeBytes, &totalBytes));
+  if (freeBytes < cp * (inBytes + outBytes) + (size_t(1) << 30))
+    GTEST_SKIP() << "needs " << (cp * (inBytes + outBytes) >> 30) << " GiB of free device memory, "
+                 << (freeBytes >> 30) << " GiB free";
+  std::vector<DeviceBuffer> in, out, lse, outLse;
+  for (int r = 0; r < cp; r++) {
+    in.emplace_back(inBytes);
+    out.emplace_back(outBytes);
+    lse.emplace_back((size_t)B * packed.lseRow * sizeof(float));
+    outLse.emplace_back((size_t)B * packed.outLseRow * sizeof(float));
+    ASSERT_TRUE(in.back().ptr && out.back().ptr && lse.back().ptr && outLse.back().ptr) << "cudaMalloc";
+  }
+  Strides big = packed;
+  big.inRow = rowStride;
+  big.outRow = rowStride;
+  const ncclDcpStrides_t api = apiStrides(big);
+  for (int proto : {ncclDcpProtoLL, ncclDcpProtoLL128, ncclDcpProtoSimple}) {
+    SCOPED_TRACE(protocolName(proto));
+    const ncclDcpConfig_t c = makeConfig(D, Hl, ncclBfloat16, ncclDcpLseBase2, cap, proto);
+    const Config cfg = resolved(c);
+    std::mt19937_64 rng(freshSeed());
+    std::vector<RankTensors> host = makeInputs(cfg, cp, B, packed, LseMix::Special, rng), want = host;
+    std::vector<CallBuffers> ref;
+    for (RankTensors& t : want) ref.push_back(t.buffers());
+    referenceA2aLseReduce(cfg, cp, B, packed, ref.data());
+    std::vector<CallBuffers> bufs;
+    for (int r = 0; r < cp; r++) {
+      for (int b = 0; b < B; b++) {
+        CUDA_ASSERT(cudaMemcpy((char*)in[r].ptr + b * rowStride * e, host[r].partialOut.data() + b * packed.inRow * e,
+                               (size_t)packed.inRow * e, cudaMemcpyHostToDevice));
+        CUDA_ASSERT(cudaMemset((char*)out[r].ptr + b * rowStride * e, 0xff, (size_t)packed.outRow * e));
+      }
+      CUDA_ASSERT(cudaMemcpy(lse[r].ptr, host[r].partialLse.data(), lse[r].bytes, cudaMemcpyHostToDevice));
+      CUDA_ASSERT(cudaMemset(outLse[r].ptr, 0xff, outLse[r].bytes));
+      bufs.push_back({in[r].ptr, lse[r].as<float>(), out[r].ptr, outLse[r].as<float>()});
+    }
+    auto lb = makeLoopback(c, cp);
+    ASSERT_TRUE(lb);
+    DCP_ASSERT(lb->call(bufs.data(), B, &api, nullptr));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    DCP_ASSERT(lb->asyncError());
+    std::vector<RankTensors> got = host;
+    for (int r = 0; r < cp; r++) {
+      for (int b = 0; b < B; b++)
+        CUDA_ASSERT(cudaMemcpy(got[r].out.data() + b * packed.outRow * e, (const char*)out[r].ptr + b * rowStride * e,
+                               (size_t)packed.outRow * e, cudaMemcpyDeviceToHost));
+      CUDA_ASSERT(cudaMemcpy(got[r].outLse.data(), outLse[r].ptr, outLse[r].bytes, cudaMemcpyDeviceToHost));
+    }
+    const Mismatch m = compareOutputs(cfg, cp, B, packed, got, want);
+    EXPECT_EQ(m.count, 0u) << m.first;
+  }
+}
+
+// NCCL_DCP_SIMPLE_SEND_WARPS reaches the SIMPLE kernel's launch arguments
+// (read at create into FusedArgs.sendWarps; unset: 7 writers, every warp
+// but the signalling one), and every writer count gives the reference's
+// result, the same bits each time (the writers split the sends, never the
+// merge).
+TEST_F(LoopbackGpu, SimpleSendWarpsFromTheEnvironmentReachTheLaunch) {
+  const int cp = 4, B = 2 * kCap + 3;
+  const ncclDcpConfig_t c = makeConfig(256, 4, ncclBfloat16, ncclDcpLseBase2, kCap, ncclDcpProtoSimple);
+  const Config cfg = resolved(c);
+  Problem p(cfg, cp, B, packedStrides(cfg, cp), LseMix::Special, freshSeed());
+  std::vector<std::vector<uint8_t>> first;
+  for (int warps : {0 /* unset */, 1, 4, 7}) {
+    SCOPED_TRACE(testing::Message() << "NCCL_DCP_SIMPLE_SEND_WARPS " << (warps ? std::to_string(warps) : "unset"));
+    Env e;
+    if (warps) e.simpleSendWarps = warps;
+    std::unique_ptr<Loopback> lb;
+    {
+      ScopedEnv scoped(e);
+      lb = makeLoopback(c, cp);
+    }
+    ASSERT_TRUE(lb);
+    EXPECT_EQ(lb->engine().fused.sendWarps, warps ? warps : 7);
+    p.poison(nullptr);
+    DCP_ASSERT(lb->call(p.buffers().data(), B, nullptr, nullptr));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    DCP_ASSERT(lb->asyncError());
+    const Mismatch m = p.check();
+    EXPECT_EQ(m.count, 0u) << m.first;
+    const std::vector<std::vector<uint8_t>> bytes = p.outputBytes();
+    if (first.empty()) first = bytes;
+    EXPECT_TRUE(bytes == first) << "the outputs' bits depend on the writer count";
+  }
 }
 
 }  // namespace

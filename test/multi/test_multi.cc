@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -453,6 +454,36 @@ TEST_P(Ranks, SilentRankTimesOut) {
     cudaSetDevice(r);
     if (ncclDcpContextAbort(ctxs[r]) != ncclSuccess) threads_.addFailure(r, "abort");
   });
+}
+
+// Destroy exchanges nothing with the peers (include/nccl_dcp.h): after a
+// call on every rank, rank 0 destroys its context while every other rank
+// still holds its own and waits (at most 10 s) for rank 0's destroy to
+// return before destroying. A destroy with a collective step (a barrier, a
+// collective deregistration or device-communicator teardown) would wait
+// for the peers' destroys, which wait for it: the 10 s. One GPU cannot
+// show it (a one-rank communicator's collectives complete alone).
+TEST_P(Ranks, DestroyExchangesNothingWithPeers) {
+  const ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8);
+  auto ctxs = createAll([&](int) { return c; });
+  if (HasFailure()) return;
+  callAndCheck(ctxs, c, 5);
+  std::atomic<bool> firstDestroyed{false};
+  std::vector<double> ms(nRanks_, 0.0);
+  threads_.run(nRanks_, [&](int r) {
+    cudaSetDevice(r);
+    if (r != 0) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!firstDestroyed.load() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    if (ncclDcpContextDestroy(ctxs[r]) != ncclSuccess)
+      threads_.addFailure(r, std::string("destroy: ") + ncclDcpGetLastError());
+    ms[r] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (r == 0) firstDestroyed = true;
+  });
+  EXPECT_LT(ms[0], 5000.0) << "rank 0's destroy waited for its peers' destroys";
 }
 
 // timeoutMs = 0 waits as long as a peer takes, whatever the default: with
