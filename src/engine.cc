@@ -57,19 +57,28 @@ void Engine::release(FreeMode mode) {
 ncclResult_t Engine::asyncError() const {
   const volatile AsyncErrorRecord* e = host ? &host->error : nullptr;
   if (e == nullptr || e->code == 0) return ncclSuccess;
+  // The WARN once per context: a watchdog polls ncclDcpGetAsyncError, and
+  // every later call finds the same error; each still gets the message.
+  const ncclResult_t code = (ncclResult_t)e->code;
+  const ncclResult_t reported = describeAsyncError(e);
+  if (!asyncErrorWarned.exchange(true)) WARN("%s [%s]", lastError(), resultName(code));
+  return reported;
+}
+
+ncclResult_t Engine::describeAsyncError(const volatile AsyncErrorRecord* e) const {
   if (e->code == ncclInvalidArgument)
-    return fail(ncclInvalidArgument,
+    return record(ncclInvalidArgument,
                 "context is poisoned: a call's args->rowCountsDevice on rank %d were negative or did not sum to its "
                 "batch (checked by the kernels when they ran; nothing was written): every later call writes NaN "
                 "over the rows its counts give this rank (nothing while they stay invalid); abort the context "
                 "(ncclDcpContextAbort)",
                 e->rank);
   if (e->peer < 0)
-    return fail((ncclResult_t)e->code,
+    return record((ncclResult_t)e->code,
                 "context is poisoned: NCCL reported an asynchronous error on the communicator (%s); abort the "
                 "context, then the communicator",
                 ncclGetErrorString((ncclResult_t)e->code));
-  return fail((ncclResult_t)e->code,
+  return record((ncclResult_t)e->code,
               "context is poisoned: rank %d timed out after %d ms waiting for rank %d (round %u): every later "
               "call writes NaN into its outputs; abort the context (ncclDcpContextAbort)",
               e->rank, cfg.timeoutMs, e->peer, e->round);

@@ -11,6 +11,7 @@
 #define NCCL_DCP_ENGINE_H_
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "error.h"
@@ -90,8 +91,11 @@ struct Engine {
   void release(FreeMode mode);
 
   // ncclSuccess, or the error recorded in the error record: a device-side
-  // wait that timed out, or (fallback) NCCL's asynchronous error (message set).
+  // wait that timed out, or (fallback) NCCL's asynchronous error (message
+  // set; a WARN the first time only).
   ncclResult_t asyncError() const;
+  ncclResult_t describeAsyncError(const volatile AsyncErrorRecord* e) const;
+  mutable std::atomic<bool> asyncErrorWarned{false};
   // Records an error found on the host (the first one sticks).
   void poison(ncclResult_t code, int peer);
 

@@ -9,6 +9,7 @@ namespace nccl_dcp {
 
 namespace {
 thread_local char tlsLastError[1024] = "";
+}  // namespace
 
 const char* resultName(ncclResult_t code) {
   switch (code) {
@@ -23,7 +24,6 @@ const char* resultName(ncclResult_t code) {
     default: return "unknown ncclResult_t";
   }
 }
-}  // namespace
 
 ncclResult_t fail(ncclResult_t code, const char* fmt, ...) {
   va_list ap;
@@ -31,6 +31,14 @@ ncclResult_t fail(ncclResult_t code, const char* fmt, ...) {
   vsnprintf(tlsLastError, sizeof(tlsLastError), fmt, ap);
   va_end(ap);
   WARN("%s [%s]", tlsLastError, resultName(code));
+  return code;
+}
+
+ncclResult_t record(ncclResult_t code, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tlsLastError, sizeof(tlsLastError), fmt, ap);
+  va_end(ap);
   return code;
 }
 

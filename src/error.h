@@ -12,6 +12,11 @@ namespace nccl_dcp {
 
 // Sets the last error to the formatted message and returns code.
 ncclResult_t fail(ncclResult_t code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+// fail without the WARN: for an error that is reported again and again
+// (a poisoned context's), logged once by its owner.
+ncclResult_t record(ncclResult_t code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+// "ncclRemoteError" for ncclRemoteError, as WARN lines name results.
+const char* resultName(ncclResult_t code);
 void clearLastError();
 const char* lastError();
 // Puts back a message saved from lastError() (no log): an unwind that

@@ -15,6 +15,8 @@
 #include <tuple>
 #include <vector>
 
+#include <unistd.h>
+
 #include "loopback.h"
 #include "reference.h"
 #include "test_util.h"
@@ -493,6 +495,42 @@ TEST_P(LoopbackProto, SilentRankTimesOut) {
   // Poisoned: later calls are refused before anything is enqueued.
   EXPECT_EQ(lb->call(p.buffers().data(), 5, nullptr, nullptr), ncclRemoteError);
   CUDA_ASSERT(cudaGetLastError());
+}
+
+// A poisoned context WARNs once: a watchdog polling the async error and
+// every later call get the message, not another line in the log.
+TEST(LoopbackPoison, WarnsOnce) {
+  DCP_REQUIRE_GPUS(1);
+  const int cp = 4;
+  ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, kCap, ncclDcpProtoLL);
+  c.timeoutMs = 200;
+  const Config cfg = resolved(c);
+  auto lb = makeLoopback(c, cp);
+  ASSERT_TRUE(lb);
+  Problem p(cfg, cp, 5, packedStrides(cfg, cp), LseMix::Normal, freshSeed());
+  lb->setSilentRank(2);
+  DCP_ASSERT(lb->call(p.buffers().data(), 5, nullptr, nullptr));
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  // The log goes to stdout at the default level (WARN): catch it in a file.
+  FILE* caught = tmpfile();
+  ASSERT_NE(caught, nullptr);
+  fflush(stdout);
+  const int saved = dup(STDOUT_FILENO);
+  ASSERT_GE(dup2(fileno(caught), STDOUT_FILENO), 0);
+  for (int i = 0; i < 5; i++) EXPECT_EQ(lb->asyncError(), ncclRemoteError);
+  for (int i = 0; i < 2; i++) EXPECT_EQ(lb->call(p.buffers().data(), 5, nullptr, nullptr), ncclRemoteError);
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  const std::string message = ncclDcpGetLastError();
+  fflush(stdout);
+  dup2(saved, STDOUT_FILENO);
+  close(saved);
+  rewind(caught);
+  int warned = 0;
+  for (char line[2048]; fgets(line, sizeof(line), caught);)
+    warned += strstr(line, "context is poisoned") != nullptr && strstr(line, " WARN ") != nullptr;
+  fclose(caught);
+  EXPECT_EQ(warned, 1) << "WARN lines about the poisoned context while it was polled 5 times and called twice";
+  EXPECT_NE(message.find("timed out"), std::string::npos) << message;
 }
 
 // Programmatic dependent launch off gives the same bits as on, over calls
