@@ -4,6 +4,7 @@
 #include <sstream>
 #include <vector>
 
+#include "device/fp8_wire.h"
 #include "device/merge.h"
 
 namespace nccl_dcp {
@@ -26,22 +27,29 @@ float partialLseOf(const Config& cfg, const Strides& s, const CallShape& shape, 
 
 template <typename T>
 void referenceTyped(const Config& cfg, int nRanks, const Strides& s, const CallBuffers* ranks,
-                    const CallShape& shape) {
+                    const CallShape& shape, Wire wire) {
   const int Hl = cfg.localHeads, D = cfg.headDim;
   std::vector<float> weight(nRanks);
+  std::vector<float> unit((size_t)nRanks * D);  // each source's unit as the receiver reads it
+  std::vector<uint8_t> wireUnit(D);
   for (int r = 0; r < nRanks; r++) {
     T* out = (T*)ranks[r].out;
     forEachOutput(shape, nRanks, r, [&](int b, int h, int row, int head) {
       for (int src = 0; src < nRanks; src++) weight[src] = partialLseOf(cfg, s, shape, ranks[src], b, h);
       const float merged = mergeWeights(weight.data(), nRanks, cfg.lseBase, weight.data());
       if (ranks[r].outLse) ranks[r].outLse[row * s.outLseRow + head * s.outLseHead] = merged;
+      for (int src = 0; src < nRanks; src++) {
+        const T* in = (const T*)ranks[src].partialOut + b * s.inRow + (h / Hl) * s.inPeer + (h % Hl) * s.inHead;
+        float* u = &unit[(size_t)src * D];
+        if (wire == Wire::Fp8E4m3 && src != r) {
+          fp8::decodeUnit(wireUnit.data(), D, fp8::encodeUnit(in, D, wireUnit.data()), u);
+        } else {
+          for (int d = 0; d < D; d++) u[d] = Element<T>::toFloat(in[d]);
+        }
+      }
       for (int d = 0; d < D; d++) {
         float acc = 0.f;
-        for (int src = 0; src < nRanks; src++) {
-          const T* in = (const T*)ranks[src].partialOut;
-          acc = mergeAccumulate(acc, weight[src],
-                                Element<T>::toFloat(in[b * s.inRow + (h / Hl) * s.inPeer + (h % Hl) * s.inHead + d]));
-        }
+        for (int src = 0; src < nRanks; src++) acc = mergeAccumulate(acc, weight[src], unit[(size_t)src * D + d]);
         out[row * s.outRow + head * s.outHead + d] = Element<T>::fromFloat(acc);
       }
     });
@@ -51,9 +59,9 @@ void referenceTyped(const Config& cfg, int nRanks, const Strides& s, const CallB
 }  // namespace
 
 void referenceA2aLseReduce(const Config& cfg, int nRanks, int batch, const Strides& s, const CallBuffers* ranks,
-                           const CallShape* shape) {
+                           const CallShape* shape, Wire wire) {
   const CallShape c = shapeOrDefault(cfg, nRanks, batch, shape);
-  withHostElementType(cfg.dtype, [&](auto elt) { referenceTyped<decltype(elt)>(cfg, nRanks, s, ranks, c); });
+  withHostElementType(cfg.dtype, [&](auto elt) { referenceTyped<decltype(elt)>(cfg, nRanks, s, ranks, c, wire); });
 }
 
 size_t countMismatches(const Config& cfg, int nRanks, int batch, const Strides& s, const CallBuffers* got,

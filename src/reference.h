@@ -12,12 +12,19 @@
 
 namespace nccl_dcp {
 
+// What crosses the link: the partials as the inputs hold them, or e4m3
+// with one fp32 scale per (row, head) (device/fp8_wire.h, DESIGN §15).
+enum class Wire : int { Native = 0, Fp8E4m3 = 1 };
+
 // ranks[r]: rank r's buffers in host memory (the empty-shard arrays too).
 // Writes every rank's out and, where not null, outLse, for batch rows, in
 // cfg's scatter mode; shape: the call's (resolveCallArgs; TOKEN's split in
-// its host form), NULL: no additions (the even split).
+// its host form), NULL: no additions (the even split). wire Fp8E4m3: the
+// model of fp8 on the wire -- every remote source's unit is encoded and
+// decoded (fp8_wire.h) before the same fp32 merge; a rank's own share and
+// every LSE stay exact, so outLse is the same as Native's.
 void referenceA2aLseReduce(const Config& cfg, int nRanks, int batch, const Strides& strides,
-                           const CallBuffers* ranks, const CallShape* shape = nullptr);
+                           const CallBuffers* ranks, const CallShape* shape = nullptr, Wire wire = Wire::Native);
 
 // Compares every rank's outputs (out, and outLse where want has it) with
 // the reference's: within one unit of rounding of dtype, LSEs within 1e-5
