@@ -11,7 +11,9 @@
  *    differs, naming the input and the rank;
  *  - abort after a silent peer timed out returns within a second on the
  *    survivor, even with an NCCL collective stuck on the dead peer, and
- *    ncclCommAbort works after it.
+ *    ncclCommAbort works after it;
+ *  - abort while a call still waits for a silent peer stops the kernel's
+ *    waits at once (the stream idle when abort returns).
  * Skips (fails under NCCL_DCP_REQUIRE_GPU >= 2) with fewer than 2 GPUs.
  ************************************************************************/
 #include <cuda_runtime_api.h>
@@ -437,6 +439,58 @@ TEST_F(CreateRanks, AbortAfterSilentPeer) {
     createWorks(c);
     if (HasFailure()) return;
   }
+}
+
+// Abort while a call is still waiting: rank 1 stays silent, rank 0's call
+// would wait 20 s for it (timeoutMs 20000). Rank 0's abort sends the stop
+// to its kernel: abort returns within a second with the call's stream idle.
+// Without the stop, abort gives up on the drain after kAbortDrainMs and
+// returns as well (success: the memory is left in place), so only the
+// stream tells: the kernel would still be waiting out its timeout.
+TEST_F(CreateRanks, AbortStopsAWaitingCallAtOnce) {
+  ncclDcpConfig_t c = makeConfig(256, 8, ncclBfloat16, ncclDcpLseBase2, 8);
+  c.timeoutMs = 20000;
+  Outcome o = createAll([&](int r, ncclDcpContext_t* ctx) { return ncclDcpContextCreate(comms_[r], &c, ctx); });
+  for (int r = 0; r < kRanks; r++) ASSERT_EQ(o.res[r], ncclSuccess) << o.msg[r];
+  Config cfg;
+  ASSERT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess);
+  DeviceProblem p(cfg, kRanks, 20, LseMix::Normal, freshSeed(), {0, 1});
+  threads_.run(kRanks, [&](int r) {
+    cudaSetDevice(r);
+    if (r == 1) return;  // silent
+    cudaStream_t s = nullptr;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    const CallBuffers b = p.buffers(0);
+    if (ncclDcpA2aLseReduce(o.ctxs[0], b.partialOut, (const float*)b.partialLse, b.out, b.outLse, 20, nullptr, s) !=
+        ncclSuccess) {
+      threads_.addFailure(r, std::string("call: ") + ncclDcpGetLastError());
+    } else {
+      const auto t0 = std::chrono::steady_clock::now();
+      while (cudaStreamQuery(s) == cudaErrorNotReady && secondsSince(t0) < 0.2) {
+      }
+      if (cudaStreamQuery(s) != cudaErrorNotReady)
+        threads_.addFailure(r, "the call did not wait for the silent rank: the test shows nothing");
+      const auto t1 = std::chrono::steady_clock::now();
+      if (ncclDcpContextAbort(o.ctxs[0]) != ncclSuccess)
+        threads_.addFailure(r, std::string("abort: ") + ncclDcpGetLastError());
+      const double seconds = secondsSince(t1);
+      if (seconds > 1.0) threads_.addFailure(r, "abort took " + std::to_string(seconds) + " s");
+      if (cudaStreamQuery(s) != cudaSuccess)
+        threads_.addFailure(r, "abort returned with the call still waiting: the stop did not reach the kernel");
+    }
+    cudaStreamSynchronize(s);  // at the latest when its wait times out
+    cudaStreamDestroy(s);
+    cudaGetLastError();
+  });
+  threads_.run(kRanks, [&](int r) {
+    cudaSetDevice(r);
+    if (r == 1 && ncclDcpContextAbort(o.ctxs[1]) != ncclSuccess)
+      threads_.addFailure(r, "abort of the silent rank's context");
+    if (ncclCommAbort(comms_[r]) != ncclSuccess) threads_.addFailure(r, "ncclCommAbort");
+    comms_[r] = nullptr;
+  });
+  initComms();
+  createWorks(c);
 }
 
 }  // namespace

@@ -320,6 +320,78 @@ PLANTS = [
           "  if (SizeEntry* e = entry(bytes)) add(e->calls, 1);\n",
           [("unit_plugin", "PluginTest.AllToAllsAreCountedExactlyBySize", 0)],
           "the profiler plugin counts the k all-to-alls of one group as one call of their size"),
+    # ---- issue 26's classes still without a plant: flag waits, the round,
+    # PDL ordering, streams and a poisoned context, abort.
+    Plant("flag_wait_skipped_line", "src/device/a2a_lse_reduce.h",
+          "    if (waitingFor < 0) break;\n",
+          "    if (waitingFor < 0 || true) break;\n",
+          [("gpu_loopback", "Transports/LoopbackProto.TenThousandRandomBatches/LL", 1),
+           ("gpu_loopback", "Transports/LoopbackProto.TenThousandRandomBatches/LL128", 1),
+           ("multi_ranks", "Cp/Ranks.EveryProtocolMatchesReference/cp2", 2)],
+          "LL, LL128: receivers poll their sources' lines once and merge what is there, flagged for the "
+          "round or not (zeros, or another call's data)"),
+    Plant("flag_wait_skipped_simple", "src/device/a2a_lse_reduce_simple.h",
+          "    for (unsigned late; (late = simple::pollFlags(f, mine, flag)) != 0;)\n"
+          "      if (!waiter.keepWaiting(s0 + __ffs(late) - 1)) return false;\n",
+          "    if (unsigned late = simple::pollFlags(f, mine, flag))\n"
+          "      if (!waiter.keepWaiting(s0 + __ffs(late) - 1)) return false;\n",
+          [("gpu_loopback", "Transports/LoopbackProto.TenThousandRandomBatches/SIMPLE", 1),
+           ("multi_ranks", "Cp/Ranks.EveryProtocolMatchesReference/cp2", 2)],
+          "SIMPLE: a receiver checks its chunk's flags once and merges the chunk whether its sources "
+          "signalled it or not"),
+    Plant("round_never_advances", "src/device/fused_common.h",
+          "storeVolatile8(&ctrl->arrivals, (uint64_t)(info.round + 1) << 32);",
+          "storeVolatile8(&ctrl->arrivals, (uint64_t)info.round << 32);",
+          [("gpu_loopback", "Transports/LoopbackProto.TenThousandRandomBatches/LL128", 1),
+           ("gpu_loopback", "Transports/LoopbackProto.RoundCounterWraps/SIMPLE", 1),
+           ("gpu_loopback", "Transports/LoopbackProto.GraphReplaysInterleavedWithEagerCalls/LL", 1)],
+          "the last block of a round resets the arrivals but never advances the round: every call, "
+          "eager or replayed, runs round 0 in slot 0 with flag 1"),
+    Plant("pdl_wait_dropped_line", "src/device/a2a_lse_reduce.h",
+          "  waitForPrerequisiteGrid();\n",
+          "",
+          [("gpu_loopback", "Transports/LoopbackProto.TenThousandRandomBatches/LL128", 1),
+           ("gpu_loopback", "Transports/LoopbackProto.PdlOnOffBitwiseEqual/LL", 1)],
+          "LL, LL128: no grid-dependency wait: under PDL a round starts once the previous one has sent "
+          "(its trigger), takes the round counter it has not advanced yet and writes the slot it still reads"),
+    Plant("pdl_wait_dropped_simple", "src/device/a2a_lse_reduce_simple.h",
+          "  waitForPrerequisiteGrid();\n",
+          "",
+          [("gpu_loopback", "Transports/LoopbackProto.TenThousandRandomBatches/SIMPLE", 1),
+           ("gpu_loopback", "Transports/LoopbackProto.PdlOnOffBitwiseEqual/SIMPLE", 1)],
+          "SIMPLE: no grid-dependency wait: under PDL a round overlaps the previous one's receives"),
+    Plant("second_stream_refused", "src/engine.cc",
+          "  } else if (s != lastStream || lastCaptured) {\n    CUDACHECK(cudaStreamWaitEvent(s, done, 0));\n",
+          "  } else if (s != lastStream && !lastCaptured) {\n"
+          "    return fail(ncclInvalidUsage, \"stream %p is not the stream of the previous call\", (void*)s);\n"
+          "  } else if (lastCaptured) {\n    CUDACHECK(cudaStreamWaitEvent(s, done, 0));\n",
+          [("gpu_streams", "Streamed.CallsAlternatingBetweenTwoStreams:"
+                           "Streamed.EagerCallsOnAnotherStreamWaitForThePreviousCall", 1),
+           ("gpu_streams", "OneRankStreams.AnyStreamAndBindStreamIsANoOp", 1)],
+          "an eager call on another stream than the previous eager call's is refused (ncclInvalidUsage) "
+          "instead of ordered after it"),
+    Plant("poisoned_call_returns_success", "src/engine.h",
+          "  if (poisoned == ncclSuccess) return res;\n",
+          "  if (poisoned == ncclSuccess || true) return res;\n",
+          [("gpu_streams", "Streamed.PoisonedContextWritesNanEagerAndReplayed", 1),
+           ("gpu_loopback", "Transports/LoopbackProto.SilentRankTimesOut/LL128", 1)],
+          "a call on a poisoned context writes NaN but returns ncclSuccess: the caller never hears of "
+          "the earlier timeout"),
+    Plant("abort_stop_never_sent", "src/engine.cc",
+          "  if (statusWord && cudaMemcpyAsync(statusWord, &host->stopCode, sizeof(host->stopCode), "
+          "cudaMemcpyHostToDevice,\n",
+          "  if (statusWord && false && cudaMemcpyAsync(statusWord, &host->stopCode, sizeof(host->stopCode), "
+          "cudaMemcpyHostToDevice,\n",
+          [("gpu_create_unwind", "CreateUnwind.LoopbackAbortStopsWaitsAtOnce", 1),
+           ("multi_create_agreement", "CreateRanks.AbortStopsAWaitingCallAtOnce", 2)],
+          "abort never writes the stop word: waiting kernels run on to their timeout (loopback's abort "
+          "fails its drain; a context's returns with the kernel still waiting)"),
+    Plant("context_abort_sends_no_stop", "src/context.cc",
+          "  if (!ctx->engine.stopAndDrain(statusWordOf(ctx), kAbortDrainMs)) {\n",
+          "  if (!ctx->engine.stopAndDrain(nullptr, kAbortDrainMs)) {\n",
+          [("multi_create_agreement", "CreateRanks.AbortStopsAWaitingCallAtOnce", 2)],
+          "a context's abort passes no status word: its kernels are not stopped, abort returns after "
+          "the drain bound with them still waiting"),
 ]
 
 
