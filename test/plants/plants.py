@@ -402,6 +402,10 @@ PLANTS = [
 # interpreter, NCCL_DCP_LIB set to the build's library.
 PYTEST = "pytest"
 
+# What a test binary loads at run time rather than links (ninja builds only
+# what it links): unit_plugin dlopen's the profiler plugin.
+RUNTIME_TARGETS = {"unit_plugin": ["plugin/libnccl-profiler-dcp.so"]}
+
 # Binaries that are Python TAP tests (test/meson.build), by their module in
 # test/scripts; their filters are unittest names ("Class.test_x").
 TAP_TESTS = {
@@ -508,7 +512,7 @@ def run_test(build, binary, flt, log_path, timeout):
             cwd = ROOT
             env = dict(os.environ, NCCL_DCP_LIB=os.path.join(build, "libnccl_dcp.so"))
         else:
-            build_cmd = ["ninja", "-C", build, f"test/{binary}"]
+            build_cmd = ["ninja", "-C", build, f"test/{binary}"] + RUNTIME_TARGETS.get(binary, [])
             log.write("$ " + " ".join(build_cmd) + "\n")
             log.flush()
             if subprocess.run(build_cmd, stdout=log, stderr=subprocess.STDOUT).returncode != 0:
