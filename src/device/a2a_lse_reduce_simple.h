@@ -14,9 +14,9 @@
  *            wave s of the grid: it lands and is merged while the next
  *            crosses NVLink. Senders never wait on a peer; writers stay at
  *            most kSendBytesInFlight ahead of the flags.
- *            TOKEN: a (chunk, destination) item carries only the chunk's
- *            units in the destination's slice, and none is flagged when it
- *            has none (scatter.h).
+ *            TOKEN: chunks count from each destination's first unit (its
+ *            slice, scatter.h), items chunk-major as HEAD's; an item past
+ *            a destination's last chunk (uneven splits) is empty, skipped.
  *   receive: the other warps, at the same time, in groups: a block takes
  *            all of its chunks at once, as many warps on each as that
  *            leaves (8 on one chunk at small batches, a warp per chunk at
