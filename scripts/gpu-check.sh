@@ -6,8 +6,13 @@
 #
 #   scripts/gpu-check.sh [--plant-failure] [stage...]
 #     default stages: build tests topology sanitize perf python plants
+#     perf: the loopback cp 8 table per protocol (perf-<P>.json) and per
+#       scatter mode (AUTO: perf-scatter-token.json, perf-scatter-none.json;
+#       HEAD's is perf-AUTO.json), and with 2+ GPUs every mode on the real
+#       ranks, one thread per GPU (perf-scatter-<mode>-ranks.json).
 #     also: nopdl reread (LL128 variants), timeline (-Dtimeline=true
-#       build, perf -T), stress (PDL / LL128 re-read stress), soak,
+#       build, perf -T), stress (PDL / LL128 re-read stress, HEAD, then each
+#       scatter mode once: TOKEN, TOKEN with device counts, NONE), soak,
 #       sanitize-context, baseline (our all-to-all vs nccl-tests'
 #       alltoall_perf), plugin (the profiler plugin in alltoall_perf),
 #       nccl-latest (NCCL 2.30.7 from source, the suites against it).
@@ -20,6 +25,8 @@
 #       case makes the whole run exit non-zero.
 #   TEST_SUITES="unit gpu": the tests stage runs only these meson suites
 #     (default: every suite), without the minimum case counts per binary.
+#   STRESS_CALLS (1000000), STRESS_MODE_CALLS (200000): calls per rank of
+#     the stress stage's HEAD runs and of its run per scatter mode.
 #
 # Exit status: 0 only when every stage run passed; 1 otherwise (a failed
 # stage, a failed or missing test case, no test run at all). The summary,
@@ -104,7 +111,8 @@ export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared hosts
 cat "$LOGS/env.txt"
 
 PERF=$BUILD/perf/dcp_a2a_lse_reduce_perf
-PERF_ARGS=(--virtual-ranks 8 -H 16 --head-dim 512 -d bf16 -b 1 -e 1024 -f 2 -m 10 -c 1)
+PERF_SHAPE=(-H 16 --head-dim 512 -d bf16 -b 1 -e 1024 -f 2 -m 10 -c 1)
+PERF_ARGS=(--virtual-ranks 8 "${PERF_SHAPE[@]}")  # loopback: cp 8 on one GPU
 
 # With 2 GPUs required, the perf binary's MPI launch must be tested too
 # (test/multi/test_perf_binary.cc fails its mpi2 cases without it): MPI is
@@ -201,6 +209,23 @@ if has perf; then
     record $? "perf $P (table in perf-$P.txt)"
     tail -14 "$LOGS/perf-$P.txt"
   done
+  # Each scatter mode beside its baselines (docs/perf.md "Scatter modes"):
+  # loopback cp 8 (HEAD's table is perf-AUTO's), then with 2+ GPUs every
+  # mode on the real ranks, one thread per GPU.
+  for mode in token none; do
+    "$PERF" "${PERF_ARGS[@]}" -P AUTO --scatter $mode -J "$LOGS/perf-scatter-$mode.json" \
+      > "$LOGS/perf-scatter-$mode.txt" 2>&1
+    record $? "perf scatter $mode, loopback cp 8 AUTO (table in perf-scatter-$mode.txt)"
+    tail -14 "$LOGS/perf-scatter-$mode.txt"
+  done
+  if [ "$NCCL_DCP_REQUIRE_GPU" -ge 2 ]; then
+    for mode in head token none; do
+      "$PERF" -t "$NCCL_DCP_REQUIRE_GPU" "${PERF_SHAPE[@]}" -P AUTO --scatter $mode \
+        -J "$LOGS/perf-scatter-$mode-ranks.json" > "$LOGS/perf-scatter-$mode-ranks.txt" 2>&1
+      record $? "perf scatter $mode, $NCCL_DCP_REQUIRE_GPU ranks AUTO (table in perf-scatter-$mode-ranks.txt)"
+      tail -14 "$LOGS/perf-scatter-$mode-ranks.txt"
+    done
+  fi
   echo "== perf took $((SECONDS - start)) s"
 fi
 
@@ -243,7 +268,9 @@ fi
 # PDL ordering and the LL128 re-read (DESIGN §4) under a producer that
 # triggers its dependents early and then rewrites the inputs: >= 10^6 calls
 # per rank, 0 mismatched words, without (the default) and with the re-read;
-# loopback at cp 8, and the real ranks when there are several GPUs.
+# loopback at cp 8, and the real ranks when there are several GPUs. Then
+# each scatter mode once (this build, fewer calls): TOKEN, TOKEN with the
+# device counts the producer rewrites per call (DESIGN §14), NONE.
 if has stress; then
   start=$SECONDS
   meson setup build-reread --buildtype=release -Dll128_reread=true > "$LOGS/configure-reread.log" 2>&1
@@ -255,6 +282,16 @@ if has stress; then
       NCCL_DCP_PROVIDER=${run%%:*} timeout 300 "$build/test/dcp_stress" ${run#*:} -P LL128 -b 4 \
         -n ${STRESS_CALLS:-1000000} > "$LOGS/stress.log" 2>&1
       record $? "stress ($build, ${run%%:*}) $(tail -1 "$LOGS/stress.log")"
+    done
+  done
+  where=("loopback:-V 8")
+  [ "$NCCL_DCP_REQUIRE_GPU" -lt 2 ] || where+=("ranks:-r $NCCL_DCP_REQUIRE_GPU")
+  for mode in "token:-S token" "token-counts:-S token -C" "none:-S none"; do
+    for w in "${where[@]}"; do
+      log=$LOGS/stress-${mode%%:*}-${w%%:*}.log
+      timeout 300 "$BUILD/test/dcp_stress" ${w#*:} ${mode#*:} -P LL128 -b 4 -n ${STRESS_MODE_CALLS:-200000} \
+        > "$log" 2>&1
+      record $? "stress ${mode%%:*} (${w%%:*}) $(tail -1 "$log")"
     done
   done
   echo "== stress took $((SECONDS - start)) s"

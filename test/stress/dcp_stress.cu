@@ -6,27 +6,40 @@
  *
  *   producer  triggers its dependents at once (griddepcontrol.launch_dependents),
  *             waits -u ns, then copies input set (i % 2) into the live inputs
- *   poison    the outputs
+ *             (TOKEN with -C: and split (i % 2) into the live device counts)
+ *   poison    the outputs (out and outLse)
  *   our call  launched with programmatic dependent launch: it must not read
- *             the live inputs before the producer has finished writing them
+ *             the live inputs (or counts) before the producer has finished
+ *             writing them
  *   compare   outputs against the golden outputs of set (i % 2), bitwise;
  *             every differing 32-bit word is counted
  *
- * The golden outputs come from one eager call per set, checked against the
- * CPU reference first. A wrong PDL ordering reads the other set's inputs; a
- * torn LL128 line (NVLink, without the Hopper re-read) merges stale data:
- * both show as mismatched words. Exit status 0 only with 0 mismatched words
- * and no asynchronous error.
+ * Every scatter mode (-S): HEAD's out holds the rank's Hl heads of every
+ * row, TOKEN's every head of the rank's rows (the even split; with -C the
+ * call's args->rowCountsDevice, an int32[cp] array per rank that the
+ * producer rewrites: split 0 even, split 1 skewed, rank 0 owning no row),
+ * NONE's every head of every row. Each rank's out has room for its most
+ * rows over the two splits; the rows past its share must keep the poison.
+ * The golden outputs come from one eager call per (set, split), checked
+ * against the CPU reference (with the call's shape, and the poison past
+ * each share) first.
+ * A wrong PDL ordering reads the other set's inputs or counts; a torn LL128
+ * line (NVLink, without the Hopper re-read) merges stale data: both show as
+ * mismatched words. Exit status 0 only with 0 mismatched words and no
+ * asynchronous error.
  *
  *   dcp_stress -V <cp>      loopback: cp virtual ranks on GPU 0
  *   dcp_stress -r <ranks>   NCCL ranks, one per GPU, driven by this thread
  *   -b batch (4)  -n calls per rank (1000000)  -G calls per graph (100)
  *   -P AUTO|LL|LL128|SIMPLE  -D head dim (512)  -H local heads (16)
- *   -u producer delay in ns (2000)
+ *   -u producer delay in ns (2000)  -S head|token|none scatter mode (head)
+ *   -C TOKEN's counts from the device, rewritten per call (cp >= 2)
+ *   -h this help
  ************************************************************************/
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -36,9 +49,11 @@
 #include <string>
 #include <vector>
 
+#include "enums.h"
 #include "loopback.h"
 #include "nccl_dcp.h"
 #include "reference.h"
+#include "validate.h"
 
 using namespace nccl_dcp;
 
@@ -63,7 +78,7 @@ namespace {
   } while (0)
 
 __global__ void produceInputs(const uint4* src, uint4* dst, size_t vectors, const float* srcLse, float* dstLse,
-                              size_t lses, uint64_t delayNs) {
+                              size_t lses, const int* srcCounts, int* dstCounts, int counts, uint64_t delayNs) {
   asm volatile("griddepcontrol.launch_dependents;");
   uint64_t t0, t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
@@ -73,6 +88,8 @@ __global__ void produceInputs(const uint4* src, uint4* dst, size_t vectors, cons
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < vectors; i += stride) dst[i] = src[i];
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < lses; i += stride) dstLse[i] = srcLse[i];
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)counts; i += stride)
+    dstCounts[i] = srcCounts[i];
 }
 
 __global__ void countWrongWords(const uint32_t* got, const uint32_t* want, size_t words, unsigned long long* wrong) {
@@ -82,16 +99,39 @@ __global__ void countWrongWords(const uint32_t* got, const uint32_t* want, size_
   if (mine) atomicAdd(wrong, mine);
 }
 
+const char* const kUsage =
+    "usage: dcp_stress (-V cp | -r ranks) [options]\n"
+    "  -V cp      loopback: cp virtual ranks on GPU 0\n"
+    "  -r ranks   NCCL ranks, one per GPU, driven by this thread\n"
+    "  -b batch (4)  -n calls per rank (1000000)  -G calls per graph (100)\n"
+    "  -P AUTO|LL|LL128|SIMPLE (AUTO)  -D head dim (512)  -H local heads (16)\n"
+    "  -u producer delay in ns (2000)  -S head|token|none scatter mode (head)\n"
+    "  -C         TOKEN's counts from a device array the producer rewrites per call\n"
+    "             (even, then skewed with rank 0 owning no row; cp >= 2)\n"
+    "  -h         this help\n";
+
 struct Args {
   int virtualRanks = 0, ranks = 0, batch = 4, graphCalls = 100, headDim = 512, localHeads = 16;
   long calls = 1000000;
-  int protocol = ncclDcpProtoAuto;
+  int protocol = ncclDcpProtoAuto, scatter = ncclDcpScatterHead;
+  bool deviceCounts = false, help = false;
   uint64_t delayNs = 2000;
 };
 
-bool parse(int argc, char** argv, Args* a) {
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string f = argv[i], v = argv[i + 1];
+// The arguments, or what is wrong with them ("" when nothing).
+std::string parse(int argc, char** argv, Args* a) {
+  for (int i = 1; i < argc; i++) {
+    const std::string f = argv[i];
+    if (f == "-h") {
+      a->help = true;
+      continue;
+    }
+    if (f == "-C") {
+      a->deviceCounts = true;
+      continue;
+    }
+    if (i + 1 == argc) return "no value after " + f;
+    const std::string v = argv[++i];
     if (f == "-V") a->virtualRanks = atoi(v.c_str());
     else if (f == "-r") a->ranks = atoi(v.c_str());
     else if (f == "-b") a->batch = atoi(v.c_str());
@@ -101,15 +141,42 @@ bool parse(int argc, char** argv, Args* a) {
     else if (f == "-H") a->localHeads = atoi(v.c_str());
     else if (f == "-u") a->delayNs = strtoull(v.c_str(), nullptr, 10);
     else if (f == "-P") {
-      const char* names[] = {"AUTO", "LL", "LL128", "SIMPLE"};
-      a->protocol = -1;
-      for (int p = 0; p < 4; p++)
-        if (v == names[p]) a->protocol = p;
-      if (a->protocol < 0) return false;
-    } else return false;
+      if (!parseProtocol(v.c_str(), &a->protocol)) return "-P " + v + ": AUTO, LL, LL128 or SIMPLE";
+    } else if (f == "-S") {
+      if (!parseScatter(v.c_str(), &a->scatter)) return "-S " + v + ": head, token or none";
+    } else return "unknown option " + f;
   }
-  return (argc % 2 == 1) && (a->virtualRanks > 0) != (a->ranks > 0) && a->batch > 0 && a->calls > 0 &&
-         a->graphCalls > 0 && a->batch <= 4096;
+  if (a->help) return "";
+  if ((a->virtualRanks > 0) == (a->ranks > 0)) return "give one of -V cp and -r ranks, > 0";
+  if (a->batch <= 0 || a->batch > 4096) return "-b must be 1..4096";
+  if (a->calls <= 0 || a->graphCalls <= 0) return "-n and -G must be > 0";
+  if (a->deviceCounts && a->scatter != ncclDcpScatterToken) return "-C needs -S token (only TOKEN takes counts)";
+  if (a->deviceCounts && a->virtualRanks + a->ranks < 2) return "-C needs cp >= 2 (split 1 leaves rank 0 no row)";
+  return "";
+}
+
+// True when every byte of [p, p + bytes) holds the outputs' poison (0xff).
+bool poisoned(const void* p, size_t bytes) {
+  const uint8_t* b = (const uint8_t*)p;
+  return std::all_of(b, b + bytes, [](uint8_t x) { return x == 0xff; });
+}
+
+// TOKEN's two splits under -C: 0 the even one, 1 skewed: rank 0 owns no
+// row, the last rank the larger half of the batch, the middle ranks the rest
+// evenly (cp 2: the last rank owns every row).
+std::vector<int> splitCounts(int split, int batch, int cp) {
+  std::vector<int> n(cp, 0);
+  if (split == 0) {
+    RowSplit even;
+    evenSplit(batch, cp, &even);
+    for (int p = 0; p < cp; p++) n[p] = even.start[p + 1] - even.start[p];
+    return n;
+  }
+  const int middle = cp - 2;
+  n[cp - 1] = middle > 0 ? (batch + 1) / 2 : batch;
+  const int rest = batch - n[cp - 1];
+  for (int p = 1; p <= middle; p++) n[p] = rest / middle + (p - 1 < rest % middle);
+  return n;
 }
 
 // One rank's device buffers (loopback: every virtual rank's, rank r at + r * size).
@@ -118,6 +185,7 @@ struct RankBuffers {
   cudaStream_t stream = nullptr;
   char *set[2] = {}, *live = nullptr, *out = nullptr, *golden[2] = {};
   float *setLse[2] = {}, *liveLse = nullptr, *outLse = nullptr, *goldenLse[2] = {};
+  int *setCounts[2] = {}, *liveCounts = nullptr;  // -C: split s, and the call's
   unsigned long long* wrong = nullptr;
   cudaGraphExec_t graph = nullptr;
 };
@@ -126,9 +194,13 @@ struct RankBuffers {
 
 int main(int argc, char** argv) {
   Args a;
-  if (!parse(argc, argv, &a)) {
-    fprintf(stderr, "usage: dcp_stress (-V cp | -r ranks) [-b batch] [-n calls] [-G graph calls] "
-                    "[-P AUTO|LL|LL128|SIMPLE] [-D dim] [-H heads] [-u delay ns]\n");
+  const std::string bad = parse(argc, argv, &a);
+  if (a.help && bad.empty()) {
+    printf("%s", kUsage);
+    return 0;
+  }
+  if (!bad.empty()) {
+    fprintf(stderr, "dcp_stress: %s\n%s", bad.c_str(), kUsage);
     return 1;
   }
   int gpus = 0;
@@ -145,13 +217,29 @@ int main(int argc, char** argv) {
   c.lseBase = ncclDcpLseBase2;
   c.maxBatch = a.batch;
   c.protocol = a.protocol;
+  c.scatter = a.scatter;
   Config cfg;
   CHECK_DCP(resolveConfig(&c, Env(), &cfg));
   const Strides packed = packedStrides(cfg, cp);
+
+  // The call's shape per set s (-C: split s's host form, for the reference);
+  // every rank's out holds its most rows over both, at the mode's heads.
+  std::vector<int> counts[2];
+  CallShape shape[2];
+  int outRows = 0;
+  for (int s = 0; s < 2; s++) {
+    ncclDcpCallArgs_t hostArgs = NCCL_DCP_CALL_ARGS_INITIALIZER;
+    if (a.deviceCounts) {
+      counts[s] = splitCounts(s, a.batch, cp);
+      hostArgs.rowCounts = counts[s].data();
+    }
+    CHECK_DCP(resolveCallArgs(&hostArgs, cfg, cp, a.batch, &shape[s]));
+    for (int r = 0; r < cp; r++) outRows = std::max(outRows, outRowsOf(shape[s], r));
+  }
   const size_t inBytes = (size_t)a.batch * cp * cfg.localHeads * cfg.headDim * cfg.eltSize;
   const size_t lseCount = (size_t)a.batch * cp * cfg.localHeads;
-  const size_t outBytes = (size_t)a.batch * cfg.localHeads * cfg.headDim * cfg.eltSize;
-  const size_t outLseCount = (size_t)a.batch * cfg.localHeads;
+  const size_t outRowBytes = (size_t)shape[0].heads * cfg.headDim * cfg.eltSize, outBytes = outRows * outRowBytes;
+  const size_t outLseCount = (size_t)outRows * shape[0].heads;
 
   // Two input sets of every rank on the host, and their reference outputs.
   std::vector<uint8_t> hostIn[2], refOut[2];
@@ -169,7 +257,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < cp; r++)
       ranks[r] = {hostIn[s].data() + r * inBytes, hostLse[s].data() + r * lseCount, refOut[s].data() + r * outBytes,
                   refLse[s].data() + r * outLseCount};
-    referenceA2aLseReduce(cfg, cp, a.batch, packed, ranks.data());
+    referenceA2aLseReduce(cfg, cp, a.batch, packed, ranks.data(), &shape[s]);
   }
 
   // The collective: a loopback object, or one context per GPU.
@@ -208,6 +296,13 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaMalloc(&b.liveLse, perBuffer * lseCount * 4));
     CHECK_CUDA(cudaMalloc(&b.out, perBuffer * outBytes));
     CHECK_CUDA(cudaMalloc(&b.outLse, perBuffer * outLseCount * 4));
+    if (a.deviceCounts) {  // loopback: one array for every virtual rank
+      for (int s = 0; s < 2; s++) {
+        CHECK_CUDA(cudaMalloc(&b.setCounts[s], cp * sizeof(int)));
+        CHECK_CUDA(cudaMemcpy(b.setCounts[s], counts[s].data(), cp * sizeof(int), cudaMemcpyHostToDevice));
+      }
+      CHECK_CUDA(cudaMalloc(&b.liveCounts, cp * sizeof(int)));
+    }
     CHECK_CUDA(cudaMalloc(&b.wrong, sizeof(unsigned long long)));
     CHECK_CUDA(cudaMemset(b.wrong, 0, sizeof(unsigned long long)));
   }
@@ -217,27 +312,38 @@ int main(int argc, char** argv) {
   auto call = [&](int i) {
     RankBuffers& b = rb[i];
     CHECK_CUDA(cudaSetDevice(b.dev));
+    ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+    args.rowCountsDevice = b.liveCounts;
+    const ncclDcpCallArgs_t* extra = a.deviceCounts ? &args : nullptr;
     if (loopback) {
       std::vector<CallBuffers> bufs(cp);
       for (int r = 0; r < cp; r++)
         bufs[r] = {b.live + r * inBytes, b.liveLse + r * lseCount, b.out + r * outBytes, b.outLse + r * outLseCount};
-      CHECK_DCP(lb->call(bufs.data(), a.batch, nullptr, b.stream));
+      CHECK_DCP(lb->call(bufs.data(), a.batch, nullptr, b.stream, extra));
     } else {
-      CHECK_DCP(ncclDcpA2aLseReduce(ctxs[i], b.live, b.liveLse, b.out, b.outLse, a.batch, nullptr, b.stream));
+      CHECK_DCP(
+          ncclDcpA2aLseReduceEx(ctxs[i], b.live, b.liveLse, b.out, b.outLse, a.batch, nullptr, extra, b.stream));
     }
+  };
+  auto poison = [&](int i) {
+    RankBuffers& b = rb[i];
+    CHECK_CUDA(cudaMemsetAsync(b.out, 0xff, perBuffer * outBytes, b.stream));
+    CHECK_CUDA(cudaMemsetAsync(b.outLse, 0xff, perBuffer * outLseCount * 4, b.stream));
   };
   auto produce = [&](int i, int s, uint64_t delayNs) {
     RankBuffers& b = rb[i];
     produceInputs<<<264, 256, 0, b.stream>>>((const uint4*)b.set[s], (uint4*)b.live, perBuffer * inBytes / 16,
-                                            b.setLse[s], b.liveLse, perBuffer * lseCount, delayNs);
+                                            b.setLse[s], b.liveLse, perBuffer * lseCount, b.setCounts[s],
+                                            b.liveCounts, a.deviceCounts ? cp : 0, delayNs);
     CHECK_CUDA(cudaGetLastError());
   };
 
-  // Golden outputs: one eager call per set, checked against the reference.
+  // Golden outputs: one eager call per set (and split), checked against the
+  // reference.
   for (int s = 0; s < 2; s++) {
     for (int i = 0; i < nBuffers; i++) {
       produce(i, s, 0);
-      CHECK_CUDA(cudaMemsetAsync(rb[i].out, 0xff, perBuffer * outBytes, rb[i].stream));
+      poison(i);
       call(i);
     }
     std::vector<uint8_t> got(cp * outBytes);
@@ -258,11 +364,21 @@ int main(int argc, char** argv) {
       wantBufs[r] = {nullptr, nullptr, refOut[s].data() + r * outBytes, refLse[s].data() + r * outLseCount};
     }
     std::string first;
-    const size_t bad = countMismatches(cfg, cp, a.batch, packed, gotBufs.data(), wantBufs.data(), &first);
-    if (bad) {
+    const size_t wrongElements =
+        countMismatches(cfg, cp, a.batch, packed, gotBufs.data(), wantBufs.data(), &first, &shape[s]);
+    if (wrongElements) {
       fprintf(stderr, "dcp_stress: golden call of set %d differs from the CPU reference in %zu elements: %s\n", s,
-              bad, first.c_str());
+              wrongElements, first.c_str());
       return 4;
+    }
+    for (int r = 0; r < cp; r++) {  // TOKEN: the rows past the rank's share hold the poison
+      const size_t rows = outRowsOf(shape[s], r);
+      if (!poisoned(got.data() + r * outBytes + rows * outRowBytes, (outRows - rows) * outRowBytes) ||
+          !poisoned(gotLse.data() + r * outLseCount + rows * shape[s].heads, (outRows - rows) * shape[s].heads * 4)) {
+        fprintf(stderr, "dcp_stress: golden call of set %d wrote rank %d's out or outLse past its %zu rows\n", s, r,
+                rows);
+        return 4;
+      }
     }
   }
 
@@ -275,7 +391,7 @@ int main(int argc, char** argv) {
     for (int k = 0; k < a.graphCalls; k++) {
       const int s = k % 2;
       produce(i, s, a.delayNs);
-      CHECK_CUDA(cudaMemsetAsync(b.out, 0xff, perBuffer * outBytes, b.stream));
+      poison(i);
       call(i);
       countWrongWords<<<132, 256, 0, b.stream>>>((const uint32_t*)b.out, (const uint32_t*)b.golden[s],
                                                  perBuffer * outBytes / 4, b.wrong);
@@ -314,12 +430,11 @@ int main(int argc, char** argv) {
     else CHECK_DCP(ncclDcpGetAsyncError(ctxs[i], &e));
     if (e != ncclSuccess) async = e;
   }
-  const char* protos[] = {"AUTO", "LL", "LL128", "SIMPLE"};
-  printf("dcp_stress: %s cp %d %s batch %d D %d Hl %d: %ld calls per rank in %.1f s, producer delay %llu ns: "
-         "%llu mismatched words, async error %s\n",
-         loopback ? "loopback" : "NCCL ranks", cp, protos[a.protocol], a.batch, cfg.headDim, cfg.localHeads,
-         replays * a.graphCalls, seconds, (unsigned long long)a.delayNs, wrong,
-         async == ncclSuccess ? "none" : ncclGetErrorString(async));
+  printf("dcp_stress: %s cp %d %s scatter %s%s batch %d D %d Hl %d: %ld calls per rank in %.1f s, producer delay "
+         "%llu ns: %llu mismatched words, async error %s\n",
+         loopback ? "loopback" : "NCCL ranks", cp, protocolName(a.protocol), scatterName(a.scatter),
+         a.deviceCounts ? " (device counts)" : "", a.batch, cfg.headDim, cfg.localHeads, replays * a.graphCalls,
+         seconds, (unsigned long long)a.delayNs, wrong, async == ncclSuccess ? "none" : ncclGetErrorString(async));
   for (int i = 0; i < nBuffers; i++) {
     cudaSetDevice(rb[i].dev);
     cudaGraphExecDestroy(rb[i].graph);
