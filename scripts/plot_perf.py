@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Plot dcp_a2a_lse_reduce_perf JSON (-J) files: latency vs batch, the fused
 collective per protocol against the baseline measured in the same run.
+Files of different scatter modes (--scatter) are one curve per mode, each
+with its own baselines (a mode's baseline is its own exchange).
 
     scripts/plot_perf.py -o docs/perf-loopback.png perf-LL128.json perf-LL.json ...
+    scripts/plot_perf.py -o docs/perf-scatter.png scatter-head.json scatter-token.json ...
 """
 import argparse
 import json
@@ -25,13 +28,25 @@ def main():
     fig, ax = plt.subplots(figsize=(8, 5))
     baseline_drawn = floor_drawn = False
     meta = None
+    runs = []
     for path in args.json:
         with open(path) as f:
-            run = json.load(f)
+            runs.append(json.load(f))
+    by_mode = len({run.get("scatter", "head") for run in runs}) > 1
+    for run in runs:
         meta = meta or run
         rows = [r for r in run["rows"] if r["rows"] > 0]
         batch = [r["rows"] for r in rows]
-        ax.plot(batch, [r["fusedUs"] for r in rows], marker="o", label="nccl-dcp " + run["protocol"])
+        name = run.get("scatter", "head").upper() if by_mode else run["protocol"]
+        line, = ax.plot(batch, [r["fusedUs"] for r in rows], marker="o", label="nccl-dcp " + name)
+        if by_mode:  # each mode's baselines are its own exchanges
+            if any(r["baseUs"] > 0 for r in rows):
+                ax.plot(batch, [r["baseUs"] for r in rows], marker="s", color=line.get_color(), linestyle="--",
+                        label="baseline: " + run.get("baseline", "?"))
+            if run.get("baseline2") and any(r.get("base2Us", 0) > 0 for r in rows):
+                ax.plot(batch, [r["base2Us"] for r in rows], marker="^", color=line.get_color(), linestyle=":",
+                        label="baseline 2: " + run["baseline2"])
+            continue
         # One baseline curve: every run measured it on the same data.
         if not baseline_drawn and any(r["baseUs"] > 0 for r in rows):
             ax.plot(batch, [r["baseUs"] for r in rows], marker="s", color="black", linestyle="--",
