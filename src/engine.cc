@@ -96,7 +96,6 @@ void Engine::poison(ncclResult_t code, int peer) {
 ncclResult_t Engine::admit(const CallBuffers* buffers, int nBuffers, int batch, const ncclDcpStrides_t* stridesIn,
                            const ncclDcpCallArgs_t* args, CallPlan* plan) const {
   DCPCHECK(resolveStrides(stridesIn, cfg, nRanks, &plan->strides));
-  if (batch < 0) return fail(ncclInvalidArgument, "batch %d is negative", batch);
   DCPCHECK(resolveCallArgs(args, cfg, nRanks, batch, &plan->shape));
   for (int i = 0; i < nBuffers; i++)
     DCPCHECK(checkCall(cfg, nRanks, buffers[i], batch, plan->strides, plan->shape,

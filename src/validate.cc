@@ -18,18 +18,25 @@ static int pick(int configValue, int envValue, int fallback) {
   return envValue != kEnvUnset ? envValue : fallback;
 }
 
+// The header of a versioned struct (`what`: "config", "strides", "args";
+// `initializer`: what sets it) before any other field of it is read: its
+// magic, and a version from `oldest` to this library's.
+static ncclResult_t checkHeader(const char* what, const char* initializer, unsigned magic, unsigned wantMagic,
+                                const char* magicName, unsigned version, unsigned oldest) {
+  if (magic != wantMagic)
+    return fail(ncclInvalidArgument, "%s->magic is 0x%x, not %s: initialise the %s with %s", what, magic,
+                magicName, what, initializer);
+  if (version > NCCL_DCP_VERSION_CODE || version < oldest)
+    return fail(ncclInvalidArgument,
+                "%s->version %u is not one this library (%d) knows: rebuild against its nccl_dcp.h", what, version,
+                NCCL_DCP_VERSION_CODE);
+  return ncclSuccess;
+}
+
 ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* out) {
   if (cfg == nullptr) return fail(ncclInvalidArgument, "config is NULL");
-  if (cfg->magic != NCCL_DCP_CONFIG_MAGIC)
-    return fail(ncclInvalidArgument,
-                "config->magic is 0x%x, not NCCL_DCP_CONFIG_MAGIC: initialise the config with "
-                "NCCL_DCP_CONFIG_INITIALIZER",
-                cfg->magic);
-  if (cfg->version > NCCL_DCP_VERSION_CODE || cfg->version < NCCL_DCP_VERSION(0, 1, 0))
-    return fail(ncclInvalidArgument,
-                "config->version %u is not one this library (%d) knows: rebuild against its "
-                "nccl_dcp.h",
-                cfg->version, NCCL_DCP_VERSION_CODE);
+  DCPCHECK(checkHeader("config", "NCCL_DCP_CONFIG_INITIALIZER", cfg->magic, NCCL_DCP_CONFIG_MAGIC,
+                       "NCCL_DCP_CONFIG_MAGIC", cfg->version, NCCL_DCP_VERSION(0, 1, 0)));
   // Append-only: a caller built against 0.2 passes the struct without
   // scatter and lseDtype, padded to its alignment (sizeof of 0.2's struct).
   const size_t v2 = alignUp(offsetof(ncclDcpConfig_t, scatter), alignof(ncclDcpConfig_t));
@@ -164,14 +171,8 @@ ncclResult_t resolveStrides(const ncclDcpStrides_t* in, const Config& cfg, int n
     *out = p;
     return ncclSuccess;
   }
-  if (in->magic != NCCL_DCP_STRIDES_MAGIC)
-    return fail(ncclInvalidArgument,
-                "strides->magic is 0x%x, not NCCL_DCP_STRIDES_MAGIC: initialise the strides with "
-                "NCCL_DCP_STRIDES_INITIALIZER",
-                in->magic);
-  if (in->version > NCCL_DCP_VERSION_CODE || in->version < NCCL_DCP_VERSION(0, 1, 0))
-    return fail(ncclInvalidArgument, "strides->version %u is not one this library (%d) knows",
-                in->version, NCCL_DCP_VERSION_CODE);
+  DCPCHECK(checkHeader("strides", "NCCL_DCP_STRIDES_INITIALIZER", in->magic, NCCL_DCP_STRIDES_MAGIC,
+                       "NCCL_DCP_STRIDES_MAGIC", in->version, NCCL_DCP_VERSION(0, 1, 0)));
   if (in->size != sizeof(ncclDcpStrides_t))
     return fail(ncclInvalidArgument, "strides->size %zu is not sizeof(ncclDcpStrides_t) = %zu",
                 in->size, sizeof(ncclDcpStrides_t));
@@ -271,6 +272,7 @@ int outRowsOf(const CallShape& shape, int rank) {
 
 ncclResult_t resolveCallArgs(const ncclDcpCallArgs_t* args, const Config& cfg, int nRanks, int batch,
                              CallShape* shape) {
+  if (batch < 0) return fail(ncclInvalidArgument, "batch %d is negative", batch);
   CallShape c = {};
   c.scatter = cfg.scatter;
   c.localHeads = cfg.localHeads;
@@ -279,14 +281,8 @@ ncclResult_t resolveCallArgs(const ncclDcpCallArgs_t* args, const Config& cfg, i
   c.lseDtype = cfg.lseDtype;
   evenSplit(batch, nRanks, &c.split);
   if (args != nullptr) {
-    if (args->magic != NCCL_DCP_CALL_ARGS_MAGIC)
-      return fail(ncclInvalidArgument,
-                  "args->magic is 0x%x, not NCCL_DCP_CALL_ARGS_MAGIC: initialise the call's args with "
-                  "NCCL_DCP_CALL_ARGS_INITIALIZER",
-                  args->magic);
-    if (args->version > NCCL_DCP_VERSION_CODE || args->version < NCCL_DCP_VERSION(0, 3, 0))
-      return fail(ncclInvalidArgument, "args->version %u is not one this library (%d) knows", args->version,
-                  NCCL_DCP_VERSION_CODE);
+    DCPCHECK(checkHeader("args", "NCCL_DCP_CALL_ARGS_INITIALIZER", args->magic, NCCL_DCP_CALL_ARGS_MAGIC,
+                         "NCCL_DCP_CALL_ARGS_MAGIC", args->version, NCCL_DCP_VERSION(0, 3, 0)));
     if (args->size != sizeof(ncclDcpCallArgs_t))
       return fail(ncclInvalidArgument, "args->size %zu is not sizeof(ncclDcpCallArgs_t) = %zu", args->size,
                   sizeof(ncclDcpCallArgs_t));
@@ -378,7 +374,6 @@ ncclResult_t checkCall(const Config& cfg, int nRanks, const CallBuffers& buf, in
 }
 
 ncclResult_t checkCall(const Config& cfg, int nRanks, const CallBuffers& buf, int batch, const Strides& s) {
-  if (batch < 0) return fail(ncclInvalidArgument, "batch %d is negative", batch);
   CallShape shape;
   DCPCHECK(resolveCallArgs(nullptr, cfg, nRanks, batch, &shape));
   return checkCall(cfg, nRanks, buf, batch, s, shape, outRowsOf(shape, 0));

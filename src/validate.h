@@ -25,8 +25,8 @@ ncclResult_t checkRanks(int nRanks);
 Strides packedStrides(const Config& cfg, int nRanks);
 ncclResult_t resolveStrides(const ncclDcpStrides_t* in, const Config& cfg, int nRanks, Strides* out);
 
-// The call's additions (ncclDcpCallArgs_t; NULL: none) for batch rows: the
-// mode's shape and TOKEN's split (even, or the host counts, checked here:
+// The call's additions (ncclDcpCallArgs_t; NULL: none) for batch rows
+// (batch >= 0 checked): the mode's shape and TOKEN's split (even, or the host counts, checked here:
 // each >= 0, sum = batch); counts only in TOKEN, seqLens and queryStartLoc
 // both or neither.
 ncclResult_t resolveCallArgs(const ncclDcpCallArgs_t* args, const Config& cfg, int nRanks, int batch,

@@ -442,5 +442,17 @@ void RankThreads::addFailure(int rank, const std::string& what) {
   failures_.push_back("rank " + std::to_string(rank) + ": " + what);
 }
 
+Config resolved(const ncclDcpConfig_t& c) {
+  Config cfg;
+  EXPECT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess) << ncclDcpGetLastError();
+  return cfg;
+}
+
+std::unique_ptr<Loopback> makeLoopback(const ncclDcpConfig_t& c, int nRanks) {
+  std::unique_ptr<Loopback> lb;
+  EXPECT_EQ(Loopback::create(&c, nRanks, &lb), ncclSuccess) << ncclDcpGetLastError();
+  return lb;
+}
+
 }  // namespace test
 }  // namespace nccl_dcp

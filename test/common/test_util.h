@@ -12,11 +12,13 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "loopback.h"
 #include "nccl_dcp.h"
 #include "validate.h"
 
@@ -320,6 +322,12 @@ struct RankBuffers {
   // The outputs into t (synchronises stream).
   cudaError_t download(RankTensors* t, cudaStream_t stream);
 };
+
+// The config resolved as a create would (a failure fails the test).
+Config resolved(const ncclDcpConfig_t& c);
+// A loopback of nRanks virtual ranks on the current GPU (NULL and a test
+// failure when create fails).
+std::unique_ptr<Loopback> makeLoopback(const ncclDcpConfig_t& c, int nRanks);
 
 }  // namespace test
 }  // namespace nccl_dcp

@@ -118,19 +118,6 @@ class Problem {
   std::vector<DeviceRank> dev_;
 };
 
-Config resolved(const ncclDcpConfig_t& c) {
-  Config cfg;
-  EXPECT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess) << ncclDcpGetLastError();
-  return cfg;
-}
-
-std::unique_ptr<Loopback> makeLoopback(const ncclDcpConfig_t& c, int nRanks) {
-  std::unique_ptr<Loopback> lb;
-  ncclResult_t r = Loopback::create(&c, nRanks, &lb);
-  EXPECT_EQ(r, ncclSuccess) << ncclDcpGetLastError();
-  return lb;
-}
-
 // Runs one call on fresh data and compares with the reference.
 void runAndCheck(const ncclDcpConfig_t& c, int nRanks, int batch, LseMix mix = LseMix::Normal,
                  bool withOutLse = true) {

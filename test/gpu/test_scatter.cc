@@ -37,19 +37,6 @@ namespace {
 
 constexpr int kCap = 8;  // maxBatch of most cases: batches above it are chunked
 
-Config resolved(const ncclDcpConfig_t& c) {
-  Config cfg;
-  EXPECT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess) << ncclDcpGetLastError();
-  return cfg;
-}
-
-std::unique_ptr<Loopback> makeLoopback(const ncclDcpConfig_t& c, int nRanks) {
-  std::unique_ptr<Loopback> lb;
-  const ncclResult_t r = Loopback::create(&c, nRanks, &lb);
-  EXPECT_EQ(r, ncclSuccess) << ncclDcpGetLastError();
-  return lb;
-}
-
 // One call of p through lb on stream (p's strides: NULL when packed; p's
 // args), finished.
 void callAndWait(Loopback& lb, const DeviceProblem& p, cudaStream_t stream = nullptr) {
