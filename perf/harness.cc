@@ -37,21 +37,27 @@ int64_t maxOutRows(int scatter, int nRanks, int64_t rows) {
   return scatter == ncclDcpScatterToken ? tokenBlockRows(nRanks, rows) : rows;
 }
 
-int64_t peerBytesPerRow(int scatter, int nRanks, int localHeads, int headDim, int eltSize) {
-  const int64_t share = (int64_t)localHeads * headDim * eltSize;
-  return scatter == ncclDcpScatterNone ? std::max(nRanks, 1) * share : share;
+// Heads of a row a rank sends each peer (see peerBytesPerRow).
+int peerHeadsOf(int scatter, int nRanks, int localHeads, bool twoPhase) {
+  if (scatter != ncclDcpScatterNone) return localHeads;
+  return twoPhase ? 2 * localHeads : std::max(nRanks, 1) * localHeads;
 }
 
-int64_t receiveBytesPerRow(int scatter, int nRanks, int localHeads, int headDim, int eltSize) {
-  return std::max(nRanks - 1, 0) * peerBytesPerRow(scatter, nRanks, localHeads, headDim, eltSize);
+int64_t peerBytesPerRow(int scatter, int nRanks, int localHeads, int headDim, int eltSize, bool twoPhase) {
+  return (int64_t)peerHeadsOf(scatter, nRanks, localHeads, twoPhase) * headDim * eltSize;
 }
 
-double idealBytes(int scatter, int nRanks, int64_t rows, int localHeads, int headDim, int eltSize) {
+int64_t receiveBytesPerRow(int scatter, int nRanks, int localHeads, int headDim, int eltSize, bool twoPhase) {
+  return std::max(nRanks - 1, 0) * peerBytesPerRow(scatter, nRanks, localHeads, headDim, eltSize, twoPhase);
+}
+
+double idealBytes(int scatter, int nRanks, int64_t rows, int localHeads, int headDim, int eltSize, bool twoPhase) {
   const double unit = (double)headDim * eltSize + 4, b = (double)rows, cp = nRanks, hl = localHeads;
-  // Units a rank sends to each peer per row (and, summed over the ranks,
-  // the outputs per row): Hl, or H for NONE.
-  const double peer = scatter == ncclDcpScatterNone ? cp * hl : hl;
-  return cp * b * cp * hl * unit + 2.0 * cp * (cp - 1) * b * peer * unit + cp * b * peer * unit;
+  // Units a rank sends to each peer per row, and (summed over the ranks)
+  // the outputs per row: Hl, or H for NONE.
+  const double peer = peerHeadsOf(scatter, nRanks, localHeads, twoPhase);
+  const double out = scatter == ncclDcpScatterNone ? cp * hl : hl;
+  return cp * b * cp * hl * unit + 2.0 * cp * (cp - 1) * b * peer * unit + cp * b * out * unit;
 }
 
 std::vector<int64_t> batchSweep(const Args& a) {

@@ -111,17 +111,22 @@ int headsOf(int scatter, int nRanks, int localHeads);
 int64_t maxOutRows(int scatter, int nRanks, int64_t rows);
 int64_t tokenBlockRows(int nRanks, int64_t rows);
 // Bytes of one batch row that one rank must send to each peer (and receive
-// from each): HEAD and TOKEN Hl * D * elt (TOKEN: a row's H heads to its one
-// owner, 1/cp of the rows per peer), NONE cp * Hl * D * elt (every head to
-// every peer, the one-hop algorithm the fused kernel runs).
-int64_t peerBytesPerRow(int scatter, int nRanks, int localHeads, int headDim, int eltSize);
+// from each) in the algorithm the context runs: HEAD and TOKEN Hl * D * elt
+// (TOKEN: a row's H heads to its one owner, 1/cp of the rows per peer);
+// NONE direct cp * Hl * D * elt (every head to every peer, one hop), NONE
+// in two phases (twoPhase: noneGathers, src/types.h) 2 * Hl * D * elt (the
+// peer's heads, then this rank's merged ones).
+int64_t peerBytesPerRow(int scatter, int nRanks, int localHeads, int headDim, int eltSize, bool twoPhase = false);
 // What each rank must receive per batch row: (cp - 1) * peerBytesPerRow:
-// (cp-1)/cp of B*H*D (HEAD, TOKEN), (cp-1) * B*H*D (NONE).
-int64_t receiveBytesPerRow(int scatter, int nRanks, int localHeads, int headDim, int eltSize);
+// (cp-1)/cp of B*H*D (HEAD, TOKEN), (cp-1) * B*H*D (NONE direct),
+// 2 (cp-1)/cp of it (NONE in two phases).
+int64_t receiveBytesPerRow(int scatter, int nRanks, int localHeads, int headDim, int eltSize,
+                           bool twoPhase = false);
 // Loopback's ideal bytes of a batch (every virtual rank): the inputs read,
-// the payload written into and read out of the peers' workspaces, the
-// outputs written; each unit D * elt + 4 (its LSE).
-double idealBytes(int scatter, int nRanks, int64_t rows, int localHeads, int headDim, int eltSize);
+// the payload written into and read out of the peers' workspaces (both
+// phases of NONE's two), the outputs written; each unit D * elt + 4 (its LSE).
+double idealBytes(int scatter, int nRanks, int64_t rows, int localHeads, int headDim, int eltSize,
+                  bool twoPhase = false);
 
 // Workspace rows: -m, else the largest batch of the sweep.
 int capacityOf(const Args& a);
@@ -245,6 +250,7 @@ struct RunInfo {
   double copyGBps = 0;  // loopback: device-to-device copy bandwidth
   int ncclVersion = 0;
   std::string provider;  // the workspace provider the contexts chose (ranks), "loopback"
+  std::string noneAlgo;  // scatter NONE: "direct" or "two_phase", as the contexts run it; else empty
   // Filled by the sweep for the JSON:
   int dcpVersion = 0;                // the loaded nccl-dcp (ncclDcpGetVersion)
   std::string host;                  // the leader's

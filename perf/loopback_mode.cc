@@ -190,8 +190,9 @@ class LoopbackMode : public Mode {
     char s[1024];
     snprintf(s, sizeof(s),
              "# nccl-dcp %d  NCCL %d  loopback: %d virtual ranks on %s; device-to-device copy %.0f GB/s (read + write)\n"
-             "# scatter %s; baseline: one copy kernel doing every virtual rank's %s + one combine kernel for all%s",
+             "# scatter %s%s; baseline: one copy kernel doing every virtual rank's %s + one combine kernel for all%s",
              NCCL_DCP_VERSION_CODE, ncclVersion(), cp_, prop_.name, copyGBps_, scatterName((int)cfg_.scatter),
+             cfg_.scatter != Scatter::None ? "" : noneGathers(cfg_, cp_) ? " (two phases)" : " (direct)",
              cfg_.scatter == Scatter::Head    ? "all-to-all"
              : cfg_.scatter == Scatter::Token ? "all-to-all in token layout (blocks of ceil(B/cp) rows)"
                                               : "all-gather of every partial",
@@ -219,6 +220,7 @@ class LoopbackMode : public Mode {
     RunInfo r;
     r.mode = "loopback";
     r.provider = "loopback";
+    if (cfg_.scatter == Scatter::None) r.noneAlgo = noneGathers(cfg_, cp_) ? "two_phase" : "direct";
     r.device = prop_.name;
     r.nRanks = cp_;
     r.copyGBps = copyGBps_;
@@ -318,7 +320,9 @@ class LoopbackMode : public Mode {
   // Every rank's inputs read, the payload written into and read out of the
   // peers' workspaces, the outputs written: at the copy bandwidth.
   double idealUs(int64_t rows) const override {
-    return idealBytes((int)cfg_.scatter, cp_, rows, cfg_.localHeads, cfg_.headDim, cfg_.eltSize) / (copyGBps_ * 1e3);
+    return idealBytes((int)cfg_.scatter, cp_, rows, cfg_.localHeads, cfg_.headDim, cfg_.eltSize,
+                      noneGathers(cfg_, cp_)) /
+           (copyGBps_ * 1e3);
   }
 
   bool roundTripTimedOut() override { return timedOut(rig_); }
@@ -383,7 +387,8 @@ class LoopbackMode : public Mode {
   // of what a rank sends a peer: peerBytesPerRow; one rank: that block) as
   // one local copy.
   void allocFloors(int64_t maxRows) {
-    const int64_t share = peerBytesPerRow((int)cfg_.scatter, cp_, cfg_.localHeads, cfg_.headDim, cfg_.eltSize);
+    const int64_t share =
+        peerBytesPerRow((int)cfg_.scatter, cp_, cfg_.localHeads, cfg_.headDim, cfg_.eltSize, noneGathers(cfg_, cp_));
     rig_.copies.bytesPerRow = cp_ > 1 ? (int64_t)cp_ * (cp_ - 1) * share : share;
     const size_t bytes = (size_t)(maxRows * rig_.copies.bytesPerRow);
     CUDA_OR_DIE(cudaMalloc(&floorSrc_, bytes));

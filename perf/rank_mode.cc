@@ -132,6 +132,7 @@ class RankMode : public Mode {
     r.placement = place_;
     r.ncclVersion = ncclVersion();
     r.provider = providerName(ranks_[0].topo.provider);
+    if (cfg_.scatter == Scatter::None) r.noneAlgo = noneGathers(cfg_, nRanks()) ? "two_phase" : "direct";
     return r;
   }
 
@@ -441,9 +442,10 @@ class RankMode : public Mode {
   // lands in slot `sender`), then the flag lines. Registered together (one
   // thread may drive several GPUs), then each rank's copies and flags.
   // perRow: what a rank sends each peer per batch row in the mode
-  // (peerBytesPerRow: Hl * D * elt, NONE cp times that).
+  // (peerBytesPerRow: Hl * D * elt, NONE cp or 2 times that).
   void initFloors() {
-    const int64_t perRow = peerBytesPerRow((int)cfg_.scatter, nRanks(), cfg_.localHeads, cfg_.headDim, cfg_.eltSize);
+    const int64_t perRow = peerBytesPerRow((int)cfg_.scatter, nRanks(), cfg_.localHeads, cfg_.headDim, cfg_.eltSize,
+                                           noneGathers(cfg_, nRanks()));
     const size_t slot = ((size_t)(maxRows_ * perRow) + 4095) / 4096 * 4096, winBytes = nRanks() * slot + kFlagBytes;
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));

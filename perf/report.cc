@@ -222,6 +222,9 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
   w.key("gpusPerThread").integer(run.placement.gpusPerThread);
   w.key("virtualRanks").integer(a.virtualRanks);
   w.key("scatter").str(scatterName(a.scatter));
+  w.key("noneAlgo");  // NONE's algorithm (NCCL_DCP_NONE_ALGO, src/types.h noneGathers)
+  if (run.noneAlgo.empty()) w.null();
+  else w.str(run.noneAlgo);
   w.key("dtype").str(dtypeName(a.dtype));
   w.key("headDim").integer(a.headDim);
   w.key("localHeads").integer(a.localHeads);

@@ -256,6 +256,7 @@ void writeJson(const Args& a, const Mode& m, RunInfo run, const Floors& f, const
   run.copyGBps = mode.copyGBps;
   run.ncclVersion = mode.ncclVersion;
   run.provider = mode.provider;
+  run.noneAlgo = mode.noneAlgo;
   run.endTime = nowString();
   run.env = relevantEnvironment(environ);
   char host[64] = "";

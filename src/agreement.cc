@@ -43,6 +43,7 @@ const Field kAgreedFields[] = {
     NCCL_DCP_FIELD("window offset", windowOffset),
     NCCL_DCP_FIELD("config->scatter", scatter),
     NCCL_DCP_FIELD("config->lseDtype", lseDtype),
+    NCCL_DCP_FIELD("NCCL_DCP_NONE_ALGO", noneAlgo),
 };
 #undef NCCL_DCP_FIELD
 
@@ -72,6 +73,7 @@ Agreement agreementOf(const Config& c, int ncclVersion, bool inWindow, size_t wi
   a.inWindow = inWindow;
   a.scatter = (int)c.scatter;
   a.lseDtype = (int)c.lseDtype;
+  a.noneAlgo = c.scatter == Scatter::None ? (int)c.noneAlgo : 0;  // only NONE reads it
   a.windowOffset = windowOffset;
   return a;
 }

@@ -8,20 +8,17 @@
 namespace nccl_dcp {
 
 size_t workspaceBound(const Config& c, int nRanks) {
-  const int heads = headsPerRow(c, nRanks);  // of a workspace row
+  auto bytes = [&](Proto small, bool withSimple) {
+    return makeWorkspaceLayout(small, withSimple, nRanks, workspaceHeadsPerRow(c, nRanks), c.headDim, c.eltSize,
+                               c.maxBatch, noneGathers(c, nRanks))
+        .totalBytes;
+  };
   // LL128 forced over PCIe runs as LL (protocol.cc): cover both.
-  if (c.protocol != ncclDcpProtoAuto && c.protocol != ncclDcpProtoLL128)
-    return makeWorkspaceLayout((Proto)c.protocol, false, nRanks, heads, c.headDim, c.eltSize, c.maxBatch).totalBytes;
-  if (c.protocol == ncclDcpProtoLL128)
-    return std::max(makeWorkspaceLayout(Proto::LL128, false, nRanks, heads, c.headDim, c.eltSize, c.maxBatch).totalBytes,
-                    makeWorkspaceLayout(Proto::LL, false, nRanks, heads, c.headDim, c.eltSize, c.maxBatch).totalBytes);
+  if (c.protocol != ncclDcpProtoAuto && c.protocol != ncclDcpProtoLL128) return bytes((Proto)c.protocol, false);
+  if (c.protocol == ncclDcpProtoLL128) return std::max(bytes(Proto::LL128, false), bytes(Proto::LL, false));
   // AUTO settles on LL or LL128 once the topology is known, and may add
   // SIMPLE for large rounds: cover every outcome.
-  size_t bound = 0;
-  for (Proto small : {Proto::LL, Proto::LL128})
-    bound = std::max(bound,
-                     makeWorkspaceLayout(small, true, nRanks, heads, c.headDim, c.eltSize, c.maxBatch).totalBytes);
-  return bound;
+  return std::max(bytes(Proto::LL, true), bytes(Proto::LL128, true));
 }
 
 ncclResult_t Engine::init(const Config& config, int ranks, int myRank, const ProtocolPolicy& p) {
@@ -29,8 +26,8 @@ ncclResult_t Engine::init(const Config& config, int ranks, int myRank, const Pro
   nRanks = ranks;
   rank = myRank;
   policy = p;
-  layout = makeWorkspaceLayout(p.small, p.simpleForLarge, nRanks, headsPerRow(cfg, nRanks), cfg.headDim,
-                               cfg.eltSize, cfg.maxBatch);
+  layout = makeWorkspaceLayout(p.small, p.simpleForLarge, nRanks, workspaceHeadsPerRow(cfg, nRanks), cfg.headDim,
+                               cfg.eltSize, cfg.maxBatch, noneGathers(cfg, nRanks));
   pdl = cfg.pdl;
   CUDACHECK(cudaGetDevice(&cudaDev));
   CUDACHECK(cudaHostAlloc((void**)&host, sizeof(HostShared), cudaHostAllocMapped));

@@ -36,6 +36,9 @@ const char* const kProviderNames[ncclDcpNumProviders] = {"auto", "nccl-window", 
 // Indexed by ncclDcpScatter_t.
 const char* const kScatterNames[ncclDcpNumScatters] = {"head", "token", "none"};
 
+// Indexed by NoneAlgo (types.h).
+const char* const kNoneAlgoNames[] = {"auto", "direct", "two_phase"};
+
 template <int N>
 bool parseName(const char* const (&names)[N], const char* name, int* value) {
   for (int i = 0; i < N; i++)
@@ -95,5 +98,9 @@ const char* scatterName(int scatter) {
 }
 
 bool parseScatter(const char* name, int* scatter) { return parseName(kScatterNames, name, scatter); }
+
+const char* noneAlgoName(int algo) { return algo >= 0 && algo < 3 ? kNoneAlgoNames[algo] : "unknown"; }
+
+bool parseNoneAlgo(const char* name, int* algo) { return parseName(kNoneAlgoNames, name, algo); }
 
 }  // namespace nccl_dcp

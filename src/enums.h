@@ -45,6 +45,11 @@ const char* scatterName(int scatter);
 // ncclDcpScatter_t from its name, case-insensitive.
 bool parseScatter(const char* name, int* scatter);
 
+// "auto", "direct", "two_phase" (NoneAlgo, types.h); "unknown" otherwise.
+const char* noneAlgoName(int algo);
+// NoneAlgo from its name, case-insensitive.
+bool parseNoneAlgo(const char* name, int* algo);
+
 // The host's one dispatch on the dtype: f(T{}) with the element type of a
 // supported dtype (the caller refused the others when the config was resolved).
 template <typename F>

@@ -95,6 +95,9 @@ Env parseEnv(EnvGetter get, std::vector<std::string>* warnings) {
       warnBad(warnings, "NCCL_DCP_SIMPLE_SEND_WARPS", s, "warps in [1, 7]");
     }
   }
+  if (const char* s = get("NCCL_DCP_NONE_ALGO")) {
+    if (!parseNoneAlgo(s, &e.noneAlgo)) warnBad(warnings, "NCCL_DCP_NONE_ALGO", s, "auto, direct or two_phase");
+  }
   if (const char* s = get("NCCL_DCP_PDL")) {
     if (!parseInt(s, 0, 1, &e.pdl)) {
       e.pdl = kEnvUnset;
@@ -149,7 +152,8 @@ const std::vector<const char*>& envVariableNames() {
       "NCCL_DCP_DEBUG",          "NCCL_DCP_DEBUG_FILE", "NCCL_DCP_PROTO",
       "NCCL_DCP_TIMEOUT_MS",     "NCCL_DCP_MAX_BATCH",  "NCCL_DCP_SIMPLE_MIN_ROWS",
       "NCCL_DCP_FORCE_FALLBACK", "NCCL_DCP_PDL",        "NCCL_DCP_REQUIRE_GPU",
-      "NCCL_DCP_SOURCE_ROOT",    "NCCL_DCP_SIMPLE_SEND_WARPS", "NCCL_DCP_PROVIDER"};
+      "NCCL_DCP_SOURCE_ROOT",    "NCCL_DCP_SIMPLE_SEND_WARPS", "NCCL_DCP_PROVIDER",
+      "NCCL_DCP_NONE_ALGO"};
   return names;
 }
 

@@ -28,6 +28,7 @@ struct Env {
   int provider = kEnvUnset;         // NCCL_DCP_PROVIDER: ncclDcpProvider_t (auto, nccl-window, cuda-ipc, fallback)
   int pdl = kEnvUnset;              // NCCL_DCP_PDL=0|1: programmatic dependent launch
   int simpleSendWarps = kEnvUnset;  // NCCL_DCP_SIMPLE_SEND_WARPS: SIMPLE's writing warps per block
+  int noneAlgo = kEnvUnset;         // NCCL_DCP_NONE_ALGO: auto|direct|two_phase (NoneAlgo, types.h)
 };
 
 using EnvGetter = const char* (*)(const char* name);

@@ -160,14 +160,18 @@ ncclResult_t launchFusedPeers(const FusedArgs& a, ncclDataType_t dtype, const Pe
                          [&](auto elt) { return launchFusedProto<decltype(elt)>(a, peers, io, pdl, stream); });
 }
 
-// The kernels of the call's scatter mode (a compile-time constant of each).
+// The kernels of the call's scatter mode (a compile-time constant of each);
+// NONE's region says its algorithm (a phase-2 half: two phases).
 template <class Peers>
 ncclResult_t launchFusedMode(const FusedArgs& a, ncclDataType_t dtype, const Peers& peers, const RankIo* io,
                              bool pdl, cudaStream_t stream) {
+  using TwoPhaseNone = Scattered<Peers, Scatter::Head, true>;
   switch (a.shape.scatter) {
     case Scatter::Head: return launchFusedPeers(a, dtype, Scattered<Peers, Scatter::Head>{peers}, io, pdl, stream);
     case Scatter::Token: return launchFusedPeers(a, dtype, Scattered<Peers, Scatter::Token>{peers}, io, pdl, stream);
-    case Scatter::None: return launchFusedPeers(a, dtype, Scattered<Peers, Scatter::None>{peers}, io, pdl, stream);
+    case Scatter::None:
+      if (a.region.gatherBytes != 0) return launchFusedPeers(a, dtype, TwoPhaseNone{peers}, io, pdl, stream);
+      return launchFusedPeers(a, dtype, Scattered<Peers, Scatter::None>{peers}, io, pdl, stream);
   }
   return fail(ncclInternalError, "unknown scatter mode %d", (int)a.shape.scatter);
 }

@@ -13,6 +13,9 @@
 
 namespace nccl_dcp {
 
+// NONE's algorithm (NCCL_DCP_NONE_ALGO; the values parseEnv gives).
+enum class NoneAlgo : int { Auto = 0, Direct = 1, TwoPhase = 2 };
+
 // A config with every default applied and every field checked: the public
 // config's fields, then the inputs that come from the environment alone.
 // Everything here shapes the workspace, the protocol or the launches, so
@@ -33,11 +36,26 @@ struct Config {
   Scatter scatter;             // config, else HEAD
   ncclDataType_t lseDtype;     // config, else ncclFloat32
   int lseEltSize;
+  NoneAlgo noneAlgo;           // NCCL_DCP_NONE_ALGO, else Auto
 };
 
-// Heads of an out row (and of a workspace row) in a mode: Hl or cp * Hl.
+// Heads of an out row in a mode: Hl or cp * Hl.
 inline int headsPerRow(const Config& c, int nRanks) {
   return c.scatter == Scatter::Head ? c.localHeads : nRanks * c.localHeads;
+}
+
+// NONE runs two phases (DESIGN §14): a HEAD merge, then every rank's merged
+// heads to every peer: 2 (cp - 1) / cp of a row's units received instead of
+// cp - 1. Auto: from 3 ranks (at 2 the bytes are equal and direct is one hop).
+inline bool noneGathers(const Config& c, int nRanks) {
+  if (c.scatter != Scatter::None || nRanks < 2) return false;
+  return c.noneAlgo == NoneAlgo::TwoPhase || (c.noneAlgo == NoneAlgo::Auto && nRanks > 2);
+}
+
+// Heads of a workspace row: HEAD's Hl, the same for NONE in two phases
+// (each half of its slots is HEAD-shaped), else every head of the row.
+inline int workspaceHeadsPerRow(const Config& c, int nRanks) {
+  return noneGathers(c, nRanks) ? c.localHeads : headsPerRow(c, nRanks);
 }
 
 constexpr int kDefaultMaxBatch = 256;

@@ -17,6 +17,14 @@
  *            trip per source), polls until all flags are the round's,
  *            computes the weights, and merges in source order s = 0..cp-1,
  *            its own share read straight from partialOut.
+ *   gather:  NONE in two phases (Peers::kGather, DESIGN §14): the send
+ *            and the merge are HEAD's (the rank's heads of every row, into
+ *            out heads rank * Hl + j); a warp that merged a group stores
+ *            it, merged LSE in its LSE word, into every peer's phase-2 half
+ *            (layout.h) and goes on; once its merges are done, a warp per
+ *            (row, head, group) copies every peer's merged group from its
+ *            own phase-2 half into out, as receive polls: one hop more,
+ *            2 (cp - 1) Hl units a row received instead of (cp - 1) cp Hl.
  *   round:   picks the slot and the flag value (fused_common.h).
  *
  * Every block sends everything it owns before it receives anything, and
@@ -85,6 +93,20 @@ __device__ bool fetchSources(const FusedParams<Peers>& p, const SourceUnits& uni
   return true;
 }
 
+// NONE in two phases: group g of this rank's merged (row, head), the
+// lane's words of it and (lane 0) the merged LSE, into every peer's phase-2
+// half as source `rank` (destinations rotating with the rank).
+template <class Transport, class Peers>
+__device__ void forwardMerged(const FusedParams<Peers>& p, int rank, int slot, uint32_t flag, int row, int head,
+                              int g, const uint64_t (&merged)[2], float lse) {
+  const Region half = p.region.gatherHalf();
+  for (int turn = 1; turn < p.nRanks; turn++) {
+    const int dst = rank + turn < p.nRanks ? rank + turn : rank + turn - p.nRanks;
+    char* unit = p.peers.peerWorkspace(dst) + half.unitOffset(slot, rank, dst, row, head);
+    Transport::storeGroup(p.region, merged[0], merged[1], g, lse, unit, flag, threadIdx.x & 31);
+  }
+}
+
 // Merges group g of one (row, head) on rank `rank`. `weight` is the warp's
 // scratch: NCCL_DCP_MAX_RANKS weights, then as many LSEs fetched again.
 // Returns false if a wait gave up.
@@ -133,33 +155,79 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, cons
     }
   }
   const int64_t outRow = outRowOf(p, start, rank, row);
-  char* out = io.out + (outRow * p.strides.outRow + head * p.strides.outHead) * (int64_t)sizeof(T);
+  const int outHead = mergedOutHead(p, rank, head);
+  char* out = io.out + (outRow * p.strides.outRow + outHead * p.strides.outHead) * (int64_t)sizeof(T);
+  uint64_t merged[2];
 #pragma unroll
-  for (int k = 0; k < 2; k++)
-    if (dw[k] >= 0) *(uint64_t*)(out + (size_t)dw[k] * kWordBytes) = W::pack(acc[k]);
+  for (int k = 0; k < 2; k++) {
+    merged[k] = W::pack(acc[k]);
+    if (dw[k] >= 0) *(uint64_t*)(out + (size_t)dw[k] * kWordBytes) = merged[k];
+  }
   if (g == 0 && lane == 0 && io.outLse)
-    io.outLse[outRow * p.strides.outLseRow + head * p.strides.outLseHead] = mergedLse;
+    io.outLse[outRow * p.strides.outLseRow + outHead * p.strides.outLseHead] = mergedLse;
+  if constexpr (Peers::kGather) forwardMerged<Transport>(p, rank, slot, flag, row, head, g, merged, mergedLse);
   __syncwarp();  // weight[] is reused by this warp's next group
   return true;
 }
 
-// A poisoned context (a wait gave up, in this call or an earlier one):
-// NaN where group g of (row, head) would have been merged, so no output is
-// left stale.
+// NONE's phase 2: group g of every peer's merged (row, head) -- out head
+// src * Hl + head -- from this rank's phase-2 half into out, the merged LSE
+// into outLse; the flags reset as receiveGroup's are. `lse`: the warp's
+// NCCL_DCP_MAX_RANKS floats. Returns false if a wait gave up.
 template <typename T, class Transport, class Peers>
-__device__ void poisonGroup(const FusedParams<Peers>& p, const RankIo& io, const int* start, int rank, int row,
-                            int head, int g) {
+__device__ bool gatherGroup(const FusedParams<Peers>& p, const RankIo& io, char* ws, int rank, int slot,
+                            uint32_t flag, int row, int head, int g, float* lse, Waiter& waiter) {
+  const Region& r = p.region;
   const int lane = threadIdx.x & 31;
-  const int64_t outRow = outRowOf(p, start, rank, row);
-  char* out = io.out + (outRow * p.strides.outRow + head * p.strides.outHead) * (int64_t)sizeof(T);
+  const int dw[2] = {Transport::dataWord(r, g, lane, 0), Transport::dataWord(r, g, lane, 1)};
+  const SourceUnits units{ws + r.gatherHalf().firstUnitOffset(slot, row, head), r.sourceBytes()};
+  typename Transport::Line line[kSourceBatch];
+  for (int s0 = 0; s0 < p.nRanks; s0 += kSourceBatch) {
+    if (!fetchSources<Transport>(p, units, rank, flag, g, s0, line, lse, waiter)) return false;
+#pragma unroll
+    for (int b = 0; b < kSourceBatch; b++) {
+      const int src = s0 + b;
+      if (src >= p.nRanks) break;
+      if (src == rank) continue;
+      const int outHead = src * p.shape.localHeads + head;
+      char* out = io.out + (row * p.strides.outRow + outHead * p.strides.outHead) * (int64_t)sizeof(T);
+#pragma unroll
+      for (int k = 0; k < 2; k++)
+        if (dw[k] >= 0) *(uint64_t*)(out + (size_t)dw[k] * kWordBytes) = Transport::word(line[b], k);
+      if (g == 0 && lane == 0 && io.outLse)
+        io.outLse[row * p.strides.outLseRow + outHead * p.strides.outLseHead] = lse[src];
+      Transport::release(r, units.of(src, rank), g, lane);
+    }
+  }
+  return true;
+}
+
+// A poisoned context (a wait gave up, in this call or an earlier one):
+// NaN where group g of an out (row, head) would have been written, so no
+// output is left stale.
+template <typename T, class Transport, class Peers>
+__device__ void poisonOutGroup(const FusedParams<Peers>& p, const RankIo& io, int64_t outRow, int outHead, int g) {
+  const int lane = threadIdx.x & 31;
+  char* out = io.out + (outRow * p.strides.outRow + outHead * p.strides.outHead) * (int64_t)sizeof(T);
   const uint64_t nan = Word<T>::nan();
 #pragma unroll
   for (int k = 0; k < 2; k++) {
     const int dw = Transport::dataWord(p.region, g, lane, k);
     if (dw >= 0) *(uint64_t*)(out + (size_t)dw * kWordBytes) = nan;
   }
-  if (g == 0 && lane == 0 && io.outLse)
-    io.outLse[outRow * p.strides.outLseRow + head * p.strides.outLseHead] = NAN;
+  if (g == 0 && lane == 0 && io.outLse) io.outLse[outRow * p.strides.outLseRow + outHead * p.strides.outLseHead] = NAN;
+}
+// ... of this rank's merge of (row, head),
+template <typename T, class Transport, class Peers>
+__device__ void poisonGroup(const FusedParams<Peers>& p, const RankIo& io, const int* start, int rank, int row,
+                            int head, int g) {
+  poisonOutGroup<T, Transport>(p, io, outRowOf(p, start, rank, row), mergedOutHead(p, rank, head), g);
+}
+// ... and of what NONE's phase 2 gathers for it: every peer's head.
+template <typename T, class Transport, class Peers>
+__device__ void poisonGathered(const FusedParams<Peers>& p, const RankIo& io, int rank, int row, int head, int g) {
+  for (int src = 0; src < p.nRanks; src++)
+    if (src != rank) poisonOutGroup<T, Transport>(p, io, row, src * p.shape.localHeads + head, g);
 }
 
 // TOKEN keeps the ranks in step: a rank whose slice has no row in the
@@ -294,6 +362,16 @@ __global__ void __launch_bounds__(kFusedThreads, 1)
     if (waiter.failed ||
         !receiveGroup<T, Transport>(p, io, start, ws, rank, slot, flag, row, head, g, weights[warp], waiter))
       poisonGroup<T, Transport>(p, io, start, rank, row, head, g);
+  }
+  // NONE's phase 2, once this warp's merges are forwarded: they wait only on
+  // sends, which never wait, so no rank's phase 2 can starve a phase 1.
+  if constexpr (Peers::kGather) {
+    for (int item = warpInRank; item < recvItems; item += warpsPerRank) {
+      const int rowHead = p.byGroups.quotient(item), g = item - rowHead * groups;
+      const int row = p.byHeads.quotient(rowHead), head = rowHead - row * heads;
+      if (waiter.failed || !gatherGroup<T, Transport>(p, io, ws, rank, slot, flag, row, head, g, weights[warp], waiter))
+        poisonGathered<T, Transport>(p, io, rank, row, head, g);
+    }
   }
 
   stamp(p.timeline, kStageDone);

@@ -29,6 +29,15 @@
  *            read straight from partialOut, kMergeVectors x kMergeSources
  *            loads in flight; once the group is done its first warp resets
  *            the chunk's flags (it is their only reader).
+ *   gather:  NONE in two phases (Peers::kGather, DESIGN §14): send and
+ *            merge are HEAD's (out heads rank * Hl + j); a merging lane
+ *            also stores its merged vector and LSE into every peer's
+ *            phase-2 half (layout.h), and once the group has merged the
+ *            chunk its first warp fences and flags it there, as the
+ *            signalling warp flags a send step. After their merges the
+ *            receiving warps take the same chunks of phase 2: wait for
+ *            every peer's flag, copy its merged units into out heads
+ *            src * Hl + j, reset the flags.
  *   round:   fused_common.h.
  *
  * Chunks are sent and merged in index order, so NVLink writes and the local
@@ -252,8 +261,27 @@ struct VectorAt {
   const char* own;
   const char* remote;  // the first remote source's
   char* out;
+  size_t inBlock;      // offset in a source's block of the slot (NONE's phase 2 forwards there)
   int unit;            // index of u among the warp's units (its weights)
 };
+
+// NONE in two phases: what this rank merged at `inBlock` of its block of a
+// slot, into the same place of every peer's phase-2 half (source `rank`).
+template <class Peers>
+__device__ __forceinline__ void forwardVector(const FusedParams<Peers>& p, int rank, int slot, size_t inBlock,
+                                              uint4 v) {
+  const Region half = p.region.gatherHalf();
+  for (int turn = 1; turn < p.nRanks; turn++) {
+    const int dst = rank + turn < p.nRanks ? rank + turn : rank + turn - p.nRanks;
+    store16(p.peers.peerWorkspace(dst) + half.unitOffsetAt(slot, rank, dst, 0) + inBlock, v);
+  }
+}
+template <class Peers>
+__device__ __forceinline__ void forwardLse(const FusedParams<Peers>& p, int rank, int slot, int pos, float lse) {
+  const Region half = p.region.gatherHalf();
+  for (int dst = 0; dst < p.nRanks; dst++)
+    if (dst != rank) storeVolatile4(p.peers.peerWorkspace(dst) + half.lseOffsetOf(slot, rank, dst, pos), __float_as_uint(lse));
+}
 
 // Merges units first + k * step (k < count <= kMaxChunkUnits) of this rank
 // with one warp: a lane per (unit, source) loads the LSEs (one round trip),
@@ -280,7 +308,9 @@ __device__ void mergeUnits(const FusedParams<Peers>& p, const RankIo& io, const 
   if (lane < count) {
     const int u = first + lane * step, row = p.byHeads.quotient(u), head = u - row * Hl;
     const float merged = mergeWeights(weight[lane], n, p.lseBase, weight[lane]);
-    if (io.outLse) io.outLse[outRowOf(p, start, rank, row) * s.outLseRow + head * s.outLseHead] = merged;
+    if (io.outLse)
+      io.outLse[outRowOf(p, start, rank, row) * s.outLseRow + mergedOutHead(p, rank, head) * s.outLseHead] = merged;
+    if constexpr (Peers::kGather) forwardLse(p, rank, slot, u - base, merged);
   }
   __syncwarp();
 
@@ -290,12 +320,11 @@ __device__ void mergeUnits(const FusedParams<Peers>& p, const RankIo& io, const 
   auto vectorAt = [&](int v) {
     const int k = p.byVectors.quotient(v), col = v - k * vectors, u = first + k * step;
     const int row = p.byHeads.quotient(u), head = u - row * Hl;
-    const size_t at = (size_t)col * simple::kLaneBytes;
+    const size_t at = (size_t)col * simple::kLaneBytes, inBlock = (size_t)(u - base) * r.unitBytes + at;
     const PartialAt own = partialAt(p, head, rank);
+    const int64_t outAt = outRowOf(p, start, rank, row) * s.outRow + mergedOutHead(p, rank, head) * s.outHead;
     return VectorAt{io.partialOut + inOffset(s, row, own.peer, own.head) * (int64_t)sizeof(T) + at,
-                    slotData + (size_t)(u - base) * r.unitBytes + at,
-                    io.out + (outRowOf(p, start, rank, row) * s.outRow + head * s.outHead) * (int64_t)sizeof(T) + at,
-                    k};
+                    slotData + inBlock, io.out + outAt * (int64_t)sizeof(T) + at, inBlock, k};
   };
   for (int v0 = 0; v0 < total; v0 += 32 * kMergeVectors) {
     VectorAt at[kMergeVectors];
@@ -329,7 +358,9 @@ __device__ void mergeUnits(const FusedParams<Peers>& p, const RankIo& io, const 
     for (int j = 0; j < kMergeVectors; j++) {
       if (v0 + 32 * j + lane >= total) continue;
       const uint64_t lo = W::pack(acc[j][0]), hi = W::pack(acc[j][1]);
-      store16(at[j].out, make_uint4((uint32_t)lo, (uint32_t)(lo >> 32), (uint32_t)hi, (uint32_t)(hi >> 32)));
+      const uint4 merged = make_uint4((uint32_t)lo, (uint32_t)(lo >> 32), (uint32_t)hi, (uint32_t)(hi >> 32));
+      store16(at[j].out, merged);
+      if constexpr (Peers::kGather) forwardVector(p, rank, slot, at[j].inBlock, merged);
     }
   }
   __syncwarp();  // weight[] is the warp's next chunk's
@@ -347,14 +378,68 @@ __device__ void poisonUnits(const FusedParams<Peers>& p, const RankIo& io, const
   for (int v = lane; v < count * vectors; v += 32) {
     const int k = p.byVectors.quotient(v), col = v - k * vectors, u = first + k * step;
     const int row = p.byHeads.quotient(u), head = u - row * Hl;
-    char* out = io.out + (outRowOf(p, start, rank, row) * s.outRow + head * s.outHead) * (int64_t)sizeof(T) +
-                (size_t)col * simple::kLaneBytes;
-    store16(out, make_uint4((uint32_t)nan, (uint32_t)(nan >> 32), (uint32_t)nan, (uint32_t)(nan >> 32)));
+    const int64_t outAt = outRowOf(p, start, rank, row) * s.outRow + mergedOutHead(p, rank, head) * s.outHead;
+    store16(io.out + outAt * (int64_t)sizeof(T) + (size_t)col * simple::kLaneBytes,
+            make_uint4((uint32_t)nan, (uint32_t)(nan >> 32), (uint32_t)nan, (uint32_t)(nan >> 32)));
   }
   if (lane < count && io.outLse) {
     const int u = first + lane * step, row = p.byHeads.quotient(u), head = u - row * Hl;
-    io.outLse[outRowOf(p, start, rank, row) * s.outLseRow + head * s.outLseHead] = NAN;
+    io.outLse[outRowOf(p, start, rank, row) * s.outLseRow + mergedOutHead(p, rank, head) * s.outLseHead] = NAN;
   }
+}
+
+// NONE's phase 2: units first + k * step (k < count) of every peer, from
+// this rank's phase-2 half into out heads src * Hl + head, the merged LSEs
+// into outLse (NaN when the wait gave up); kMergeVectors loads in flight
+// per lane.
+template <typename T, class Peers>
+__device__ void copyGathered(const FusedParams<Peers>& p, const RankIo& io, const char* ws, int rank, int slot,
+                             int first, int count, int step, bool ok, int lane) {
+  const Region half = p.region.gatherHalf();
+  const Strides& s = p.strides;
+  const int Hl = half.localHeads, vectors = (int)p.byVectors.d, total = count * vectors;
+  const uint64_t nan = Word<T>::nan();
+  const uint4 nanVector = make_uint4((uint32_t)nan, (uint32_t)(nan >> 32), (uint32_t)nan, (uint32_t)(nan >> 32));
+  for (int src = 0; src < p.nRanks; src++) {
+    if (src == rank) continue;
+    const char* block = ws + half.unitOffsetAt(slot, src, rank, 0);
+    for (int v0 = lane; v0 < total; v0 += 32 * kMergeVectors) {
+      uint4 x[kMergeVectors];
+      char* to[kMergeVectors];
+#pragma unroll
+      for (int j = 0; j < kMergeVectors; j++) {
+        const int v = v0 + 32 * j;
+        to[j] = nullptr;
+        if (v >= total) continue;
+        const int k = p.byVectors.quotient(v), col = v - k * vectors, u = first + k * step;
+        const int row = p.byHeads.quotient(u), head = u - row * Hl;
+        const size_t at = (size_t)col * simple::kLaneBytes;
+        to[j] = io.out + ((int64_t)row * s.outRow + (int64_t)(src * Hl + head) * s.outHead) * (int64_t)sizeof(T) + at;
+        x[j] = ok ? loadVolatile16(block + (size_t)u * half.unitBytes + at) : nanVector;
+      }
+#pragma unroll
+      for (int j = 0; j < kMergeVectors; j++)
+        if (to[j] != nullptr) store16(to[j], x[j]);
+    }
+    if (lane < count && io.outLse) {
+      const int u = first + lane * step, row = p.byHeads.quotient(u), head = u - row * Hl;
+      io.outLse[(int64_t)row * s.outLseRow + (int64_t)(src * Hl + head) * s.outLseHead] =
+          ok ? __uint_as_float(loadVolatile4(ws + half.lseOffsetOf(slot, src, rank, u))) : NAN;
+    }
+  }
+}
+
+// NONE in two phases: chunk c of this rank's merge is in every peer's
+// phase-2 half (the group's lanes stored it before its barrier): a
+// system-scope fence, then the chunk's flag at each peer, as signalSteps
+// flags a send step.
+template <class Peers>
+__device__ void flagForwarded(const FusedParams<Peers>& p, int rank, int slot, uint32_t flag, int c, int lane) {
+  const Region half = p.region.gatherHalf();
+  __syncwarp();  // this warp's own stores, when the group is one warp
+  fenceAcqRelSys();
+  for (int dst = lane; dst < p.nRanks; dst += 32)
+    if (dst != rank) storeRelaxedSys8(p.peers.peerWorkspace(dst) + half.flagOffsetOf(slot, rank, dst, c), flag);
 }
 
 // The receiving warps of a group (`warps` of them, named barrier `barrier`)
@@ -367,12 +452,13 @@ __device__ __forceinline__ void groupSync(int barrier, int warps) {
 // warps (`receiver`: this one's index in it; the first waits on the flags
 // and resets them, their only reader), a warp per unit, next unit + warps.
 // `failed`: the group's shared verdict of the flag wait; when the wait gave
-// up (or an earlier one did), the chunk's outputs are NaN.
-template <typename T, class Peers>
+// up (or an earlier one did), the chunk's outputs are NaN. kGathered: NONE's
+// phase 2 of the chunk, copied from the phase-2 half, not merged.
+template <typename T, bool kGathered, class Peers>
 __device__ void receiveChunk(const FusedParams<Peers>& p, const RankIo& io, const int* start, char* ws, int rank,
                              int slot, uint32_t flag, int c, int receiver, int warps, int barrier,
                              float (*weight)[NCCL_DCP_MAX_RANKS], int* failed, Waiter& waiter, int lane) {
-  const Region& r = p.region;
+  const Region r = kGathered ? p.region.gatherHalf() : p.region;
   if (receiver == 0) {  // the one warp whose verdict the group follows
     const bool ok = !waiter.failed && waitChunk(r, ws, p.nRanks, rank, slot, flag, c, lane, waiter);
     if (lane == 0) *failed = !ok;
@@ -384,10 +470,13 @@ __device__ void receiveChunk(const FusedParams<Peers>& p, const RankIo& io, cons
   const simple::Chunk chunk = chunkFor(p, start, c, rank);
   const int first = chunk.first + receiver, count = (chunk.count - receiver + warps - 1) / warps;
   if (receiver < chunk.count) {
-    if (ok) mergeUnits<T>(p, io, start, ws, rank, slot, first, count, warps, weight, lane);
+    if (kGathered) copyGathered<T>(p, io, ws, rank, slot, first, count, warps, ok, lane);
+    else if (ok) mergeUnits<T>(p, io, start, ws, rank, slot, first, count, warps, weight, lane);
     else poisonUnits<T>(p, io, start, rank, first, count, warps, lane);
   }
   groupSync(barrier, warps);  // every warp has read the verdict before the next one is written
+  if constexpr (Peers::kGather && !kGathered)
+    if (ok && receiver == 0) flagForwarded(p, rank, slot, flag, c, lane);
   if (ok && receiver == 0)
     for (int src = lane; src < p.nRanks; src += 32)
       if (src != rank) storeVolatile8(ws + r.flagOffsetOf(slot, src, rank, c), 0);
@@ -474,8 +563,14 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
     if (isToken && myChunks == 0 && localBlock == 0 && receiver == 0 && !waiter.failed)
       awaitPresence(p.region, ws, p.nRanks, rank, round.slot, round.flag, lane, waiter);
     for (int c = localBlock * groups + group; c < myChunks; c += p.blocksPerRank * groups)
-      receiveChunk<T>(p, io, start, ws, rank, round.slot, round.flag, c, receiver % warps, warps,
-                      kSimpleRecvBarrier + group, weights[receiver], &waitFailed[group], waiter, lane);
+      receiveChunk<T, false>(p, io, start, ws, rank, round.slot, round.flag, c, receiver % warps, warps,
+                             kSimpleRecvBarrier + group, weights[receiver], &waitFailed[group], waiter, lane);
+    // NONE's phase 2, once this group's merges are flagged: they wait only
+    // on sends, which never wait, so no phase 2 can starve a phase 1.
+    if constexpr (Peers::kGather)
+      for (int c = localBlock * groups + group; c < myChunks; c += p.blocksPerRank * groups)
+        receiveChunk<T, true>(p, io, start, ws, rank, round.slot, round.flag, c, receiver % warps, warps,
+                              kSimpleRecvBarrier + group, weights[receiver], &waitFailed[group], waiter, lane);
     stamp(p.timeline, kStageDone);
   }
   endRound(p, rank, round);

@@ -24,11 +24,12 @@
 
 namespace nccl_dcp {
 
-// ---- Scatter modes (CallShape, types.h). A workspace row holds `heads`
-// units (region.localHeads): HEAD's unit j from source s is s's partial of
-// head dst * Hl + j; TOKEN's and NONE's unit h is head h, the same for
-// every destination. TOKEN sends a row only to the rank whose slice holds
-// it; HEAD and NONE send every unit to every peer.
+// ---- Scatter modes (CallShape, types.h). A workspace row holds
+// region.localHeads units: HEAD's unit j from source s is s's partial of
+// head dst * Hl + j; TOKEN's and NONE's (direct) unit h is head h, the same
+// for every destination. TOKEN sends a row only to the rank whose slice
+// holds it; HEAD and NONE send every unit to every peer. NONE in two phases
+// runs HEAD's (kScatter Head, kGather).
 
 // Where the partial of (unit head sh) bound for rank dst lies in the
 // inputs: (peer, head) of partialOut [B][cp][Hl][D].
@@ -40,6 +41,14 @@ __device__ __forceinline__ PartialAt partialAt(const Args& p, int sh, int dst) {
   if (scatterOf(p) == Scatter::Head) return {dst, sh};
   const int peer = p.byLocalHeads.quotient(sh);
   return {peer, sh - peer * p.shape.localHeads};
+}
+
+// The out head where this rank's merge of (workspace) head `head` goes:
+// the head itself, but for NONE in two phases (whose merge is HEAD's: the
+// rank's heads rank * Hl + head of an out row of every head).
+template <class Peers>
+__device__ __forceinline__ int mergedOutHead(const FusedParams<Peers>& p, int rank, int head) {
+  return Peers::kGather ? rank * p.shape.localHeads + head : head;
 }
 
 // This rank's partial LSE of (round row, peer, head) (scatter.h).

@@ -7,8 +7,9 @@
  * A region holds two slots (rounds alternate between them by the parity of
  * the device-side round counter). A slot holds, for every remote source of
  * this rank (cp - 1 of them, in rank order, self skipped), capacity rows of
- * `heads` units (Region::localHeads: Hl for HEAD, cp * Hl for TOKEN and
- * NONE, whose receivers take every head of a row); a unit is what one
+ * `heads` units (Region::localHeads: Hl for HEAD and NONE in two phases,
+ * cp * Hl for TOKEN and NONE direct, whose receivers take every head of a
+ * row); a unit is what one
  * source sends for one (row, head), unit index u = row * heads + head.
  *
  * Line protocols (the flag travels inside the data): the head's D elements
@@ -27,8 +28,19 @@
  *          | lse   [cp-1][capacity * Hl] fp32            (16-byte aligned)
  *          | flags [cp-1][chunks] u64 ]                   (16-byte aligned)
  *
+ * NONE's two-phase algorithm (DESIGN §14) doubles a HEAD-shaped slot:
+ *
+ *   slot = [ phase 1: the partials, as HEAD's slot | phase 2: the merged
+ *            units the peers gather, the same geometry ]   (gatherBytes apart)
+ *
+ * Phase 2's unit from source s for (row, head j) is s's merged head
+ * s * Hl + j, its merged LSE in the LSE word (line protocols) or the LSE
+ * array (SIMPLE), flagged as phase 1's are. Region::gatherHalf() addresses
+ * it with the same functions.
+ *
  * Protocols never share a region: a stale line of one protocol must never
- * be read as a flag of another. With AUTO the workspace carries one region
+ * be read as a flag of another. Nor do layouts: a context's NONE runs one
+ * algorithm (agreed at create), so a region is never read in the other's. With AUTO the workspace carries one region
  * for small batches (LL or LL128) and, when enabled, one for SIMPLE.
  ************************************************************************/
 #ifndef NCCL_DCP_LAYOUT_H_
@@ -108,6 +120,7 @@ struct Region {
   size_t unitBytes;
   size_t slotBytes;
   size_t offset;       // of slot 0, from the start of the rank's workspace
+  size_t gatherBytes;  // NONE two-phase: from a slot's start to its phase-2 half; 0: none
   // SIMPLE only (0 otherwise): chunk geometry and the slot's LSE / flag arrays.
   int chunkUnits;      // units per flag
   int chunks;          // flags per source: ceil(capacity * Hl / chunkUnits)
@@ -115,6 +128,14 @@ struct Region {
   size_t flagOffset;   // from the slot's start
 
   NCCL_DCP_HD size_t bytes() const { return 2 * slotBytes; }
+
+  // The phase-2 half of every slot (gatherBytes != 0): the same geometry,
+  // so every offset below, taken on the half, addresses it.
+  NCCL_DCP_HD Region gatherHalf() const {
+    Region half = *this;
+    half.offset += gatherBytes;
+    return half;
+  }
 
   // Data words group g carries (the last one may be short).
   NCCL_DCP_HD int wordsInGroup(int g) const {
@@ -160,8 +181,9 @@ NCCL_DCP_HD size_t groupBytesFor(Proto proto, int words) {
              : (size_t)(1 + words) * ll::kLineBytes;
 }
 
-NCCL_DCP_HD Region makeRegion(Proto proto, int nRanks, int localHeads, int headDim, int eltSize,
-                              int capacity, size_t offset) {
+// One slot's geometry without a phase-2 half.
+NCCL_DCP_HD Region makeHalfRegion(Proto proto, int nRanks, int localHeads, int headDim, int eltSize, int capacity,
+                                  size_t offset) {
   Region r;
   r.proto = proto;
   r.nRanks = nRanks;
@@ -170,6 +192,7 @@ NCCL_DCP_HD Region makeRegion(Proto proto, int nRanks, int localHeads, int headD
   r.eltSize = eltSize;
   r.capacity = capacity;
   r.offset = offset;
+  r.gatherBytes = 0;
   r.dataWords = headDim * eltSize / kWordBytes;
   const size_t sources = (size_t)(nRanks - 1), units = (size_t)capacity * localHeads;
   if (proto == Proto::Simple) {
@@ -195,6 +218,15 @@ NCCL_DCP_HD Region makeRegion(Proto proto, int nRanks, int localHeads, int headD
   return r;
 }
 
+// gather: NONE's two-phase slot (a phase-2 half after each HEAD-shaped one).
+NCCL_DCP_HD Region makeRegion(Proto proto, int nRanks, int localHeads, int headDim, int eltSize,
+                              int capacity, size_t offset, bool gather = false) {
+  Region r = makeHalfRegion(proto, nRanks, localHeads, headDim, eltSize, capacity, offset);
+  r.gatherBytes = gather ? r.slotBytes : 0;
+  if (gather) r.slotBytes *= 2;
+  return r;
+}
+
 // The whole workspace of one rank: the control block and one or two regions.
 struct WorkspaceLayout {
   Region small;     // LL or LL128 (or SIMPLE when forced)
@@ -205,13 +237,15 @@ struct WorkspaceLayout {
 
 // smallProto: the protocol of small batches; withSimpleRegion: AUTO may
 // switch to SIMPLE for large batches, which then has a region of its own.
+// gather: NONE's two-phase regions (localHeads then Hl).
 inline WorkspaceLayout makeWorkspaceLayout(Proto smallProto, bool withSimpleRegion, int nRanks,
-                                           int localHeads, int headDim, int eltSize, int capacity) {
+                                           int localHeads, int headDim, int eltSize, int capacity,
+                                           bool gather = false) {
   WorkspaceLayout w;
-  w.small = makeRegion(smallProto, nRanks, localHeads, headDim, eltSize, capacity, kControlBytes);
+  w.small = makeRegion(smallProto, nRanks, localHeads, headDim, eltSize, capacity, kControlBytes, gather);
   size_t end = w.small.offset + w.small.bytes();
   w.hasLarge = withSimpleRegion;
-  w.large = makeRegion(Proto::Simple, nRanks, localHeads, headDim, eltSize, capacity, end);
+  w.large = makeRegion(Proto::Simple, nRanks, localHeads, headDim, eltSize, capacity, end, gather);
   if (withSimpleRegion) end += w.large.bytes();
   w.totalBytes = alignUp(end, kRegionAlign);
   return w;

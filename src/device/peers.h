@@ -50,10 +50,13 @@ struct LoopbackPeers {
 
 // A peer policy with the call's scatter mode fixed at compile time: each
 // mode's kernels carry only its own addressing (the mode's branches cost
-// registers that HEAD, the latency-bound mode, cannot spare).
-template <class Base, Scatter kMode>
+// registers that HEAD, the latency-bound mode, cannot spare). kGatherMerged:
+// NONE in two phases (DESIGN §14), HEAD's addressing (kMode Head) for the
+// merge, then every rank's merged heads to every peer.
+template <class Base, Scatter kMode, bool kGatherMerged = false>
 struct Scattered : Base {
   static constexpr Scatter kScatter = kMode;
+  static constexpr bool kGather = kGatherMerged;
 };
 
 }  // namespace nccl_dcp

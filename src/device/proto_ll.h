@@ -45,9 +45,16 @@ struct LlTransport {
     for (int j = 0; j < kSendBatch; j++) {
       const int g = g0 + j;
       if (g >= r.groups || !active(r, g, lane)) break;
-      const uint64_t v = lane == 0 ? (uint64_t)__float_as_uint(lse) : x.v[j];
-      storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), (uint32_t)v, flag, (uint32_t)(v >> 32), flag);
+      storeGroup(r, x.v[j], 0, g, lse, unit, flag, lane);
     }
+  }
+  // Group g from the lane's word (dataWord's k = 0; it holds no k = 1):
+  // lane 0 carries the LSE instead.
+  __device__ static void storeGroup(const Region& r, uint64_t a, uint64_t /*b*/, int g, float lse, char* unit,
+                                    uint32_t flag, int lane) {
+    if (!active(r, g, lane)) return;
+    const uint64_t v = lane == 0 ? (uint64_t)__float_as_uint(lse) : a;
+    storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), (uint32_t)v, flag, (uint32_t)(v >> 32), flag);
   }
 
   __device__ static void pollLoad(const Region& r, const char* unit, int g, int lane, Line& l) {

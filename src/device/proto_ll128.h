@@ -63,16 +63,23 @@ struct Ll128Transport {
       x.v[j][1] = live && w1 >= 0 ? loadInput8(src + (size_t)w1 * kWordBytes) : 0;
     }
   }
-  __device__ static void storeBatch(const Region& r, Batch& x, int g0, float lse, char* unit, uint32_t flag,
+  __device__ static void storeBatch(const Region& r, const Batch& x, int g0, float lse, char* unit, uint32_t flag,
                                     int lane) {
 #pragma unroll
     for (int j = 0; j < kSendBatch; j++) {
       const int g = g0 + j;
       if (g >= r.groups || !lineWritten(r, g, lane)) break;
-      if (payloadWord(lane, 0) == 0) x.v[j][0] = (uint64_t)__float_as_uint(lse);
-      if (slotOf(lane) == ll128::kFlagLane) x.v[j][1] = flag;
-      storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), x.v[j][0], x.v[j][1]);
+      storeGroup(r, x.v[j][0], x.v[j][1], g, lse, unit, flag, lane);
     }
+  }
+  // Group g from the lane's two words (dataWord's k = 0, 1): the LSE into
+  // payload word 0, the flag into the flag word.
+  __device__ static void storeGroup(const Region& r, uint64_t a, uint64_t b, int g, float lse, char* unit,
+                                    uint32_t flag, int lane) {
+    if (!lineWritten(r, g, lane)) return;
+    if (payloadWord(lane, 0) == 0) a = (uint64_t)__float_as_uint(lse);
+    if (slotOf(lane) == ll128::kFlagLane) b = flag;
+    storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), a, b);
   }
 
   __device__ static void pollLoad(const Region& r, const char* unit, int g, int lane, Line& l) {

@@ -55,7 +55,7 @@ struct RowSplit {
 struct CallShape {
   Scatter scatter;
   int localHeads;  // Hl
-  int heads;       // of an out row and a workspace row: Hl (HEAD), cp * Hl
+  int heads;       // of an out row: Hl (HEAD), cp * Hl (a workspace row's: region.localHeads)
   int batch;       // rows of the call (TOKEN splits them)
   int lseDtype;    // ncclDataType_t of partialLse
   int numSeqs;     // 0: no empty-shard arrays

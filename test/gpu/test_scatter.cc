@@ -26,6 +26,7 @@
 
 #include "device_problem.h"
 #include "enums.h"
+#include "env.h"
 #include "launch.h"
 #include "loopback.h"
 #include "reference.h"
@@ -172,6 +173,93 @@ TEST_P(ScatterMatrix, EmptyShards) {
       }
       if (HasFatalFailure()) return;
     }
+}
+
+// ---- NONE's two algorithms (DESIGN §14), each forced by NCCL_DCP_NONE_ALGO,
+// per protocol: both match the reference and give the same bits (phase 2
+// copies what phase 1 merged), and the context runs the one asked for (a
+// phase-2 half in its regions or not).
+class NoneAlgorithms : public testing::TestWithParam<int /*proto*/> {
+ protected:
+  void SetUp() override { DCP_REQUIRE_GPUS(1); }
+  static Env algoEnv(NoneAlgo algo) {
+    Env e;
+    e.noneAlgo = (int)algo;
+    return e;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Transports, NoneAlgorithms,
+                         testing::Values(ncclDcpProtoLL, ncclDcpProtoLL128, ncclDcpProtoSimple, ncclDcpProtoAuto),
+                         [](const testing::TestParamInfo<int>& info) { return std::string(protocolName(info.param)); });
+
+TEST_P(NoneAlgorithms, DirectAndTwoPhaseMatchTheReferenceBitwiseAlike) {
+  for (int cp : {2, 3, 5, 8, 16}) {
+    const int Hl = cp >= 8 ? 1 : 3;
+    ncclDcpConfig_t c = withScatter(
+        makeConfig(128, Hl, ncclBfloat16, cp % 2 ? ncclDcpLseBaseE : ncclDcpLseBase2, kCap, GetParam()),
+        ncclDcpScatterNone);
+    c.timeoutMs = 10000;  // a phase 2 that never comes fails in seconds
+    for (int batch : {1, cp + 1, 4 * kCap + 5}) {
+      const uint64_t seed = freshSeed();
+      SCOPED_TRACE(testing::Message() << protocolName(GetParam()) << " cp " << cp << " batch " << batch << " seed "
+                                      << seed);
+      std::vector<RankTensors> outs[2];
+      for (NoneAlgo algo : {NoneAlgo::Direct, NoneAlgo::TwoPhase}) {
+        SCOPED_TRACE(noneAlgoName((int)algo));
+        ScopedEnv env(algoEnv(algo));
+        auto lb = makeLoopback(c, cp);
+        ASSERT_TRUE(lb);
+        const WorkspaceLayout& w = lb->engine().layout;
+        EXPECT_EQ(w.small.gatherBytes != 0, algo == NoneAlgo::TwoPhase);
+        EXPECT_EQ(w.large.gatherBytes != 0, algo == NoneAlgo::TwoPhase);
+        DeviceProblem p(resolved(c), cp, batch, LseMix::Special, seed, CallSpec{});
+        ASSERT_NO_FATAL_FAILURE(callAndWait(*lb, p));
+        const Mismatch m = p.checkAll();
+        EXPECT_EQ(m.count, 0u) << m.first;
+        for (int r = 0; r < cp; r++) outs[algo == NoneAlgo::TwoPhase].push_back(p.outputs(r));
+      }
+      for (int r = 0; r < cp; r++) {
+        EXPECT_TRUE(outs[0][r].out == outs[1][r].out) << "rank " << r << ": out differs between the algorithms";
+        EXPECT_EQ(memcmp(outs[0][r].outLse.data(), outs[1][r].outLse.data(), outs[0][r].outLse.size() * 4), 0)
+            << "rank " << r << ": outLse differs between the algorithms";
+      }
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// A silent rank under two phases: every other rank gives up after the
+// timeout, records it, and leaves NaN over every head of every row -- its
+// own merge and what it would have gathered -- not the zeros put there.
+TEST_P(NoneAlgorithms, TwoPhaseSilentRankLeavesNanEverywhere) {
+  const int cp = 4, batch = 5;
+  ScopedEnv env(algoEnv(NoneAlgo::TwoPhase));
+  ncclDcpConfig_t c = withScatter(makeConfig(128, 2, ncclBfloat16, ncclDcpLseBase2, kCap, GetParam()),
+                                  ncclDcpScatterNone);
+  c.timeoutMs = 200;
+  auto lb = makeLoopback(c, cp);
+  ASSERT_TRUE(lb);
+  DeviceProblem p(resolved(c), cp, batch, LseMix::Normal, freshSeed(), CallSpec{});
+  const std::vector<CallBuffers> b = p.allBuffers();
+  const size_t outBytes = (size_t)batch * cp * 2 * 128 * 2;
+  for (int r = 0; r < cp; r++) {
+    CUDA_ASSERT(cudaMemset(b[r].out, 0, outBytes));
+    CUDA_ASSERT(cudaMemset(b[r].outLse, 0, (size_t)batch * cp * 2 * sizeof(float)));
+  }
+  lb->setSilentRank(2);
+  DCP_ASSERT(lb->call(b.data(), batch, nullptr, nullptr));
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  EXPECT_EQ(lb->asyncError(), ncclRemoteError);
+  for (int r = 0; r < cp; r++) {
+    if (r == 2) continue;
+    const RankTensors t = p.outputs(r);
+    const uint16_t* out = (const uint16_t*)t.out.data();
+    size_t notNan = 0;
+    for (size_t i = 0; i < outBytes / 2; i++) notNan += (out[i] & 0x7f80) != 0x7f80 || (out[i] & 0x7f) == 0;
+    for (size_t i = 0; i < (size_t)batch * cp * 2; i++) notNan += !std::isnan(t.outLse[i]);
+    EXPECT_EQ(notNan, 0u) << "rank " << r << ": outputs not NaN after the silent rank's timeout";
+  }
 }
 
 // ---- TOKEN's splits, per protocol.

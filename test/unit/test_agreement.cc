@@ -113,6 +113,7 @@ const InputCase kInputs[] = {
     {"window offset", [](Agreement* a) { a->windowOffset = 4096; }},
     {"config->scatter", [](Agreement* a) { a->scatter = ncclDcpScatterToken; }},
     {"config->lseDtype", [](Agreement* a) { a->lseDtype = ncclBfloat16; }},
+    {"NCCL_DCP_NONE_ALGO", [](Agreement* a) { a->noneAlgo = (int)NoneAlgo::TwoPhase; }},
 };
 
 TEST(Agreement, EveryInputMismatchNamesInputAndFirstDifferingRank) {
@@ -159,6 +160,31 @@ TEST(Agreement, RecordCarriesEverySource) {
   // The 0.3 fields at their defaults.
   EXPECT_EQ(a.scatter, ncclDcpScatterHead);
   EXPECT_EQ(a.lseDtype, ncclFloat32);
+  EXPECT_EQ(a.noneAlgo, 0);
+}
+
+// NCCL_DCP_NONE_ALGO shapes NONE's workspace: in the record for NONE (a
+// rank forcing another algorithm is refused, named), ignored by the other
+// modes (any value agrees).
+TEST(Agreement, NoneAlgoIsAgreedForNoneOnly) {
+  for (int scatter : {ncclDcpScatterHead, ncclDcpScatterToken, ncclDcpScatterNone}) {
+    ncclDcpConfig_t c = test::makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 16, ncclDcpProtoLL);
+    c.scatter = scatter;
+    Env direct, twoPhase;
+    direct.noneAlgo = (int)NoneAlgo::Direct;
+    twoPhase.noneAlgo = (int)NoneAlgo::TwoPhase;
+    Config a, b;
+    ASSERT_EQ(resolveConfig(&c, direct, &a), ncclSuccess) << lastError();
+    ASSERT_EQ(resolveConfig(&c, twoPhase, &b), ncclSuccess) << lastError();
+    std::vector<RankRecord> all = records(3, a);
+    all[1].agreement = agreementOf(b, 22809, false, 0);
+    if (scatter != ncclDcpScatterNone) {
+      EXPECT_EQ(checkAgreement(all.data(), 3), ncclSuccess) << lastError();
+      continue;
+    }
+    EXPECT_EQ(checkAgreement(all.data(), 3), ncclInvalidUsage);
+    EXPECT_NE(std::string(lastError()).find("NCCL_DCP_NONE_ALGO"), std::string::npos) << lastError();
+  }
 }
 
 // The 0.3 config fields (scatter, lseDtype) land in the record, and ranks

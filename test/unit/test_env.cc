@@ -69,6 +69,7 @@ void expectDefaults(const Env& e, const char* except = "") {
   if (skip != "NCCL_DCP_PDL") { EXPECT_EQ(e.pdl, kEnvUnset); }
   if (skip != "NCCL_DCP_SIMPLE_SEND_WARPS") { EXPECT_EQ(e.simpleSendWarps, kEnvUnset); }
   if (skip != "NCCL_DCP_PROVIDER") { EXPECT_EQ(e.provider, kEnvUnset); }
+  if (skip != "NCCL_DCP_NONE_ALGO") { EXPECT_EQ(e.noneAlgo, kEnvUnset); }
 }
 
 TEST_F(EnvParse, EmptyEnvironmentGivesDefaults) {
@@ -205,6 +206,31 @@ TEST_F(EnvParse, ProviderByName) {
   }
 }
 
+// NCCL_DCP_NONE_ALGO by name, into the config as NoneAlgo (Auto unset).
+TEST_F(EnvParse, NoneAlgoByName) {
+  const struct {
+    const char* value;
+    NoneAlgo algo;
+  } names[] = {{"auto", NoneAlgo::Auto}, {"DIRECT", NoneAlgo::Direct}, {"two_phase", NoneAlgo::TwoPhase}};
+  for (const auto& n : names) {
+    const Env e = parseOne("NCCL_DCP_NONE_ALGO", n.value);
+    EXPECT_EQ(e.noneAlgo, (int)n.algo) << n.value;
+    EXPECT_TRUE(warnings.empty());
+    const ncclDcpConfig_t c = test::makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 16, ncclDcpProtoLL);
+    Config cfg;
+    ASSERT_EQ(resolveConfig(&c, e, &cfg), ncclSuccess) << lastError();
+    EXPECT_EQ(cfg.noneAlgo, n.algo) << n.value;
+  }
+  for (const char* value : {"two-phase", "", "2", "gather"}) {
+    EXPECT_EQ(parseOne("NCCL_DCP_NONE_ALGO", value).noneAlgo, kEnvUnset) << value;
+    EXPECT_TRUE(WarnedAbout("NCCL_DCP_NONE_ALGO", value));
+  }
+  Config cfg;
+  const ncclDcpConfig_t c = test::makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 16, ncclDcpProtoLL);
+  ASSERT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess) << lastError();
+  EXPECT_EQ(cfg.noneAlgo, NoneAlgo::Auto);
+}
+
 // NCCL_DCP_FORCE_FALLBACK=1 is NCCL_DCP_PROVIDER=fallback; the two cannot disagree.
 TEST_F(EnvParse, ForceFallbackIsTheFallbackProvider) {
   const ncclDcpConfig_t c = test::makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 16, NCCL_CONFIG_UNDEF_INT);
@@ -245,9 +271,11 @@ TEST_F(EnvParse, EveryVariableAtOnce) {
             {"NCCL_DCP_PROTO", "ll128"},         {"NCCL_DCP_TIMEOUT_MS", "250"},
             {"NCCL_DCP_MAX_BATCH", "512"},       {"NCCL_DCP_SIMPLE_MIN_ROWS", "96"},
             {"NCCL_DCP_FORCE_FALLBACK", "1"},    {"NCCL_DCP_PDL", "0"},
-            {"NCCL_DCP_SIMPLE_SEND_WARPS", "4"}, {"NCCL_DCP_PROVIDER", "cuda-ipc"}};
+            {"NCCL_DCP_SIMPLE_SEND_WARPS", "4"}, {"NCCL_DCP_PROVIDER", "cuda-ipc"},
+            {"NCCL_DCP_NONE_ALGO", "Two_Phase"}};
   const Env e = parseEnv(tableGet, &warnings);
   EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(e.noneAlgo, (int)NoneAlgo::TwoPhase);
   EXPECT_EQ(e.provider, ncclDcpProviderCudaIpc);
   EXPECT_EQ(e.debug, LogLevel::Info);
   EXPECT_EQ(e.debugFile, "dcp.log");
@@ -263,7 +291,8 @@ TEST_F(EnvParse, EveryVariableAtOnce) {
 TEST_F(EnvParse, OneWarningPerInvalidVariable) {
   gTable = {{"NCCL_DCP_DEBUG", "loud"},   {"NCCL_DCP_PROTO", "fast"},         {"NCCL_DCP_TIMEOUT_MS", "soon"},
             {"NCCL_DCP_MAX_BATCH", "0"},  {"NCCL_DCP_SIMPLE_MIN_ROWS", "-3"}, {"NCCL_DCP_FORCE_FALLBACK", "maybe"},
-            {"NCCL_DCP_PDL", "7"},        {"NCCL_DCP_SIMPLE_SEND_WARPS", "16"}, {"NCCL_DCP_PROVIDER", "ipc"}};
+            {"NCCL_DCP_PDL", "7"},        {"NCCL_DCP_SIMPLE_SEND_WARPS", "16"}, {"NCCL_DCP_PROVIDER", "ipc"},
+            {"NCCL_DCP_NONE_ALGO", "two-phase"}};
   const Env e = parseEnv(tableGet, &warnings);
   expectDefaults(e);
   ASSERT_EQ(warnings.size(), gTable.size());

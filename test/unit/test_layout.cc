@@ -11,6 +11,8 @@
 
 #include "device/layout.h"
 #include "device/params.h"
+#include "enums.h"
+#include "env.h"
 #include "test_util.h"
 #include "validate.h"
 
@@ -325,6 +327,45 @@ TEST(WorkspaceLayout, TotalIsControlPlusRegions) {
   EXPECT_EQ(makeWorkspaceLayout(Proto::LL128, true, 4, 8, 512, 2, 64).large.unitBytes, 1024u);
 }
 
+// NONE's two-phase slots (DESIGN §14): a HEAD-shaped half, then a phase-2
+// half of the same geometry; every offset taken on gatherHalf() is the
+// same offset one half further, inside its slot's second half.
+TEST(GatherHalf, IsTheSecondHalfOfEachSlotWithTheSameGeometry) {
+  for (Proto p : kProtos)
+    for (int cp : {2, 3, 8, 64})
+      for (int capacity : {1, 37}) {
+        SCOPED_TRACE(::testing::Message() << name(p) << " cp " << cp << " capacity " << capacity);
+        const Region one = makeRegion(p, cp, 3, 128, 2, capacity, kControlBytes);
+        const Region two = makeRegion(p, cp, 3, 128, 2, capacity, kControlBytes, /*gather=*/true);
+        EXPECT_EQ(one.gatherBytes, 0u);
+        EXPECT_EQ(two.gatherBytes, one.slotBytes);
+        EXPECT_EQ(two.slotBytes, 2 * one.slotBytes);
+        EXPECT_EQ(two.unitBytes, one.unitBytes);
+        EXPECT_EQ(two.chunks, one.chunks);
+        const Region half = two.gatherHalf();
+        const size_t last = (size_t)capacity * 3 - 1;
+        for (int slot : {0, 1})
+          for (auto [src, dst] : {std::pair{0, cp - 1}, std::pair{cp - 1, 0}})
+            for (size_t u : {(size_t)0, last}) {
+              const size_t lo = two.offset + slot * two.slotBytes, mid = lo + one.slotBytes, hi = lo + two.slotBytes;
+              const size_t a = two.unitOffsetAt(slot, src, dst, u), b = half.unitOffsetAt(slot, src, dst, u);
+              EXPECT_EQ(a, one.unitOffsetAt(0, src, dst, u) + slot * two.slotBytes);
+              EXPECT_EQ(b, a + one.slotBytes);
+              EXPECT_GE(a, lo);
+              EXPECT_LE(a + two.unitBytes, mid);
+              EXPECT_GE(b, mid);
+              EXPECT_LE(b + two.unitBytes, hi);
+              if (p != Proto::Simple) continue;
+              const size_t lse = half.lseOffsetOf(slot, src, dst, u), flag = half.flagOffsetOf(slot, src, dst, (int)(u / two.chunkUnits));
+              EXPECT_EQ(lse, two.lseOffsetOf(slot, src, dst, u) + one.slotBytes);
+              EXPECT_GE(lse, mid);
+              EXPECT_LE(lse + 4, hi);
+              EXPECT_GE(flag, mid);
+              EXPECT_LE(flag + 8, hi);
+            }
+      }
+}
+
 TEST(WorkspaceLayout, OneRankNeedsOnlyTheControlBlock) {
   for (Proto p : kProtos)
     for (bool withSimple : {false, true}) {
@@ -407,6 +448,38 @@ TEST(WorkspaceSize, AutoCoversEveryOutcome) {
       // AUTO settles on LL or LL128 later and may add SIMPLE for large rounds.
       EXPECT_EQ(autoBytes, std::max(expectedWorkspaceBytes(Proto::LL, true, cp, 4, D, elt, 64),
                                     expectedWorkspaceBytes(Proto::LL128, true, cp, 4, D, elt, 64)));
+    }
+}
+
+// NONE: cp x HEAD's units a row directly, 2 x in two phases (the default
+// from 3 ranks; NCCL_DCP_NONE_ALGO chooses either anywhere).
+TEST(WorkspaceSize, NoneFollowsItsAlgorithm) {
+  for (int protocol : {(int)ncclDcpProtoLL, (int)ncclDcpProtoLL128, (int)ncclDcpProtoSimple})
+    for (int cp : {2, 3, 8}) {
+      const Proto p = (Proto)protocol;
+      SCOPED_TRACE(::testing::Message() << name(p) << " cp " << cp);
+      ncclDcpConfig_t cfg = test::makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 64, protocol);
+      cfg.timeoutMs = 1000;
+      cfg.scatter = ncclDcpScatterNone;
+      const size_t direct = expectedWorkspaceBytes(p, false, cp, 4 * cp, 128, 2, 64);
+      const size_t twoPhase = roundUp4K(4096 + 4 * expectedSlotBytes(p, cp, 4, 128, 2, 64));
+      for (NoneAlgo algo : {NoneAlgo::Auto, NoneAlgo::Direct, NoneAlgo::TwoPhase}) {
+        Env e;
+        e.noneAlgo = (int)algo;
+        test::ScopedEnv env(e);
+        size_t bytes = 0;
+        ASSERT_EQ(ncclDcpWorkspaceSize(&cfg, cp, &bytes), ncclSuccess) << ncclDcpGetLastError();
+        const bool gathers = algo == NoneAlgo::TwoPhase || (algo == NoneAlgo::Auto && cp > 2);
+        if (p == Proto::LL128) {
+          // Forced LL128 covers LL too (over PCIe it runs as LL).
+          const size_t ll = gathers ? roundUp4K(4096 + 4 * expectedSlotBytes(Proto::LL, cp, 4, 128, 2, 64))
+                                    : expectedWorkspaceBytes(Proto::LL, false, cp, 4 * cp, 128, 2, 64);
+          EXPECT_EQ(bytes, std::max(gathers ? twoPhase : direct, ll)) << noneAlgoName((int)algo);
+        } else {
+          EXPECT_EQ(bytes, gathers ? twoPhase : direct) << noneAlgoName((int)algo);
+        }
+      }
+      if (cp > 2) EXPECT_LT(twoPhase, direct);
     }
 }
 

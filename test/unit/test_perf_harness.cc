@@ -123,6 +123,11 @@ TEST(PerfScatter, BytesEachModeMoves) {
     EXPECT_EQ(receiveBytesPerRow(ncclDcpScatterHead, cp, 16, 512, 2) * cp, (cp - 1) * row);
     EXPECT_EQ(receiveBytesPerRow(ncclDcpScatterToken, cp, 16, 512, 2) * cp, (cp - 1) * row);
     EXPECT_EQ(receiveBytesPerRow(ncclDcpScatterNone, cp, 16, 512, 2), (cp - 1) * row);
+    // NONE in two phases: the peer's heads, then this rank's merged ones;
+    // the other modes ignore the algorithm.
+    EXPECT_EQ(peerBytesPerRow(ncclDcpScatterNone, cp, 16, 512, 2, true), 2 * share);
+    EXPECT_EQ(receiveBytesPerRow(ncclDcpScatterNone, cp, 16, 512, 2, true) * cp, 2 * (cp - 1) * row);
+    EXPECT_EQ(peerBytesPerRow(ncclDcpScatterHead, cp, 16, 512, 2, true), share);
   }
   EXPECT_EQ(receiveBytesPerRow(ncclDcpScatterNone, 1, 16, 512, 2), 0);  // one rank: nothing to receive
   // TOKEN's blocks and largest output: ceil(B / cp) rows.
@@ -143,6 +148,9 @@ TEST(PerfScatter, BytesEachModeMoves) {
   EXPECT_DOUBLE_EQ(idealBytes(ncclDcpScatterToken, 8, 64, 16, 512, 2), head);
   EXPECT_DOUBLE_EQ(idealBytes(ncclDcpScatterNone, 8, 64, 16, 512, 2),
                    cp * b * cp * hl * unit + cp * (2 * cp * (cp - 1) * b * hl * unit + cp * b * hl * unit));
+  // NONE in two phases: twice HEAD's payload (each phase's), NONE's outputs.
+  EXPECT_DOUBLE_EQ(idealBytes(ncclDcpScatterNone, 8, 64, 16, 512, 2, true),
+                   cp * b * cp * hl * unit + 2 * (2 * cp * (cp - 1) * b * hl * unit) + cp * b * cp * hl * unit);
 }
 
 TEST(PerfArgs, EveryShortOptionParses) {
