@@ -23,11 +23,11 @@
  *     TOKEN rank r ends with every head of its own rows, a contiguous slice
  *           [start_r, start_r + n_r) of the batch (n_r: even split, or the
  *           call's counts): out[i][h] = merged[start_r+i][h], out [n_r][H][D];
- *     NONE  every rank ends with everything: out [B][H][D]. From 3 ranks
- *           in two phases: HEAD's merge, then every rank's merged heads to
- *           every peer (2(cp-1)/cp of a row's units received instead of
- *           cp-1); NCCL_DCP_NONE_ALGO=direct|two_phase forces one. The
- *           bits are the same either way.
+ *     NONE  every rank ends with everything: out [B][H][D]. Direct (every
+ *           partial to every peer), or with NCCL_DCP_NONE_ALGO=two_phase
+ *           (or auto: from 3 ranks) HEAD's merge then every rank's merged
+ *           heads to every peer: 2(cp-1)/cp of a row's units received
+ *           instead of cp-1. The bits are the same either way.
  *   Batch invariance: the bits of merged[b][h] depend only on the cp inputs
  *   of (b, h) -- not on the batch, its chunking (maxBatch), the protocol, the
  *   path (fused or fallback), the scatter mode or the split.
@@ -106,10 +106,10 @@ typedef struct ncclDcpConfig_v1 {
                              the bound the context is poisoned (see
                              ncclDcpA2aLseReduce) */
   /* appended in 0.3 (a 0.2 caller's shorter struct takes the defaults) */
-  int scatter;            /* ncclDcpScatter_t. Default HEAD. TOKEN's (and
-                             NONE's direct) workspace holds all H heads of
-                             maxBatch rows per source (cp times HEAD's);
-                             NONE's two phases twice HEAD's */
+  int scatter;            /* ncclDcpScatter_t. Default HEAD. TOKEN's and
+                             NONE's workspaces hold all H heads of maxBatch
+                             rows per source (cp times HEAD's); NONE in two
+                             phases (NCCL_DCP_NONE_ALGO) twice HEAD's */
   ncclDataType_t lseDtype; /* of partialLse: ncclFloat32 (default),
                              ncclBfloat16 or ncclFloat16; outLse is fp32 */
 } ncclDcpConfig_t;

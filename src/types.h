@@ -16,6 +16,11 @@ namespace nccl_dcp {
 // NONE's algorithm (NCCL_DCP_NONE_ALGO; the values parseEnv gives).
 enum class NoneAlgo : int { Auto = 0, Direct = 1, TwoPhase = 2 };
 
+// NONE's algorithm when NCCL_DCP_NONE_ALGO is unset: direct, the one that
+// has run on a GPU, until the two-phase kernels (written without one) have
+// passed the GPU suite and been measured; then Auto (docs/perf.md, 0.4).
+constexpr NoneAlgo kDefaultNoneAlgo = NoneAlgo::Direct;
+
 // A config with every default applied and every field checked: the public
 // config's fields, then the inputs that come from the environment alone.
 // Everything here shapes the workspace, the protocol or the launches, so
@@ -36,7 +41,7 @@ struct Config {
   Scatter scatter;             // config, else HEAD
   ncclDataType_t lseDtype;     // config, else ncclFloat32
   int lseEltSize;
-  NoneAlgo noneAlgo;           // NCCL_DCP_NONE_ALGO, else Auto
+  NoneAlgo noneAlgo;           // NCCL_DCP_NONE_ALGO, else kDefaultNoneAlgo
 };
 
 // Heads of an out row in a mode: Hl or cp * Hl.

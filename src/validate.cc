@@ -111,7 +111,7 @@ ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* o
   // From the environment alone (parseEnv range-checked them).
   c.simpleMinRows = env.simpleMinRows;  // unset (-1): the policy's measured default for the links
   c.pdl = env.pdl != 0;  // unset (-1) means on
-  c.noneAlgo = env.noneAlgo == kEnvUnset ? NoneAlgo::Auto : (NoneAlgo)env.noneAlgo;
+  c.noneAlgo = env.noneAlgo == kEnvUnset ? kDefaultNoneAlgo : (NoneAlgo)env.noneAlgo;
   c.provider = env.provider == kEnvUnset ? ncclDcpProviderAuto : (ncclDcpProvider_t)env.provider;
   if (env.forceFallback) {
     if (c.provider != ncclDcpProviderAuto && c.provider != ncclDcpProviderFallback)

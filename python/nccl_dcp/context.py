@@ -144,8 +144,8 @@ def workspace_size(n_ranks, head_dim, local_heads, dtype, lse_base, max_batch=No
     """Bytes of symmetric workspace one rank of n_ranks needs for this
     configuration (ncclDcpWorkspaceSize): what Context allocates, and the
     least a window region given to Context(window=...) must hold (TOKEN
-    holds all H heads per row: cp times HEAD's; NONE twice HEAD's from 3
-    ranks, in two phases, as TOKEN at 2: NCCL_DCP_NONE_ALGO)."""
+    holds all H heads per row: cp times HEAD's; NONE too, or twice HEAD's
+    in two phases: NCCL_DCP_NONE_ALGO)."""
     cfg = make_config(head_dim, local_heads, dtype, lse_base, max_batch, protocol, scatter=scatter,
                       lse_dtype=lse_dtype)
     return _workspace_size(cfg, c_int_arg("n_ranks", n_ranks))

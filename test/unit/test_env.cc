@@ -206,7 +206,7 @@ TEST_F(EnvParse, ProviderByName) {
   }
 }
 
-// NCCL_DCP_NONE_ALGO by name, into the config as NoneAlgo (Auto unset).
+// NCCL_DCP_NONE_ALGO by name, into the config as NoneAlgo (unset: the default).
 TEST_F(EnvParse, NoneAlgoByName) {
   const struct {
     const char* value;
@@ -228,7 +228,7 @@ TEST_F(EnvParse, NoneAlgoByName) {
   Config cfg;
   const ncclDcpConfig_t c = test::makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 16, ncclDcpProtoLL);
   ASSERT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess) << lastError();
-  EXPECT_EQ(cfg.noneAlgo, NoneAlgo::Auto);
+  EXPECT_EQ(cfg.noneAlgo, kDefaultNoneAlgo);
 }
 
 // NCCL_DCP_FORCE_FALLBACK=1 is NCCL_DCP_PROVIDER=fallback; the two cannot disagree.

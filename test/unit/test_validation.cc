@@ -1589,9 +1589,9 @@ TEST(ModeCheckCall, WithoutArgsIsRankZeroOfTheEvenSplit) {
 }
 
 // ---------------------------------------------------------------------------
-// ncclDcpWorkspaceSize per mode: TOKEN and NONE direct hold every head of a
-// row (cp times HEAD's), HEAD its Hl, NONE in two phases (from cp 3) 2 Hl;
-// one rank is the same in every mode.
+// ncclDcpWorkspaceSize per mode: TOKEN and NONE (direct) hold every head of
+// a row (cp times HEAD's), HEAD its Hl; one rank is the same in every mode.
+// (NONE in two phases: test_layout.cc's WorkspaceSize.NoneFollowsItsAlgorithm.)
 
 size_t workspaceOf(int scatter, int nRanks, int protocol, ncclDataType_t lse = ncclFloat32) {
   ncclDcpConfig_t cfg = modeConfigIn(scatter, lse);
@@ -1611,11 +1611,7 @@ TEST(WorkspaceSizePerMode, TokenAndNoneHoldMoreThanHead) {
       const size_t none = workspaceOf(ncclDcpScatterNone, cp, proto);
       EXPECT_GT(token, head);
       EXPECT_GT(none, head);
-      if (cp == 2) {
-        EXPECT_EQ(token, none) << "both hold every head of a row";
-      } else {
-        EXPECT_LT(none, token) << "NONE in two phases holds 2 Hl heads a row, TOKEN cp Hl";
-      }
+      EXPECT_EQ(token, none) << "both hold every head of a row (NONE direct, the default)";
     }
 }
 
