@@ -7,7 +7,8 @@
 #   scripts/gpu-check.sh [--plant-failure] [stage...]
 #     default stages: build tests topology sanitize perf python plants
 #     perf: the loopback cp 8 table per protocol (perf-<P>.json) and per
-#       scatter mode (AUTO: perf-scatter-token.json, perf-scatter-none.json;
+#       scatter mode (AUTO: perf-scatter-token.json, perf-scatter-none-direct.json,
+#       perf-scatter-none-two_phase.json (NCCL_DCP_NONE_ALGO);
 #       HEAD's is perf-AUTO.json), and with 2+ GPUs every mode on the real
 #       ranks, one thread per GPU (perf-scatter-<mode>-ranks.json).
 #     also: nopdl reread (LL128 variants), timeline (-Dtimeline=true
@@ -212,11 +213,14 @@ if has perf; then
   # Each scatter mode beside its baselines (docs/perf.md "Scatter modes"):
   # loopback cp 8 (HEAD's table is perf-AUTO's), then with 2+ GPUs every
   # mode on the real ranks, one thread per GPU.
-  for mode in token none; do
-    "$PERF" "${PERF_ARGS[@]}" -P AUTO --scatter $mode -J "$LOGS/perf-scatter-$mode.json" \
-      > "$LOGS/perf-scatter-$mode.txt" 2>&1
-    record $? "perf scatter $mode, loopback cp 8 AUTO (table in perf-scatter-$mode.txt)"
-    tail -14 "$LOGS/perf-scatter-$mode.txt"
+  # NONE once per algorithm (NCCL_DCP_NONE_ALGO; docs/perf.md 0.4).
+  for run in token none:direct none:two_phase; do
+    mode=${run%%:*} algo=${run#*:} name=${run/:/-}
+    [ "$algo" != "$run" ] || algo=""
+    env ${algo:+NCCL_DCP_NONE_ALGO=$algo} "$PERF" "${PERF_ARGS[@]}" -P AUTO --scatter "$mode" \
+      -J "$LOGS/perf-scatter-$name.json" > "$LOGS/perf-scatter-$name.txt" 2>&1
+    record $? "perf scatter $name, loopback cp 8 AUTO (table in perf-scatter-$name.txt)"
+    tail -14 "$LOGS/perf-scatter-$name.txt"
   done
   if [ "$NCCL_DCP_REQUIRE_GPU" -ge 2 ]; then
     for mode in head token none; do
