@@ -862,6 +862,41 @@ TEST_P(ScatterRanks, FusedAndFallback) {
   }
 }
 
+// NONE in two phases on real ranks (NCCL_DCP_NONE_ALGO=two_phase: at cp 2
+// `auto` runs direct): every protocol, batches within and beyond maxBatch,
+// special LSEs and empty shards, each call against the reference.
+class NoneTwoPhaseRanks : public ScatterRanks {};
+
+TEST_F(NoneTwoPhaseRanks, EveryProtocolMatchesTheReference) {
+  Env twoPhase;
+  twoPhase.noneAlgo = (int)NoneAlgo::TwoPhase;
+  ScopedEnv env(twoPhase);
+  const std::vector<int> devices = {0, 1};
+  for (int proto : {ncclDcpProtoLL, ncclDcpProtoLL128, ncclDcpProtoSimple, ncclDcpProtoAuto}) {
+    SCOPED_TRACE(protocolName(proto));
+    const ncclDcpConfig_t c =
+        withScatter(makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8, proto), ncclDcpScatterNone);
+    Config cfg;
+    ASSERT_EQ(resolveConfig(&c, twoPhase, &cfg), ncclSuccess) << ncclDcpGetLastError();
+    ASSERT_TRUE(noneGathers(cfg, kRanks));
+    auto ctxs = createAll(c);
+    if (HasFailure()) return;
+    EXPECT_EQ(pathOf(ctxs[0]), ncclDcpPathFused);
+    for (int batch : {1, 5, 21}) {
+      CallSpec shards;
+      shards.emptyShards = true;
+      for (const CallSpec& spec : {CallSpec(), shards}) {
+        DeviceProblem p(cfg, kRanks, batch, LseMix::Special, freshSeed(), spec, devices);
+        callAndCheck(ctxs, p, std::string(spec.emptyShards ? "empty shards" : "plain") + ", batch " +
+                                  std::to_string(batch));
+        if (HasFailure()) break;
+      }
+    }
+    destroyAll(ctxs);
+    if (HasFailure()) return;
+  }
+}
+
 }  // namespace
 }  // namespace test
 }  // namespace nccl_dcp
