@@ -13,7 +13,8 @@
 #       ranks, one thread per GPU (perf-scatter-<mode>-ranks.json).
 #     also: nopdl reread (LL128 variants), timeline (-Dtimeline=true
 #       build, perf -T), stress (PDL / LL128 re-read stress, HEAD, then each
-#       scatter mode once: TOKEN, TOKEN with device counts, NONE), soak,
+#       scatter mode once: TOKEN, TOKEN with device counts, NONE direct and
+#       in two phases), soak,
 #       sanitize-context, baseline (our all-to-all vs nccl-tests'
 #       alltoall_perf), plugin (the profiler plugin in alltoall_perf),
 #       nccl-latest (NCCL 2.30.7 from source, the suites against it).
@@ -290,11 +291,13 @@ if has stress; then
   done
   where=("loopback:-V 8")
   [ "$NCCL_DCP_REQUIRE_GPU" -lt 2 ] || where+=("ranks:-r $NCCL_DCP_REQUIRE_GPU")
-  for mode in "token:-S token" "token-counts:-S token -C" "none:-S none"; do
+  for mode in "token:-S token" "token-counts:-S token -C" "none:-S none" "none-two_phase:-S none"; do
+    algo=""
+    [ "${mode%%:*}" != none-two_phase ] || algo=two_phase
     for w in "${where[@]}"; do
       log=$LOGS/stress-${mode%%:*}-${w%%:*}.log
-      timeout 300 "$BUILD/test/dcp_stress" ${w#*:} ${mode#*:} -P LL128 -b 4 -n ${STRESS_MODE_CALLS:-200000} \
-        > "$log" 2>&1
+      env ${algo:+NCCL_DCP_NONE_ALGO=$algo} timeout 300 "$BUILD/test/dcp_stress" ${w#*:} ${mode#*:} -P LL128 -b 4 \
+        -n ${STRESS_MODE_CALLS:-200000} > "$log" 2>&1
       record $? "stress ${mode%%:*} (${w%%:*}) $(tail -1 "$log")"
     done
   done
