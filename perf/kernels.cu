@@ -30,23 +30,26 @@ struct CopyArgs {
   size_t bytes;
 };
 
-// Whole 16-byte words with kUnroll loads in flight before their stores,
-// then the tail bytes.
+// The grid's copy of `words` 16-byte words, thread t of `stride`, kUnroll
+// loads in flight before their stores.
+__device__ __forceinline__ void copyWords16(const int4* from, int4* to, size_t words, size_t t, size_t stride) {
+  size_t i = t;
+  for (; i + (kUnroll - 1) * stride < words; i += kUnroll * stride) {
+    int4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; u++) v[u] = __ldg(from + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < kUnroll; u++) to[i + u * stride] = v[u];
+  }
+  for (; i < words; i += stride) to[i] = __ldg(from + i);
+}
+
+// Whole 16-byte words, then the tail bytes.
 __global__ void __launch_bounds__(kCopyThreads) peerWriteKernel(CopyArgs a) {
   const size_t words = a.bytes / 16, stride = (size_t)gridDim.x * blockDim.x;
   const size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   for (int c = 0; c < a.n; c++) {
-    const int4* src = (const int4*)a.src[c];
-    int4* dst = (int4*)a.dst[c];
-    size_t i = t;
-    for (; i + (kUnroll - 1) * stride < words; i += kUnroll * stride) {
-      int4 v[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; u++) v[u] = __ldg(src + i + u * stride);
-#pragma unroll
-      for (int u = 0; u < kUnroll; u++) dst[i + u * stride] = v[u];
-    }
-    for (; i < words; i += stride) dst[i] = __ldg(src + i);
+    copyWords16((const int4*)a.src[c], (int4*)a.dst[c], words, t, stride);
     for (size_t b = words * 16 + t; b < a.bytes; b += stride) a.dst[c][b] = a.src[c][b];
   }
 }
@@ -234,18 +237,7 @@ __global__ void __launch_bounds__(kCopyThreads) exchangeKernel(Exchange x) {
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   const uintptr_t align = (uintptr_t)src | (uintptr_t)dst | bytes;
   if (align % 16 == 0) {
-    const int4* from = (const int4*)src;
-    int4* to = (int4*)dst;
-    const size_t words = bytes / 16;
-    size_t i = t;
-    for (; i + (kUnroll - 1) * stride < words; i += kUnroll * stride) {
-      int4 v[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; u++) v[u] = __ldg(from + i + u * stride);
-#pragma unroll
-      for (int u = 0; u < kUnroll; u++) to[i + u * stride] = v[u];
-    }
-    for (; i < words; i += stride) to[i] = __ldg(from + i);
+    copyWords16((const int4*)src, (int4*)dst, bytes / 16, t, stride);
   } else if (align % 4 == 0) {
     for (size_t i = t; i < bytes / 4; i += stride) ((int*)dst)[i] = __ldg((const int*)src + i);
   } else {
