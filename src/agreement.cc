@@ -43,6 +43,7 @@ const Field kAgreedFields[] = {
     NCCL_DCP_FIELD("window offset", windowOffset),
     NCCL_DCP_FIELD("config->scatter", scatter),
     NCCL_DCP_FIELD("config->lseDtype", lseDtype),
+    NCCL_DCP_FIELD("config->wire", wire),
 };
 #undef NCCL_DCP_FIELD
 
@@ -72,6 +73,7 @@ Agreement agreementOf(const Config& c, int ncclVersion, bool inWindow, size_t wi
   a.inWindow = inWindow;
   a.scatter = (int)c.scatter;
   a.lseDtype = (int)c.lseDtype;
+  a.wire = (int)c.wire;
   a.windowOffset = windowOffset;
   return a;
 }

@@ -44,6 +44,7 @@ struct Agreement {
   int32_t inWindow;  // the application's window (1) or our own (0)
   int32_t scatter;   // ncclDcpScatter_t: the heads of a workspace row (Hl or cp * Hl)
   int32_t lseDtype;  // ncclDataType_t of partialLse (read into fp32 before the wire; agreed like dtype)
+  int32_t wire;      // ncclDcpWire_t: the workspace's unit geometry and the kernels
   uint64_t windowOffset;
 };
 

@@ -11,16 +11,19 @@ size_t workspaceBound(const Config& c, int nRanks) {
   const int heads = headsPerRow(c, nRanks);  // of a workspace row
   // LL128 forced over PCIe runs as LL (protocol.cc): cover both.
   if (c.protocol != ncclDcpProtoAuto && c.protocol != ncclDcpProtoLL128)
-    return makeWorkspaceLayout((Proto)c.protocol, false, nRanks, heads, c.headDim, c.eltSize, c.maxBatch).totalBytes;
+    return makeWorkspaceLayout((Proto)c.protocol, false, nRanks, heads, c.headDim, c.eltSize, c.maxBatch, c.wire)
+        .totalBytes;
   if (c.protocol == ncclDcpProtoLL128)
-    return std::max(makeWorkspaceLayout(Proto::LL128, false, nRanks, heads, c.headDim, c.eltSize, c.maxBatch).totalBytes,
-                    makeWorkspaceLayout(Proto::LL, false, nRanks, heads, c.headDim, c.eltSize, c.maxBatch).totalBytes);
+    return std::max(
+        makeWorkspaceLayout(Proto::LL128, false, nRanks, heads, c.headDim, c.eltSize, c.maxBatch, c.wire).totalBytes,
+        makeWorkspaceLayout(Proto::LL, false, nRanks, heads, c.headDim, c.eltSize, c.maxBatch, c.wire).totalBytes);
   // AUTO settles on LL or LL128 once the topology is known, and may add
   // SIMPLE for large rounds: cover every outcome.
   size_t bound = 0;
   for (Proto small : {Proto::LL, Proto::LL128})
     bound = std::max(bound,
-                     makeWorkspaceLayout(small, true, nRanks, heads, c.headDim, c.eltSize, c.maxBatch).totalBytes);
+                     makeWorkspaceLayout(small, true, nRanks, heads, c.headDim, c.eltSize, c.maxBatch, c.wire)
+                         .totalBytes);
   return bound;
 }
 
@@ -30,7 +33,7 @@ ncclResult_t Engine::init(const Config& config, int ranks, int myRank, const Pro
   rank = myRank;
   policy = p;
   layout = makeWorkspaceLayout(p.small, p.simpleForLarge, nRanks, headsPerRow(cfg, nRanks), cfg.headDim,
-                               cfg.eltSize, cfg.maxBatch);
+                               cfg.eltSize, cfg.maxBatch, cfg.wire);
   pdl = cfg.pdl;
   CUDACHECK(cudaGetDevice(&cudaDev));
   CUDACHECK(cudaHostAlloc((void**)&host, sizeof(HostShared), cudaHostAllocMapped));

@@ -35,6 +35,7 @@ const char* const kProviderNames[ncclDcpNumProviders] = {"auto", "nccl-window", 
 
 // Indexed by ncclDcpScatter_t.
 const char* const kScatterNames[ncclDcpNumScatters] = {"head", "token", "none"};
+const char* const kWireNames[ncclDcpNumWires] = {"native", "fp8"};
 
 template <int N>
 bool parseName(const char* const (&names)[N], const char* name, int* value) {
@@ -95,5 +96,9 @@ const char* scatterName(int scatter) {
 }
 
 bool parseScatter(const char* name, int* scatter) { return parseName(kScatterNames, name, scatter); }
+
+const char* wireName(int wire) { return wire >= 0 && wire < ncclDcpNumWires ? kWireNames[wire] : "unknown"; }
+
+bool parseWire(const char* name, int* wire) { return parseName(kWireNames, name, wire); }
 
 }  // namespace nccl_dcp

@@ -45,6 +45,11 @@ const char* scatterName(int scatter);
 // ncclDcpScatter_t from its name, case-insensitive.
 bool parseScatter(const char* name, int* scatter);
 
+// "native", "fp8" (ncclDcpWire_t); "unknown" otherwise.
+const char* wireName(int wire);
+// ncclDcpWire_t from its name, case-insensitive.
+bool parseWire(const char* name, int* wire);
+
 // The host's one dispatch on the dtype: f(T{}) with the element type of a
 // supported dtype (the caller refused the others when the config was resolved).
 template <typename F>

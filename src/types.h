@@ -33,6 +33,7 @@ struct Config {
   Scatter scatter;             // config, else HEAD
   ncclDataType_t lseDtype;     // config, else ncclFloat32
   int lseEltSize;
+  Wire wire;                   // config, else Native
 };
 
 // Heads of an out row (and of a workspace row) in a mode: Hl or cp * Hl.

@@ -27,6 +27,10 @@
  *          | lse   [cp-1][capacity * Hl] fp32            (16-byte aligned)
  *          | flags [cp-1][chunks] u64 ]                   (16-byte aligned)
  *
+ * Wire fp8 (Region::wire, fp8_wire.h): the same geometry over 1-byte
+ * elements (Dw = D / 8), the scale in the high half of every LSE word
+ * ({lse, scale}), and SIMPLE's LSE array of 8-byte {lse, scale} pairs.
+ *
  * Protocols never share a region: a stale line of one protocol must never
  * be read as a flag of another. With AUTO the workspace carries one region
  * for small batches (LL or LL128) and, when enabled, one for SIMPLE.
@@ -100,6 +104,7 @@ NCCL_DCP_HD size_t alignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 // Geometry of one protocol region.
 struct Region {
   Proto proto;
+  Wire wire;           // elements of D bytes (fp8) or D * eltSize on the wire
   int nRanks, localHeads, headDim, eltSize, capacity;
   int dataWords;       // Dw: 8-byte words of one head's data
   int groupDataWords;  // data words of a full group
@@ -147,6 +152,11 @@ struct Region {
     int srcIdx = src < dst ? src : src - 1;
     return offset + (size_t)slot * slotBytes + lseOffset + ((size_t)srcIdx * capacity * localHeads + u) * 4;
   }
+  // Wire fp8: the {lse, scale} pair of unit u (the LSE array holds pairs).
+  NCCL_DCP_HD size_t lseWordOffsetOf(int slot, int src, int dst, size_t u) const {
+    int srcIdx = src < dst ? src : src - 1;
+    return offset + (size_t)slot * slotBytes + lseOffset + ((size_t)srcIdx * capacity * localHeads + u) * 8;
+  }
   NCCL_DCP_HD size_t flagOffsetOf(int slot, int src, int dst, int c) const {
     int srcIdx = src < dst ? src : src - 1;
     return offset + (size_t)slot * slotBytes + flagOffset + ((size_t)srcIdx * chunks + c) * 8;
@@ -161,27 +171,29 @@ NCCL_DCP_HD size_t groupBytesFor(Proto proto, int words) {
 }
 
 NCCL_DCP_HD Region makeRegion(Proto proto, int nRanks, int localHeads, int headDim, int eltSize,
-                              int capacity, size_t offset) {
+                              int capacity, size_t offset, Wire wire = Wire::Native) {
   Region r;
   r.proto = proto;
+  r.wire = wire;
   r.nRanks = nRanks;
   r.localHeads = localHeads;
   r.headDim = headDim;
   r.eltSize = eltSize;
   r.capacity = capacity;
   r.offset = offset;
-  r.dataWords = headDim * eltSize / kWordBytes;
+  const int wireEltSize = wire == Wire::Fp8E4m3 ? 1 : eltSize;  // bytes of an element on the wire
+  r.dataWords = headDim * wireEltSize / kWordBytes;
   const size_t sources = (size_t)(nRanks - 1), units = (size_t)capacity * localHeads;
   if (proto == Proto::Simple) {
     // One "group": the whole head, as the input holds it.
     r.groupDataWords = r.dataWords;
     r.groups = 1;
-    r.unitBytes = r.groupBytes = (size_t)headDim * eltSize;
+    r.unitBytes = r.groupBytes = (size_t)headDim * wireEltSize;
     const size_t fit = simple::kChunkBytes / r.unitBytes;
     r.chunkUnits = fit < 1 ? 1 : fit > (size_t)simple::kMaxChunkUnits ? simple::kMaxChunkUnits : (int)fit;
     r.chunks = (int)((units + r.chunkUnits - 1) / r.chunkUnits);
     r.lseOffset = sources * units * r.unitBytes;
-    r.flagOffset = r.lseOffset + alignUp(sources * units * 4, 16);
+    r.flagOffset = r.lseOffset + alignUp(sources * units * (wire == Wire::Fp8E4m3 ? 8 : 4), 16);
     r.slotBytes = alignUp(r.flagOffset + sources * r.chunks * 8, kRegionAlign);
     return r;
   }
@@ -205,13 +217,15 @@ struct WorkspaceLayout {
 
 // smallProto: the protocol of small batches; withSimpleRegion: AUTO may
 // switch to SIMPLE for large batches, which then has a region of its own.
+// wire: the regions' element format (fp8: narrower units).
 inline WorkspaceLayout makeWorkspaceLayout(Proto smallProto, bool withSimpleRegion, int nRanks,
-                                           int localHeads, int headDim, int eltSize, int capacity) {
+                                           int localHeads, int headDim, int eltSize, int capacity,
+                                           Wire wire = Wire::Native) {
   WorkspaceLayout w;
-  w.small = makeRegion(smallProto, nRanks, localHeads, headDim, eltSize, capacity, kControlBytes);
+  w.small = makeRegion(smallProto, nRanks, localHeads, headDim, eltSize, capacity, kControlBytes, wire);
   size_t end = w.small.offset + w.small.bytes();
   w.hasLarge = withSimpleRegion;
-  w.large = makeRegion(Proto::Simple, nRanks, localHeads, headDim, eltSize, capacity, end);
+  w.large = makeRegion(Proto::Simple, nRanks, localHeads, headDim, eltSize, capacity, end, wire);
   if (withSimpleRegion) end += w.large.bytes();
   w.totalBytes = alignUp(end, kRegionAlign);
   return w;

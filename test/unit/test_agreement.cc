@@ -113,6 +113,7 @@ const InputCase kInputs[] = {
     {"window offset", [](Agreement* a) { a->windowOffset = 4096; }},
     {"config->scatter", [](Agreement* a) { a->scatter = ncclDcpScatterToken; }},
     {"config->lseDtype", [](Agreement* a) { a->lseDtype = ncclBfloat16; }},
+    {"config->wire", [](Agreement* a) { a->wire = ncclDcpWireFp8E4m3; }},
 };
 
 TEST(Agreement, EveryInputMismatchNamesInputAndFirstDifferingRank) {
