@@ -120,6 +120,9 @@ typedef struct ncclDcpConfig_v1 {
   ncclDataType_t lseDtype; /* of partialLse: ncclFloat32 (default),
                              ncclBfloat16 or ncclFloat16; outLse is fp32 */
   /* appended after 0.3 (an older caller's shorter struct takes native) */
+  int reserved0;          /* overlays 0.3's tail padding, never read: a 0.3
+                             caller's struct (sizeof 56) and this one (64)
+                             then differ in size. Set to 0 by the initializer */
   int wire;               /* ncclDcpWire_t. Default native. fp8 narrows the
                              units that cross the link, on every protocol and
                              path (the fallback path applies the same rounding
@@ -142,6 +145,7 @@ typedef struct ncclDcpConfig_v1 {
   NCCL_CONFIG_UNDEF_INT,                 /* timeoutMs */           \
   NCCL_CONFIG_UNDEF_INT,                 /* scatter */             \
   (ncclDataType_t)NCCL_CONFIG_UNDEF_INT, /* lseDtype */            \
+  0,                                     /* reserved0 */           \
   NCCL_CONFIG_UNDEF_INT,                 /* wire */                \
 }
 

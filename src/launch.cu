@@ -249,9 +249,26 @@ ncclResult_t launchFused(const FusedArgs& args, const RankIo* io, ncclDataType_t
   return launchFusedWire(args, dtype, peers, io, pdl, stream);
 }
 
+// The fallback of a wire-fp8 context (HEAD, bf16 / fp16: the config check
+// refuses the rest): the pack and combine kernels of e4m3 units.
+template <typename F>
+ncclResult_t withFp8ElementType(ncclDataType_t dtype, F&& f) {
+  switch (dtype) {
+    case ncclBfloat16: return f(__nv_bfloat16{});
+    case ncclFloat16: return f(__half{});
+    default: return fail(ncclInternalError, "wire fp8 with dtype %d: validate.cc allows bf16 and fp16", (int)dtype);
+  }
+}
+
 ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream) {
   const unsigned grid = blocksFor((size_t)l.rows * l.shape.heads);
   if (grid == 0) return ncclSuccess;
+  if (l.wire == Wire::Fp8E4m3)
+    return withFp8ElementType(l.dtype, [&](auto elt) {
+      combineKernel<decltype(elt), Wire::Fp8E4m3><<<grid, kCombineThreads, 0, stream>>>(l);
+      CUDACHECK(cudaGetLastError());
+      return ncclSuccess;
+    });
   return withElementType(l.dtype, [&](auto elt) {
     combineKernel<decltype(elt)><<<grid, kCombineThreads, 0, stream>>>(l);
     CUDACHECK(cudaGetLastError());
@@ -262,6 +279,12 @@ ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream) {
 ncclResult_t launchPack(const PackParams& l, cudaStream_t stream) {
   const unsigned grid = blocksFor((size_t)l.nRanks * l.rows * l.localHeads);
   if (grid == 0) return ncclSuccess;
+  if (l.wire == Wire::Fp8E4m3)
+    return withFp8ElementType(l.dtype, [&](auto elt) {
+      packKernel<decltype(elt), Wire::Fp8E4m3><<<grid, kCombineThreads, 0, stream>>>(l);
+      CUDACHECK(cudaGetLastError());
+      return ncclSuccess;
+    });
   return withElementType(l.dtype, [&](auto elt) {
     packKernel<decltype(elt)><<<grid, kCombineThreads, 0, stream>>>(l);
     CUDACHECK(cudaGetLastError());

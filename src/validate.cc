@@ -41,7 +41,7 @@ ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* o
   // scatter and lseDtype, one built against 0.3 without wire, each padded
   // to its alignment (the sizeof of that version's struct).
   const size_t v2 = alignUp(offsetof(ncclDcpConfig_t, scatter), alignof(ncclDcpConfig_t));
-  const size_t v3size = alignUp(offsetof(ncclDcpConfig_t, wire), alignof(ncclDcpConfig_t));
+  const size_t v3size = alignUp(offsetof(ncclDcpConfig_t, reserved0), alignof(ncclDcpConfig_t));
   if (cfg->size != sizeof(ncclDcpConfig_t) && cfg->size != v3size && cfg->size != v2)
     return fail(ncclInvalidArgument,
                 "config->size %zu is not sizeof(ncclDcpConfig_t) = %zu (or 0.3's %zu, 0.2's %zu)", cfg->size,
@@ -111,7 +111,8 @@ ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* o
                 "config->lseDtype %d is not supported: use ncclFloat32, ncclBfloat16 or ncclFloat16",
                 (int)c.lseDtype);
 
-  // Appended after 0.3. fp8 narrows 16-bit elements (fp32 would lose more
+  // Appended after 0.3 (behind reserved0, 0.3's padding: a 0.3 caller's
+  // size ends before wire). fp8 narrows 16-bit elements (fp32 would lose more
   // than the format is measured for), in 16-element words (SIMPLE's 16-byte
   // lanes), and only in HEAD: one instantiation per protocol and peer
   // policy, not three scatter modes' (DESIGN §15).

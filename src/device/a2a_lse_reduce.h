@@ -128,10 +128,17 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, cons
       const int src = s0 + b;
       if (src >= p.nRanks) break;
       const float w = weight[src];
-      const typename Words::Scale scale =
-          src == rank ? typename Words::Scale{} : Words::template scaleOf<Transport>(line[b]);
+      if constexpr (Transport::kWire == Wire::Native) {
 #pragma unroll
-      for (int k = 0; k < 2; k++) Words::accumulate(acc[k], w, src == rank, own[k], Transport::word(line[b], k), scale);
+        for (int k = 0; k < 2; k++)
+          Word<T>::accumulate(acc[k], w, src == rank ? own[k] : Transport::word(line[b], k));
+      } else {  // the scale of the source's unit rides in its LSE word (wire.h)
+        const typename Words::Scale scale =
+            src == rank ? typename Words::Scale{} : Words::template scaleOf<Transport>(line[b]);
+#pragma unroll
+        for (int k = 0; k < 2; k++)
+          Words::accumulate(acc[k], w, src == rank, own[k], Transport::word(line[b], k), scale);
+      }
       if (src != rank) Transport::release(r, units.of(src, rank), g, lane);
     }
   }

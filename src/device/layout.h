@@ -104,7 +104,6 @@ NCCL_DCP_HD size_t alignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 // Geometry of one protocol region.
 struct Region {
   Proto proto;
-  Wire wire;           // elements of D bytes (fp8) or D * eltSize on the wire
   int nRanks, localHeads, headDim, eltSize, capacity;
   int dataWords;       // Dw: 8-byte words of one head's data
   int groupDataWords;  // data words of a full group
@@ -118,6 +117,7 @@ struct Region {
   int chunks;          // flags per source: ceil(capacity * Hl / chunkUnits)
   size_t lseOffset;    // from the slot's start
   size_t flagOffset;   // from the slot's start
+  Wire wire;           // elements of 1 byte (fp8) or eltSize on the wire (last: the kernels' offsets of the rest as before)
 
   NCCL_DCP_HD size_t bytes() const { return 2 * slotBytes; }
 
