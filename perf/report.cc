@@ -222,6 +222,7 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
   w.key("gpusPerThread").integer(run.placement.gpusPerThread);
   w.key("virtualRanks").integer(a.virtualRanks);
   w.key("scatter").str(scatterName(a.scatter));
+  w.key("wire").str(wireName(a.wire));
   w.key("dtype").str(dtypeName(a.dtype));
   w.key("headDim").integer(a.headDim);
   w.key("localHeads").integer(a.localHeads);

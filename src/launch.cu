@@ -138,8 +138,8 @@ ncclResult_t launchFusedSimple(const FusedArgs& a, const Peers& peers, const Ran
   const long chunks = ((long)a.rows * r.localHeads + r.chunkUnits - 1) / r.chunkUnits;
   // TOKEN sends each chunk once (to the rank whose slice holds it).
   const long blocks = a.shape.scatter == Scatter::Token ? chunks : std::max(chunks * (a.nRanks - 1), chunks);
-  return launchCooperative(simpleA2aLseReduceKernel<T, Peers, kWire>, cache, kSimpleThreads, 0, 0, blocks, a, peers, io,
-                           pdl, stream);
+  return launchCooperative(simpleA2aLseReduceKernel<T, Peers, kWire>, cache, kSimpleThreads, 0, 0, blocks, a, peers,
+                           io, pdl, stream);
 }
 
 template <typename T, class Peers>

@@ -162,10 +162,11 @@ __device__ void poisonGroup(const FusedParams<Peers>& p, const RankIo& io, const
   const int lane = threadIdx.x & 31;
   const int64_t outRow = outRowOf(p, start, rank, row);
   char* out = io.out + (outRow * p.strides.outRow + head * p.strides.outHead) * (int64_t)sizeof(T);
+  const uint64_t nan = Word<T>::nan();
 #pragma unroll
   for (int k = 0; k < 2; k++) {
     const int dw = Transport::dataWord(p.region, g, lane, k);
-    if (dw >= 0) WireWords<T, Transport::kWire>::storeNaN(out, dw);
+    if (dw >= 0) WireWords<T, Transport::kWire>::storeNaN(out, dw, nan);
   }
   if (g == 0 && lane == 0 && io.outLse)
     io.outLse[outRow * p.strides.outLseRow + head * p.strides.outLseHead] = NAN;

@@ -411,7 +411,8 @@ __device__ void mergeUnitsFp8(const FusedParams<Peers>& p, const RankIo& io, con
           x[j][1] = loadInput16(at[j].own + Words::kInputBytes);
         } else {
           x[j][0] = loadVolatile16(at[j].remote + (size_t)srcIdx * sourceBytes);
-          scale[j] = __uint_as_float(loadVolatile4(ws + r.lseWordOffsetOf(slot, src, rank, pos[j]) + 4));  // high half
+          // The {lse, scale} word's high half.
+          scale[j] = __uint_as_float(loadVolatile4(ws + r.lseWordOffsetOf(slot, src, rank, pos[j]) + 4));
         }
       }
 #pragma unroll

@@ -108,6 +108,7 @@ struct Region {
   int dataWords;       // Dw: 8-byte words of one head's data
   int groupDataWords;  // data words of a full group
   int groups;          // groups of a unit
+  Wire wire;           // elements of 1 byte (fp8) or eltSize on the wire (in what was padding: no offset moves)
   size_t groupBytes;   // stride between the groups of a unit
   size_t unitBytes;
   size_t slotBytes;
@@ -117,7 +118,6 @@ struct Region {
   int chunks;          // flags per source: ceil(capacity * Hl / chunkUnits)
   size_t lseOffset;    // from the slot's start
   size_t flagOffset;   // from the slot's start
-  Wire wire;           // elements of 1 byte (fp8) or eltSize on the wire (last: the kernels' offsets of the rest as before)
 
   NCCL_DCP_HD size_t bytes() const { return 2 * slotBytes; }
 

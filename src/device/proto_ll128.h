@@ -136,12 +136,14 @@ struct Ll128Fp8Transport : Ll128Transport {
     for (int j = 0; j < kSendBatch; j++) {
       const int g = g0 + j;
       if (g >= r.groups || !lineWritten(r, g, lane)) break;
-      const uint64_t a = payloadWord(lane, 0) == 0 ? fp8::packLseWord(lse, x.scale) : Words::encode(x.v[j][0], x.scale);
+      const uint64_t a =
+          payloadWord(lane, 0) == 0 ? fp8::packLseWord(lse, x.scale) : Words::encode(x.v[j][0], x.scale);
       const uint64_t b = slotOf(lane) == ll128::kFlagLane ? (uint64_t)flag : Words::encode(x.v[j][1], x.scale);
       storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), a, b);
     }
   }
-  __device__ static uint32_t scaleBitsOf(const Line& l) { return (uint32_t)(l.a >> 32); }  // lane 0: word 0's high half
+  // Lane 0: word 0's high half.
+  __device__ static uint32_t scaleBitsOf(const Line& l) { return (uint32_t)(l.a >> 32); }
 };
 
 }  // namespace nccl_dcp

@@ -9,9 +9,8 @@
  *           scale per unit, which a sending warp computes (unitScale) and
  *           a receiving warp takes from the unit's LSE word.
  *
- * The line-protocol kernel is written once against this interface; the
- * native words compile to exactly the code they had before fp8 existed
- * (the Scale is empty, the selects the same). The element math is
+ * The line-protocol kernel is written once against this interface (its
+ * native merge keeps its one select of Word<T>::accumulate). The element math is
  * fp8_wire.h's and merge.h's: the same functions as the CPU model, so the
  * kernels match it bit for bit.
  ************************************************************************/
@@ -32,21 +31,16 @@ struct WireWords<T, Wire::Native> {
   using W = Word<T>;
   static constexpr int kPerWord = W::kPerWord;  // elements of a data word
   using Input = uint64_t;                       // one data word of the input (or own share)
-  struct Scale {};                              // no scale on this wire
 
   __device__ static Input loadInput(const char* head, int dw) { return loadInput8(head + (size_t)dw * kWordBytes); }
-  template <class Transport, class Line>
-  __device__ static Scale scaleOf(const Line&) {
-    return {};
-  }
-  // acc += weight * (the own share's word, or the wire's), merge.h's select.
-  __device__ static void accumulate(float* acc, float weight, bool own, Input mine, uint64_t wire, Scale) {
-    W::accumulate(acc, weight, own ? mine : wire);
-  }
+  // (The merge is Word<T>::accumulate of the own or the wire's word.)
   __device__ static void store(char* head, int dw, const float* acc) {
     *(uint64_t*)(head + (size_t)dw * kWordBytes) = W::pack(acc);
   }
-  __device__ static void storeNaN(char* head, int dw) { *(uint64_t*)(head + (size_t)dw * kWordBytes) = W::nan(); }
+  // nan: Word<T>::nan(), computed once by the caller.
+  __device__ static void storeNaN(char* head, int dw, uint64_t nan) {
+    *(uint64_t*)(head + (size_t)dw * kWordBytes) = nan;
+  }
 };
 
 template <typename T>
@@ -114,8 +108,7 @@ struct WireWords<T, Wire::Fp8E4m3> {
   __device__ static void store(char* head, int dw, const float* acc) {
     store16(head + (size_t)dw * kInputBytes, packOut(acc));
   }
-  __device__ static void storeNaN(char* head, int dw) {
-    const uint64_t nan = W::nan();
+  __device__ static void storeNaN(char* head, int dw, uint64_t nan) {
     store16(head + (size_t)dw * kInputBytes, make_uint4((uint32_t)nan, (uint32_t)(nan >> 32), (uint32_t)nan,
                                                         (uint32_t)(nan >> 32)));
   }

@@ -66,7 +66,8 @@ CallSpec attentionLike(const Config& cfg, int nRanks, int batch, uint64_t seed, 
             }
             if (nonFinite && pick(rng) == 0) {
               storeElement(cfg.dtype, t.partialOut.data(), at + pick(rng) % D, NAN);
-              storeElement(cfg.dtype, t.partialOut.data(), at + D - 1 - pick(rng) % D, pick(rng) < 8 ? INFINITY : -INFINITY);
+              const float inf = pick(rng) < 8 ? INFINITY : -INFINITY;
+              storeElement(cfg.dtype, t.partialOut.data(), at + D - 1 - pick(rng) % D, inf);
             }
             const int64_t l = b * s.lseRow + p * s.lsePeer + j * s.lseHead;
             t.partialLse[l] = emptyRow || pick(rng) == 0 ? -INFINITY : (float)lse(rng);
