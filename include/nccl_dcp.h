@@ -81,6 +81,18 @@ typedef enum {
   ncclDcpNumScatters = 3
 } ncclDcpScatter_t;
 
+/* What crosses the link between ranks (DESIGN §15). The merge is fp32 either
+ * way and the LSEs never narrow; only the remote partials do. */
+typedef enum {
+  ncclDcpWireNative = 0,  /* the partials as dtype holds them: exact */
+  ncclDcpWireFp8E4m3 = 1, /* e4m3 elements + one fp32 scale (amax / 448) per
+                             (row, head) and source: about half the bytes, ~2%
+                             relative RMS error (DESIGN §15); a rank's own
+                             share stays exact. dtype bf16 or fp16, headDim %
+                             16 == 0, scatter HEAD only. Opt-in */
+  ncclDcpNumWires = 2
+} ncclDcpWire_t;
+
 /* Context configuration. Fields left at NCCL_CONFIG_UNDEF_INT take their
  * default (documented per field); headDim, localHeads, dtype and lseBase have
  * no default and must be set. */
@@ -112,6 +124,15 @@ typedef struct ncclDcpConfig_v1 {
                              phases (NCCL_DCP_NONE_ALGO) twice HEAD's */
   ncclDataType_t lseDtype; /* of partialLse: ncclFloat32 (default),
                              ncclBfloat16 or ncclFloat16; outLse is fp32 */
+  /* appended after 0.3 (an older caller's shorter struct takes native) */
+  int reserved0;          /* overlays 0.3's tail padding, never read: a 0.3
+                             caller's struct (sizeof 56) and this one (64)
+                             then differ in size. Set to 0 by the initializer */
+  int wire;               /* ncclDcpWire_t. Default native. fp8 narrows the
+                             units that cross the link, on every protocol and
+                             path (the fallback path applies the same rounding
+                             and moves native bytes); the workspace shrinks
+                             with the units */
 } ncclDcpConfig_t;
 
 #define NCCL_DCP_CONFIG_MAGIC 0xdc9c0f16u
@@ -129,6 +150,8 @@ typedef struct ncclDcpConfig_v1 {
   NCCL_CONFIG_UNDEF_INT,                 /* timeoutMs */           \
   NCCL_CONFIG_UNDEF_INT,                 /* scatter */             \
   (ncclDataType_t)NCCL_CONFIG_UNDEF_INT, /* lseDtype */            \
+  0,                                     /* reserved0 */           \
+  NCCL_CONFIG_UNDEF_INT,                 /* wire */                \
 }
 
 /* Strides of the call's tensors, in elements (of dtype for partialOut / out,

@@ -85,6 +85,7 @@ ncclDcpConfig_t configOf(const Args& a) {
   c.maxBatch = capacityOf(a);
   c.protocol = a.protocol;
   c.scatter = a.scatter;
+  c.wire = a.wire;
   return c;
 }
 

@@ -56,23 +56,25 @@ Inputs::Inputs(const Config& cfg, int nRanks, int64_t maxRows) : cfg_(cfg), nRan
 // The reference of every rank for `rows` rows in the config's mode (even
 // split), rank r's output rows x the mode's heads each. NONE's outputs are
 // the same on every rank: one buffer, written by each rank's turn.
-void Inputs::computeReference(int64_t rows) {
+void Inputs::computeReference(int64_t rows, Wire wire) {
   NCCL_OR_DIE(resolveCallArgs(nullptr, cfg_, nRanks_, (int)rows, &shape_));
   const bool shared = cfg_.scatter == Scatter::None;
-  refOut_.assign(nRanks_, std::vector<uint8_t>());
-  refLse_.assign(nRanks_, std::vector<float>());
+  std::vector<std::vector<uint8_t>>& outs = refOut_[(int)wire];
+  std::vector<std::vector<float>>& lses = refLse_[(int)wire];
+  outs.assign(nRanks_, std::vector<uint8_t>());
+  lses.assign(nRanks_, std::vector<float>());
   std::vector<CallBuffers> bufs(nRanks_);
   for (int r = 0; r < nRanks_; r++) {
     const size_t units = (size_t)outRowsOf(shape_, r) * shape_.heads;
     if (!shared || r == 0) {
-      refOut_[r].resize(units * cfg_.headDim * cfg_.eltSize);
-      refLse_[r].resize(units);
+      outs[r].resize(units * cfg_.headDim * cfg_.eltSize);
+      lses[r].resize(units);
     }
     const int k = shared ? 0 : r;
-    bufs[r] = {out_[r].data(), lse_[r].data(), refOut_[k].data(), refLse_[k].data()};
+    bufs[r] = {out_[r].data(), lse_[r].data(), outs[k].data(), lses[k].data()};
   }
-  referenceA2aLseReduce(cfg_, nRanks_, (int)rows, packedStrides(cfg_, nRanks_), bufs.data(), &shape_);
-  refRows_ = rows;
+  referenceA2aLseReduce(cfg_, nRanks_, (int)rows, packedStrides(cfg_, nRanks_), bufs.data(), &shape_, wire);
+  refRows_[(int)wire] = rows;
 }
 
 namespace {
@@ -95,12 +97,12 @@ CallShape oneRankView(const CallShape& shape, int nRanks, int r) {
 
 }  // namespace
 
-int64_t Inputs::countWrong(int rank, int64_t rows, const uint8_t* out, const float* outLse) {
+int64_t Inputs::countWrong(int rank, int64_t rows, const uint8_t* out, const float* outLse, Wire wire) {
   std::lock_guard<std::mutex> l(mutex_);
-  if (refRows_ != rows) computeReference(rows);
+  if (refRows_[(int)wire] != rows) computeReference(rows, wire);
   const int k = cfg_.scatter == Scatter::None ? 0 : rank;
   const CallBuffers got = {nullptr, nullptr, const_cast<uint8_t*>(out), const_cast<float*>(outLse)};
-  const CallBuffers want = {nullptr, nullptr, refOut_[k].data(), refLse_[k].data()};
+  const CallBuffers want = {nullptr, nullptr, refOut_[(int)wire][k].data(), refLse_[(int)wire][k].data()};
   const CallShape view = oneRankView(shape_, nRanks_, rank);
   return (int64_t)countMismatches(cfg_, 1, view.batch, packedStrides(cfg_, nRanks_), &got, &want, nullptr, &view);
 }

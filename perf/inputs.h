@@ -31,25 +31,27 @@ class Inputs {
   // Elements of rank's outputs (host copies of its packed output rows in
   // the config's scatter mode: [B][Hl], TOKEN [n_rank][H], NONE [B][H])
   // that differ from the reference of that mode (referenceA2aLseReduce
-  // with the call's CallShape; the tests' tolerance). Thread-safe.
-  int64_t countWrong(int rank, int64_t rows, const uint8_t* out, const float* outLse);
+  // with the call's CallShape and `wire`: the fused call's is the
+  // config's, the baselines' native; the tests' tolerance). Thread-safe.
+  int64_t countWrong(int rank, int64_t rows, const uint8_t* out, const float* outLse, Wire wire = Wire::Native);
   // NONE's second baseline: every rank's merged heads as an all-gather
   // leaves them, rank-major [cp][B][Hl] (`gathered`, `gatheredLse`),
   // compared with the NONE reference [B][H] they hold in another order.
   int64_t countWrongGathered(int rank, int64_t rows, const uint8_t* gathered, const float* gatheredLse);
 
  private:
-  void computeReference(int64_t rows);  // under mutex_
+  void computeReference(int64_t rows, Wire wire);  // under mutex_
 
   Config cfg_;
   int nRanks_;
   std::vector<std::vector<uint8_t>> out_;
   std::vector<std::vector<float>> lse_;
   std::mutex mutex_;
-  int64_t refRows_ = -1;
+  // Per wire (Wire's value): the reference of refRows_[w] rows.
+  int64_t refRows_[2] = {-1, -1};
   CallShape shape_;  // of the reference's call (refRows_ rows)
-  std::vector<std::vector<uint8_t>> refOut_;
-  std::vector<std::vector<float>> refLse_;
+  std::vector<std::vector<uint8_t>> refOut_[2];
+  std::vector<std::vector<float>> refLse_[2];
 };
 
 }  // namespace perf

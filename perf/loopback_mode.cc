@@ -292,7 +292,7 @@ class LoopbackMode : public Mode {
       CUDA_OR_DIE(cudaMemcpy(got.data(), out + r * t_.outBytes, got.size(), cudaMemcpyDeviceToHost));
       CUDA_OR_DIE(cudaMemcpy(gotLse.data(), (char*)outLse + r * t_.outLseBytes, gotLse.size() * 4,
                              cudaMemcpyDeviceToHost));
-      wrong += inputs_.countWrong(r, rows, got.data(), gotLse.data());
+      wrong += inputs_.countWrong(r, rows, got.data(), gotLse.data(), base ? Wire::Native : cfg_.wire);
     }
     return wrong;
   }

@@ -99,6 +99,9 @@ std::string usage(const char* program) {
 #else
     << "no)\n"
 #endif
+    << "  --wire native|fp8         what crosses the link (the config's wire): native (default) or fp8\n"
+    << "                            (e4m3 + a scale per (row, head); HEAD, bf16 / fp16; -c checks the fp8\n"
+    << "                            model; the baselines stay native)\n"
     << "  --scatter <mode>          the scatter mode (the config's scatter), with its own baselines:\n"
     << "                            head:  rank r gets heads r*Hl.. of every row; baseline ncclAlltoAll +\n"
     << "                                   combine (default)\n"
@@ -140,6 +143,7 @@ enum LongOnly {
   kOptProvider,
   kOptVersion,
   kOptScatter,
+  kOptWire,
 };
 
 const struct option kLongOptions[] = {
@@ -172,6 +176,7 @@ const struct option kLongOptions[] = {
     {"timeline", no_argument, nullptr, kOptTimeline},
     {"provider", required_argument, nullptr, kOptProvider},
     {"scatter", required_argument, nullptr, kOptScatter},
+    {"wire", required_argument, nullptr, kOptWire},
     {"version", no_argument, nullptr, kOptVersion},
     {nullptr, 0, nullptr, 0},
 };
@@ -286,6 +291,9 @@ bool parseWordOption(int code, const char* v, Args* a, std::string* error) {
       return true;
     case kOptScatter:
       if (!parseScatter(v, &a->scatter)) return bad("head, token or none");
+      return true;
+    case kOptWire:
+      if (!parseWire(v, &a->wire)) return bad("native or fp8");
       return true;
     case kOptProvider: {
       int p = 0;

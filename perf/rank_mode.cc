@@ -233,7 +233,7 @@ class RankMode : public Mode {
       CUDA_OR_DIE(cudaSetDevice(r.dev));
       CUDA_OR_DIE(cudaMemcpy(got.data(), base ? r.outBase : r.out, got.size(), cudaMemcpyDeviceToHost));
       CUDA_OR_DIE(cudaMemcpy(gotLse.data(), base ? r.outLseBase : r.outLse, units * 4, cudaMemcpyDeviceToHost));
-      wrong += inputs_.countWrong(r.rank, rows, got.data(), gotLse.data());
+      wrong += inputs_.countWrong(r.rank, rows, got.data(), gotLse.data(), base ? Wire::Native : cfg_.wire);
     }
     return wrong;
   }

@@ -225,6 +225,7 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
   w.key("noneAlgo");  // NONE's algorithm (NCCL_DCP_NONE_ALGO, src/types.h noneGathers)
   if (run.noneAlgo.empty()) w.null();
   else w.str(run.noneAlgo);
+  w.key("wire").str(wireName(a.wire));
   w.key("dtype").str(dtypeName(a.dtype));
   w.key("headDim").integer(a.headDim);
   w.key("localHeads").integer(a.localHeads);

@@ -44,6 +44,7 @@ const Field kAgreedFields[] = {
     NCCL_DCP_FIELD("config->scatter", scatter),
     NCCL_DCP_FIELD("config->lseDtype", lseDtype),
     NCCL_DCP_FIELD("NCCL_DCP_NONE_ALGO", noneAlgo),
+    NCCL_DCP_FIELD("config->wire", wire),
 };
 #undef NCCL_DCP_FIELD
 
@@ -74,6 +75,7 @@ Agreement agreementOf(const Config& c, int ncclVersion, bool inWindow, size_t wi
   a.scatter = (int)c.scatter;
   a.lseDtype = (int)c.lseDtype;
   a.noneAlgo = c.scatter == Scatter::None ? (int)c.noneAlgo : 0;  // only NONE reads it
+  a.wire = (int)c.wire;
   a.windowOffset = windowOffset;
   return a;
 }

@@ -45,6 +45,7 @@ struct Agreement {
   int32_t scatter;   // ncclDcpScatter_t: the heads of a workspace row (Hl or cp * Hl)
   int32_t lseDtype;  // ncclDataType_t of partialLse (read into fp32 before the wire; agreed like dtype)
   int32_t noneAlgo;  // NCCL_DCP_NONE_ALGO as NONE reads it (0 in the other modes): the workspace's layout
+  int32_t wire;      // ncclDcpWire_t: the workspace's unit geometry and the kernels
   uint64_t windowOffset;
 };
 

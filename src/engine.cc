@@ -10,7 +10,7 @@ namespace nccl_dcp {
 size_t workspaceBound(const Config& c, int nRanks) {
   auto bytes = [&](Proto small, bool withSimple) {
     return makeWorkspaceLayout(small, withSimple, nRanks, workspaceHeadsPerRow(c, nRanks), c.headDim, c.eltSize,
-                               c.maxBatch, noneGathers(c, nRanks))
+                               c.maxBatch, c.wire, noneGathers(c, nRanks))
         .totalBytes;
   };
   // LL128 forced over PCIe runs as LL (protocol.cc): cover both.
@@ -27,7 +27,7 @@ ncclResult_t Engine::init(const Config& config, int ranks, int myRank, const Pro
   rank = myRank;
   policy = p;
   layout = makeWorkspaceLayout(p.small, p.simpleForLarge, nRanks, workspaceHeadsPerRow(cfg, nRanks), cfg.headDim,
-                               cfg.eltSize, cfg.maxBatch, noneGathers(cfg, nRanks));
+                               cfg.eltSize, cfg.maxBatch, cfg.wire, noneGathers(cfg, nRanks));
   pdl = cfg.pdl;
   CUDACHECK(cudaGetDevice(&cudaDev));
   CUDACHECK(cudaHostAlloc((void**)&host, sizeof(HostShared), cudaHostAllocMapped));

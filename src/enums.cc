@@ -35,6 +35,7 @@ const char* const kProviderNames[ncclDcpNumProviders] = {"auto", "nccl-window", 
 
 // Indexed by ncclDcpScatter_t.
 const char* const kScatterNames[ncclDcpNumScatters] = {"head", "token", "none"};
+const char* const kWireNames[ncclDcpNumWires] = {"native", "fp8"};
 
 // Indexed by NoneAlgo (types.h).
 const char* const kNoneAlgoNames[] = {"auto", "direct", "two_phase"};
@@ -102,5 +103,9 @@ bool parseScatter(const char* name, int* scatter) { return parseName(kScatterNam
 const char* noneAlgoName(int algo) { return algo >= 0 && algo < 3 ? kNoneAlgoNames[algo] : "unknown"; }
 
 bool parseNoneAlgo(const char* name, int* algo) { return parseName(kNoneAlgoNames, name, algo); }
+
+const char* wireName(int wire) { return wire >= 0 && wire < ncclDcpNumWires ? kWireNames[wire] : "unknown"; }
+
+bool parseWire(const char* name, int* wire) { return parseName(kWireNames, name, wire); }
 
 }  // namespace nccl_dcp

@@ -49,6 +49,10 @@ bool parseScatter(const char* name, int* scatter);
 const char* noneAlgoName(int algo);
 // NoneAlgo from its name, case-insensitive.
 bool parseNoneAlgo(const char* name, int* algo);
+// "native", "fp8" (ncclDcpWire_t); "unknown" otherwise.
+const char* wireName(int wire);
+// ncclDcpWire_t from its name, case-insensitive.
+bool parseWire(const char* name, int* wire);
 
 // The host's one dispatch on the dtype: f(T{}) with the element type of a
 // supported dtype (the caller refused the others when the config was resolved).

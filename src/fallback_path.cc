@@ -7,6 +7,8 @@
  * (each rank receives its heads); TOKEN and NONE with ncclAllGather (each
  * rank receives everything and merges its rows, or all of them): TOKEN's
  * device counts are unknown to the host, so no exact-size send exists.
+ * Wire fp8 (HEAD only): the pack encodes the units bound for other ranks
+ * and the combine decodes them (device/combine.h), in native-size units.
  ************************************************************************/
 #include "engine.h"
 
@@ -35,8 +37,10 @@ void freeFallbackBuffers(FallbackBuffers* b, int dev, FreeMode mode) {
 ncclResult_t FallbackRound::pack() const {
   const Config& c = engine->cfg;
   const CallBuffers b = buffersAtRow(*buf, plan->strides, c, row0);
-  return launchPack(packLaunch(c, engine->nRanks, plan->shape, row0, rows, b, fb->sendData, fb->sendLse, plan->strides),
-                    stream);
+  PackParams l = packLaunch(c, engine->nRanks, plan->shape, row0, rows, b, fb->sendData, fb->sendLse, plan->strides);
+  l.wire = c.wire;
+  l.rank = engine->rank;
+  return launchPack(l, stream);
 }
 
 // Inside the caller's ncclGroupStart/End: enqueued by its ncclGroupEnd.
@@ -57,9 +61,10 @@ ncclResult_t FallbackRound::exchange() const {
 ncclResult_t FallbackRound::combine() const {
   const Config& c = engine->cfg;
   const CallBuffers b = buffersAtRow(*buf, plan->strides, c, row0);
-  return launchCombine(combineLaunch(c, engine->nRanks, plan->shape, engine->rank, row0, rows, fb->recvData,
-                                     fb->recvLse, (char*)b.out, b.outLse, plan->strides, engine->hostErrorDev),
-                       stream);
+  CombineParams l = combineLaunch(c, engine->nRanks, plan->shape, engine->rank, row0, rows, fb->recvData, fb->recvLse,
+                                  (char*)b.out, b.outLse, plan->strides, engine->hostErrorDev);
+  l.wire = c.wire;
+  return launchCombine(l, stream);
 }
 
 ncclResult_t enqueueFallback(const Engine& engine, const FallbackBuffers& fb, ncclComm_t comm, const CallBuffers& buf,

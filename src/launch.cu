@@ -130,7 +130,7 @@ ncclResult_t launchFusedLines(const FusedArgs& a, const Peers& peers, const Rank
 
 // SIMPLE: a block per (chunk, destination) to send, up to every
 // co-resident one; a block's receiving warps per chunk.
-template <typename T, class Peers>
+template <typename T, class Peers, Wire kWire = Wire::Native>
 ncclResult_t launchFusedSimple(const FusedArgs& a, const Peers& peers, const RankIo* io, bool pdl,
                                cudaStream_t stream) {
   static std::atomic<int> cache[kMaxDevices];
@@ -138,8 +138,8 @@ ncclResult_t launchFusedSimple(const FusedArgs& a, const Peers& peers, const Ran
   const long chunks = ((long)a.rows * r.localHeads + r.chunkUnits - 1) / r.chunkUnits;
   // TOKEN sends each chunk once (to the rank whose slice holds it).
   const long blocks = a.shape.scatter == Scatter::Token ? chunks : std::max(chunks * (a.nRanks - 1), chunks);
-  return launchCooperative(simpleA2aLseReduceKernel<T, Peers>, cache, kSimpleThreads, 0, 0, blocks, a, peers, io,
-                           pdl, stream);
+  return launchCooperative(simpleA2aLseReduceKernel<T, Peers, kWire>, cache, kSimpleThreads, 0, 0, blocks, a, peers,
+                           io, pdl, stream);
 }
 
 template <typename T, class Peers>
@@ -174,6 +174,39 @@ ncclResult_t launchFusedMode(const FusedArgs& a, ncclDataType_t dtype, const Pee
       return launchFusedPeers(a, dtype, Scattered<Peers, Scatter::None>{peers}, io, pdl, stream);
   }
   return fail(ncclInternalError, "unknown scatter mode %d", (int)a.shape.scatter);
+}
+
+// Wire fp8 (DESIGN §15): its own branch, HEAD and bf16 / fp16 only (the
+// config check refuses the rest), so it adds 2 dtypes x 3 protocols
+// kernels per peer policy, not every mode's and dtype's.
+template <class Peers>
+ncclResult_t launchFusedFp8(const FusedArgs& a, ncclDataType_t dtype, const Peers& peers, const RankIo* io, bool pdl,
+                            cudaStream_t stream) {
+  if (a.shape.scatter != Scatter::Head)
+    return fail(ncclInternalError, "wire fp8 in scatter mode %d: validate.cc allows HEAD only", (int)a.shape.scatter);
+  const Scattered<Peers, Scatter::Head> head{peers};
+  auto launchProto = [&](auto elt) -> ncclResult_t {
+    using T = decltype(elt);
+    switch (a.region.proto) {
+      case Proto::LL: return launchFusedLines<T, LlFp8Transport<T>>(a, head, io, pdl, stream);
+      case Proto::LL128: return launchFusedLines<T, Ll128Fp8Transport<T>>(a, head, io, pdl, stream);
+      case Proto::Simple:
+        return launchFusedSimple<T, Scattered<Peers, Scatter::Head>, Wire::Fp8E4m3>(a, head, io, pdl, stream);
+    }
+    return fail(ncclInternalError, "unknown protocol %d", (int)a.region.proto);
+  };
+  switch (dtype) {
+    case ncclBfloat16: return launchProto(__nv_bfloat16{});
+    case ncclFloat16: return launchProto(__half{});
+    default: return fail(ncclInternalError, "wire fp8 with dtype %d: validate.cc allows bf16 and fp16", (int)dtype);
+  }
+}
+
+template <class Peers>
+ncclResult_t launchFusedWire(const FusedArgs& a, ncclDataType_t dtype, const Peers& peers, const RankIo* io,
+                             bool pdl, cudaStream_t stream) {
+  if (a.region.wire == Wire::Fp8E4m3) return launchFusedFp8(a, dtype, peers, io, pdl, stream);
+  return launchFusedMode(a, dtype, peers, io, pdl, stream);
 }
 
 __global__ void zeroWindowKernel(ncclWindow_t window, size_t offset, size_t bytes) {
@@ -212,17 +245,34 @@ ncclResult_t launchFused(const FusedArgs& args, const RankIo* io, ncclDataType_t
       return fail(ncclInvalidArgument, "loopback supports at most %d virtual ranks, not %d",
                   kMaxLoopbackRanks, args.nRanks);
     LoopbackPeers peers{addr.base, addr.rankBytes};
-    return launchFusedMode(args, dtype, peers, io, pdl, stream);
+    return launchFusedWire(args, dtype, peers, io, pdl, stream);
   }
   LsaPeers peers;
   for (int i = 0; i < args.nRanks; i++) peers.base[i] = addr.lsa[i];
   peers.rank = rank;
-  return launchFusedMode(args, dtype, peers, io, pdl, stream);
+  return launchFusedWire(args, dtype, peers, io, pdl, stream);
+}
+
+// The fallback of a wire-fp8 context (HEAD, bf16 / fp16: the config check
+// refuses the rest): the pack and combine kernels of e4m3 units.
+template <typename F>
+ncclResult_t withFp8ElementType(ncclDataType_t dtype, F&& f) {
+  switch (dtype) {
+    case ncclBfloat16: return f(__nv_bfloat16{});
+    case ncclFloat16: return f(__half{});
+    default: return fail(ncclInternalError, "wire fp8 with dtype %d: validate.cc allows bf16 and fp16", (int)dtype);
+  }
 }
 
 ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream) {
   const unsigned grid = blocksFor((size_t)l.rows * l.shape.heads);
   if (grid == 0) return ncclSuccess;
+  if (l.wire == Wire::Fp8E4m3)
+    return withFp8ElementType(l.dtype, [&](auto elt) {
+      combineKernel<decltype(elt), Wire::Fp8E4m3><<<grid, kCombineThreads, 0, stream>>>(l);
+      CUDACHECK(cudaGetLastError());
+      return ncclSuccess;
+    });
   return withElementType(l.dtype, [&](auto elt) {
     combineKernel<decltype(elt)><<<grid, kCombineThreads, 0, stream>>>(l);
     CUDACHECK(cudaGetLastError());
@@ -233,6 +283,12 @@ ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream) {
 ncclResult_t launchPack(const PackParams& l, cudaStream_t stream) {
   const unsigned grid = blocksFor((size_t)l.nRanks * l.rows * l.localHeads);
   if (grid == 0) return ncclSuccess;
+  if (l.wire == Wire::Fp8E4m3)
+    return withFp8ElementType(l.dtype, [&](auto elt) {
+      packKernel<decltype(elt), Wire::Fp8E4m3><<<grid, kCombineThreads, 0, stream>>>(l);
+      CUDACHECK(cudaGetLastError());
+      return ncclSuccess;
+    });
   return withElementType(l.dtype, [&](auto elt) {
     packKernel<decltype(elt)><<<grid, kCombineThreads, 0, stream>>>(l);
     CUDACHECK(cudaGetLastError());

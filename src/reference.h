@@ -12,10 +12,6 @@
 
 namespace nccl_dcp {
 
-// What crosses the link: the partials as the inputs hold them, or e4m3
-// with one fp32 scale per (row, head) (device/fp8_wire.h, DESIGN §15).
-enum class Wire : int { Native = 0, Fp8E4m3 = 1 };
-
 // ranks[r]: rank r's buffers in host memory (the empty-shard arrays too).
 // Writes every rank's out and, where not null, outLse, for batch rows, in
 // cfg's scatter mode; shape: the call's (resolveCallArgs; TOKEN's split in

@@ -42,6 +42,7 @@ struct Config {
   ncclDataType_t lseDtype;     // config, else ncclFloat32
   int lseEltSize;
   NoneAlgo noneAlgo;           // NCCL_DCP_NONE_ALGO, else kDefaultNoneAlgo
+  Wire wire;                   // config, else Native
 };
 
 // Heads of an out row in a mode: Hl or cp * Hl.

@@ -38,11 +38,14 @@ ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* o
   DCPCHECK(checkHeader("config", "NCCL_DCP_CONFIG_INITIALIZER", cfg->magic, NCCL_DCP_CONFIG_MAGIC,
                        "NCCL_DCP_CONFIG_MAGIC", cfg->version, NCCL_DCP_VERSION(0, 1, 0)));
   // Append-only: a caller built against 0.2 passes the struct without
-  // scatter and lseDtype, padded to its alignment (sizeof of 0.2's struct).
+  // scatter and lseDtype, one built against 0.3 without wire, each padded
+  // to its alignment (the sizeof of that version's struct).
   const size_t v2 = alignUp(offsetof(ncclDcpConfig_t, scatter), alignof(ncclDcpConfig_t));
-  if (cfg->size != sizeof(ncclDcpConfig_t) && cfg->size != v2)
-    return fail(ncclInvalidArgument, "config->size %zu is not sizeof(ncclDcpConfig_t) = %zu (or 0.2's %zu)",
-                cfg->size, sizeof(ncclDcpConfig_t), v2);
+  const size_t v3size = alignUp(offsetof(ncclDcpConfig_t, reserved0), alignof(ncclDcpConfig_t));
+  if (cfg->size != sizeof(ncclDcpConfig_t) && cfg->size != v3size && cfg->size != v2)
+    return fail(ncclInvalidArgument,
+                "config->size %zu is not sizeof(ncclDcpConfig_t) = %zu (or 0.3's %zu, 0.2's %zu)", cfg->size,
+                sizeof(ncclDcpConfig_t), v3size, v2);
 
   Config c;
   c.dtype = cfg->dtype;
@@ -107,6 +110,26 @@ ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* o
     return fail(ncclInvalidArgument,
                 "config->lseDtype %d is not supported: use ncclFloat32, ncclBfloat16 or ncclFloat16",
                 (int)c.lseDtype);
+
+  // Appended after 0.3 (behind reserved0, 0.3's padding: a 0.3 caller's
+  // size ends before wire). fp8 narrows 16-bit elements (fp32 would lose more
+  // than the format is measured for), in 16-element words (SIMPLE's 16-byte
+  // lanes), and only in HEAD: one instantiation per protocol and peer
+  // policy, not three scatter modes' (DESIGN §15).
+  const bool hasWire = cfg->size >= offsetof(ncclDcpConfig_t, wire) + sizeof(cfg->wire);
+  const int wire = hasWire && cfg->wire != NCCL_CONFIG_UNDEF_INT ? cfg->wire : ncclDcpWireNative;
+  if (wire < 0 || wire >= ncclDcpNumWires)
+    return fail(ncclInvalidArgument, "config->wire %d is not ncclDcpWireNative or ncclDcpWireFp8E4m3", wire);
+  c.wire = (Wire)wire;
+  if (c.wire == Wire::Fp8E4m3) {
+    if (c.dtype != ncclBfloat16 && c.dtype != ncclFloat16)
+      return fail(ncclInvalidArgument, "config->wire fp8 needs dtype bf16 or fp16, not %s", dtypeName(c.dtype));
+    if (c.headDim % 16 != 0)
+      return fail(ncclInvalidArgument, "config->wire fp8 needs headDim %% 16 == 0, not %d", c.headDim);
+    if (c.scatter != Scatter::Head)
+      return fail(ncclInvalidArgument, "config->wire fp8 supports scatter HEAD only, not %s",
+                  scatterName((int)c.scatter));
+  }
 
   // From the environment alone (parseEnv range-checked them).
   c.simpleMinRows = env.simpleMinRows;  // unset (-1): the policy's measured default for the links

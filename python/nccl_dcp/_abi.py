@@ -38,6 +38,7 @@ LSE_BASE_2 = 0
 LSE_BASE_E = 1
 PROTOCOLS = {"AUTO": 0, "LL": 1, "LL128": 2, "SIMPLE": 3}
 SCATTERS = ("head", "token", "none")  # ncclDcpScatterHead = 0, Token = 1, None = 2
+WIRES = ("native", "fp8")  # ncclDcpWireNative = 0, ncclDcpWireFp8E4m3 = 1
 PATHS = ("fused", "fallback")
 LINKS = ("unknown", "self", "nvlink", "pcie", "network")
 PROVIDERS = ("auto", "nccl-window", "cuda-ipc", "fallback")  # auto: a request only (NCCL_DCP_PROVIDER)
@@ -80,7 +81,14 @@ class Config(_Versioned):
         ("maxBatch", c_int), ("protocol", c_int), ("timeoutMs", c_int),
         # appended in 0.3
         ("scatter", c_int), ("lseDtype", c_int),
+        # appended after 0.3: reserved0 overlays 0.3's tail padding (never read)
+        ("reserved0", c_int), ("wire", c_int),
     ]
+
+    def __init__(self, **fields):
+        super().__init__(**fields)
+        if "reserved0" not in fields:
+            self.reserved0 = 0  # as NCCL_DCP_CONFIG_INITIALIZER sets it
 
 
 class Strides(_Versioned):

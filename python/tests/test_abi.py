@@ -51,8 +51,9 @@ def test_struct_fields_match_the_header(header, struct, typedef):
 
 def test_struct_sizes():
     # size_t + 2 x unsigned + the fields, as the C compiler lays them out on x86-64.
-    assert ctypes.sizeof(_abi.Config) == 56  # 16 + 9 ints (0.3: scatter, lseDtype) = 52, padded to 8
+    assert ctypes.sizeof(_abi.Config) == 64  # 16 + 11 ints (0.3: scatter, lseDtype; then reserved0, wire) = 60, padded
     assert _abi.Config.scatter.offset == 44 and _abi.Config.lseDtype.offset == 48  # 0.2's size: offsetof(scatter)
+    assert _abi.Config.reserved0.offset == 52 and _abi.Config.wire.offset == 56  # 0.3's size (56) ends before wire
     assert ctypes.sizeof(_abi.Strides) == 16 + 10 * 8
     assert ctypes.sizeof(_abi.CallArgs) == 16 + 4 * 8 + 8  # four pointers, numSeqs padded to 8
     assert [getattr(_abi.CallArgs, f).offset for f in ("rowCounts", "rowCountsDevice", "seqLens",
@@ -119,9 +120,10 @@ def test_version_code_is_the_package_version():
 
 def test_config_starts_unset():
     cfg = _abi.Config()
-    assert (cfg.size, cfg.magic, cfg.version) == (56, _abi.CONFIG_MAGIC, _abi.NCCL_DCP_VERSION_CODE)
+    assert (cfg.size, cfg.magic, cfg.version) == (64, _abi.CONFIG_MAGIC, _abi.NCCL_DCP_VERSION_CODE)
     assert cfg.headDim == cfg.maxBatch == cfg.timeoutMs == _abi.NCCL_CONFIG_UNDEF_INT
-    assert cfg.scatter == cfg.lseDtype == _abi.NCCL_CONFIG_UNDEF_INT  # NCCL_DCP_CONFIG_INITIALIZER
+    assert cfg.scatter == cfg.lseDtype == cfg.wire == _abi.NCCL_CONFIG_UNDEF_INT  # NCCL_DCP_CONFIG_INITIALIZER
+    assert cfg.reserved0 == 0
 
 
 def test_call_args_start_empty():
@@ -142,4 +144,5 @@ def test_config_initializer_leaves_the_new_fields_unset(header):
     body = re.search(r"#define NCCL_DCP_CONFIG_INITIALIZER \{(.*?)\n\}", header, flags=re.S).group(1)
     values = [v.strip() for v in body.replace("\\", "").split(",") if v.strip()]
     assert len(values) == len(_abi.Config._fields_)
-    assert values[-2:] == ["NCCL_CONFIG_UNDEF_INT", "(ncclDataType_t)NCCL_CONFIG_UNDEF_INT"]
+    assert values[-4:] == ["NCCL_CONFIG_UNDEF_INT", "(ncclDataType_t)NCCL_CONFIG_UNDEF_INT",  # scatter, lseDtype
+                           "0", "NCCL_CONFIG_UNDEF_INT"]  # reserved0, wire

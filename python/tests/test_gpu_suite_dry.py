@@ -85,17 +85,30 @@ def worker(rank, port, broken, verdicts):
         dist.destroy_process_group()
 
 
-def run_suite(broken):
+def run_suite(broken, attempts=2):
+    """The suite's verdicts from rank 0. A worker that dies (gloo's teardown
+    or a port taken between the probe and the bind: seen once in ~10 runs
+    on a loaded 2-core machine) is retried once on a new port; an exception
+    raised in a worker (a suite bug) is not."""
+    import warnings
+
     import torch.multiprocessing as mp
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    verdicts = mp.get_context("spawn").SimpleQueue()
-    mp.start_processes(worker, args=(port, broken, verdicts), nprocs=WORLD, start_method="spawn")
-    results = []
-    while not verdicts.empty():
-        results.append(verdicts.get())
-    return results
+    for attempt in range(attempts):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        verdicts = mp.get_context("spawn").SimpleQueue()
+        try:
+            mp.start_processes(worker, args=(port, broken, verdicts), nprocs=WORLD, start_method="spawn")
+        except mp.ProcessExitedException as e:
+            if attempt + 1 == attempts:
+                raise
+            warnings.warn(f"a gloo worker died ({e}); retrying on a new port")
+            continue
+        results = []
+        while not verdicts.empty():
+            results.append(verdicts.get())
+        return results
 
 
 def test_suite_passes_a_correct_collective():

@@ -37,7 +37,7 @@ def test_library_error_message_reaches_python(lib):
     cfg.size = 40  # what an older or newer header would pass
     size = ctypes.c_size_t(0)
     with pytest.raises(NcclDcpArgumentError, match=r"ncclDcpWorkspaceSize failed: ncclInvalidArgument: "
-                                                   r"config->size 40 is not sizeof\(ncclDcpConfig_t\) = 56"):
+                                                   r"config->size 40 is not sizeof\(ncclDcpConfig_t\) = 64"):
         lib.check(lib.cdll.ncclDcpWorkspaceSize(ctypes.byref(cfg), 2, ctypes.byref(size)), "ncclDcpWorkspaceSize")
 
 
@@ -241,6 +241,34 @@ def test_scatter_and_lse_dtype_reach_the_library(lib):
         make_config(**VALID, lse_dtype="int32")
     with pytest.raises(ValueError, match=r"^scatter: .*config->scatter 3 is not"):
         _check_raw_scatter(lib)
+
+
+def test_wire_reaches_the_library(lib):
+    from nccl_dcp import workspace_size
+    fp8 = dict(VALID, head_dim=512, dtype="bfloat16")
+    native = workspace_size(8, **fp8)
+    assert workspace_size(8, **fp8, wire="native") == native
+    assert 0.4 * native < workspace_size(8, **fp8, wire="fp8") < 0.6 * native  # e4m3 units: about half
+    for spelling, code in (("native", 0), ("FP8", 1), ("fp8_e4m3", 1), (0, 0), (1, 1)):
+        assert make_config(**fp8, wire=spelling).wire == code
+    with pytest.raises(ValueError, match=r"^wire must be one of 'native', 'fp8', got 'int4'"):
+        make_config(**fp8, wire="int4")
+    # The library's refusals, named by the argument.
+    with pytest.raises(ValueError, match=r"^wire: .*config->wire fp8 needs dtype bf16 or fp16, not fp32"):
+        make_config(**dict(fp8, dtype="float32"), wire="fp8")
+    with pytest.raises(ValueError, match=r"^wire: .*config->wire fp8 supports scatter HEAD only, not token"):
+        make_config(**fp8, wire="fp8", scatter="token")
+    with pytest.raises(ValueError, match=r"^wire: .*config->wire fp8 needs headDim % 16 == 0, not 520"):
+        make_config(**dict(fp8, head_dim=520), wire="fp8")
+
+
+def test_a_0_3_sized_config_takes_the_native_wire(lib):
+    """A 0.3 caller's config (sizeof 56: wire lies past it) takes native, whatever lies there."""
+    cfg = make_config(**dict(VALID, head_dim=512, dtype="bfloat16"), wire="fp8")
+    cfg.size = _abi.Config.wire.offset
+    size = ctypes.c_size_t(0)
+    lib.check(lib.cdll.ncclDcpWorkspaceSize(ctypes.byref(cfg), 8, ctypes.byref(size)), "ncclDcpWorkspaceSize")
+    assert size.value == nccl_dcp.workspace_size(8, **dict(VALID, head_dim=512, dtype="bfloat16"))
 
 
 def _check_raw_scatter(lib):

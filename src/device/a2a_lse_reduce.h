@@ -37,6 +37,7 @@
 #include "merge.h"
 #include "peers.h"
 #include "primitives.h"
+#include "wire.h"
 
 namespace nccl_dcp {
 
@@ -113,7 +114,7 @@ __device__ void forwardMerged(const FusedParams<Peers>& p, int rank, int slot, u
 template <typename T, class Transport, class Peers>
 __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, const int* start, char* ws, int rank,
                              int slot, uint32_t flag, int row, int head, int g, float* weight, Waiter& waiter) {
-  using W = Word<T>;
+  using Words = WireWords<T, Transport::kWire>;  // what a data word stands for (wire.h)
   const Region& r = p.region;
   const int lane = threadIdx.x & 31;
   typename Transport::Line line[kSourceBatch];
@@ -121,9 +122,9 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, cons
   const int dw[2] = {Transport::dataWord(r, g, lane, 0), Transport::dataWord(r, g, lane, 1)};
   const PartialAt at = partialAt(p, head, rank);
   const char* self = io.partialOut + inOffset(p.strides, row, at.peer, at.head) * (int64_t)sizeof(T);
-  uint64_t own[2];
+  typename Words::Input own[2];
 #pragma unroll
-  for (int k = 0; k < 2; k++) own[k] = dw[k] >= 0 ? loadInput8(self + (size_t)dw[k] * kWordBytes) : 0;
+  for (int k = 0; k < 2; k++) own[k] = dw[k] >= 0 ? Words::loadInput(self, dw[k]) : typename Words::Input{};
   const float ownLse = lane == 0 ? partialLse(p, io, row, at.peer, at.head) : 0.f;
   const SourceUnits units{ws + r.firstUnitOffset(slot, row, head), r.sourceBytes()};
 
@@ -139,7 +140,7 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, cons
 
   // Merge in source order. Up to kSourceBatch sources are still in
   // registers; more are fetched again (their flags are still set).
-  float acc[2][W::kPerWord] = {};
+  float acc[2][Words::kPerWord] = {};
   for (int s0 = 0; s0 < p.nRanks; s0 += kSourceBatch) {
     if (p.nRanks > kSourceBatch)
       if (!fetchSources<Transport>(p, units, rank, flag, g, s0, line, weight + NCCL_DCP_MAX_RANKS, waiter))
@@ -149,23 +150,33 @@ __device__ bool receiveGroup(const FusedParams<Peers>& p, const RankIo& io, cons
       const int src = s0 + b;
       if (src >= p.nRanks) break;
       const float w = weight[src];
+      if constexpr (Transport::kWire == Wire::Native) {
 #pragma unroll
-      for (int k = 0; k < 2; k++) W::accumulate(acc[k], w, src == rank ? own[k] : Transport::word(line[b], k));
+        for (int k = 0; k < 2; k++)
+          Word<T>::accumulate(acc[k], w, src == rank ? own[k] : Transport::word(line[b], k));
+      } else {  // the scale of the source's unit rides in its LSE word (wire.h)
+        const typename Words::Scale scale =
+            src == rank ? typename Words::Scale{} : Words::template scaleOf<Transport>(line[b]);
+#pragma unroll
+        for (int k = 0; k < 2; k++)
+          Words::accumulate(acc[k], w, src == rank, own[k], Transport::word(line[b], k), scale);
+      }
       if (src != rank) Transport::release(r, units.of(src, rank), g, lane);
     }
   }
   const int64_t outRow = outRowOf(p, start, rank, row);
   const int outHead = mergedOutHead(p, rank, head);
   char* out = io.out + (outRow * p.strides.outRow + outHead * p.strides.outHead) * (int64_t)sizeof(T);
-  uint64_t merged[2];
 #pragma unroll
-  for (int k = 0; k < 2; k++) {
-    merged[k] = W::pack(acc[k]);
-    if (dw[k] >= 0) *(uint64_t*)(out + (size_t)dw[k] * kWordBytes) = merged[k];
-  }
+  for (int k = 0; k < 2; k++)
+    if (dw[k] >= 0) Words::store(out, dw[k], acc[k]);
   if (g == 0 && lane == 0 && io.outLse)
     io.outLse[outRow * p.strides.outLseRow + outHead * p.strides.outLseHead] = mergedLse;
-  if constexpr (Peers::kGather) forwardMerged<Transport>(p, rank, slot, flag, row, head, g, merged, mergedLse);
+  if constexpr (Peers::kGather) {
+    static_assert(Transport::kWire == Wire::Native, "NONE's two phases run on the native wire (fp8 is HEAD's)");
+    const uint64_t merged[2] = {Word<T>::pack(acc[0]), Word<T>::pack(acc[1])};
+    forwardMerged<Transport>(p, rank, slot, flag, row, head, g, merged, mergedLse);
+  }
   __syncwarp();  // weight[] is reused by this warp's next group
   return true;
 }
@@ -213,7 +224,7 @@ __device__ void poisonOutGroup(const FusedParams<Peers>& p, const RankIo& io, in
 #pragma unroll
   for (int k = 0; k < 2; k++) {
     const int dw = Transport::dataWord(p.region, g, lane, k);
-    if (dw >= 0) *(uint64_t*)(out + (size_t)dw * kWordBytes) = nan;
+    if (dw >= 0) WireWords<T, Transport::kWire>::storeNaN(out, dw, nan);
   }
   if (g == 0 && lane == 0 && io.outLse) io.outLse[outRow * p.strides.outLseRow + outHead * p.strides.outLseHead] = NAN;
 }

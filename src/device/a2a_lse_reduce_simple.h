@@ -165,13 +165,17 @@ __device__ __forceinline__ bool sendItem(const FusedParams<Peers>& p, const Send
 
 // One writing warp's share of step `step`: lane k * chunkUnits + i holds
 // unit i of the step's item k (the first writer also stores its LSE), then
-// the writers copy every unit of the step together.
-template <typename T, class Peers>
+// the writers copy every unit of the step together. Wire fp8: every writer
+// holds the LSEs, and the warp that encodes a unit stores its {lse, scale}.
+template <typename T, Wire kWire, class Peers>
 __device__ void writeStep(const FusedParams<Peers>& p, const RankIo& io, const int* start, const SendPlan& plan,
                           int rank, int localBlock, int slot, int step, int writer, int writers, int lane) {
+  constexpr bool fp8 = kWire == Wire::Fp8E4m3;
   const Region& r = p.region;
   const char* src = nullptr;
   char* to = nullptr;
+  char* lseTo = nullptr;  // fp8
+  float lse = 0.f;        // fp8
   SendItem item;
   const int k = p.byChunkUnits.quotient(lane), i = lane - k * r.chunkUnits;
   if (sendItem(p, plan, rank, localBlock, step, k, &item)) {
@@ -183,12 +187,19 @@ __device__ void writeStep(const FusedParams<Peers>& p, const RankIo& io, const i
       src = io.partialOut + inOffset(p.strides, row, at.peer, at.head) * (int64_t)sizeof(T);
       const int pos = u - unitsOf(p, start, item.dst).first;  // its slot position
       to = peer + r.unitOffsetAt(slot, rank, item.dst, pos);
-      if (writer == 0)
+      if constexpr (fp8) {
+        lse = partialLse(p, io, row, at.peer, at.head);
+        lseTo = peer + r.lseWordOffsetOf(slot, rank, item.dst, pos);
+      } else if (writer == 0) {
         storeVolatile4(peer + r.lseOffsetOf(slot, rank, item.dst, pos),
                        __float_as_uint(partialLse(p, io, row, at.peer, at.head)));
+      }
     }
   }
-  simple::copyShare(src, to, plan.perStep * r.chunkUnits, p.byVectors, writer * 32, writers * 32, lane);
+  if constexpr (fp8)
+    simple::encodeShare<T>(src, to, lseTo, lse, plan.perStep * r.chunkUnits, r.headDim, writer, writers, lane);
+  else
+    simple::copyShare(src, to, plan.perStep * r.chunkUnits, p.byVectors, writer * 32, writers * 32, lane);
 }
 
 // The signalling warp: waits for every writer to finish the next step,
@@ -366,12 +377,107 @@ __device__ void mergeUnits(const FusedParams<Peers>& p, const RankIo& io, const 
   __syncwarp();  // weight[] is the warp's next chunk's
 }
 
+// Wire fp8 (Region::wire): mergeUnits over e4m3 units. A lane per 16-byte
+// vector of the wire (16 elements: two data words; 32 bytes of the own
+// share and of out), kMergeVectorsFp8 of them at once; the scale of (unit,
+// source) is the high half of its {lse, scale} word, loaded beside the
+// data. The weights and the accumulation are mergeUnits' (merge.h), the
+// decode fp8_wire.h's: the CPU model's bits.
+constexpr int kMergeVectorsFp8 = 2;
+template <typename T, class Peers>
+__device__ void mergeUnitsFp8(const FusedParams<Peers>& p, const RankIo& io, const int* start, const char* ws,
+                              int rank, int slot, int first, int count, int step,
+                              float (*weight)[NCCL_DCP_MAX_RANKS], int lane) {
+  using Words = WireWords<T, Wire::Fp8E4m3>;
+  const Region& r = p.region;
+  const Strides& s = p.strides;
+  const int n = p.nRanks, Hl = r.localHeads;
+  const int base = unitsOf(p, start, rank).first;
+  for (int i = lane; i < count * n; i += 32) {
+    const int k = p.byRanks.quotient(i), src = i - k * n, u = first + k * step;
+    const int row = p.byHeads.quotient(u), head = u - row * Hl;
+    const PartialAt at = partialAt(p, head, rank);
+    weight[k][src] = src == rank ? partialLse(p, io, row, at.peer, at.head)
+                                 : __uint_as_float(loadVolatile4(ws + r.lseWordOffsetOf(slot, src, rank, u - base)));
+  }
+  __syncwarp();
+  if (lane < count) {
+    const int u = first + lane * step, row = p.byHeads.quotient(u), head = u - row * Hl;
+    const float merged = mergeWeights(weight[lane], n, p.lseBase, weight[lane]);
+    if (io.outLse) io.outLse[outRowOf(p, start, rank, row) * s.outLseRow + head * s.outLseHead] = merged;
+  }
+  __syncwarp();
+
+  const int vectors = (int)p.byVectors.d, total = count * vectors;
+  const size_t sourceBytes = r.sourceBytes();
+  const char* slotData = ws + r.offset + (size_t)slot * r.slotBytes;
+  constexpr size_t kOutBytes = 2 * Words::kInputBytes;  // of the own share and of out, per wire vector
+  for (int v0 = 0; v0 < total; v0 += 32 * kMergeVectorsFp8) {
+    VectorAt at[kMergeVectorsFp8];
+    int pos[kMergeVectorsFp8];  // of the vector's unit in the slot (its {lse, scale} words)
+    float acc[kMergeVectorsFp8][2][Words::kPerWord] = {};
+#pragma unroll
+    for (int j = 0; j < kMergeVectorsFp8; j++) {
+      const int v = v0 + 32 * j + lane;
+      if (v >= total) continue;
+      const int k = p.byVectors.quotient(v), col = v - k * vectors, u = first + k * step;
+      const int row = p.byHeads.quotient(u), head = u - row * Hl;
+      const PartialAt own = partialAt(p, head, rank);
+      const size_t inBlock = (size_t)(u - base) * r.unitBytes + (size_t)col * simple::kLaneBytes;
+      at[j] = VectorAt{io.partialOut + inOffset(s, row, own.peer, own.head) * (int64_t)sizeof(T) + col * kOutBytes,
+                       slotData + inBlock,
+                       io.out + (outRowOf(p, start, rank, row) * s.outRow + head * s.outHead) * (int64_t)sizeof(T) +
+                           col * kOutBytes,
+                       inBlock, k};
+      pos[j] = u - base;
+    }
+    for (int src = 0; src < n; src++) {
+      const int srcIdx = src < rank ? src : src - 1;
+      uint4 x[kMergeVectorsFp8][2];
+      float scale[kMergeVectorsFp8];
+#pragma unroll
+      for (int j = 0; j < kMergeVectorsFp8; j++) {
+        if (v0 + 32 * j + lane >= total) continue;
+        if (src == rank) {
+          x[j][0] = loadInput16(at[j].own);
+          x[j][1] = loadInput16(at[j].own + Words::kInputBytes);
+        } else {
+          x[j][0] = loadVolatile16(at[j].remote + (size_t)srcIdx * sourceBytes);
+          // The {lse, scale} word's high half.
+          scale[j] = __uint_as_float(loadVolatile4(ws + r.lseWordOffsetOf(slot, src, rank, pos[j]) + 4));
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kMergeVectorsFp8; j++) {
+        if (v0 + 32 * j + lane >= total) continue;
+        const float w = weight[at[j].unit][src];
+        if (src == rank) {
+          Words::accumulate(acc[j][0], w, true, x[j][0], 0, {});
+          Words::accumulate(acc[j][1], w, true, x[j][1], 0, {});
+        } else {
+          const uint4 q = x[j][0];
+          Words::accumulate(acc[j][0], w, false, {}, (uint64_t)q.x | (uint64_t)q.y << 32, {scale[j]});
+          Words::accumulate(acc[j][1], w, false, {}, (uint64_t)q.z | (uint64_t)q.w << 32, {scale[j]});
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kMergeVectorsFp8; j++) {
+      if (v0 + 32 * j + lane >= total) continue;
+      Words::store(at[j].out, 0, acc[j][0]);
+      Words::store(at[j].out, 1, acc[j][1]);
+    }
+  }
+  __syncwarp();  // weight[] is the warp's next chunk's
+}
+
 // A poisoned context (a wait gave up, in this call or an earlier one): NaN
 // where units first + k * step (k < count) would have been merged, so no
-// output is left stale.
-template <typename T, class Peers>
+// output is left stale. (Wire fp8: a vector of the wire is two of out.)
+template <typename T, Wire kWire, class Peers>
 __device__ void poisonUnits(const FusedParams<Peers>& p, const RankIo& io, const int* start, int rank, int first,
                             int count, int step, int lane) {
+  constexpr int kOutVectors = kWire == Wire::Fp8E4m3 ? 2 : 1;  // 16-byte vectors of out per vector of the wire
   const Strides& s = p.strides;
   const int Hl = p.region.localHeads, vectors = (int)p.byVectors.d;
   const uint64_t nan = Word<T>::nan();
@@ -379,8 +485,11 @@ __device__ void poisonUnits(const FusedParams<Peers>& p, const RankIo& io, const
     const int k = p.byVectors.quotient(v), col = v - k * vectors, u = first + k * step;
     const int row = p.byHeads.quotient(u), head = u - row * Hl;
     const int64_t outAt = outRowOf(p, start, rank, row) * s.outRow + mergedOutHead(p, rank, head) * s.outHead;
-    store16(io.out + outAt * (int64_t)sizeof(T) + (size_t)col * simple::kLaneBytes,
-            make_uint4((uint32_t)nan, (uint32_t)(nan >> 32), (uint32_t)nan, (uint32_t)(nan >> 32)));
+    char* out = io.out + outAt * (int64_t)sizeof(T) + (size_t)col * kOutVectors * simple::kLaneBytes;
+#pragma unroll
+    for (int o = 0; o < kOutVectors; o++)
+      store16(out + o * simple::kLaneBytes,
+              make_uint4((uint32_t)nan, (uint32_t)(nan >> 32), (uint32_t)nan, (uint32_t)(nan >> 32)));
   }
   if (lane < count && io.outLse) {
     const int u = first + lane * step, row = p.byHeads.quotient(u), head = u - row * Hl;
@@ -454,7 +563,7 @@ __device__ __forceinline__ void groupSync(int barrier, int warps) {
 // `failed`: the group's shared verdict of the flag wait; when the wait gave
 // up (or an earlier one did), the chunk's outputs are NaN. kGathered: NONE's
 // phase 2 of the chunk, copied from the phase-2 half, not merged.
-template <typename T, bool kGathered, class Peers>
+template <typename T, Wire kWire, bool kGathered, class Peers>
 __device__ void receiveChunk(const FusedParams<Peers>& p, const RankIo& io, const int* start, char* ws, int rank,
                              int slot, uint32_t flag, int c, int receiver, int warps, int barrier,
                              float (*weight)[NCCL_DCP_MAX_RANKS], int* failed, Waiter& waiter, int lane) {
@@ -470,9 +579,11 @@ __device__ void receiveChunk(const FusedParams<Peers>& p, const RankIo& io, cons
   const simple::Chunk chunk = chunkFor(p, start, c, rank);
   const int first = chunk.first + receiver, count = (chunk.count - receiver + warps - 1) / warps;
   if (receiver < chunk.count) {
-    if (kGathered) copyGathered<T>(p, io, ws, rank, slot, first, count, warps, ok, lane);
-    else if (ok) mergeUnits<T>(p, io, start, ws, rank, slot, first, count, warps, weight, lane);
-    else poisonUnits<T>(p, io, start, rank, first, count, warps, lane);
+    if constexpr (kGathered) copyGathered<T>(p, io, ws, rank, slot, first, count, warps, ok, lane);
+    else if (!ok) poisonUnits<T, kWire>(p, io, start, rank, first, count, warps, lane);
+    else if constexpr (kWire == Wire::Fp8E4m3)
+      mergeUnitsFp8<T>(p, io, start, ws, rank, slot, first, count, warps, weight, lane);
+    else mergeUnits<T>(p, io, start, ws, rank, slot, first, count, warps, weight, lane);
   }
   groupSync(barrier, warps);  // every warp has read the verdict before the next one is written
   if constexpr (Peers::kGather && !kGathered)
@@ -491,7 +602,8 @@ __device__ __forceinline__ int receiversPerChunk(int chunksPerBlock) {
   return warps;
 }
 
-template <typename T, class Peers>
+// kWire: what crosses the link (wire.h); fp8 is instantiated for HEAD only.
+template <typename T, class Peers, Wire kWire = Wire::Native>
 __global__ void __launch_bounds__(kSimpleThreads, 1)
     simpleA2aLseReduceKernel(const __grid_constant__ FusedParams<Peers> p) {
   // Per receiving warp: the weights of the units it merges; per group of
@@ -546,7 +658,7 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
     } else if (!waiter.failed && warp < writers) {
       for (int step = 0; step < plan.steps; step++) {
         simple::awaitFlagged(&sendFlagged, step + 1 - plan.ahead);
-        writeStep<T>(p, io, start, plan, rank, localBlock, round.slot, step, warp, writers, lane);
+        writeStep<T, kWire>(p, io, start, plan, rank, localBlock, round.slot, step, warp, writers, lane);
         __syncwarp();
         if (lane == 0) simple::publishProgress(&sendProgress[warp], step + 1);
       }
@@ -563,14 +675,15 @@ __global__ void __launch_bounds__(kSimpleThreads, 1)
     if (isToken && myChunks == 0 && localBlock == 0 && receiver == 0 && !waiter.failed)
       awaitPresence(p.region, ws, p.nRanks, rank, round.slot, round.flag, lane, waiter);
     for (int c = localBlock * groups + group; c < myChunks; c += p.blocksPerRank * groups)
-      receiveChunk<T, false>(p, io, start, ws, rank, round.slot, round.flag, c, receiver % warps, warps,
-                             kSimpleRecvBarrier + group, weights[receiver], &waitFailed[group], waiter, lane);
+      receiveChunk<T, kWire, false>(p, io, start, ws, rank, round.slot, round.flag, c, receiver % warps, warps,
+                                    kSimpleRecvBarrier + group, weights[receiver], &waitFailed[group], waiter, lane);
     // NONE's phase 2, once this group's merges are flagged: they wait only
     // on sends, which never wait, so no phase 2 can starve a phase 1.
     if constexpr (Peers::kGather)
       for (int c = localBlock * groups + group; c < myChunks; c += p.blocksPerRank * groups)
-        receiveChunk<T, true>(p, io, start, ws, rank, round.slot, round.flag, c, receiver % warps, warps,
-                              kSimpleRecvBarrier + group, weights[receiver], &waitFailed[group], waiter, lane);
+        receiveChunk<T, kWire, true>(p, io, start, ws, rank, round.slot, round.flag, c, receiver % warps, warps,
+                                     kSimpleRecvBarrier + group, weights[receiver], &waitFailed[group], waiter,
+                                     lane);
     stamp(p.timeline, kStageDone);
   }
   endRound(p, rank, round);

@@ -5,6 +5,16 @@
  * out for them. Same merge math, same scatter addressing (scatter.h).
  * The per-unit bodies are device functions so the perf binary's loopback
  * baseline can run them for several virtual ranks in one launch.
+ *
+ * Wire fp8 (the fallback path of a context with config->wire fp8, HEAD
+ * only): the pack writes each unit bound for another rank as the fused
+ * path's sender would encode it (fp8_wire.h), e4m3 bytes then the fp32
+ * scale, inside the unit's native-size slot; the combine decodes them
+ * before the same accumulation and reads its own source as it is. So the
+ * fallback gives the CPU model's bits, as the fused kernels do, while
+ * ncclAlltoAll still moves native-size units (the fallback is NCCL's
+ * speed either way). A decode into T instead would add a rounding the
+ * model does not have.
  ************************************************************************/
 #ifndef NCCL_DCP_DEVICE_COMBINE_H_
 #define NCCL_DCP_DEVICE_COMBINE_H_
@@ -13,16 +23,24 @@
 #include "params.h"
 #include "primitives.h"
 #include "scatter.h"
+#include "wire.h"
 
 namespace nccl_dcp {
 
 constexpr int kCombineThreads = 256;
 constexpr int kCombineWarps = kCombineThreads / 32;
 
+// Wire fp8 in the fallback's buffers: a unit of D elements is D e4m3 bytes,
+// then its scale (fp32), at the start of its D * sizeof(T) bytes.
+__device__ __forceinline__ float fallbackScaleOf(const char* unit, int headDim) {
+  return *(const float*)(unit + headDim);
+}
+
 // One warp merges unit `unit` = row * heads + head of the round (rows of
 // `rank`'s share only), 16 bytes per lane per step. `weight`: the warp's
-// NCCL_DCP_MAX_RANKS floats of scratch.
-template <typename T>
+// NCCL_DCP_MAX_RANKS floats of scratch. Wire fp8: the sources but
+// p.rank's are e4m3 units (see the top).
+template <typename T, Wire kWire = Wire::Native>
 __device__ void combineUnit(const CombineParams& p, const int* start, int unit, float* weight) {
   using W = Word<T>;
   const int lane = threadIdx.x & 31;
@@ -42,6 +60,19 @@ __device__ void combineUnit(const CombineParams& p, const int* start, int unit, 
     for (int s = 0; s < p.nRanks; s++) {
       const char* src = p.recvData + (s * unitsPerSource + unit) * headBytes + off;
       const float w = weight[s];
+      if constexpr (kWire == Wire::Fp8E4m3) {
+        if (s != p.rank) {
+          const char* wireUnit = src - off;
+          float f[fp8::kPerWord];  // the 16 bytes' 8 elements
+          fp8::unpackWord(loadInput8(wireUnit + off / sizeof(T)), fallbackScaleOf(wireUnit, p.headDim), f);
+#pragma unroll
+          for (int i = 0; i < W::kPerWord; i++) {
+            acc[0][i] = mergeAccumulate(acc[0][i], w, f[i]);
+            acc[1][i] = mergeAccumulate(acc[1][i], w, f[W::kPerWord + i]);
+          }
+          continue;
+        }
+      }
       W::accumulate(acc[0], w, loadInput8(src));
       W::accumulate(acc[1], w, loadInput8(src + 8));
     }
@@ -50,10 +81,23 @@ __device__ void combineUnit(const CombineParams& p, const int* start, int unit, 
   }
 }
 
+// Wire fp8: one warp encodes the unit at src (D elements of T) into dst as
+// the fused path's sender does (WireWords: the same amax, scale and
+// element encoding): D e4m3 bytes, then the scale.
+template <typename T>
+__device__ void packUnitFp8(const char* src, char* dst, int headDim, int lane) {
+  using Words = WireWords<T, Wire::Fp8E4m3>;
+  const int words = headDim / fp8::kPerWord;
+  const float scale = Words::unitScale(src, words, 0.f, false, lane);
+  for (int dw = lane; dw < words; dw += 32)
+    *(uint64_t*)(dst + (size_t)dw * kWordBytes) = Words::encode(Words::loadInput(src, dw), scale);
+  if (lane == 0) *(float*)(dst + headDim) = scale;
+}
+
 // One warp copies unit (peer * rows + row) * Hl + head of the strided
 // partials into the send layout, its LSE as fp32 (-inf where the row is
-// empty).
-template <typename T>
+// empty). Wire fp8: a unit bound for another rank is encoded (packUnitFp8).
+template <typename T, Wire kWire = Wire::Native>
 __device__ void packUnit(const PackParams& p, size_t unit) {
   const int lane = threadIdx.x & 31;
   const int head = unit % p.localHeads;
@@ -64,8 +108,15 @@ __device__ void packUnit(const PackParams& p, size_t unit) {
   const size_t headBytes = (size_t)p.headDim * sizeof(T);
   const char* src = p.partialOut + inOffset(s, row, peer, head) * (int64_t)sizeof(T);
   char* dst = p.sendData + dstUnit * headBytes;
-  for (size_t off = (size_t)lane * 16; off < headBytes; off += 32 * 16)
-    *(uint4*)(dst + off) = __ldg((const uint4*)(src + off));
+  if constexpr (kWire == Wire::Fp8E4m3) {
+    if (peer != p.rank) {
+      packUnitFp8<T>(src, dst, p.headDim, lane);
+      src = nullptr;
+    }
+  }
+  if (src != nullptr)
+    for (size_t off = (size_t)lane * 16; off < headBytes; off += 32 * 16)
+      *(uint4*)(dst + off) = __ldg((const uint4*)(src + off));
   if (lane == 0)
     p.sendLse[dstUnit] = partialLseOf(p.shape, s, p.row0, p.partialLse, p.seqLens, p.queryStartLoc, row, peer, head);
 }
@@ -105,14 +156,14 @@ __device__ __forceinline__ CombineUnits combineUnits(const CombineParams& p, int
 }
 
 // One warp per (row, head) of the round (the launch covers every row).
-template <typename T>
+template <typename T, Wire kWire = Wire::Native>
 __global__ void __launch_bounds__(kCombineThreads) combineKernel(const __grid_constant__ CombineParams p) {
   __shared__ float weights[kCombineWarps][NCCL_DCP_MAX_RANKS];
   __shared__ int splitScratch[kMaxRanks + 1];
   waitForPrerequisiteGrid();
   const CombineUnits units = combineUnits(p, splitScratch);
   const int unit = units.first + blockIdx.x * kCombineWarps + threadIdx.x / 32;
-  if (unit < units.end) combineUnit<T>(p, units.start, unit, weights[threadIdx.x / 32]);
+  if (unit < units.end) combineUnit<T, kWire>(p, units.start, unit, weights[threadIdx.x / 32]);
 }
 
 // One warp per (row, head) of the round.
@@ -125,11 +176,11 @@ __global__ void __launch_bounds__(kCombineThreads) poisonKernel(const __grid_con
 }
 
 // One warp per (peer, row, head) unit.
-template <typename T>
+template <typename T, Wire kWire = Wire::Native>
 __global__ void __launch_bounds__(kCombineThreads) packKernel(const __grid_constant__ PackParams p) {
   const size_t unit = (size_t)blockIdx.x * kCombineWarps + threadIdx.x / 32;
   waitForPrerequisiteGrid();
-  if (unit < (size_t)p.nRanks * p.rows * p.localHeads) packUnit<T>(p, unit);
+  if (unit < (size_t)p.nRanks * p.rows * p.localHeads) packUnit<T, kWire>(p, unit);
 }
 
 }  // namespace nccl_dcp

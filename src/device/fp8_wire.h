@@ -104,6 +104,14 @@ NCCL_DCP_HD void decodeUnit(const uint8_t* q, int n, float scale, float* x) {
   for (int i = 0; i < n; i++) x[i] = decode(q[i], scale);
 }
 
+// An 8-byte data word of the 8 elements f (the senders; element i in byte i).
+NCCL_DCP_HD uint64_t packWord(const float* f, float scale) {
+  uint64_t w = 0;
+NCCL_DCP_UNROLL
+  for (int i = 0; i < kPerWord; i++) w |= (uint64_t)encode(f[i], scale) << (8 * i);
+  return w;
+}
+
 // An 8-byte data word of 8 elements, as the receivers consume it.
 NCCL_DCP_HD void unpackWord(uint64_t w, float scale, float* f) {
 NCCL_DCP_UNROLL

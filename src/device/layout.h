@@ -38,10 +38,16 @@
  * array (SIMPLE), flagged as phase 1's are. Region::gatherHalf() addresses
  * it with the same functions.
  *
+ * Wire fp8 (Region::wire, fp8_wire.h): the same geometry over 1-byte
+ * elements (Dw = D / 8), the scale in the high half of every LSE word
+ * ({lse, scale}), and SIMPLE's LSE array of 8-byte {lse, scale} pairs.
+ *
  * Protocols never share a region: a stale line of one protocol must never
- * be read as a flag of another. Nor do layouts: a context's NONE runs one
- * algorithm (agreed at create), so a region is never read in the other's. With AUTO the workspace carries one region
- * for small batches (LL or LL128) and, when enabled, one for SIMPLE.
+ * be read as a flag of another. Nor do layouts: a context runs one NONE
+ * algorithm and one wire (agreed at create), so a region is never read in
+ * another layout than it was written in. With AUTO the workspace carries
+ * one region for small batches (LL or LL128) and, when enabled, one for
+ * SIMPLE.
  ************************************************************************/
 #ifndef NCCL_DCP_LAYOUT_H_
 #define NCCL_DCP_LAYOUT_H_
@@ -116,6 +122,7 @@ struct Region {
   int dataWords;       // Dw: 8-byte words of one head's data
   int groupDataWords;  // data words of a full group
   int groups;          // groups of a unit
+  Wire wire;           // elements of 1 byte (fp8) or eltSize on the wire (in what was padding: no offset moves)
   size_t groupBytes;   // stride between the groups of a unit
   size_t unitBytes;
   size_t slotBytes;
@@ -168,6 +175,11 @@ struct Region {
     int srcIdx = src < dst ? src : src - 1;
     return offset + (size_t)slot * slotBytes + lseOffset + ((size_t)srcIdx * capacity * localHeads + u) * 4;
   }
+  // Wire fp8: the {lse, scale} pair of unit u (the LSE array holds pairs).
+  NCCL_DCP_HD size_t lseWordOffsetOf(int slot, int src, int dst, size_t u) const {
+    int srcIdx = src < dst ? src : src - 1;
+    return offset + (size_t)slot * slotBytes + lseOffset + ((size_t)srcIdx * capacity * localHeads + u) * 8;
+  }
   NCCL_DCP_HD size_t flagOffsetOf(int slot, int src, int dst, int c) const {
     int srcIdx = src < dst ? src : src - 1;
     return offset + (size_t)slot * slotBytes + flagOffset + ((size_t)srcIdx * chunks + c) * 8;
@@ -183,9 +195,10 @@ NCCL_DCP_HD size_t groupBytesFor(Proto proto, int words) {
 
 // One slot's geometry without a phase-2 half.
 NCCL_DCP_HD Region makeHalfRegion(Proto proto, int nRanks, int localHeads, int headDim, int eltSize, int capacity,
-                                  size_t offset) {
+                                  size_t offset, Wire wire) {
   Region r;
   r.proto = proto;
+  r.wire = wire;
   r.nRanks = nRanks;
   r.localHeads = localHeads;
   r.headDim = headDim;
@@ -193,18 +206,19 @@ NCCL_DCP_HD Region makeHalfRegion(Proto proto, int nRanks, int localHeads, int h
   r.capacity = capacity;
   r.offset = offset;
   r.gatherBytes = 0;
-  r.dataWords = headDim * eltSize / kWordBytes;
+  const int wireEltSize = wire == Wire::Fp8E4m3 ? 1 : eltSize;  // bytes of an element on the wire
+  r.dataWords = headDim * wireEltSize / kWordBytes;
   const size_t sources = (size_t)(nRanks - 1), units = (size_t)capacity * localHeads;
   if (proto == Proto::Simple) {
     // One "group": the whole head, as the input holds it.
     r.groupDataWords = r.dataWords;
     r.groups = 1;
-    r.unitBytes = r.groupBytes = (size_t)headDim * eltSize;
+    r.unitBytes = r.groupBytes = (size_t)headDim * wireEltSize;
     const size_t fit = simple::kChunkBytes / r.unitBytes;
     r.chunkUnits = fit < 1 ? 1 : fit > (size_t)simple::kMaxChunkUnits ? simple::kMaxChunkUnits : (int)fit;
     r.chunks = (int)((units + r.chunkUnits - 1) / r.chunkUnits);
     r.lseOffset = sources * units * r.unitBytes;
-    r.flagOffset = r.lseOffset + alignUp(sources * units * 4, 16);
+    r.flagOffset = r.lseOffset + alignUp(sources * units * (wire == Wire::Fp8E4m3 ? 8 : 4), 16);
     r.slotBytes = alignUp(r.flagOffset + sources * r.chunks * 8, kRegionAlign);
     return r;
   }
@@ -218,10 +232,11 @@ NCCL_DCP_HD Region makeHalfRegion(Proto proto, int nRanks, int localHeads, int h
   return r;
 }
 
-// gather: NONE's two-phase slot (a phase-2 half after each HEAD-shaped one).
+// wire: the element format of the units; gather: NONE's two-phase slot (a
+// phase-2 half after each HEAD-shaped one).
 NCCL_DCP_HD Region makeRegion(Proto proto, int nRanks, int localHeads, int headDim, int eltSize,
-                              int capacity, size_t offset, bool gather = false) {
-  Region r = makeHalfRegion(proto, nRanks, localHeads, headDim, eltSize, capacity, offset);
+                              int capacity, size_t offset, Wire wire = Wire::Native, bool gather = false) {
+  Region r = makeHalfRegion(proto, nRanks, localHeads, headDim, eltSize, capacity, offset, wire);
   r.gatherBytes = gather ? r.slotBytes : 0;
   if (gather) r.slotBytes *= 2;
   return r;
@@ -237,15 +252,16 @@ struct WorkspaceLayout {
 
 // smallProto: the protocol of small batches; withSimpleRegion: AUTO may
 // switch to SIMPLE for large batches, which then has a region of its own.
-// gather: NONE's two-phase regions (localHeads then Hl).
+// wire: the regions' element format (fp8: narrower units); gather: NONE's
+// two-phase regions (localHeads then Hl).
 inline WorkspaceLayout makeWorkspaceLayout(Proto smallProto, bool withSimpleRegion, int nRanks,
                                            int localHeads, int headDim, int eltSize, int capacity,
-                                           bool gather = false) {
+                                           Wire wire = Wire::Native, bool gather = false) {
   WorkspaceLayout w;
-  w.small = makeRegion(smallProto, nRanks, localHeads, headDim, eltSize, capacity, kControlBytes, gather);
+  w.small = makeRegion(smallProto, nRanks, localHeads, headDim, eltSize, capacity, kControlBytes, wire, gather);
   size_t end = w.small.offset + w.small.bytes();
   w.hasLarge = withSimpleRegion;
-  w.large = makeRegion(Proto::Simple, nRanks, localHeads, headDim, eltSize, capacity, end, gather);
+  w.large = makeRegion(Proto::Simple, nRanks, localHeads, headDim, eltSize, capacity, end, wire, gather);
   if (withSimpleRegion) end += w.large.bytes();
   w.totalBytes = alignUp(end, kRegionAlign);
   return w;

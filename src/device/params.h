@@ -68,6 +68,7 @@ struct CombineParams {
   ncclDataType_t dtype;
   LseBase lseBase;
   AsyncErrorRecord* hostError;  // where device counts that make no split are recorded (or NULL)
+  Wire wire;  // the fallback of a wire-fp8 context: the sources but `rank`'s are e4m3 (combine.h); else Native
 };
 
 // Fallback pack: strided partials -> fp32-LSE send buffers, unit (peer p,
@@ -87,6 +88,8 @@ struct PackParams {
   int nRanks, rows, row0, localHeads, headDim;
   ncclDataType_t dtype;
   int64_t peerUnits, rowUnits;
+  Wire wire;  // the fallback of a wire-fp8 context: units bound for peers but `rank` are e4m3 (combine.h)
+  int rank;   // the sending rank (wire fp8 only)
 };
 
 // The one dtype dispatch of every launcher: f(T{}) with the element type of

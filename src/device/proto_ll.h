@@ -2,17 +2,20 @@
  * LL: a group of a unit is 32 lines of 16 bytes {data32, flag32, data32,
  * flag32}, one line per lane: payload word 0 the LSE, then 31 data words.
  * Only 8-byte atomicity is assumed, so it is safe on any peer-to-peer path;
- * half of the bytes moved are flags.
+ * half of the bytes moved are flags. LlFp8Transport<T>: the same lines
+ * carrying e4m3 words (wire.h), word 0 = {lse, scale}.
  ************************************************************************/
 #ifndef NCCL_DCP_DEVICE_PROTO_LL_H_
 #define NCCL_DCP_DEVICE_PROTO_LL_H_
 
 #include "primitives.h"
+#include "wire.h"
 
 namespace nccl_dcp {
 
 struct LlTransport {
   static constexpr Proto kProto = Proto::LL;
+  static constexpr Wire kWire = Wire::Native;
 
   struct Line {
     uint32_t d0, f0, d1, f1;
@@ -73,6 +76,43 @@ struct LlTransport {
   __device__ static void release(const Region& r, char* unit, int g, int lane) {
     if (active(r, g, lane)) storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), 0u, 0u, 0u, 0u);
   }
+};
+
+// Wire fp8 (Region::wire; inputs of T, bf16 or fp16): a lane's data word
+// is loaded as 8 elements of T (16 bytes), the unit's scale computed by the
+// warp over the first batch (the whole unit but for D > 992), and each
+// word encoded on its store; lane 0 carries {lse, scale}. Receiving is
+// LlTransport's: the decode is the kernel's (WireWords).
+template <typename T>
+struct LlFp8Transport : LlTransport {
+  static constexpr Wire kWire = Wire::Fp8E4m3;
+  using Words = WireWords<T, kWire>;
+
+  struct Batch {
+    uint4 v[kSendBatch];
+    float scale;  // of the unit: set by the batch of group 0
+  };
+  __device__ static void loadBatch(const Region& r, const char* src, int g0, int lane, Batch& x) {
+    float amax = 0.f;
+#pragma unroll
+    for (int j = 0; j < kSendBatch; j++) {
+      const int w = g0 + j < r.groups ? dataWord(r, g0 + j, lane, 0) : -1;
+      x.v[j] = w >= 0 ? Words::loadInput(src, w) : uint4{0, 0, 0, 0};
+      amax = fmaxf(amax, Words::amaxOf(x.v[j]));
+    }
+    if (g0 == 0) x.scale = Words::unitScale(src, r.dataWords, amax, r.groups <= kSendBatch, lane);
+  }
+  __device__ static void storeBatch(const Region& r, const Batch& x, int g0, float lse, char* unit, uint32_t flag,
+                                    int lane) {
+#pragma unroll
+    for (int j = 0; j < kSendBatch; j++) {
+      const int g = g0 + j;
+      if (g >= r.groups || !active(r, g, lane)) break;
+      const uint64_t v = lane == 0 ? fp8::packLseWord(lse, x.scale) : Words::encode(x.v[j], x.scale);
+      storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), (uint32_t)v, flag, (uint32_t)(v >> 32), flag);
+    }
+  }
+  __device__ static uint32_t scaleBitsOf(const Line& l) { return l.d1; }  // lane 0: word 0's high half
 };
 
 }  // namespace nccl_dcp

@@ -6,12 +6,14 @@
  * is the flag. A warp moves a group in one instruction. A line is trusted
  * once its flag reads the round's value: NCCL's premise that a warp's
  * 128-byte store becomes visible as a whole, which holds over NVLink (and
- * within one GPU), not over PCIe.
+ * within one GPU), not over PCIe. Ll128Fp8Transport<T>: the same lines
+ * carrying e4m3 words (wire.h), payload word 0 = {lse, scale}.
  ************************************************************************/
 #ifndef NCCL_DCP_DEVICE_PROTO_LL128_H_
 #define NCCL_DCP_DEVICE_PROTO_LL128_H_
 
 #include "primitives.h"
+#include "wire.h"
 
 // On sm_90 NCCL re-reads a slice once all its flags are seen rather than
 // trusting the data loaded together with the flag; 0 builds without it.
@@ -23,6 +25,7 @@ namespace nccl_dcp {
 
 struct Ll128Transport {
   static constexpr Proto kProto = Proto::LL128;
+  static constexpr Wire kWire = Wire::Native;
 
   struct Line {
     uint64_t a, b;  // the lane's 16 bytes of its line
@@ -102,6 +105,52 @@ struct Ll128Transport {
     if (lineWritten(r, g, lane) && slotOf(lane) == ll128::kFlagLane)
       storeVolatile8(const_cast<char*>(lanePtr(r, unit, g, lane)) + kWordBytes, 0);
   }
+};
+
+// Wire fp8 (Region::wire; inputs of T, bf16 or fp16): a lane's two data
+// words are loaded as 8 elements of T each (16 bytes), the unit's scale
+// computed by the warp over the first batch (the whole unit but for
+// D > 1888), each word encoded on its store; payload word 0 is {lse,
+// scale}. Receiving is Ll128Transport's: the decode is the kernel's
+// (WireWords).
+template <typename T>
+struct Ll128Fp8Transport : Ll128Transport {
+  static constexpr Wire kWire = Wire::Fp8E4m3;
+  using Words = WireWords<T, kWire>;
+
+  struct Batch {
+    uint4 v[kSendBatch][2];
+    float scale;  // of the unit: set by the batch of group 0
+  };
+  __device__ static void loadBatch(const Region& r, const char* src, int g0, int lane, Batch& x) {
+    float amax = 0.f;
+#pragma unroll
+    for (int j = 0; j < kSendBatch; j++) {
+      const int g = g0 + j;
+      const bool live = g < r.groups;
+#pragma unroll
+      for (int k = 0; k < 2; k++) {
+        const int w = live ? dataWord(r, g, lane, k) : -1;
+        x.v[j][k] = w >= 0 ? Words::loadInput(src, w) : uint4{0, 0, 0, 0};
+        amax = fmaxf(amax, Words::amaxOf(x.v[j][k]));
+      }
+    }
+    if (g0 == 0) x.scale = Words::unitScale(src, r.dataWords, amax, r.groups <= kSendBatch, lane);
+  }
+  __device__ static void storeBatch(const Region& r, const Batch& x, int g0, float lse, char* unit, uint32_t flag,
+                                    int lane) {
+#pragma unroll
+    for (int j = 0; j < kSendBatch; j++) {
+      const int g = g0 + j;
+      if (g >= r.groups || !lineWritten(r, g, lane)) break;
+      const uint64_t a =
+          payloadWord(lane, 0) == 0 ? fp8::packLseWord(lse, x.scale) : Words::encode(x.v[j][0], x.scale);
+      const uint64_t b = slotOf(lane) == ll128::kFlagLane ? (uint64_t)flag : Words::encode(x.v[j][1], x.scale);
+      storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), a, b);
+    }
+  }
+  // Lane 0: word 0's high half.
+  __device__ static uint32_t scaleBitsOf(const Line& l) { return (uint32_t)(l.a >> 32); }
 };
 
 }  // namespace nccl_dcp

@@ -17,6 +17,10 @@
  * source), then reads LSEs and data with coherent loads. One signal per chunk (4 KiB at
  * D 512 bf16) instead of one per 128-byte line, and no payload bytes spent
  * on flags: the protocol of large batches.
+ *
+ * Wire fp8 (Region::wire): the data arrays hold e4m3 units (D bytes) and
+ * the LSE array {lse, scale} pairs; the writers encode (encodeShare)
+ * instead of copying, the receivers decode (a2a_lse_reduce_simple.h).
  ************************************************************************/
 #ifndef NCCL_DCP_DEVICE_PROTO_SIMPLE_H_
 #define NCCL_DCP_DEVICE_PROTO_SIMPLE_H_
@@ -24,6 +28,7 @@
 #include <limits.h>
 
 #include "primitives.h"
+#include "wire.h"
 
 namespace nccl_dcp {
 namespace simple {
@@ -73,6 +78,59 @@ __device__ __forceinline__ void copyShare(const char* src, char* dst, int units,
     for (int j = 0; j < kCopyBatch; j++) {
       char* d = (char*)__shfl_sync(kFullMask, (unsigned long long)dst, at[j][0]);
       if (at[j][1] >= 0) store16(d + (size_t)at[j][1] * kLaneBytes, x[j]);
+    }
+  }
+}
+
+// Wire fp8: encodeShare's units in flight per warp (two 16-byte loads of
+// each per lane).
+constexpr int kEncodeUnits = 4;
+
+// Wire fp8: copyShare's counterpart. Writes a step's `units` units (lane i
+// of the warp holds unit i's source, destination, {lse, scale}
+// destination and LSE; src null: no such unit) as e4m3 (fp8_wire.h): unit
+// writer + m * writers goes to writing warp `writer`, kEncodeUnits at once.
+// A lane takes a 16-byte e4m3 vector of the unit (16 elements: two data
+// words, 32 bytes of input), the warp the unit's amax
+// (WireWords::unitScale); lane 0 stores {lse, scale}.
+template <typename T>
+__device__ void encodeShare(const char* src, char* dst, char* lseDst, float lse, int units, int headDim, int writer,
+                            int writers, int lane) {
+  using Words = WireWords<T, Wire::Fp8E4m3>;
+  const int vectors = headDim / kLaneBytes;  // e4m3 vectors of a unit
+  for (int u0 = writer; u0 < units; u0 += writers * kEncodeUnits) {  // warp-uniform: shuffles below
+    const char* from[kEncodeUnits];
+    uint4 x[kEncodeUnits][2];
+    float amax[kEncodeUnits];
+#pragma unroll
+    for (int q = 0; q < kEncodeUnits; q++) {
+      const int u = min(u0 + q * writers, 31);
+      from[q] = (const char*)__shfl_sync(kFullMask, (unsigned long long)src, u);
+      if (u0 + q * writers >= units) from[q] = nullptr;
+      amax[q] = 0.f;
+      if (from[q] != nullptr && lane < vectors) {
+        x[q][0] = Words::loadInput(from[q], 2 * lane);
+        x[q][1] = Words::loadInput(from[q], 2 * lane + 1);
+        amax[q] = fmaxf(Words::amaxOf(x[q][0]), Words::amaxOf(x[q][1]));
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kEncodeUnits; q++) {
+      if (from[q] == nullptr) continue;  // warp-uniform
+      const int u = u0 + q * writers;
+      char* to = (char*)__shfl_sync(kFullMask, (unsigned long long)dst, u);
+      char* lseTo = (char*)__shfl_sync(kFullMask, (unsigned long long)lseDst, u);
+      const float unitLse = __shfl_sync(kFullMask, lse, u);
+      const float scale = Words::unitScale(from[q], 2 * vectors, amax[q], vectors <= 32, lane);
+      auto encodeVector = [&](const uint4& a, const uint4& b) {
+        const uint64_t lo = Words::encode(a, scale), hi = Words::encode(b, scale);
+        return make_uint4((uint32_t)lo, (uint32_t)(lo >> 32), (uint32_t)hi, (uint32_t)(hi >> 32));
+      };
+      if (lane < vectors) store16(to + (size_t)lane * kLaneBytes, encodeVector(x[q][0], x[q][1]));
+      for (int c = lane + 32; c < vectors; c += 32)  // D > 512: loaded again
+        store16(to + (size_t)c * kLaneBytes,
+                encodeVector(Words::loadInput(from[q], 2 * c), Words::loadInput(from[q], 2 * c + 1)));
+      if (lane == 0) storeVolatile8(lseTo, fp8::packLseWord(unitLse, scale));
     }
   }
 }

@@ -38,6 +38,10 @@ constexpr int kMaxRanks = 64;
 // 3 KiB at 64, within the 32 KiB kernel parameters of CUDA 12.1+).
 constexpr int kMaxLoopbackRanks = 64;
 
+// What crosses the link (ncclDcpWire_t): the partials as the inputs hold
+// them, or e4m3 with one fp32 scale per unit (fp8_wire.h, DESIGN §15).
+enum class Wire : int { Native = 0, Fp8E4m3 = 1 };
+
 // Where the merged heads go (ncclDcpScatter_t).
 enum class Scatter : int { Head = 0, Token = 1, None = 2 };
 

@@ -105,7 +105,7 @@ void DeviceProblem::referenceAndArgs() {
   want_ = host_;
   std::vector<CallBuffers> ref;
   for (RankTensors& t : want_) ref.push_back(t.buffers());
-  referenceA2aLseReduce(cfg_, nRanks_, batch_, strides_, ref.data(), &shape_);
+  referenceA2aLseReduce(cfg_, nRanks_, batch_, strides_, ref.data(), &shape_, cfg_.wire);  // fp8: the model's
   hasArgs_ = !counts_.empty() || spec_.deviceCounts || shape_.numSeqs > 0;
   const ncclDcpCallArgs_t none = NCCL_DCP_CALL_ARGS_INITIALIZER;
   args_.assign(nRanks_, none);

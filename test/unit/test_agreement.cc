@@ -114,6 +114,7 @@ const InputCase kInputs[] = {
     {"config->scatter", [](Agreement* a) { a->scatter = ncclDcpScatterToken; }},
     {"config->lseDtype", [](Agreement* a) { a->lseDtype = ncclBfloat16; }},
     {"NCCL_DCP_NONE_ALGO", [](Agreement* a) { a->noneAlgo = (int)NoneAlgo::TwoPhase; }},
+    {"config->wire", [](Agreement* a) { a->wire = ncclDcpWireFp8E4m3; }},
 };
 
 TEST(Agreement, EveryInputMismatchNamesInputAndFirstDifferingRank) {

@@ -336,7 +336,7 @@ TEST(GatherHalf, IsTheSecondHalfOfEachSlotWithTheSameGeometry) {
       for (int capacity : {1, 37}) {
         SCOPED_TRACE(::testing::Message() << name(p) << " cp " << cp << " capacity " << capacity);
         const Region one = makeRegion(p, cp, 3, 128, 2, capacity, kControlBytes);
-        const Region two = makeRegion(p, cp, 3, 128, 2, capacity, kControlBytes, /*gather=*/true);
+        const Region two = makeRegion(p, cp, 3, 128, 2, capacity, kControlBytes, Wire::Native, /*gather=*/true);
         EXPECT_EQ(one.gatherBytes, 0u);
         EXPECT_EQ(two.gatherBytes, one.slotBytes);
         EXPECT_EQ(two.slotBytes, 2 * one.slotBytes);

@@ -55,6 +55,30 @@ TEST(PerfArgs, DefaultsAreTheDesignSweep) {
   EXPECT_EQ(a.argv, std::vector<std::string>{"dcp_a2a_lse_reduce_perf"});
 }
 
+// --wire native|fp8 (any case): the config's wire; native by default.
+TEST(PerfArgs, WireSetsTheConfig) {
+  Args d;
+  std::string err;
+  ASSERT_EQ(parse({}, &d, &err), ParseResult::Ok) << err;
+  EXPECT_EQ(d.wire, ncclDcpWireNative);
+  EXPECT_EQ(configOf(d).wire, ncclDcpWireNative);
+  for (const auto& [argv, wire] : std::vector<std::pair<std::vector<const char*>, int>>{
+           {{"--wire", "fp8"}, ncclDcpWireFp8E4m3}, {{"--wire=FP8"}, ncclDcpWireFp8E4m3},
+           {{"--wire", "native"}, ncclDcpWireNative}}) {
+    Args a;
+    ASSERT_EQ(parse(argv, &a, &err), ParseResult::Ok) << argv[0] << ": " << err;
+    EXPECT_EQ(a.wire, wire) << argv[0];
+    EXPECT_EQ(configOf(a).wire, wire) << argv[0];
+  }
+  for (const std::vector<const char*>& bad :
+       std::vector<std::vector<const char*>>{{"--wire", "e4m3x"}, {"--wire", ""}, {"--wire", "2"}, {"--wire"}}) {
+    Args a;
+    err.clear();
+    EXPECT_EQ(parse(bad, &a, &err), ParseResult::Error) << (bad.size() > 1 ? bad[1] : "(no value)");
+    EXPECT_NE(err.find("--wire"), std::string::npos) << err;
+  }
+}
+
 // --scatter head|token|none (any case): the config's mode, and the
 // baselines of that mode.
 TEST(PerfArgs, ScatterModeSetsTheConfig) {

@@ -1012,12 +1012,100 @@ TEST(ConfigSize, ConfigOfAZeroPointTwoCallerAccepted) {
 
 TEST(ConfigSize, SizeOfNeitherVersionRejected) {
   const size_t v2 = offsetof(ncclDcpConfig_t, scatter);
-  for (size_t size : {v2 - 4, v2 + 2, offsetof(ncclDcpConfig_t, lseDtype) + 2, sizeof(ncclDcpConfig_t) - 2,
-                      sizeof(ncclDcpConfig_t) + 4, size_t(8)}) {
+  for (size_t size : {v2 - 4, v2 + 2, offsetof(ncclDcpConfig_t, lseDtype) + 2, offsetof(ncclDcpConfig_t, wire) + 2,
+                      sizeof(ncclDcpConfig_t) - 2, sizeof(ncclDcpConfig_t) + 4, size_t(8)}) {
     SCOPED_TRACE("size " + std::to_string(size));
     ncclDcpConfig_t cfg = validConfig();
     cfg.size = size;
     EXPECT_REJECTED(resolve(cfg), ncclInvalidArgument, "config->size " + std::to_string(size));
+  }
+}
+
+// A caller built against 0.3 passes a struct without wire (sizeof 56: its
+// tail padding is where reserved0 now lies): accepted, native, whatever
+// lies past its size.
+TEST(ConfigSize, ZeroPointThreeSizedConfigTakesNativeWire) {
+  ncclDcpConfig_t cfg = validConfig();
+  cfg.size = (offsetof(ncclDcpConfig_t, reserved0) + alignof(size_t) - 1) / alignof(size_t) * alignof(size_t);
+  EXPECT_EQ(cfg.size, 56u);
+  cfg.reserved0 = 0x5a5a5a5a;  // 0.3's padding: garbage
+  cfg.wire = 99;                // past the size: not read
+  Config c{};
+  clearLastError();
+  ASSERT_EQ(resolveConfig(&cfg, Env{}, &c), ncclSuccess) << ncclDcpGetLastError();
+  EXPECT_EQ(c.wire, Wire::Native);
+  cfg.wire = ncclDcpWireFp8E4m3;
+  ASSERT_EQ(resolveConfig(&cfg, Env{}, &c), ncclSuccess) << ncclDcpGetLastError();
+  EXPECT_EQ(c.wire, Wire::Native);
+  // The 0.2 size takes native too.
+  cfg.size = 48;
+  ASSERT_EQ(resolveConfig(&cfg, Env{}, &c), ncclSuccess) << ncclDcpGetLastError();
+  EXPECT_EQ(c.wire, Wire::Native);
+}
+
+// ---------------------------------------------------------------------------
+// config->wire (issue 28): fp8 needs bf16 / fp16, headDim % 16 == 0, HEAD.
+
+ncclDcpConfig_t wireConfig(int wire, int headDim = 128, ncclDataType_t dtype = ncclBfloat16,
+                           int scatter = ncclDcpScatterHead) {
+  ncclDcpConfig_t c = makeConfig(headDim, 4, dtype, ncclDcpLseBase2);
+  c.scatter = scatter;
+  c.wire = wire;
+  return c;
+}
+
+TEST(ConfigWire, DefaultIsNative) {
+  Config c{};
+  const ncclDcpConfig_t in = validConfig();
+  EXPECT_EQ(in.wire, NCCL_CONFIG_UNDEF_INT);
+  EXPECT_EQ(in.reserved0, 0);
+  ASSERT_EQ(resolveConfig(&in, Env{}, &c), ncclSuccess) << ncclDcpGetLastError();
+  EXPECT_EQ(c.wire, Wire::Native);
+}
+
+TEST(ConfigWire, Fp8AcceptedForBf16AndFp16InHead) {
+  for (ncclDataType_t dtype : {ncclBfloat16, ncclFloat16})
+    for (int D : {16, 128, 512, 4096}) {
+      SCOPED_TRACE(std::string(dtypeName(dtype)) + " D " + std::to_string(D));
+      const ncclDcpConfig_t in = wireConfig(ncclDcpWireFp8E4m3, D, dtype);
+      Config c{};
+      clearLastError();
+      ASSERT_EQ(resolveConfig(&in, Env{}, &c), ncclSuccess) << ncclDcpGetLastError();
+      EXPECT_EQ(c.wire, Wire::Fp8E4m3);
+    }
+  EXPECT_ACCEPTED(resolve(wireConfig(ncclDcpWireNative, 128, ncclFloat32, ncclDcpScatterToken)));
+}
+
+TEST(ConfigWire, OutOfEnumRejected) {
+  for (int bad : {-1, 2, 99})
+    EXPECT_REJECTED(resolve(wireConfig(bad)), ncclInvalidArgument, "config->wire " + std::to_string(bad));
+}
+
+TEST(ConfigWire, Fp8RefusalsNameTheWire) {
+  EXPECT_REJECTED(resolve(wireConfig(ncclDcpWireFp8E4m3, 128, ncclFloat32)), ncclInvalidArgument,
+                  "config->wire fp8 needs dtype bf16 or fp16, not fp32");
+  EXPECT_REJECTED(resolve(wireConfig(ncclDcpWireFp8E4m3, 24)), ncclInvalidArgument,
+                  "config->wire fp8 needs headDim % 16 == 0, not 24");
+  EXPECT_REJECTED(resolve(wireConfig(ncclDcpWireFp8E4m3, 136, ncclFloat16)), ncclInvalidArgument,
+                  "config->wire fp8 needs headDim % 16 == 0, not 136");
+  EXPECT_REJECTED(resolve(wireConfig(ncclDcpWireFp8E4m3, 128, ncclBfloat16, ncclDcpScatterToken)),
+                  ncclInvalidArgument, "config->wire fp8 supports scatter HEAD only, not token");
+  EXPECT_REJECTED(resolve(wireConfig(ncclDcpWireFp8E4m3, 128, ncclBfloat16, ncclDcpScatterNone)),
+                  ncclInvalidArgument, "config->wire fp8 supports scatter HEAD only, not none");
+}
+
+// The workspace follows the narrower units: about half at D 512.
+TEST(ConfigWire, Fp8WorkspaceIsSmaller) {
+  for (int proto : {(int)ncclDcpProtoLL, (int)ncclDcpProtoLL128, (int)ncclDcpProtoSimple, (int)ncclDcpProtoAuto}) {
+    SCOPED_TRACE(protocolName(proto));
+    ncclDcpConfig_t n = wireConfig(ncclDcpWireNative, 512), f = wireConfig(ncclDcpWireFp8E4m3, 512);
+    n.protocol = f.protocol = proto;
+    n.maxBatch = f.maxBatch = 256;
+    size_t native = 0, fp8 = 0;
+    EXPECT_ACCEPTED(ncclDcpWorkspaceSize(&n, 4, &native));
+    EXPECT_ACCEPTED(ncclDcpWorkspaceSize(&f, 4, &fp8));
+    EXPECT_LT(fp8, native * 6 / 10);
+    EXPECT_GT(fp8, native * 4 / 10);
   }
 }
 

@@ -1,0 +1,251 @@
+/*************************************************************************
+ * fp8 (e4m3) on the wire (issue 28, DESIGN §15) on one GPU through loopback
+ * (cp virtual ranks): the fused kernels of LL, LL128, SIMPLE and AUTO, and
+ * the fallback's pack and combine kernels, against the CPU model
+ * (referenceA2aLseReduce(..., Wire::Fp8E4m3)), bf16 and fp16, cp 2..16,
+ * batches 1, 7, 97 and 1000 (chunked by maxBatch 64).
+ *
+ * Every call runs on fresh attention-like partials (per unit a Gaussian of
+ * random spread, some units with outlier channels, a few NaN / inf
+ * elements, never all zero) into poisoned outputs. Outputs must equal the
+ * model's BIT FOR BIT (NaN where the model has NaN): LSEs are integers in
+ * base 2 (or -inf), so every merge weight is exact on both sides and the
+ * only arithmetic left is the wire's and merge.h's, which the kernels share
+ * with the model. outLse must equal the native wire's kernels' bit for bit
+ * (the LSEs never narrow). A lost scale, a stale unit or a decode off by
+ * one rounding fails here (test/plants/plants.py: fp8-encode-unscaled).
+ ************************************************************************/
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "device_problem.h"
+#include "enums.h"
+#include "launch.h"
+#include "loopback.h"
+#include "reference.h"
+#include "test_util.h"
+
+namespace nccl_dcp {
+namespace test {
+namespace {
+
+constexpr int kCap = 64;  // maxBatch: batches 97 and 1000 run in chunks
+
+// Attention-like partials: per (row, peer, head) unit a Gaussian of spread
+// U[0.05, 4]; one unit in 8 with 4 channels 16x larger; LSEs integers in
+// [-6, 6] (one in 16 -inf: an empty source; whole rows -inf at times);
+// with `nonFinite`, a NaN and a +-inf in some units whose LSE is finite.
+CallSpec attentionLike(const Config& cfg, int nRanks, int batch, uint64_t seed, bool nonFinite) {
+  CallSpec spec;
+  spec.edit = [=](std::vector<RankTensors>& ranks, const Strides& s) {
+    std::mt19937_64 rng(seed ^ 0x5eedf8u);
+    std::normal_distribution<float> gauss(0.f, 1.f);
+    std::uniform_real_distribution<float> spread(0.05f, 4.f);
+    std::uniform_int_distribution<int> lse(-6, 6), pick(0, 15);
+    const int Hl = cfg.localHeads, D = cfg.headDim;
+    for (int b = 0; b < batch; b++) {
+      const bool emptyRow = pick(rng) == 0;
+      for (RankTensors& t : ranks)
+        for (int p = 0; p < nRanks; p++)
+          for (int j = 0; j < Hl; j++) {
+            const float sigma = spread(rng);
+            const bool outliers = pick(rng) < 2;
+            const int64_t at = b * s.inRow + p * s.inPeer + j * s.inHead;
+            for (int d = 0; d < D; d++) {
+              float v = sigma * gauss(rng);
+              if (outliers && d % (D / 4) == 3) v *= 16.f;
+              storeElement(cfg.dtype, t.partialOut.data(), at + d, v);
+            }
+            if (nonFinite && pick(rng) == 0) {
+              storeElement(cfg.dtype, t.partialOut.data(), at + pick(rng) % D, NAN);
+              const float inf = pick(rng) < 8 ? INFINITY : -INFINITY;
+              storeElement(cfg.dtype, t.partialOut.data(), at + D - 1 - pick(rng) % D, inf);
+            }
+            const int64_t l = b * s.lseRow + p * s.lsePeer + j * s.lseHead;
+            t.partialLse[l] = emptyRow || pick(rng) == 0 ? -INFINITY : (float)lse(rng);
+          }
+    }
+  };
+  return spec;
+}
+
+// Bytes a and b of n elements of dtype equal, or both NaN (NaN payloads
+// are the hardware's, not the format's). Returns the first differing
+// element or -1.
+int64_t firstDifference(ncclDataType_t dtype, const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  const int e = dtypeSize(dtype);
+  for (size_t i = 0; i * e < a.size(); i++) {
+    if (memcmp(&a[i * e], &b[i * e], e) == 0) continue;
+    if (std::isnan(loadElement(dtype, a.data(), i)) && std::isnan(loadElement(dtype, b.data(), i))) continue;
+    return (int64_t)i;
+  }
+  return -1;
+}
+
+std::vector<uint8_t> bytesOf(const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(float));
+  memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+// Every rank's out (whole buffers: the poisoned slack too) against the
+// model's, bitwise.
+void expectModelBits(const DeviceProblem& p, const std::vector<RankTensors>& got) {
+  const Config& cfg = p.config();
+  for (size_t r = 0; r < got.size(); r++) {
+    const int64_t i = firstDifference(cfg.dtype, got[r].out, p.want()[r].out);
+    EXPECT_LT(i, 0) << "rank " << r << " out element " << i << " = "
+                    << loadElement(cfg.dtype, got[r].out.data(), i < 0 ? 0 : i) << ", the model's "
+                    << loadElement(cfg.dtype, p.want()[r].out.data(), i < 0 ? 0 : i);
+  }
+}
+
+ncclDcpConfig_t fp8Config(int D, int Hl, ncclDataType_t dtype, int protocol, int wire = ncclDcpWireFp8E4m3) {
+  ncclDcpConfig_t c = makeConfig(D, Hl, dtype, ncclDcpLseBase2, kCap, protocol);
+  c.wire = wire;
+  return c;
+}
+
+std::vector<RankTensors> outputsOf(const DeviceProblem& p) {
+  std::vector<RankTensors> got;
+  for (int r = 0; r < (int)p.want().size(); r++) got.push_back(p.outputs(r));
+  return got;
+}
+
+void call(Loopback& lb, const DeviceProblem& p) {
+  const std::vector<CallBuffers> b = p.allBuffers();
+  DCP_ASSERT(lb.call(b.data(), p.batch(), nullptr, nullptr, p.args(0)));
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  DCP_ASSERT(lb.asyncError());
+}
+
+// The fallback's arithmetic on one GPU (HEAD): every virtual rank's pack
+// (launchPack, wire fp8: the units bound for other ranks encoded), the
+// ncclAlltoAll as device copies, every rank's combine (launchCombine).
+void emulateFallback(const DeviceProblem& p) {
+  const Config& cfg = p.config();
+  const int cp = (int)p.want().size(), batch = p.batch(), Hl = cfg.localHeads;
+  const Strides& s = p.strides();
+  CallShape shape;
+  DCP_ASSERT(resolveCallArgs(nullptr, cfg, cp, batch, &shape));
+  const size_t unitBytes = (size_t)cfg.headDim * cfg.eltSize, units = (size_t)cp * cfg.maxBatch * Hl;
+  std::vector<DeviceBuffer> send, sendLse, recv, recvLse;
+  for (int r = 0; r < cp; r++) {
+    send.emplace_back(units * unitBytes);
+    sendLse.emplace_back(units * sizeof(float));
+    recv.emplace_back(units * unitBytes);
+    recvLse.emplace_back(units * sizeof(float));
+  }
+  const std::vector<CallBuffers> b = p.allBuffers();
+  const ncclResult_t res = forEachRound(batch, cfg.maxBatch, [&](int row0, int rows) -> ncclResult_t {
+    for (int r = 0; r < cp; r++) {
+      PackParams l = packLaunch(cfg, cp, shape, row0, rows, buffersAtRow(b[r], s, cfg, row0), send[r].as<char>(),
+                                sendLse[r].as<float>(), s);
+      l.wire = cfg.wire;
+      l.rank = r;
+      DCPCHECK(launchPack(l, nullptr));
+    }
+    const size_t n = (size_t)rows * Hl;  // units per (source, destination)
+    for (int dst = 0; dst < cp; dst++)
+      for (int src = 0; src < cp; src++)
+        if (cudaMemcpyAsync(recv[dst].as<char>() + src * n * unitBytes, send[src].as<char>() + dst * n * unitBytes,
+                            n * unitBytes, cudaMemcpyDeviceToDevice, nullptr) != cudaSuccess ||
+            cudaMemcpyAsync(recvLse[dst].as<float>() + src * n, sendLse[src].as<float>() + dst * n,
+                            n * sizeof(float), cudaMemcpyDeviceToDevice, nullptr) != cudaSuccess)
+          return ncclUnhandledCudaError;
+    for (int r = 0; r < cp; r++) {
+      const CallBuffers at = buffersAtRow(b[r], s, cfg, row0);
+      CombineParams l = combineLaunch(cfg, cp, shape, r, row0, rows, recv[r].as<char>(), recvLse[r].as<float>(),
+                                      (char*)at.out, at.outLse, s, nullptr);
+      l.wire = cfg.wire;
+      DCPCHECK(launchCombine(l, nullptr));
+    }
+    return ncclSuccess;
+  });
+  DCP_ASSERT(res);
+  CUDA_ASSERT(cudaDeviceSynchronize());
+}
+
+// (protocol or -1 for the emulated fallback, dtype)
+using ProtoDtype = std::tuple<int, ncclDataType_t>;
+
+class Fp8Wire : public testing::TestWithParam<ProtoDtype> {
+ protected:
+  void SetUp() override { DCP_REQUIRE_GPUS(1); }
+
+  // One call of `batch` rows on fresh data through the fp8 wire and the
+  // native wire; out bitwise the fp8 model's, outLse bitwise the native
+  // kernels'.
+  void check(int cp, int batch, int D, int Hl, bool nonFinite) {
+    const int protocol = std::get<0>(GetParam());
+    const ncclDataType_t dtype = std::get<1>(GetParam());
+    const bool fallback = protocol < 0;
+    const uint64_t seed = freshSeed();
+    SCOPED_TRACE(testing::Message() << (fallback ? "fallback" : protocolName(protocol)) << " cp " << cp << " batch "
+                                    << batch << " D " << D << " Hl " << Hl << " " << dtypeName(dtype)
+                                    << (nonFinite ? " NaN/inf elements" : "") << " seed " << seed);
+    const ncclDcpConfig_t c8 = fp8Config(D, Hl, dtype, fallback ? ncclDcpProtoAuto : protocol);
+    const ncclDcpConfig_t cn = fp8Config(D, Hl, dtype, fallback ? ncclDcpProtoAuto : protocol, ncclDcpWireNative);
+    const Config cfg8 = resolved(c8), cfgn = resolved(cn);
+    DeviceProblem p8(cfg8, cp, batch, LseMix::Normal, seed, attentionLike(cfg8, cp, batch, seed, nonFinite));
+    DeviceProblem pn(cfgn, cp, batch, LseMix::Normal, seed, attentionLike(cfgn, cp, batch, seed, nonFinite));
+    if (fallback) {
+      ASSERT_NO_FATAL_FAILURE(emulateFallback(p8));
+      ASSERT_NO_FATAL_FAILURE(emulateFallback(pn));
+    } else {
+      std::unique_ptr<Loopback> lb8 = makeLoopback(c8, cp), lbn = makeLoopback(cn, cp);
+      ASSERT_TRUE(lb8 && lbn);
+      ASSERT_NO_FATAL_FAILURE(call(*lb8, p8));
+      ASSERT_NO_FATAL_FAILURE(call(*lbn, pn));
+    }
+    const std::vector<RankTensors> got8 = outputsOf(p8), gotn = outputsOf(pn);
+    expectModelBits(p8, got8);
+    size_t differs = 0;  // the fp8 wire did narrow something
+    for (int r = 0; r < cp; r++) {
+      EXPECT_EQ(bytesOf(got8[r].outLse), bytesOf(gotn[r].outLse)) << "rank " << r << ": outLse not the native wire's";
+      differs += firstDifference(dtype, got8[r].out, gotn[r].out) >= 0;
+    }
+    if (batch >= 7) {  // a row of one call may be empty everywhere
+      EXPECT_GT(differs, 0u) << "fp8 out equals the native wire's everywhere: nothing was narrowed";
+    }
+  }
+};
+
+TEST_P(Fp8Wire, MatchesModelBitwise) {
+  for (int cp : {2, 3, 4, 8, 16})
+    for (int batch : {1, 7, 97, 1000}) check(cp, batch, 128, 2, false);
+}
+
+TEST_P(Fp8Wire, WideHeads) {
+  check(2, 7, 512, 4, false);     // LL128 2 groups, LL 3, SIMPLE one lane per vector
+  check(4, 97, 512, 4, false);
+  check(3, 5, 1024, 2, false);    // the amax of more groups than a send batch
+  check(2, 3, 16, 3, false);      // one data word pair
+}
+
+TEST_P(Fp8Wire, NonFiniteElementsAndEmptyRows) {
+  for (int cp : {2, 5, 8}) check(cp, 97, 128, 2, true);
+}
+
+std::string protoDtypeName(const testing::TestParamInfo<ProtoDtype>& info) {
+  const int proto = std::get<0>(info.param);
+  return std::string(proto < 0 ? "FALLBACK" : protocolName(proto)) + "_" + dtypeName(std::get<1>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Protocols, Fp8Wire,
+                         testing::Combine(testing::Values((int)ncclDcpProtoLL, (int)ncclDcpProtoLL128,
+                                                          (int)ncclDcpProtoSimple, (int)ncclDcpProtoAuto, -1),
+                                          testing::Values(ncclBfloat16, ncclFloat16)),
+                         protoDtypeName);
+
+}  // namespace
+}  // namespace test
+}  // namespace nccl_dcp
