@@ -44,7 +44,7 @@ extern "C" {
 #endif
 
 #define NCCL_DCP_MAJOR 0
-#define NCCL_DCP_MINOR 3
+#define NCCL_DCP_MINOR 4
 #define NCCL_DCP_PATCH 0
 #define NCCL_DCP_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
 #define NCCL_DCP_VERSION_CODE NCCL_DCP_VERSION(NCCL_DCP_MAJOR, NCCL_DCP_MINOR, NCCL_DCP_PATCH)
@@ -124,7 +124,7 @@ typedef struct ncclDcpConfig_v1 {
                              phases (NCCL_DCP_NONE_ALGO) twice HEAD's */
   ncclDataType_t lseDtype; /* of partialLse: ncclFloat32 (default),
                              ncclBfloat16 or ncclFloat16; outLse is fp32 */
-  /* appended after 0.3 (an older caller's shorter struct takes native) */
+  /* appended in 0.4 (an older caller's shorter struct takes native) */
   int reserved0;          /* overlays 0.3's tail padding, never read: a 0.3
                              caller's struct (sizeof 56) and this one (64)
                              then differ in size. Set to 0 by the initializer */

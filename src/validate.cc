@@ -111,7 +111,7 @@ ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* o
                 "config->lseDtype %d is not supported: use ncclFloat32, ncclBfloat16 or ncclFloat16",
                 (int)c.lseDtype);
 
-  // Appended after 0.3 (behind reserved0, 0.3's padding: a 0.3 caller's
+  // Appended in 0.4 (behind reserved0, 0.3's padding: a 0.3 caller's
   // size ends before wire). fp8 narrows 16-bit elements (fp32 would lose more
   // than the format is measured for), in 16-element words (SIMPLE's 16-byte
   // lanes), and only in HEAD: one instantiation per protocol and peer

@@ -16,7 +16,7 @@ Under torch.compile, ctx(...) becomes torch.ops.nccl_dcp.a2a_lse_reduce
 from ._library import LibraryVersionError, NcclDcpArgumentError, NcclDcpError, NcclVersionError, library
 from .context import Context, create_group, destroy_group, group, workspace_size
 
-__version__ = "0.3.0"  # the library's NCCL_DCP_VERSION_CODE must be 0.3.x (checked at load)
+__version__ = "0.4.0"  # the library's NCCL_DCP_VERSION_CODE must be 0.4.x (checked at load)
 
 __all__ = ["Context", "NcclDcpError", "NcclDcpArgumentError", "NcclVersionError", "LibraryVersionError",
            "create_group", "destroy_group", "group", "library", "version", "workspace_size", "__version__"]
