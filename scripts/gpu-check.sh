@@ -9,8 +9,9 @@
 #     perf: the loopback cp 8 table per protocol (perf-<P>.json) and per
 #       scatter mode (AUTO: perf-scatter-token.json, perf-scatter-none-direct.json,
 #       perf-scatter-none-two_phase.json (NCCL_DCP_NONE_ALGO);
-#       HEAD's is perf-AUTO.json), and with 2+ GPUs every mode on the real
-#       ranks, one thread per GPU (perf-scatter-<mode>-ranks.json).
+#       HEAD's is perf-AUTO.json), wire fp8 (perf-wire-fp8.json), and with
+#       2+ GPUs every mode and both wires on the real ranks, one thread per
+#       GPU (perf-scatter-<mode>-ranks.json, perf-wire-<wire>-ranks.json).
 #     also: nopdl reread (LL128 variants), timeline (-Dtimeline=true
 #       build, perf -T), stress (PDL / LL128 re-read stress, HEAD, then each
 #       scatter mode once: TOKEN, TOKEN with device counts, NONE direct and
@@ -223,7 +224,17 @@ if has perf; then
     record $? "perf scatter $name, loopback cp 8 AUTO (table in perf-scatter-$name.txt)"
     tail -14 "$LOGS/perf-scatter-$name.txt"
   done
+  # fp8 on the wire (docs/perf.md 0.4), beside perf-AUTO.json's native.
+  "$PERF" "${PERF_ARGS[@]}" -P AUTO --wire fp8 -J "$LOGS/perf-wire-fp8.json" > "$LOGS/perf-wire-fp8.txt" 2>&1
+  record $? "perf wire fp8, loopback cp 8 AUTO (table in perf-wire-fp8.txt)"
+  tail -14 "$LOGS/perf-wire-fp8.txt"
   if [ "$NCCL_DCP_REQUIRE_GPU" -ge 2 ]; then
+    for wire in native fp8; do
+      "$PERF" -t "$NCCL_DCP_REQUIRE_GPU" "${PERF_SHAPE[@]}" -P AUTO --wire $wire \
+        -J "$LOGS/perf-wire-$wire-ranks.json" > "$LOGS/perf-wire-$wire-ranks.txt" 2>&1
+      record $? "perf wire $wire, $NCCL_DCP_REQUIRE_GPU ranks AUTO (table in perf-wire-$wire-ranks.txt)"
+      tail -14 "$LOGS/perf-wire-$wire-ranks.txt"
+    done
     for mode in head token none; do
       "$PERF" -t "$NCCL_DCP_REQUIRE_GPU" "${PERF_SHAPE[@]}" -P AUTO --scatter $mode \
         -J "$LOGS/perf-scatter-$mode-ranks.json" > "$LOGS/perf-scatter-$mode-ranks.txt" 2>&1
