@@ -104,7 +104,8 @@ __device__ void forwardMerged(const FusedParams<Peers>& p, int rank, int slot, u
   for (int turn = 1; turn < p.nRanks; turn++) {
     const int dst = rank + turn < p.nRanks ? rank + turn : rank + turn - p.nRanks;
     char* unit = p.peers.peerWorkspace(dst) + half.unitOffset(slot, rank, dst, row, head);
-    Transport::storeGroup(p.region, merged[0], merged[1], g, lse, unit, flag, threadIdx.x & 31);
+    Transport::storeGroup(p.region, merged[0], merged[1], g, (uint64_t)__float_as_uint(lse), unit, flag,
+                          threadIdx.x & 31);
   }
 }
 
@@ -249,14 +250,11 @@ __device__ void poisonGathered(const FusedParams<Peers>& p, const RankIo& io, in
 // (then resets it, as any receiver does): each round waits on every peer.
 template <class Transport, class Peers>
 __device__ void sendPresence(const FusedParams<Peers>& p, const int* start, int rank, int slot, uint32_t flag) {
-  Region group0 = p.region;
-  group0.groups = 1;  // storeBatch stops after group 0
-  typename Transport::Batch none = {};
   for (int dst = 0; dst < p.nRanks; dst++) {
     const RoundRows rows = roundRowsOf(p, start, dst);
     if (dst == rank || rows.lo < rows.hi) continue;
     char* unit = p.peers.peerWorkspace(dst) + p.region.unitOffset(slot, rank, dst, 0, 0);
-    Transport::storeBatch(group0, none, 0, 0.f, unit, flag, threadIdx.x & 31);
+    Transport::storeGroup(p.region, 0, 0, 0, 0, unit, flag, threadIdx.x & 31);
   }
 }
 

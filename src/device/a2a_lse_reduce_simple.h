@@ -294,6 +294,38 @@ __device__ __forceinline__ void forwardLse(const FusedParams<Peers>& p, int rank
     if (dst != rank) storeVolatile4(p.peers.peerWorkspace(dst) + half.lseOffsetOf(slot, rank, dst, pos), __float_as_uint(lse));
 }
 
+// The weights of units first + k * step (k < count) of this rank: a lane
+// per (unit, source) loads the LSEs (one round trip; fp8's are the low
+// halves of {lse, scale} pairs), a lane per unit turns them into weights
+// (merge.h) and writes the merged LSE (NONE in two phases: into every
+// peer's phase-2 half too). `weight`: the warp's scratch, as mergeUnits'.
+template <Wire kWire, class Peers>
+__device__ void unitWeights(const FusedParams<Peers>& p, const RankIo& io, const int* start, const char* ws, int rank,
+                            int slot, int first, int count, int step, float (*weight)[NCCL_DCP_MAX_RANKS], int lane) {
+  const Region& r = p.region;
+  const Strides& s = p.strides;
+  const int n = p.nRanks, Hl = r.localHeads;
+  const int base = unitsOf(p, start, rank).first;  // slot position of this rank's first unit: 0 but for TOKEN
+  for (int i = lane; i < count * n; i += 32) {
+    const int k = p.byRanks.quotient(i), src = i - k * n, u = first + k * step;
+    const int row = p.byHeads.quotient(u), head = u - row * Hl;
+    const PartialAt at = partialAt(p, head, rank);
+    const size_t lseAt = kWire == Wire::Fp8E4m3 ? r.lseWordOffsetOf(slot, src, rank, u - base)
+                                                : r.lseOffsetOf(slot, src, rank, u - base);
+    weight[k][src] =
+        src == rank ? partialLse(p, io, row, at.peer, at.head) : __uint_as_float(loadVolatile4(ws + lseAt));
+  }
+  __syncwarp();
+  if (lane < count) {
+    const int u = first + lane * step, row = p.byHeads.quotient(u), head = u - row * Hl;
+    const float merged = mergeWeights(weight[lane], n, p.lseBase, weight[lane]);
+    if (io.outLse)
+      io.outLse[outRowOf(p, start, rank, row) * s.outLseRow + mergedOutHead(p, rank, head) * s.outLseHead] = merged;
+    if constexpr (Peers::kGather) forwardLse(p, rank, slot, u - base, merged);
+  }
+  __syncwarp();
+}
+
 // Merges units first + k * step (k < count <= kMaxChunkUnits) of this rank
 // with one warp: a lane per (unit, source) loads the LSEs (one round trip),
 // a lane per unit turns them into weights (merge.h), then every lane merges
@@ -308,22 +340,7 @@ __device__ void mergeUnits(const FusedParams<Peers>& p, const RankIo& io, const 
   const Strides& s = p.strides;
   const int n = p.nRanks, Hl = r.localHeads;
   const int base = unitsOf(p, start, rank).first;  // slot position of this rank's first unit: 0 but for TOKEN
-  for (int i = lane; i < count * n; i += 32) {
-    const int k = p.byRanks.quotient(i), src = i - k * n, u = first + k * step;
-    const int row = p.byHeads.quotient(u), head = u - row * Hl;
-    const PartialAt at = partialAt(p, head, rank);
-    weight[k][src] = src == rank ? partialLse(p, io, row, at.peer, at.head)
-                                 : __uint_as_float(loadVolatile4(ws + r.lseOffsetOf(slot, src, rank, u - base)));
-  }
-  __syncwarp();
-  if (lane < count) {
-    const int u = first + lane * step, row = p.byHeads.quotient(u), head = u - row * Hl;
-    const float merged = mergeWeights(weight[lane], n, p.lseBase, weight[lane]);
-    if (io.outLse)
-      io.outLse[outRowOf(p, start, rank, row) * s.outLseRow + mergedOutHead(p, rank, head) * s.outLseHead] = merged;
-    if constexpr (Peers::kGather) forwardLse(p, rank, slot, u - base, merged);
-  }
-  __syncwarp();
+  unitWeights<Wire::Native>(p, io, start, ws, rank, slot, first, count, step, weight, lane);
 
   const int vectors = (int)p.byVectors.d, total = count * vectors;
   const size_t sourceBytes = r.sourceBytes();
@@ -393,20 +410,7 @@ __device__ void mergeUnitsFp8(const FusedParams<Peers>& p, const RankIo& io, con
   const Strides& s = p.strides;
   const int n = p.nRanks, Hl = r.localHeads;
   const int base = unitsOf(p, start, rank).first;
-  for (int i = lane; i < count * n; i += 32) {
-    const int k = p.byRanks.quotient(i), src = i - k * n, u = first + k * step;
-    const int row = p.byHeads.quotient(u), head = u - row * Hl;
-    const PartialAt at = partialAt(p, head, rank);
-    weight[k][src] = src == rank ? partialLse(p, io, row, at.peer, at.head)
-                                 : __uint_as_float(loadVolatile4(ws + r.lseWordOffsetOf(slot, src, rank, u - base)));
-  }
-  __syncwarp();
-  if (lane < count) {
-    const int u = first + lane * step, row = p.byHeads.quotient(u), head = u - row * Hl;
-    const float merged = mergeWeights(weight[lane], n, p.lseBase, weight[lane]);
-    if (io.outLse) io.outLse[outRowOf(p, start, rank, row) * s.outLseRow + head * s.outLseHead] = merged;
-  }
-  __syncwarp();
+  unitWeights<Wire::Fp8E4m3>(p, io, start, ws, rank, slot, first, count, step, weight, lane);
 
   const int vectors = (int)p.byVectors.d, total = count * vectors;
   const size_t sourceBytes = r.sourceBytes();

@@ -22,11 +22,13 @@
  *                               send: stores them into the destination's
  *                               unit, the LSE in payload word 0, the
  *                               round's flag with the data
- *   storeGroup(r, a, b, g, lse, unit, flag, lane)
+ *   storeGroup(r, a, b, g, lseWord, unit, flag, lane)
  *                               the same for one group from the lane's
- *                               words a, b (dataWord's k = 0, 1): what
- *                               storeBatch stores each group with, and
- *                               NONE's phase 2 forwards a merged group with
+ *                               words a, b (dataWord's k = 0, 1) and the
+ *                               unit's LSE word ({lse, 0}; fp8 {lse,
+ *                               scale}): what storeBatch stores each group
+ *                               with, and NONE's phase 2 forwards a merged
+ *                               group with
  *   pollLoad(r, unit, g, lane, line)
  *                               receive: one volatile load of group g
  *   pollReady(r, g, lane, line, flag)

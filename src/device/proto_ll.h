@@ -48,15 +48,15 @@ struct LlTransport {
     for (int j = 0; j < kSendBatch; j++) {
       const int g = g0 + j;
       if (g >= r.groups || !active(r, g, lane)) break;
-      storeGroup(r, x.v[j], 0, g, lse, unit, flag, lane);
+      storeGroup(r, x.v[j], 0, g, (uint64_t)__float_as_uint(lse), unit, flag, lane);
     }
   }
   // Group g from the lane's word (dataWord's k = 0; it holds no k = 1):
-  // lane 0 carries the LSE instead.
-  __device__ static void storeGroup(const Region& r, uint64_t a, uint64_t /*b*/, int g, float lse, char* unit,
+  // lane 0 carries the LSE word ({lse, 0}, fp8's {lse, scale}) instead.
+  __device__ static void storeGroup(const Region& r, uint64_t a, uint64_t /*b*/, int g, uint64_t lseWord, char* unit,
                                     uint32_t flag, int lane) {
     if (!active(r, g, lane)) return;
-    const uint64_t v = lane == 0 ? (uint64_t)__float_as_uint(lse) : a;
+    const uint64_t v = lane == 0 ? lseWord : a;
     storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), (uint32_t)v, flag, (uint32_t)(v >> 32), flag);
   }
 
@@ -108,8 +108,7 @@ struct LlFp8Transport : LlTransport {
     for (int j = 0; j < kSendBatch; j++) {
       const int g = g0 + j;
       if (g >= r.groups || !active(r, g, lane)) break;
-      const uint64_t v = lane == 0 ? fp8::packLseWord(lse, x.scale) : Words::encode(x.v[j], x.scale);
-      storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), (uint32_t)v, flag, (uint32_t)(v >> 32), flag);
+      storeGroup(r, Words::encode(x.v[j], x.scale), 0, g, fp8::packLseWord(lse, x.scale), unit, flag, lane);
     }
   }
   __device__ static uint32_t scaleBitsOf(const Line& l) { return l.d1; }  // lane 0: word 0's high half

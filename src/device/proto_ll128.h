@@ -72,15 +72,16 @@ struct Ll128Transport {
     for (int j = 0; j < kSendBatch; j++) {
       const int g = g0 + j;
       if (g >= r.groups || !lineWritten(r, g, lane)) break;
-      storeGroup(r, x.v[j][0], x.v[j][1], g, lse, unit, flag, lane);
+      storeGroup(r, x.v[j][0], x.v[j][1], g, (uint64_t)__float_as_uint(lse), unit, flag, lane);
     }
   }
-  // Group g from the lane's two words (dataWord's k = 0, 1): the LSE into
-  // payload word 0, the flag into the flag word.
-  __device__ static void storeGroup(const Region& r, uint64_t a, uint64_t b, int g, float lse, char* unit,
+  // Group g from the lane's two words (dataWord's k = 0, 1): the LSE word
+  // ({lse, 0}, fp8's {lse, scale}) into payload word 0, the flag into the
+  // flag word.
+  __device__ static void storeGroup(const Region& r, uint64_t a, uint64_t b, int g, uint64_t lseWord, char* unit,
                                     uint32_t flag, int lane) {
     if (!lineWritten(r, g, lane)) return;
-    if (payloadWord(lane, 0) == 0) a = (uint64_t)__float_as_uint(lse);
+    if (payloadWord(lane, 0) == 0) a = lseWord;
     if (slotOf(lane) == ll128::kFlagLane) b = flag;
     storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), a, b);
   }
@@ -143,10 +144,8 @@ struct Ll128Fp8Transport : Ll128Transport {
     for (int j = 0; j < kSendBatch; j++) {
       const int g = g0 + j;
       if (g >= r.groups || !lineWritten(r, g, lane)) break;
-      const uint64_t a =
-          payloadWord(lane, 0) == 0 ? fp8::packLseWord(lse, x.scale) : Words::encode(x.v[j][0], x.scale);
-      const uint64_t b = slotOf(lane) == ll128::kFlagLane ? (uint64_t)flag : Words::encode(x.v[j][1], x.scale);
-      storeVolatile16(const_cast<char*>(lanePtr(r, unit, g, lane)), a, b);
+      storeGroup(r, Words::encode(x.v[j][0], x.scale), Words::encode(x.v[j][1], x.scale), g,
+                 fp8::packLseWord(lse, x.scale), unit, flag, lane);
     }
   }
   // Lane 0: word 0's high half.

@@ -479,7 +479,9 @@ TEST(WorkspaceSize, NoneFollowsItsAlgorithm) {
           EXPECT_EQ(bytes, gathers ? twoPhase : direct) << noneAlgoName((int)algo);
         }
       }
-      if (cp > 2) EXPECT_LT(twoPhase, direct);
+      if (cp > 2) {
+        EXPECT_LT(twoPhase, direct);
+      }
     }
 }
 
