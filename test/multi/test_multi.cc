@@ -897,6 +897,40 @@ TEST_F(NoneTwoPhaseRanks, EveryProtocolMatchesTheReference) {
   }
 }
 
+// fp8 on the wire on real ranks (config->wire; HEAD, bf16 / fp16): every
+// protocol and the forced fallback, each call against the fp8 CPU model
+// (DeviceProblem's reference follows the config's wire).
+class Fp8WireRanks : public ScatterRanks {};
+
+TEST_F(Fp8WireRanks, EveryProtocolAndTheFallbackMatchTheModel) {
+  const std::vector<int> devices = {0, 1};
+  for (bool fallback : {false, true}) {
+    std::unique_ptr<ScopedEnv> env(fallback ? new ScopedEnv(forcedFallbackEnv()) : nullptr);
+    const std::vector<int> protos = fallback ? std::vector<int>{ncclDcpProtoAuto}
+                                             : std::vector<int>{ncclDcpProtoLL, ncclDcpProtoLL128,
+                                                                ncclDcpProtoSimple, ncclDcpProtoAuto};
+    for (int proto : protos)
+      for (ncclDataType_t dtype : {ncclBfloat16, ncclFloat16}) {
+        SCOPED_TRACE(testing::Message() << (fallback ? "fallback" : protocolName(proto)) << " " << dtypeName(dtype));
+        ncclDcpConfig_t c = makeConfig(128, 4, dtype, ncclDcpLseBase2, 8, proto);
+        c.wire = ncclDcpWireFp8E4m3;
+        Config cfg;
+        ASSERT_EQ(resolveConfig(&c, fallback ? forcedFallbackEnv() : Env(), &cfg), ncclSuccess)
+            << ncclDcpGetLastError();
+        auto ctxs = createAll(c);
+        if (HasFailure()) return;
+        EXPECT_EQ(pathOf(ctxs[0]), fallback ? ncclDcpPathFallback : ncclDcpPathFused);
+        for (int batch : {1, 5, 21}) {
+          DeviceProblem p(cfg, kRanks, batch, LseMix::Normal, freshSeed(), CallSpec(), devices);
+          callAndCheck(ctxs, p, "batch " + std::to_string(batch));
+          if (HasFailure()) break;
+        }
+        destroyAll(ctxs);
+        if (HasFailure()) return;
+      }
+  }
+}
+
 }  // namespace
 }  // namespace test
 }  // namespace nccl_dcp
