@@ -15,7 +15,7 @@
 #     also: nopdl reread (LL128 variants), timeline (-Dtimeline=true
 #       build, perf -T), stress (PDL / LL128 re-read stress, HEAD, then each
 #       scatter mode once: TOKEN, TOKEN with device counts, NONE direct and
-#       in two phases), soak,
+#       in two phases; and HEAD with fp8 on the wire), soak,
 #       sanitize-context, baseline (our all-to-all vs nccl-tests'
 #       alltoall_perf), plugin (the profiler plugin in alltoall_perf),
 #       nccl-latest (NCCL 2.30.7 from source, the suites against it).
@@ -302,7 +302,7 @@ if has stress; then
   done
   where=("loopback:-V 8")
   [ "$NCCL_DCP_REQUIRE_GPU" -lt 2 ] || where+=("ranks:-r $NCCL_DCP_REQUIRE_GPU")
-  for mode in "token:-S token" "token-counts:-S token -C" "none:-S none" "none-two_phase:-S none"; do
+  for mode in "token:-S token" "token-counts:-S token -C" "none:-S none" "none-two_phase:-S none" "wire-fp8:-W fp8"; do
     algo=""
     [ "${mode%%:*}" != none-two_phase ] || algo=two_phase
     for w in "${where[@]}"; do

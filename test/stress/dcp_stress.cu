@@ -34,6 +34,8 @@
  *   -P AUTO|LL|LL128|SIMPLE  -D head dim (512)  -H local heads (16)
  *   -u producer delay in ns (2000)  -S head|token|none scatter mode (head)
  *   -C TOKEN's counts from the device, rewritten per call (cp >= 2)
+ *   -W native|fp8 the wire (native); fp8's golden calls are checked against
+ *      the fp8 CPU model (HEAD only)
  *   -h this help
  ************************************************************************/
 #include <cuda_runtime_api.h>
@@ -108,12 +110,13 @@ const char* const kUsage =
     "  -u producer delay in ns (2000)  -S head|token|none scatter mode (head)\n"
     "  -C         TOKEN's counts from a device array the producer rewrites per call\n"
     "             (even, then skewed with rank 0 owning no row; cp >= 2)\n"
+    "  -W native|fp8  the wire (native); fp8 needs -S head\n"
     "  -h         this help\n";
 
 struct Args {
   int virtualRanks = 0, ranks = 0, batch = 4, graphCalls = 100, headDim = 512, localHeads = 16;
   long calls = 1000000;
-  int protocol = ncclDcpProtoAuto, scatter = ncclDcpScatterHead;
+  int protocol = ncclDcpProtoAuto, scatter = ncclDcpScatterHead, wire = ncclDcpWireNative;
   bool deviceCounts = false, help = false;
   uint64_t delayNs = 2000;
 };
@@ -144,6 +147,8 @@ std::string parse(int argc, char** argv, Args* a) {
       if (!parseProtocol(v.c_str(), &a->protocol)) return "-P " + v + ": AUTO, LL, LL128 or SIMPLE";
     } else if (f == "-S") {
       if (!parseScatter(v.c_str(), &a->scatter)) return "-S " + v + ": head, token or none";
+    } else if (f == "-W") {
+      if (!parseWire(v.c_str(), &a->wire)) return "-W " + v + ": native or fp8";
     } else return "unknown option " + f;
   }
   if (a->help) return "";
@@ -218,6 +223,7 @@ int main(int argc, char** argv) {
   c.maxBatch = a.batch;
   c.protocol = a.protocol;
   c.scatter = a.scatter;
+  c.wire = a.wire;
   Config cfg;
   CHECK_DCP(resolveConfig(&c, Env(), &cfg));
   const Strides packed = packedStrides(cfg, cp);
@@ -257,7 +263,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < cp; r++)
       ranks[r] = {hostIn[s].data() + r * inBytes, hostLse[s].data() + r * lseCount, refOut[s].data() + r * outBytes,
                   refLse[s].data() + r * outLseCount};
-    referenceA2aLseReduce(cfg, cp, a.batch, packed, ranks.data(), &shape[s]);
+    referenceA2aLseReduce(cfg, cp, a.batch, packed, ranks.data(), &shape[s], cfg.wire);
   }
 
   // The collective: a loopback object, or one context per GPU.
@@ -430,10 +436,10 @@ int main(int argc, char** argv) {
     else CHECK_DCP(ncclDcpGetAsyncError(ctxs[i], &e));
     if (e != ncclSuccess) async = e;
   }
-  printf("dcp_stress: %s cp %d %s scatter %s%s batch %d D %d Hl %d: %ld calls per rank in %.1f s, producer delay "
-         "%llu ns: %llu mismatched words, async error %s\n",
+  printf("dcp_stress: %s cp %d %s scatter %s%s wire %s batch %d D %d Hl %d: %ld calls per rank in %.1f s, "
+         "producer delay %llu ns: %llu mismatched words, async error %s\n",
          loopback ? "loopback" : "NCCL ranks", cp, protocolName(a.protocol), scatterName(a.scatter),
-         a.deviceCounts ? " (device counts)" : "", a.batch, cfg.headDim, cfg.localHeads, replays * a.graphCalls,
+         a.deviceCounts ? " (device counts)" : "", wireName(a.wire), a.batch, cfg.headDim, cfg.localHeads, replays * a.graphCalls,
          seconds, (unsigned long long)a.delayNs, wrong, async == ncclSuccess ? "none" : ncclGetErrorString(async));
   for (int i = 0; i < nBuffers; i++) {
     cudaSetDevice(rb[i].dev);
