@@ -736,6 +736,54 @@ def add_modes(suite, group):
             suite.case(f"{tag}/close", lambda state=state: state.pop("ctx").close() or 0)
 
 
+def fp8_mismatches(x, out, out_lse, want, want_lse, cp):
+    """Elements of an fp8-wire call off the native float64 reference by more
+    than the format allows (DESIGN §15): a remote element moves by at most
+    half an e4m3 step, 2^-4 of itself, so a merged element by at most 2^-4
+    of the largest |partial| (+ out's rounding): 0.07 of it here. A lost
+    scale or a unit decoded as another's is off by ~100%; with peers (cp > 1)
+    some element must show fp8's rounding (the wire was narrowed at all).
+    outLse as native's (the LSEs never narrow); non-finite where the
+    reference is finite counts."""
+    amax = torch.nan_to_num(x.po.float(), nan=0.0, posinf=0.0, neginf=0.0).abs().max()
+    got, ref = out.float(), want.float()
+    err = (got - ref).abs()
+    bad = ~(torch.isfinite(got) & (err <= 0.07 * amax + 0.01 * ref.abs()))
+    narrowed = bool((torch.nan_to_num(err, nan=0.0) > 0.01 * amax).any())  # fp8 rounding (bf16 rounds by <= 0.2%)
+    return int(bad.sum()) + (cp > 1 and not narrowed) + int(reference.count_mismatches(want.to(out.dtype), out_lse, want,
+                                                                              want_lse))
+
+
+def add_wire(suite, group):
+    """fp8 on the wire (HEAD; bf16 and fp16) on three protocols, batches 1,
+    37 and 150 (chunked by max_batch 64), the header's LSE corner cases
+    included, partials x1000 (past e4m3's 448: a lost scale saturates):
+    against the native reference within the format's bound
+    (fp8_mismatches). Bitwise agreement with the CPU model is gpu_fp8_wire's."""
+    hl, d, base = 4, 128, 2
+    for dtype in (torch.bfloat16, torch.float16):
+        for protocol in ("LL128", "SIMPLE", "AUTO"):
+            state = {}
+
+            def create(dtype=dtype, protocol=protocol, state=state):
+                state["ctx"] = nccl_dcp.Context(group, head_dim=d, local_heads=hl, dtype=dtype, lse_base=base,
+                                                max_batch=64, protocol=protocol, wire="fp8")
+                return 0
+
+            tag = f"wire/fp8/{str(dtype).split('.')[-1]}/{protocol}"
+            suite.case(f"{tag}/create", create)
+            for batch in (1, 37, 150):
+                def call(dtype=dtype, batch=batch, state=state):
+                    x = Inputs("transposed", batch, suite.cp, hl, d, dtype, seed=4000 + batch, rank=suite.rank)
+                    x.po.mul_(1000)
+                    out, out_lse = state["ctx"](x.po, x.pl, return_lse=True)
+                    want, want_lse = x.reference(base, group)
+                    return fp8_mismatches(x, out, out_lse, want, want_lse, suite.cp)
+
+                suite.case(f"{tag}/B{batch}", call)
+            suite.case(f"{tag}/close", lambda state=state: state.pop("ctx").close() or 0)
+
+
 def add_mode_graphs(suite, group):
     """CUDA graphs: TOKEN with device counts and empty shards whose values
     change between replays of one capture (no recapture), NONE with bf16
@@ -860,6 +908,7 @@ def main():
     add_compile(suite, group)
     add_modes(suite, group)
     add_mode_graphs(suite, group)
+    add_wire(suite, group)
     add_failures(suite, group)  # last: it leaves aborted contexts behind
     results = suite.run()
     failed = sum(1 for r in results if r[1])
