@@ -571,9 +571,11 @@ template <typename T, Wire kWire, bool kGathered, class Peers>
 __device__ void receiveChunk(const FusedParams<Peers>& p, const RankIo& io, const int* start, char* ws, int rank,
                              int slot, uint32_t flag, int c, int receiver, int warps, int barrier,
                              float (*weight)[NCCL_DCP_MAX_RANKS], int* failed, Waiter& waiter, int lane) {
-  const Region r = kGathered ? p.region.gatherHalf() : p.region;
+  const Region& r = p.region;
+  // Phase 2's flags: the same offsets in the phase-2 half (gatherBytes on).
+  char* flags = kGathered ? ws + r.gatherBytes : ws;
   if (receiver == 0) {  // the one warp whose verdict the group follows
-    const bool ok = !waiter.failed && waitChunk(r, ws, p.nRanks, rank, slot, flag, c, lane, waiter);
+    const bool ok = !waiter.failed && waitChunk(r, flags, p.nRanks, rank, slot, flag, c, lane, waiter);
     if (lane == 0) *failed = !ok;
     stamp(p.timeline, kStageLastFlag);
   }
@@ -594,7 +596,7 @@ __device__ void receiveChunk(const FusedParams<Peers>& p, const RankIo& io, cons
     if (ok && receiver == 0) flagForwarded(p, rank, slot, flag, c, lane);
   if (ok && receiver == 0)
     for (int src = lane; src < p.nRanks; src += 32)
-      if (src != rank) storeVolatile8(ws + r.flagOffsetOf(slot, src, rank, c), 0);
+      if (src != rank) storeVolatile8(flags + r.flagOffsetOf(slot, src, rank, c), 0);
 }
 
 // Receiving warps per chunk when a block has `chunksPerBlock` chunks to
