@@ -51,13 +51,15 @@ int64_t receiveBytesPerRow(int scatter, int nRanks, int localHeads, int headDim,
   return std::max(nRanks - 1, 0) * peerBytesPerRow(scatter, nRanks, localHeads, headDim, eltSize, twoPhase);
 }
 
-double idealBytes(int scatter, int nRanks, int64_t rows, int localHeads, int headDim, int eltSize, bool twoPhase) {
+double idealBytes(int scatter, int nRanks, int64_t rows, int localHeads, int headDim, int eltSize, bool twoPhase,
+                  bool fp8Wire) {
   const double unit = (double)headDim * eltSize + 4, b = (double)rows, cp = nRanks, hl = localHeads;
+  const double wireUnit = fp8Wire ? (double)headDim + 8 : unit;
   // Units a rank sends to each peer per row, and (summed over the ranks)
   // the outputs per row: Hl, or H for NONE.
   const double peer = peerHeadsOf(scatter, nRanks, localHeads, twoPhase);
   const double out = scatter == ncclDcpScatterNone ? cp * hl : hl;
-  return cp * b * cp * hl * unit + 2.0 * cp * (cp - 1) * b * peer * unit + cp * b * out * unit;
+  return cp * b * cp * hl * unit + 2.0 * cp * (cp - 1) * b * peer * wireUnit + cp * b * out * unit;
 }
 
 std::vector<int64_t> batchSweep(const Args& a) {

@@ -112,7 +112,8 @@ int headsOf(int scatter, int nRanks, int localHeads);
 int64_t maxOutRows(int scatter, int nRanks, int64_t rows);
 int64_t tokenBlockRows(int nRanks, int64_t rows);
 // Bytes of one batch row that one rank must send to each peer (and receive
-// from each) in the algorithm the context runs: HEAD and TOKEN Hl * D * elt
+// from each; eltSize: an element's bytes on the wire, 1 for fp8) in the
+// algorithm the context runs: HEAD and TOKEN Hl * D * elt
 // (TOKEN: a row's H heads to its one owner, 1/cp of the rows per peer);
 // NONE direct cp * Hl * D * elt (every head to every peer, one hop), NONE
 // in two phases (twoPhase: noneGathers, src/types.h) 2 * Hl * D * elt (the
@@ -125,9 +126,10 @@ int64_t receiveBytesPerRow(int scatter, int nRanks, int localHeads, int headDim,
                            bool twoPhase = false);
 // Loopback's ideal bytes of a batch (every virtual rank): the inputs read,
 // the payload written into and read out of the peers' workspaces (both
-// phases of NONE's two), the outputs written; each unit D * elt + 4 (its LSE).
+// phases of NONE's two), the outputs written; each unit D * elt + 4 (its
+// LSE), a payload unit with fp8 on the wire D + 8 (e4m3, {lse, scale}).
 double idealBytes(int scatter, int nRanks, int64_t rows, int localHeads, int headDim, int eltSize,
-                  bool twoPhase = false);
+                  bool twoPhase = false, bool fp8Wire = false);
 
 // Workspace rows: -m, else the largest batch of the sweep.
 int capacityOf(const Args& a);

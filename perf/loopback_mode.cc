@@ -321,7 +321,7 @@ class LoopbackMode : public Mode {
   // peers' workspaces, the outputs written: at the copy bandwidth.
   double idealUs(int64_t rows) const override {
     return idealBytes((int)cfg_.scatter, cp_, rows, cfg_.localHeads, cfg_.headDim, cfg_.eltSize,
-                      noneGathers(cfg_, cp_)) /
+                      noneGathers(cfg_, cp_), cfg_.wire == Wire::Fp8E4m3) /
            (copyGBps_ * 1e3);
   }
 
@@ -387,8 +387,9 @@ class LoopbackMode : public Mode {
   // of what a rank sends a peer: peerBytesPerRow; one rank: that block) as
   // one local copy.
   void allocFloors(int64_t maxRows) {
+    const int wireElt = cfg_.wire == Wire::Fp8E4m3 ? 1 : cfg_.eltSize;  // the floor moves what the wire does
     const int64_t share =
-        peerBytesPerRow((int)cfg_.scatter, cp_, cfg_.localHeads, cfg_.headDim, cfg_.eltSize, noneGathers(cfg_, cp_));
+        peerBytesPerRow((int)cfg_.scatter, cp_, cfg_.localHeads, cfg_.headDim, wireElt, noneGathers(cfg_, cp_));
     rig_.copies.bytesPerRow = cp_ > 1 ? (int64_t)cp_ * (cp_ - 1) * share : share;
     const size_t bytes = (size_t)(maxRows * rig_.copies.bytesPerRow);
     CUDA_OR_DIE(cudaMalloc(&floorSrc_, bytes));

@@ -175,6 +175,12 @@ TEST(PerfScatter, BytesEachModeMoves) {
   // NONE in two phases: twice HEAD's payload (each phase's), NONE's outputs.
   EXPECT_DOUBLE_EQ(idealBytes(ncclDcpScatterNone, 8, 64, 16, 512, 2, true),
                    cp * b * cp * hl * unit + 2 * (2 * cp * (cp - 1) * b * hl * unit) + cp * b * cp * hl * unit);
+  // fp8 on the wire: the payload's units are D e4m3 bytes + {lse, scale};
+  // inputs and outputs keep the dtype.
+  const double fp8Unit = 512 + 8;
+  EXPECT_DOUBLE_EQ(idealBytes(ncclDcpScatterHead, 8, 64, 16, 512, 2, false, true),
+                   cp * b * cp * hl * unit + 2 * cp * (cp - 1) * b * hl * fp8Unit + cp * b * hl * unit);
+  EXPECT_EQ(peerBytesPerRow(ncclDcpScatterHead, 8, 16, 512, 1), 16 * 512);  // fp8: an element is a byte
 }
 
 TEST(PerfArgs, EveryShortOptionParses) {
