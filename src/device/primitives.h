@@ -12,7 +12,10 @@
  *
  *   kProto                      the Proto it implements
  *   Line                        what one lane polls of one group
- *   Batch                       one lane's payload of kSendBatch groups
+ *   Batch                       one lane's payload of kSendBatch groups,
+ *                               and what it stores: its words (word) and
+ *                               the unit's LSE word (lseWord); a wire that
+ *                               narrows the payload (fp8) brings its own
  *   dataWord(r, g, lane, k)     the head's data word (0..Dw) the lane holds
  *                               as its k-th word (k = 0, 1) of group g, or -1
  *   loadBatch(r, src, g0, lane, batch)

@@ -32,8 +32,12 @@ struct LlTransport {
 
   // The lane's data word of kSendBatch groups from g0 (the LSE where the
   // lane carries none): loaded before any store.
+  // word(j): what the lane stores in group g0 + j; lseWord: the unit's LSE
+  // word ({lse, 0}).
   struct Batch {
     uint64_t v[kSendBatch];
+    __device__ uint64_t word(int j) const { return v[j]; }
+    __device__ static uint64_t lseWord(float lse) { return (uint64_t)__float_as_uint(lse); }
   };
   __device__ static void loadBatch(const Region& r, const char* src, int g0, int lane, Batch& x) {
 #pragma unroll
@@ -42,13 +46,15 @@ struct LlTransport {
       x.v[j] = w >= 0 ? loadInput8(src + (size_t)w * kWordBytes) : 0;
     }
   }
-  __device__ static void storeBatch(const Region& r, const Batch& x, int g0, float lse, char* unit, uint32_t flag,
-                                    int lane) {
+  // Any wire's batch (Batch, LlFp8Transport's): its words as it says.
+  template <class AnyBatch>
+  __device__ static void storeBatch(const Region& r, const AnyBatch& x, int g0, float lse, char* unit,
+                                    uint32_t flag, int lane) {
 #pragma unroll
     for (int j = 0; j < kSendBatch; j++) {
       const int g = g0 + j;
       if (g >= r.groups || !active(r, g, lane)) break;
-      storeGroup(r, x.v[j], 0, g, (uint64_t)__float_as_uint(lse), unit, flag, lane);
+      storeGroup(r, x.word(j), 0, g, x.lseWord(lse), unit, flag, lane);
     }
   }
   // Group g from the lane's word (dataWord's k = 0; it holds no k = 1):
@@ -88,9 +94,13 @@ struct LlFp8Transport : LlTransport {
   static constexpr Wire kWire = Wire::Fp8E4m3;
   using Words = WireWords<T, kWire>;
 
+  // Stored through LlTransport::storeBatch: each word encoded, the scale
+  // beside the LSE.
   struct Batch {
     uint4 v[kSendBatch];
     float scale;  // of the unit: set by the batch of group 0
+    __device__ uint64_t word(int j) const { return Words::encode(v[j], scale); }
+    __device__ uint64_t lseWord(float lse) const { return fp8::packLseWord(lse, scale); }
   };
   __device__ static void loadBatch(const Region& r, const char* src, int g0, int lane, Batch& x) {
     float amax = 0.f;
@@ -101,15 +111,6 @@ struct LlFp8Transport : LlTransport {
       amax = fmaxf(amax, Words::amaxOf(x.v[j]));
     }
     if (g0 == 0) x.scale = Words::unitScale(src, r.dataWords, amax, r.groups <= kSendBatch, lane);
-  }
-  __device__ static void storeBatch(const Region& r, const Batch& x, int g0, float lse, char* unit, uint32_t flag,
-                                    int lane) {
-#pragma unroll
-    for (int j = 0; j < kSendBatch; j++) {
-      const int g = g0 + j;
-      if (g >= r.groups || !active(r, g, lane)) break;
-      storeGroup(r, Words::encode(x.v[j], x.scale), 0, g, fp8::packLseWord(lse, x.scale), unit, flag, lane);
-    }
   }
   __device__ static uint32_t scaleBitsOf(const Line& l) { return l.d1; }  // lane 0: word 0's high half
 };

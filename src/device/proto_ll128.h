@@ -54,8 +54,12 @@ struct Ll128Transport {
   }
 
   // The lane's data of kSendBatch groups from g0: loaded before any store.
+  // word(j, k): what the lane stores as its k-th word of group g0 + j;
+  // lseWord: the unit's LSE word ({lse, 0}).
   struct Batch {
     uint64_t v[kSendBatch][2];
+    __device__ uint64_t word(int j, int k) const { return v[j][k]; }
+    __device__ static uint64_t lseWord(float lse) { return (uint64_t)__float_as_uint(lse); }
   };
   __device__ static void loadBatch(const Region& r, const char* src, int g0, int lane, Batch& x) {
 #pragma unroll
@@ -66,13 +70,15 @@ struct Ll128Transport {
       x.v[j][1] = live && w1 >= 0 ? loadInput8(src + (size_t)w1 * kWordBytes) : 0;
     }
   }
-  __device__ static void storeBatch(const Region& r, const Batch& x, int g0, float lse, char* unit, uint32_t flag,
-                                    int lane) {
+  // Any wire's batch (Batch, Ll128Fp8Transport's): its words as it says.
+  template <class AnyBatch>
+  __device__ static void storeBatch(const Region& r, const AnyBatch& x, int g0, float lse, char* unit,
+                                    uint32_t flag, int lane) {
 #pragma unroll
     for (int j = 0; j < kSendBatch; j++) {
       const int g = g0 + j;
       if (g >= r.groups || !lineWritten(r, g, lane)) break;
-      storeGroup(r, x.v[j][0], x.v[j][1], g, (uint64_t)__float_as_uint(lse), unit, flag, lane);
+      storeGroup(r, x.word(j, 0), x.word(j, 1), g, x.lseWord(lse), unit, flag, lane);
     }
   }
   // Group g from the lane's two words (dataWord's k = 0, 1): the LSE word
@@ -119,9 +125,13 @@ struct Ll128Fp8Transport : Ll128Transport {
   static constexpr Wire kWire = Wire::Fp8E4m3;
   using Words = WireWords<T, kWire>;
 
+  // Stored through Ll128Transport::storeBatch: each word encoded, the
+  // scale beside the LSE.
   struct Batch {
     uint4 v[kSendBatch][2];
     float scale;  // of the unit: set by the batch of group 0
+    __device__ uint64_t word(int j, int k) const { return Words::encode(v[j][k], scale); }
+    __device__ uint64_t lseWord(float lse) const { return fp8::packLseWord(lse, scale); }
   };
   __device__ static void loadBatch(const Region& r, const char* src, int g0, int lane, Batch& x) {
     float amax = 0.f;
@@ -137,16 +147,6 @@ struct Ll128Fp8Transport : Ll128Transport {
       }
     }
     if (g0 == 0) x.scale = Words::unitScale(src, r.dataWords, amax, r.groups <= kSendBatch, lane);
-  }
-  __device__ static void storeBatch(const Region& r, const Batch& x, int g0, float lse, char* unit, uint32_t flag,
-                                    int lane) {
-#pragma unroll
-    for (int j = 0; j < kSendBatch; j++) {
-      const int g = g0 + j;
-      if (g >= r.groups || !lineWritten(r, g, lane)) break;
-      storeGroup(r, Words::encode(x.v[j][0], x.scale), Words::encode(x.v[j][1], x.scale), g,
-                 fp8::packLseWord(lse, x.scale), unit, flag, lane);
-    }
   }
   // Lane 0: word 0's high half.
   __device__ static uint32_t scaleBitsOf(const Line& l) { return (uint32_t)(l.a >> 32); }
