@@ -48,6 +48,42 @@ struct CallOptions {
 // A one-rank communicator on device 0 (OneRankComm).
 class OneRankContext : public OneRankComm {
  protected:
+  // A packed call of `batch` rows on fresh data, queued behind something a
+  // test holds the stream with: its inputs uploaded on stream_, its
+  // reference, and a context on comm_ made and idle.
+  struct HeldCall {
+    Config cfg;
+    Strides s;
+    std::vector<RankTensors> host, want;
+    std::unique_ptr<RankBuffers> b;
+    ncclDcpContext_t ctx = nullptr;
+
+    ncclResult_t call(int batch, cudaStream_t stream) const {
+      return ncclDcpA2aLseReduce(ctx, b->in.ptr, b->lse.as<float>(), b->out.ptr, b->outLse.as<float>(), batch,
+                                 nullptr, stream);
+    }
+  };
+  void prepareHeldCall(const ncclDcpConfig_t& c, int batch, HeldCall* h) {
+    ASSERT_EQ(resolveConfig(&c, Env(), &h->cfg), ncclSuccess);
+    h->s = packedStrides(h->cfg, 1);
+    std::mt19937_64 rng(freshSeed());
+    h->host = makeInputs(h->cfg, 1, batch, h->s, LseMix::Normal, rng);
+    h->want = h->host;
+    CallBuffers ref = h->want[0].buffers();
+    referenceA2aLseReduce(h->cfg, 1, batch, h->s, &ref);
+    h->b = std::make_unique<RankBuffers>(h->host[0]);
+    CUDA_ASSERT(h->b->upload(h->host[0], stream_));
+    DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &h->ctx));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+  }
+  // Its outputs (the stream synchronised) against the reference.
+  void checkHeldCall(const HeldCall& h, int batch) {
+    std::vector<RankTensors> got = h.host;
+    CUDA_ASSERT(h.b->download(&got[0], stream_));
+    const Mismatch m = compareOutputs(h.cfg, 1, batch, h.s, got, h.want);
+    EXPECT_EQ(m.count, 0u) << m.first;
+  }
+
   // One call on fresh data: device buffers in, outputs compared with the
   // reference (cp = 1: the normalised input, or 0 / -inf for empty rows),
   // and everything outside the view still poisoned.
@@ -408,34 +444,19 @@ TEST_F(OneRankContext, DestroyWaitsForCallsInFlight) {
   for (bool fallback : {false, true}) {
     SCOPED_TRACE(fallback ? "fallback" : "fused");
     std::unique_ptr<ScopedEnv> env(fallback ? new ScopedEnv(forcedFallbackEnv()) : nullptr);
-    const ncclDcpConfig_t c = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 16);
-    Config cfg;
-    ASSERT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess);
     const int batch = 40;
-    const Strides s = packedStrides(cfg, 1);
-    std::mt19937_64 rng(freshSeed());
-    std::vector<RankTensors> host = makeInputs(cfg, 1, batch, s, LseMix::Normal, rng), want = host;
-    CallBuffers ref = want[0].buffers();
-    referenceA2aLseReduce(cfg, 1, batch, s, &ref);
-    RankBuffers b(host[0]);
-    CUDA_ASSERT(b.upload(host[0], stream_));
-    ncclDcpContext_t ctx = nullptr;
-    DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &ctx));
-    CUDA_ASSERT(cudaDeviceSynchronize());
+    HeldCall h;
+    ASSERT_NO_FATAL_FAILURE(prepareHeldCall(makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 16), batch, &h));
     const auto t0 = std::chrono::steady_clock::now();
     CUDA_ASSERT(cudaLaunchHostFunc(
         stream_, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }, nullptr));
-    DCP_ASSERT(ncclDcpA2aLseReduce(ctx, b.in.ptr, b.lse.as<float>(), b.out.ptr, b.outLse.as<float>(), batch, nullptr,
-                                   stream_));
+    DCP_ASSERT(h.call(batch, stream_));
     EXPECT_EQ(cudaStreamQuery(stream_), cudaErrorNotReady) << "the call was not in flight";
-    DCP_ASSERT(ncclDcpContextDestroy(ctx));
+    DCP_ASSERT(ncclDcpContextDestroy(h.ctx));
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_EQ(cudaStreamQuery(stream_), cudaSuccess) << "destroy returned with the call still queued";
     EXPECT_GE(ms, 250.0) << "destroy returned before the call could have run";
-    std::vector<RankTensors> got = host;
-    CUDA_ASSERT(b.download(&got[0], stream_));
-    const Mismatch m = compareOutputs(cfg, 1, batch, s, got, want);
-    EXPECT_EQ(m.count, 0u) << m.first;
+    checkHeldCall(h, batch);
   }
 }
 
@@ -452,20 +473,9 @@ TEST_F(OneRankContext, GetAsyncErrorDoesNotSynchronize) {
   for (bool fallback : {false, true}) {
     SCOPED_TRACE(fallback ? "fallback" : "fused");
     std::unique_ptr<ScopedEnv> env(fallback ? new ScopedEnv(forcedFallbackEnv()) : nullptr);
-    const ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8);
-    Config cfg;
-    ASSERT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess);
     const int batch = 11;
-    const Strides s = packedStrides(cfg, 1);
-    std::mt19937_64 rng(freshSeed());
-    std::vector<RankTensors> host = makeInputs(cfg, 1, batch, s, LseMix::Normal, rng), want = host;
-    CallBuffers ref = want[0].buffers();
-    referenceA2aLseReduce(cfg, 1, batch, s, &ref);
-    RankBuffers b(host[0]);
-    CUDA_ASSERT(b.upload(host[0], stream_));
-    ncclDcpContext_t ctx = nullptr;
-    DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &ctx));
-    CUDA_ASSERT(cudaDeviceSynchronize());
+    HeldCall h;
+    ASSERT_NO_FATAL_FAILURE(prepareHeldCall(makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8), batch, &h));
     Gate gate;
     CUDA_ASSERT(cudaLaunchHostFunc(
         stream_,
@@ -475,11 +485,10 @@ TEST_F(OneRankContext, GetAsyncErrorDoesNotSynchronize) {
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
         },
         &gate));
-    DCP_ASSERT(ncclDcpA2aLseReduce(ctx, b.in.ptr, b.lse.as<float>(), b.out.ptr, b.outLse.as<float>(), batch, nullptr,
-                                   stream_));
+    DCP_ASSERT(h.call(batch, stream_));
     const auto t0 = std::chrono::steady_clock::now();
     ncclResult_t async = ncclInternalError;
-    const ncclResult_t res = ncclDcpGetAsyncError(ctx, &async);
+    const ncclResult_t res = ncclDcpGetAsyncError(h.ctx, &async);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const cudaError_t busy = cudaStreamQuery(stream_);
     gate.open = true;
@@ -488,11 +497,8 @@ TEST_F(OneRankContext, GetAsyncErrorDoesNotSynchronize) {
     EXPECT_EQ(async, ncclSuccess);
     EXPECT_EQ(busy, cudaErrorNotReady) << "the call was no longer queued when ncclDcpGetAsyncError returned";
     EXPECT_LT(ms, 1000.0) << "ncclDcpGetAsyncError waited for the GPU";
-    std::vector<RankTensors> got = host;
-    CUDA_ASSERT(b.download(&got[0], stream_));
-    const Mismatch m = compareOutputs(cfg, 1, batch, s, got, want);
-    EXPECT_EQ(m.count, 0u) << m.first;
-    DCP_ASSERT(ncclDcpContextDestroy(ctx));
+    checkHeldCall(h, batch);
+    DCP_ASSERT(ncclDcpContextDestroy(h.ctx));
   }
 }
 
