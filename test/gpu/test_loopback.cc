@@ -460,17 +460,26 @@ TEST_P(LoopbackProto, GraphReplaysInterleavedWithEagerCalls) {
   cudaStreamDestroy(stream);
 }
 
+// cp 4 virtual ranks (Hl 4, D 128, bf16) of `proto` with a 200 ms bound on
+// every wait, virtual rank 2 silent (it never takes part); NULL when the
+// loopback cannot be made (the test has failed).
+constexpr int kSilentCp = 4;
+std::unique_ptr<Loopback> loopbackWithASilentRank(int proto, Config* cfg) {
+  ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, kCap, proto);
+  c.timeoutMs = 200;
+  *cfg = resolved(c);
+  auto lb = makeLoopback(c, kSilentCp);
+  if (lb) lb->setSilentRank(2);
+  return lb;
+}
+
 // A virtual rank that never takes part: the others give up after the
 // timeout, record the error, and the process lives on.
 TEST_P(LoopbackProto, SilentRankTimesOut) {
-  const int cp = 4;
-  ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, kCap, GetParam());
-  c.timeoutMs = 200;
-  const Config cfg = resolved(c);
-  auto lb = makeLoopback(c, cp);
+  Config cfg;
+  auto lb = loopbackWithASilentRank(GetParam(), &cfg);
   ASSERT_TRUE(lb);
-  Problem p(cfg, cp, 5, packedStrides(cfg, cp), LseMix::Normal, freshSeed());
-  lb->setSilentRank(2);
+  Problem p(cfg, kSilentCp, 5, packedStrides(cfg, kSilentCp), LseMix::Normal, freshSeed());
   const auto t0 = std::chrono::steady_clock::now();
   DCP_ASSERT(lb->call(p.buffers().data(), 5, nullptr, nullptr));
   CUDA_ASSERT(cudaDeviceSynchronize());
@@ -488,14 +497,10 @@ TEST_P(LoopbackProto, SilentRankTimesOut) {
 // every later call get the message, not another line in the log.
 TEST(LoopbackPoison, WarnsOnce) {
   DCP_REQUIRE_GPUS(1);
-  const int cp = 4;
-  ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, kCap, ncclDcpProtoLL);
-  c.timeoutMs = 200;
-  const Config cfg = resolved(c);
-  auto lb = makeLoopback(c, cp);
+  Config cfg;
+  auto lb = loopbackWithASilentRank(ncclDcpProtoLL, &cfg);
   ASSERT_TRUE(lb);
-  Problem p(cfg, cp, 5, packedStrides(cfg, cp), LseMix::Normal, freshSeed());
-  lb->setSilentRank(2);
+  Problem p(cfg, kSilentCp, 5, packedStrides(cfg, kSilentCp), LseMix::Normal, freshSeed());
   DCP_ASSERT(lb->call(p.buffers().data(), 5, nullptr, nullptr));
   CUDA_ASSERT(cudaDeviceSynchronize());
   // The log goes to stdout at the default level (WARN): catch it in a file.
