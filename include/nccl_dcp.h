@@ -85,11 +85,13 @@ typedef enum {
  * way and the LSEs never narrow; only the remote partials do. */
 typedef enum {
   ncclDcpWireNative = 0,  /* the partials as dtype holds them: exact */
-  ncclDcpWireFp8E4m3 = 1, /* e4m3 elements + one fp32 scale (amax / 448) per
+  ncclDcpWireFp8E4m3 = 1, /* e4m3 elements + one power-of-two scale per
                              (row, head) and source: about half the bytes, ~2%
                              relative RMS error (DESIGN §15); a rank's own
-                             share stays exact. dtype bf16 or fp16, headDim %
-                             16 == 0, scatter HEAD only. Opt-in */
+                             share and every LSE stay exact. dtype bf16 or
+                             fp16, headDim % 16 == 0, every scatter mode (NONE
+                             runs its direct algorithm). Opt-in. Any other
+                             value: ncclInvalidArgument naming config->wire */
   ncclDcpNumWires = 2
 } ncclDcpWire_t;
 

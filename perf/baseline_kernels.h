@@ -12,9 +12,16 @@
 #include <cstdint>
 
 #include "device/params.h"
+#include "types.h"
 
 namespace nccl_dcp {
 namespace perf {
+
+// The baselines run the native wire, whatever the fused call's (--wire).
+inline Config baselineConfig(Config c) {
+  c.wire = Wire::Native;
+  return c;
+}
 
 struct PackCopies {
   int copies;

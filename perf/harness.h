@@ -116,7 +116,7 @@ int64_t tokenBlockRows(int nRanks, int64_t rows);
 // algorithm the context runs: HEAD and TOKEN Hl * D * elt
 // (TOKEN: a row's H heads to its one owner, 1/cp of the rows per peer);
 // NONE direct cp * Hl * D * elt (every head to every peer, one hop), NONE
-// in two phases (twoPhase: noneGathers, src/types.h) 2 * Hl * D * elt (the
+// in two phases (twoPhase: noneRelays, src/types.h) 2 * Hl * D * elt (the
 // peer's heads, then this rank's merged ones).
 int64_t peerBytesPerRow(int scatter, int nRanks, int localHeads, int headDim, int eltSize, bool twoPhase = false);
 // What each rank must receive per batch row: (cp - 1) * peerBytesPerRow:

@@ -202,17 +202,17 @@ __global__ void __launch_bounds__(kCombineThreads) packCopiesKernel(PackParams p
   p.partialOut += k * c.in;
   p.partialLse += k * c.lse;
   p.sendData += k * c.send;
-  p.sendLse = (float*)((char*)p.sendLse + k * c.sendLse);
+  p.sendLse += k * c.sendLse;
   if (unit < (size_t)p.nRanks * p.rows * p.localHeads) packUnit<T>(p, unit);
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kCombineThreads) combineCopiesKernel(CombineParams p, CombineCopies c) {
-  __shared__ float weights[kCombineWarps][NCCL_DCP_MAX_RANKS];
+  __shared__ float weights[kCombineWarps][2 * NCCL_DCP_MAX_RANKS];
   const int warp = threadIdx.x / 32, unit = blockIdx.x * kCombineWarps + warp;
   const int64_t k = blockIdx.y;
   p.recvData += k * c.recv;
-  p.recvLse = (const float*)((const char*)p.recvLse + k * c.recvLse);
+  p.recvLse += k * c.recvLse;
   p.out += k * c.out;
   if (p.outLse) p.outLse = (float*)((char*)p.outLse + k * c.outLse);
   p.rank = (int)k;  // HEAD, NONE: the rank changes nothing but the outputs, offset above

@@ -100,8 +100,9 @@ Exchange mergedHeadsGather(const Config& cfg, int cp, int rows, const LoopbackTe
 // every destination d into d's receive buffer [src][rows][Hl][D]; TOKEN's
 // and NONE's exchange: partialsExchange. Then, unless `allToAllOnly`, the
 // combine of every rank. One launch each for all ranks.
-void launchLoopbackBaseline(const Config& cfg, int cp, int rows, const LoopbackTensors& t, bool allToAllOnly,
+void launchLoopbackBaseline(const Config& fusedCfg, int cp, int rows, const LoopbackTensors& t, bool allToAllOnly,
                             cudaStream_t s) {
+  const Config cfg = baselineConfig(fusedCfg);
   const Strides packed = packedStrides(cfg, cp);
   if (cfg.scatter != Scatter::Head) {
     CUDA_OR_DIE(launchExchange(partialsExchange(cfg, cp, rows, t), s));
@@ -110,8 +111,8 @@ void launchLoopbackBaseline(const Config& cfg, int cp, int rows, const LoopbackT
     NCCL_OR_DIE(resolveCallArgs(nullptr, cfg, cp, rows, &shape));
     const int blockRows = cfg.scatter == Scatter::Token ? (int)tokenBlockRows(cp, rows) : rows;
     const int64_t perSource = (int64_t)blockRows * shape.heads;
-    const CombineParams m = combineLaunch(cfg, cp, shape, 0, 0, blockRows, t.recv, t.recvLse, t.outBase,
-                                          t.outLseBase, packed, nullptr);
+    const CombineParams m = makeCombineParams(cfg, cp, shape, 0, 0, blockRows, t.recv, t.recvLse, t.outBase,
+                                              t.outLseBase, packed, nullptr);
     const CombineCopies mc = {cp, cp * perSource * cfg.headDim * cfg.eltSize, cp * perSource * 4,
                               (int64_t)t.outBytes, (int64_t)t.outLseBytes};
     CUDA_OR_DIE(launchCombineCopies(m, mc, s));
@@ -121,13 +122,13 @@ void launchLoopbackBaseline(const Config& cfg, int cp, int rows, const LoopbackT
   CallShape shape;
   NCCL_OR_DIE(resolveCallArgs(nullptr, cfg, cp, rows, &shape));
   const CallBuffers in = {t.in, t.lse, nullptr, nullptr};
-  PackParams p = packLaunch(cfg, cp, shape, 0, rows, in, t.recv, t.recvLse, packed);
+  PackParams p = makePackParams(cfg, cp, 0, shape, 0, rows, in, t.recv, t.recvLse, packed);
   p.peerUnits = cp * units;
   const PackCopies pc = {cp, (int64_t)t.inBytes, (int64_t)t.lseBytes, units * headBytes, units * 4};
   CUDA_OR_DIE(launchPackCopies(p, pc, s));
   if (allToAllOnly) return;
   const CombineParams m =
-      combineLaunch(cfg, cp, shape, 0, 0, rows, t.recv, t.recvLse, t.outBase, t.outLseBase, packed, nullptr);
+      makeCombineParams(cfg, cp, shape, 0, 0, rows, t.recv, t.recvLse, t.outBase, t.outLseBase, packed, nullptr);
   const CombineCopies mc = {cp, cp * units * headBytes, cp * units * 4, (int64_t)t.outBytes, (int64_t)t.outLseBytes};
   CUDA_OR_DIE(launchCombineCopies(m, mc, s));
 }
@@ -192,7 +193,7 @@ class LoopbackMode : public Mode {
              "# nccl-dcp %d  NCCL %d  loopback: %d virtual ranks on %s; device-to-device copy %.0f GB/s (read + write)\n"
              "# scatter %s%s; baseline: one copy kernel doing every virtual rank's %s + one combine kernel for all%s",
              NCCL_DCP_VERSION_CODE, ncclVersion(), cp_, prop_.name, copyGBps_, scatterName((int)cfg_.scatter),
-             cfg_.scatter != Scatter::None ? "" : noneGathers(cfg_, cp_) ? " (two phases)" : " (direct)",
+             cfg_.scatter != Scatter::None ? "" : noneRelays(cfg_, cp_) ? " (two phases)" : " (direct)",
              cfg_.scatter == Scatter::Head    ? "all-to-all"
              : cfg_.scatter == Scatter::Token ? "all-to-all in token layout (blocks of ceil(B/cp) rows)"
                                               : "all-gather of every partial",
@@ -220,7 +221,7 @@ class LoopbackMode : public Mode {
     RunInfo r;
     r.mode = "loopback";
     r.provider = "loopback";
-    if (cfg_.scatter == Scatter::None) r.noneAlgo = noneGathers(cfg_, cp_) ? "two_phase" : "direct";
+    if (cfg_.scatter == Scatter::None) r.noneAlgo = noneRelays(cfg_, cp_) ? "two_phase" : "direct";
     r.device = prop_.name;
     r.nRanks = cp_;
     r.copyGBps = copyGBps_;
@@ -321,7 +322,7 @@ class LoopbackMode : public Mode {
   // peers' workspaces, the outputs written: at the copy bandwidth.
   double idealUs(int64_t rows) const override {
     return idealBytes((int)cfg_.scatter, cp_, rows, cfg_.localHeads, cfg_.headDim, cfg_.eltSize,
-                      noneGathers(cfg_, cp_), cfg_.wire == Wire::Fp8E4m3) /
+                      noneRelays(cfg_, cp_), cfg_.wire == Wire::Fp8E4m3) /
            (copyGBps_ * 1e3);
   }
 
@@ -389,7 +390,7 @@ class LoopbackMode : public Mode {
   void allocFloors(int64_t maxRows) {
     const int wireElt = cfg_.wire == Wire::Fp8E4m3 ? 1 : cfg_.eltSize;  // the floor moves what the wire does
     const int64_t share =
-        peerBytesPerRow((int)cfg_.scatter, cp_, cfg_.localHeads, cfg_.headDim, wireElt, noneGathers(cfg_, cp_));
+        peerBytesPerRow((int)cfg_.scatter, cp_, cfg_.localHeads, cfg_.headDim, wireElt, noneRelays(cfg_, cp_));
     rig_.copies.bytesPerRow = cp_ > 1 ? (int64_t)cp_ * (cp_ - 1) * share : share;
     const size_t bytes = (size_t)(maxRows * rig_.copies.bytesPerRow);
     CUDA_OR_DIE(cudaMalloc(&floorSrc_, bytes));

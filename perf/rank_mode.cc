@@ -16,6 +16,7 @@
 
 #include <cstdio>
 
+#include "baseline_kernels.h"
 #include "enums.h"
 #include "launch.h"
 #include "mode.h"
@@ -132,7 +133,7 @@ class RankMode : public Mode {
     r.placement = place_;
     r.ncclVersion = ncclVersion();
     r.provider = providerName(ranks_[0].topo.provider);
-    if (cfg_.scatter == Scatter::None) r.noneAlgo = noneGathers(cfg_, nRanks()) ? "two_phase" : "direct";
+    if (cfg_.scatter == Scatter::None) r.noneAlgo = noneRelays(cfg_, nRanks()) ? "two_phase" : "direct";
     return r;
   }
 
@@ -173,8 +174,8 @@ class RankMode : public Mode {
       NCCL_OR_DIE(resolveCallArgs(nullptr, cfg_, nRanks(), (int)rows, &shape));
       if (cfg_.scatter == Scatter::Head) {
         const CallBuffers in = {r.in, r.lse, nullptr, nullptr};
-        const PackParams p = packLaunch(cfg_, nRanks(), shape, 0, (int)rows, in, r.inPeerMajor, r.lsePeerMajor,
-                                        packedStrides(cfg_, nRanks()));
+        const PackParams p = makePackParams(baselineConfig(cfg_), nRanks(), r.rank, shape, 0, (int)rows, in,
+                                            r.inPeerMajor, r.lsePeerMajor, packedStrides(cfg_, nRanks()));
         NCCL_OR_DIE(launchPack(p, r.stream));
         continue;
       }
@@ -400,8 +401,9 @@ class RankMode : public Mode {
       const bool token = cfg_.scatter == Scatter::Token;
       const int row0 = token ? shape.split.start[r.rank] : 0;
       const int block = token ? (int)tokenBlockRows(nRanks(), rows) : (int)rows;
-      const CombineParams m = combineLaunch(cfg_, nRanks(), shape, r.rank, row0, block, r.recv, r.recvLse, r.outBase,
-                                            r.outLseBase, packedStrides(cfg_, nRanks()), nullptr);
+      const CombineParams m = makeCombineParams(baselineConfig(cfg_), nRanks(), shape, r.rank, row0, block, r.recv,
+                                                r.recvLse, r.outBase, r.outLseBase, packedStrides(cfg_, nRanks()),
+                                                nullptr);
       NCCL_OR_DIE(launchCombine(m, r.stream));
     }
   }
@@ -446,7 +448,7 @@ class RankMode : public Mode {
   void initFloors() {
     const int wireElt = cfg_.wire == Wire::Fp8E4m3 ? 1 : cfg_.eltSize;  // the floors move what the wire does
     const int64_t perRow = peerBytesPerRow((int)cfg_.scatter, nRanks(), cfg_.localHeads, cfg_.headDim, wireElt,
-                                           noneGathers(cfg_, nRanks()));
+                                           noneRelays(cfg_, nRanks()));
     const size_t slot = ((size_t)(maxRows_ * perRow) + 4095) / 4096 * 4096, winBytes = nRanks() * slot + kFlagBytes;
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));

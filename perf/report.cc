@@ -222,7 +222,7 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
   w.key("gpusPerThread").integer(run.placement.gpusPerThread);
   w.key("virtualRanks").integer(a.virtualRanks);
   w.key("scatter").str(scatterName(a.scatter));
-  w.key("noneAlgo");  // NONE's algorithm (NCCL_DCP_NONE_ALGO, src/types.h noneGathers)
+  w.key("noneAlgo");  // NONE's algorithm (NCCL_DCP_NONE_ALGO, src/types.h noneRelays)
   if (run.noneAlgo.empty()) w.null();
   else w.str(run.noneAlgo);
   w.key("wire").str(wireName(a.wire));

@@ -10,7 +10,7 @@ namespace nccl_dcp {
 size_t workspaceBound(const Config& c, int nRanks) {
   auto bytes = [&](Proto small, bool withSimple) {
     return makeWorkspaceLayout(small, withSimple, nRanks, workspaceHeadsPerRow(c, nRanks), c.headDim, c.eltSize,
-                               c.maxBatch, c.wire, noneGathers(c, nRanks))
+                               c.maxBatch, c.wire, noneRelays(c, nRanks))
         .totalBytes;
   };
   // LL128 forced over PCIe runs as LL (protocol.cc): cover both.
@@ -27,15 +27,25 @@ ncclResult_t Engine::init(const Config& config, int ranks, int myRank, const Pro
   rank = myRank;
   policy = p;
   layout = makeWorkspaceLayout(p.small, p.simpleForLarge, nRanks, workspaceHeadsPerRow(cfg, nRanks), cfg.headDim,
-                               cfg.eltSize, cfg.maxBatch, cfg.wire, noneGathers(cfg, nRanks));
+                               cfg.eltSize, cfg.maxBatch, cfg.wire, noneRelays(cfg, nRanks));
   pdl = cfg.pdl;
   CUDACHECK(cudaGetDevice(&cudaDev));
   CUDACHECK(cudaHostAlloc((void**)&host, sizeof(HostShared), cudaHostAllocMapped));
   host->error = AsyncErrorRecord{0, -1, -1, 0};
   host->stopCode = ncclRemoteError;  // any non-zero status stops the waits
   CUDACHECK(cudaHostGetDevicePointer((void**)&hostErrorDev, &host->error, 0));
-  fused = fusedArgs(nRanks, cfg.lseBase, (uint64_t)cfg.timeoutMs * 1000000ull, hostErrorDev,
-                    env().simpleSendWarps > 0 ? env().simpleSendWarps : 0);
+  simpleSendWarps = simpleWriters(env().simpleSendWarps > 0 ? env().simpleSendWarps : 0);
+  const FusedMode mode = fusedModeOf(cfg, nRanks);
+  for (int loopback = 0; loopback < 2; loopback++) {
+    const Proto protos[2] = {p.small, Proto::Simple};
+    for (int large = 0; large < 2; large++) {
+      const FusedKey key{cfg.dtype, cfg.wire, mode, protos[large], loopback == 1};
+      kernels[loopback][large] = fusedLauncher(key);
+      if (kernels[loopback][large] == nullptr && (large == 0 || layout.hasLarge))
+        return fail(ncclInternalError, "no fused kernel for dtype %d, wire %d, mode %d, protocol %d", (int)cfg.dtype,
+                    (int)cfg.wire, (int)mode, (int)protos[large]);
+    }
+  }
   CUDACHECK(cudaEventCreateWithFlags(&order.done, cudaEventDisableTiming));
   CUDACHECK(cudaEventCreateWithFlags(&order.captureJoin, cudaEventDisableTiming));
   return ncclSuccess;
@@ -160,8 +170,8 @@ ncclResult_t CallOrder::after(cudaStream_t s, const Call& call) {
 ncclResult_t Engine::enqueuePoison(const CallBuffers* buffers, int nBuffers, int batch, const CallPlan& plan,
                                    cudaStream_t stream) const {
   for (int i = 0; i < nBuffers; i++)
-    DCPCHECK(launchPoison(combineLaunch(cfg, nRanks, plan.shape, nBuffers == 1 ? rank : i, 0, batch, nullptr, nullptr,
-                                        (char*)buffers[i].out, buffers[i].outLse, plan.strides, nullptr),
+    DCPCHECK(launchPoison(makeCombineParams(cfg, nRanks, plan.shape, nBuffers == 1 ? rank : i, 0, batch, nullptr,
+                                            nullptr, (char*)buffers[i].out, buffers[i].outLse, plan.strides, nullptr),
                           stream));
   return ncclSuccess;
 }

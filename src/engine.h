@@ -79,14 +79,15 @@ struct Engine {
   AsyncErrorRecord* hostErrorDev = nullptr;  // device view of host->error
   int cudaDev = -1;                          // the device of the error record
   bool pdl = true;
-  // The fused kernel's arguments every launch shares (fusedArgs, at init;
-  // NCCL_DCP_SIMPLE_SEND_WARPS read then): a call sets its strides, each
-  // round its rows, region and io (enqueueFused).
-  FusedArgs fused = {};
+  int simpleSendWarps = 0;  // SIMPLE's writing warps (NCCL_DCP_SIMPLE_SEND_WARPS, read at init)
+  // The fused kernels of this context, from its config at init (the
+  // dispatch table, kernel_table.h): [loopback][large], the kernel of the
+  // small region's protocol and of SIMPLE's large region.
+  FusedLauncher kernels[2][2] = {};
   CallOrder order;  // calls on any stream, in the order they were made
 
-  // Layout for the policy and the fused kernel's shared arguments;
-  // allocates the error record and the order's events on the current device.
+  // Layout and kernels for the policy; allocates the error record and the
+  // order's events on the current device.
   ncclResult_t init(const Config& config, int ranks, int myRank, const ProtocolPolicy& p);
   void release(FreeMode mode);
 
@@ -193,8 +194,8 @@ ncclResult_t settle(ncclComm_t comm, ncclResult_t r, const char* what);
 struct FallbackBuffers {
   char* sendData = nullptr;
   char* recvData = nullptr;
-  float* sendLse = nullptr;
-  float* recvLse = nullptr;
+  char* sendLse = nullptr;  // LSE words of the wire (lseWordBytesOf)
+  char* recvLse = nullptr;
 };
 
 // One round of a fallback call, in its three phases: the all-to-alls of

@@ -7,8 +7,9 @@
  * (each rank receives its heads); TOKEN and NONE with ncclAllGather (each
  * rank receives everything and merges its rows, or all of them): TOKEN's
  * device counts are unknown to the host, so no exact-size send exists.
- * Wire fp8 (HEAD only): the pack encodes the units bound for other ranks
- * and the combine decodes them (device/combine.h), in native-size units.
+ * Wire fp8: the pack encodes the units bound for other ranks and the
+ * combine decodes them (device/combine.h, the codec of the fused path), in
+ * native-size units with 8-byte LSE words.
  ************************************************************************/
 #include "engine.h"
 
@@ -21,8 +22,8 @@ ncclResult_t allocFallbackBuffers(const Config& c, int nRanks, FallbackBuffers* 
   const size_t recvUnits = (size_t)nRanks * c.maxBatch * headsPerRow(c, nRanks);
   CUDACHECK(cudaMalloc(&b->sendData, sendUnits * c.headDim * c.eltSize));
   CUDACHECK(cudaMalloc(&b->recvData, recvUnits * c.headDim * c.eltSize));
-  CUDACHECK(cudaMalloc(&b->sendLse, sendUnits * sizeof(float)));
-  CUDACHECK(cudaMalloc(&b->recvLse, recvUnits * sizeof(float)));
+  CUDACHECK(cudaMalloc(&b->sendLse, sendUnits * lseWordBytesOf(c.wire)));
+  CUDACHECK(cudaMalloc(&b->recvLse, recvUnits * lseWordBytesOf(c.wire)));
   return ncclSuccess;
 }
 
@@ -37,34 +38,34 @@ void freeFallbackBuffers(FallbackBuffers* b, int dev, FreeMode mode) {
 ncclResult_t FallbackRound::pack() const {
   const Config& c = engine->cfg;
   const CallBuffers b = buffersAtRow(*buf, plan->strides, c, row0);
-  PackParams l = packLaunch(c, engine->nRanks, plan->shape, row0, rows, b, fb->sendData, fb->sendLse, plan->strides);
-  l.wire = c.wire;
-  l.rank = engine->rank;
-  return launchPack(l, stream);
+  return launchPack(makePackParams(c, engine->nRanks, engine->rank, plan->shape, row0, rows, b, fb->sendData,
+                                   fb->sendLse, plan->strides),
+                    stream);
 }
 
 // Inside the caller's ncclGroupStart/End: enqueued by its ncclGroupEnd.
+// The LSE words cross as fp32 pairs (fp8's {lse, scale}) or fp32s.
 ncclResult_t FallbackRound::exchange() const {
   const Config& c = engine->cfg;
+  const size_t lseFloats = lseWordBytesOf(c.wire) / sizeof(float);
   if (plan->shape.scatter == Scatter::Head) {
     const size_t units = (size_t)rows * c.localHeads;  // per peer
     NCCLCHECK(ncclAlltoAll(fb->sendData, fb->recvData, units * c.headDim, c.dtype, comm, stream));
-    NCCLCHECK(ncclAlltoAll(fb->sendLse, fb->recvLse, units, ncclFloat32, comm, stream));
+    NCCLCHECK(ncclAlltoAll(fb->sendLse, fb->recvLse, units * lseFloats, ncclFloat32, comm, stream));
     return ncclSuccess;
   }
   const size_t units = (size_t)rows * engine->nRanks * c.localHeads;  // per rank
   NCCLCHECK(ncclAllGather(fb->sendData, fb->recvData, units * c.headDim, c.dtype, comm, stream));
-  NCCLCHECK(ncclAllGather(fb->sendLse, fb->recvLse, units, ncclFloat32, comm, stream));
+  NCCLCHECK(ncclAllGather(fb->sendLse, fb->recvLse, units * lseFloats, ncclFloat32, comm, stream));
   return ncclSuccess;
 }
 
 ncclResult_t FallbackRound::combine() const {
   const Config& c = engine->cfg;
   const CallBuffers b = buffersAtRow(*buf, plan->strides, c, row0);
-  CombineParams l = combineLaunch(c, engine->nRanks, plan->shape, engine->rank, row0, rows, fb->recvData, fb->recvLse,
-                                  (char*)b.out, b.outLse, plan->strides, engine->hostErrorDev);
-  l.wire = c.wire;
-  return launchCombine(l, stream);
+  return launchCombine(makeCombineParams(c, engine->nRanks, plan->shape, engine->rank, row0, rows, fb->recvData,
+                                         fb->recvLse, (char*)b.out, b.outLse, plan->strides, engine->hostErrorDev),
+                       stream);
 }
 
 ncclResult_t enqueueFallback(const Engine& engine, const FallbackBuffers& fb, ncclComm_t comm, const CallBuffers& buf,

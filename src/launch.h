@@ -1,7 +1,9 @@
 /*************************************************************************
- * Host interface of the kernels: the launchers, implemented beside this
- * header in launch.cu. Plain C++: the host code sees the
- * parameter structs (device/params.h), never a kernel or a device primitive.
+ * Host interface of the kernels: the launchers, implemented beside the
+ * kernels (launch.cu and the files of src/kernels), and the builders of their parameter
+ * structs (device/params.h). Plain C++: the host code sees the parameter
+ * structs and the dispatch table (kernel_table.h), never a kernel or a
+ * device primitive.
  ************************************************************************/
 #ifndef NCCL_DCP_LAUNCH_H_
 #define NCCL_DCP_LAUNCH_H_
@@ -10,38 +12,16 @@
 #include <nccl.h>
 
 #include "device/params.h"
+#include "kernel_table.h"
+#include "timeline.h"
 #include "validate.h"
 
 namespace nccl_dcp {
 
-// How a kernel reaches the workspaces of its peers (DESIGN §3).
-struct Addressing {
-  bool loopback;
-  // NCCL: rank r's workspace as this rank addresses it (nRanks entries,
-  // resolveLsaPointers at create); lsa[rank] is its own.
-  char* const* lsa;
-  // loopback: virtual rank p's workspace at base + p * rankBytes, one GPU.
-  char* base;
-  size_t rankBytes;
-};
-
-// The fused kernel's arguments that every launch of an engine shares, once
-// at init (Engine::init): the rest of FusedArgs (region, strides, rows, io,
-// silentRank -1) is the call's and the round's to set. simpleSendWarps:
-// SIMPLE's writing warps per block (NCCL_DCP_SIMPLE_SEND_WARPS); 0: the
-// kernel's default. timeoutNs 0: wait forever.
-FusedArgs fusedArgs(int nRanks, LseBase lseBase, uint64_t timeoutNs, AsyncErrorRecord* hostError,
-                    int simpleSendWarps);
-
-// One round of the fused collective over `args` (an engine's, with the
-// call's strides, shape and silentRank and the round's rows, row0 and
-// region set) and the round's tensors io (loopback: nRanks of them; NCCL: 1):
-// a cooperative launch (plus PDL when asked) of the kernel of `dtype` and
-// args.region.proto, sized to the work and to what the GPU can hold
-// co-resident; the launch adds blocksPerRank, the region's divisors and the
-// timeline. rank: the NCCL path's (loopback derives it from the block index).
-ncclResult_t launchFused(const FusedArgs& args, const RankIo* io, ncclDataType_t dtype, int rank,
-                         const Addressing& addr, bool pdl, cudaStream_t stream);
+// SIMPLE's writing warps per block for a requested count
+// (NCCL_DCP_SIMPLE_SEND_WARPS; 0: the kernel's default), clamped to what
+// the kernel has.
+int simpleWriters(int requested);
 
 // Baseline / fallback combine (CombineParams in device/params.h).
 ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream);
@@ -55,14 +35,15 @@ ncclResult_t launchPoison(const CombineParams& l, cudaStream_t stream);
 
 // The combine of round [row0, row0 + rows) of a call of `shape` from recv
 // buffers laid out as ncclAlltoAll (HEAD) or ncclAllGather (TOKEN, NONE)
-// delivers them, into `rank`'s outputs (out, outLse: at the round's first
-// row, or TOKEN: at the rank's first) with the call's strides (one copy).
-inline CombineParams combineLaunch(const Config& c, int nRanks, const CallShape& shape, int rank, int row0, int rows,
-                                   const char* recvData, const float* recvLse, char* out, float* outLse,
-                                   const Strides& s, AsyncErrorRecord* hostError) {
+// delivers them (units and the LSE words of c.wire), into `rank`'s outputs
+// (out, outLse: at the round's first row, or TOKEN: at the rank's first)
+// with the call's strides.
+inline CombineParams makeCombineParams(const Config& c, int nRanks, const CallShape& shape, int rank, int row0,
+                                       int rows, const char* recvData, const void* recvLse, char* out, float* outLse,
+                                       const Strides& s, AsyncErrorRecord* hostError) {
   CombineParams l = {};
   l.recvData = recvData;
-  l.recvLse = recvLse;
+  l.recvLse = (const char*)recvLse;
   l.out = out;
   l.outLse = outLse;
   l.outRow = s.outRow;
@@ -78,19 +59,21 @@ inline CombineParams combineLaunch(const Config& c, int nRanks, const CallShape&
   l.dtype = c.dtype;
   l.lseBase = c.lseBase;
   l.hostError = hostError;
+  l.wire = c.wire;
   return l;
 }
 
-// The pack of round [row0, row0 + rows) of strided partials (b: at the
-// round's first row) into ncclAlltoAll's send layout [cp][rows][Hl] (HEAD)
-// or ncclAllGather's [rows][cp * Hl] (TOKEN, NONE) (one copy).
-inline PackParams packLaunch(const Config& c, int nRanks, const CallShape& shape, int row0, int rows,
-                             const CallBuffers& b, char* sendData, float* sendLse, const Strides& s) {
+// `rank`'s pack of round [row0, row0 + rows) of strided partials (b: at
+// the round's first row) into ncclAlltoAll's send layout [cp][rows][Hl]
+// (HEAD) or ncclAllGather's [rows][cp * Hl] (TOKEN, NONE), units and the
+// LSE words of c.wire.
+inline PackParams makePackParams(const Config& c, int nRanks, int rank, const CallShape& shape, int row0, int rows,
+                                 const CallBuffers& b, char* sendData, void* sendLse, const Strides& s) {
   PackParams l = {};
   l.partialOut = (const char*)b.partialOut;
   l.partialLse = (const char*)b.partialLse;
   l.sendData = sendData;
-  l.sendLse = sendLse;
+  l.sendLse = (char*)sendLse;
   l.seqLens = b.seqLens;
   l.queryStartLoc = b.queryStartLoc;
   l.strides = s;
@@ -104,17 +87,10 @@ inline PackParams packLaunch(const Config& c, int nRanks, const CallShape& shape
   const bool gather = shape.scatter != Scatter::Head;
   l.peerUnits = gather ? c.localHeads : (int64_t)rows * c.localHeads;
   l.rowUnits = gather ? (int64_t)nRanks * c.localHeads : c.localHeads;
+  l.wire = c.wire;
+  l.rank = rank;
   return l;
 }
-
-// Opt-in in-kernel timeline (meson -Dtimeline=true; without it both calls
-// fail with ncclInvalidUsage): for the fused launches on the current device
-// since the last reset, per block (grid index), %globaltimer at each
-// TimelineStage (device/types.h), then the block's rank + 1; 0 where a
-// block never got there.
-constexpr int kTimelineBlocks = 2048;
-ncclResult_t timelineReset(cudaStream_t stream);
-ncclResult_t timelineRead(uint64_t* stamps /* [kTimelineBlocks][kTimelineSlots], host */);
 
 // The LSA pointers of [offset, ...) of a window, for every rank of its LSA
 // team (nRanks of them) into lsa[] (host): what the fused kernels take in

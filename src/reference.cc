@@ -4,7 +4,7 @@
 #include <sstream>
 #include <vector>
 
-#include "device/fp8_wire.h"
+#include "device/codec.h"
 #include "device/merge.h"
 
 namespace nccl_dcp {
@@ -29,27 +29,29 @@ template <typename T>
 void referenceTyped(const Config& cfg, int nRanks, const Strides& s, const CallBuffers* ranks,
                     const CallShape& shape, Wire wire) {
   const int Hl = cfg.localHeads, D = cfg.headDim;
-  std::vector<float> weight(nRanks);
+  std::vector<float> weight(nRanks), scale(nRanks);
   std::vector<float> unit((size_t)nRanks * D);  // each source's unit as the receiver reads it
-  std::vector<uint8_t> wireUnit(D);
+  std::vector<uint8_t> wireUnit((size_t)nRanks * D);
   for (int r = 0; r < nRanks; r++) {
     T* out = (T*)ranks[r].out;
     forEachOutput(shape, nRanks, r, [&](int b, int h, int row, int head) {
       for (int src = 0; src < nRanks; src++) weight[src] = partialLseOf(cfg, s, shape, ranks[src], b, h);
       const float merged = mergeWeights(weight.data(), nRanks, cfg.lseBase, weight.data());
       if (ranks[r].outLse) ranks[r].outLse[row * s.outLseRow + head * s.outLseHead] = merged;
+      // Each remote source's unit as it crosses the link (codec.h): fp8's
+      // e4m3 bytes and scale, or the elements themselves.
+      auto onWire = [&](int src) { return wire == Wire::Fp8E4m3 && src != r; };
       for (int src = 0; src < nRanks; src++) {
         const T* in = (const T*)ranks[src].partialOut + b * s.inRow + (h / Hl) * s.inPeer + (h % Hl) * s.inHead;
-        float* u = &unit[(size_t)src * D];
-        if (wire == Wire::Fp8E4m3 && src != r) {
-          fp8::decodeUnit(wireUnit.data(), D, fp8::encodeUnit(in, D, wireUnit.data()), u);
-        } else {
-          for (int d = 0; d < D; d++) u[d] = Element<T>::toFloat(in[d]);
-        }
+        if (onWire(src)) scale[src] = fp8::encodeUnit(in, D, &wireUnit[(size_t)src * D]);
+        else
+          for (int d = 0; d < D; d++) unit[(size_t)src * D + d] = Element<T>::toFloat(in[d]);
       }
       for (int d = 0; d < D; d++) {
         float acc = 0.f;
-        for (int src = 0; src < nRanks; src++) acc = mergeAccumulate(acc, weight[src], unit[(size_t)src * D + d]);
+        for (int src = 0; src < nRanks; src++)
+          acc = onWire(src) ? mergeWireElement(acc, weight[src], scale[src], wireUnit[(size_t)src * D + d])
+                            : mergeAccumulate(acc, weight[src], unit[(size_t)src * D + d]);
         out[row * s.outRow + head * s.outHead + d] = Element<T>::fromFloat(acc);
       }
     });

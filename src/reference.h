@@ -17,7 +17,7 @@ namespace nccl_dcp {
 // cfg's scatter mode; shape: the call's (resolveCallArgs; TOKEN's split in
 // its host form), NULL: no additions (the even split). wire Fp8E4m3: the
 // model of fp8 on the wire -- every remote source's unit is encoded and
-// decoded (fp8_wire.h) before the same fp32 merge; a rank's own share and
+// decoded (codec.h) before the same fp32 merge; a rank's own share and
 // every LSE stay exact, so outLse is the same as Native's.
 void referenceA2aLseReduce(const Config& cfg, int nRanks, int batch, const Strides& strides,
                            const CallBuffers* ranks, const CallShape* shape = nullptr, Wire wire = Wire::Native);

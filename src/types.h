@@ -51,17 +51,29 @@ inline int headsPerRow(const Config& c, int nRanks) {
 }
 
 // NONE runs two phases (DESIGN §14): a HEAD merge, then every rank's merged
-// heads to every peer: 2 (cp - 1) / cp of a row's units received instead of
+// heads relayed to every peer: 2 (cp - 1) / cp of a row's units received instead of
 // cp - 1. Auto: from 3 ranks (at 2 the bytes are equal and direct is one hop).
-inline bool noneGathers(const Config& c, int nRanks) {
+// fp8 on the wire: direct (the relay would round the merged heads again;
+// validate.cc refuses two_phase with it).
+inline bool noneRelays(const Config& c, int nRanks) {
   if (c.scatter != Scatter::None || nRanks < 2) return false;
-  return c.noneAlgo == NoneAlgo::TwoPhase || (c.noneAlgo == NoneAlgo::Auto && nRanks > 2);
+  return c.noneAlgo == NoneAlgo::TwoPhase || (c.noneAlgo == NoneAlgo::Auto && nRanks > 2 && c.wire == Wire::Native);
+}
+
+// The mode axis of the dispatch table (kernel_table.h) for a config.
+inline FusedMode fusedModeOf(const Config& c, int nRanks) {
+  switch (c.scatter) {
+    case Scatter::Head: return FusedMode::Head;
+    case Scatter::Token: return FusedMode::Token;
+    case Scatter::None: break;
+  }
+  return noneRelays(c, nRanks) ? FusedMode::NoneTwoPhase : FusedMode::NoneDirect;
 }
 
 // Heads of a workspace row: HEAD's Hl, the same for NONE in two phases
 // (each half of its slots is HEAD-shaped), else every head of the row.
 inline int workspaceHeadsPerRow(const Config& c, int nRanks) {
-  return noneGathers(c, nRanks) ? c.localHeads : headsPerRow(c, nRanks);
+  return noneRelays(c, nRanks) ? c.localHeads : headsPerRow(c, nRanks);
 }
 
 constexpr int kDefaultMaxBatch = 256;

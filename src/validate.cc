@@ -114,8 +114,8 @@ ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* o
   // Appended in 0.4 (behind reserved0, 0.3's padding: a 0.3 caller's
   // size ends before wire). fp8 narrows 16-bit elements (fp32 would lose more
   // than the format is measured for), in 16-element words (SIMPLE's 16-byte
-  // lanes), and only in HEAD: one instantiation per protocol and peer
-  // policy, not three scatter modes' (DESIGN §15).
+  // lanes), in every scatter mode; NONE then runs its direct algorithm
+  // (below: a relay of the merged heads would round them a second time).
   const bool hasWire = cfg->size >= offsetof(ncclDcpConfig_t, wire) + sizeof(cfg->wire);
   const int wire = hasWire && cfg->wire != NCCL_CONFIG_UNDEF_INT ? cfg->wire : ncclDcpWireNative;
   if (wire < 0 || wire >= ncclDcpNumWires)
@@ -126,15 +126,16 @@ ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* o
       return fail(ncclInvalidArgument, "config->wire fp8 needs dtype bf16 or fp16, not %s", dtypeName(c.dtype));
     if (c.headDim % 16 != 0)
       return fail(ncclInvalidArgument, "config->wire fp8 needs headDim %% 16 == 0, not %d", c.headDim);
-    if (c.scatter != Scatter::Head)
-      return fail(ncclInvalidArgument, "config->wire fp8 supports scatter HEAD only, not %s",
-                  scatterName((int)c.scatter));
   }
 
   // From the environment alone (parseEnv range-checked them).
   c.simpleMinRows = env.simpleMinRows;  // unset (-1): the policy's measured default for the links
   c.pdl = env.pdl != 0;  // unset (-1) means on
   c.noneAlgo = env.noneAlgo == kEnvUnset ? kDefaultNoneAlgo : (NoneAlgo)env.noneAlgo;
+  if (c.wire == Wire::Fp8E4m3 && c.scatter == Scatter::None && c.noneAlgo == NoneAlgo::TwoPhase)
+    return fail(ncclInvalidArgument,
+                "config->wire fp8 with scatter NONE runs NONE's direct algorithm: NCCL_DCP_NONE_ALGO=two_phase "
+                "would relay the merged heads through fp8, rounding them a second time (unset it or use auto)");
   c.provider = env.provider == kEnvUnset ? ncclDcpProviderAuto : (ncclDcpProvider_t)env.provider;
   if (env.forceFallback) {
     if (c.provider != ncclDcpProviderAuto && c.provider != ncclDcpProviderFallback)

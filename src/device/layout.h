@@ -28,24 +28,27 @@
  *          | lse   [cp-1][capacity * Hl] fp32            (16-byte aligned)
  *          | flags [cp-1][chunks] u64 ]                   (16-byte aligned)
  *
- * NONE's two-phase algorithm (DESIGN §14) doubles a HEAD-shaped slot:
+ * NONE's two-phase algorithm (DESIGN §14, relay.h) doubles a HEAD-shaped
+ * slot:
  *
  *   slot = [ phase 1: the partials, as HEAD's slot | phase 2: the merged
- *            units the peers gather, the same geometry ]   (gatherBytes apart)
+ *            units relayed to the peers, the same geometry ] (relayBytes apart)
  *
  * Phase 2's unit from source s for (row, head j) is s's merged head
  * s * Hl + j, its merged LSE in the LSE word (line protocols) or the LSE
- * array (SIMPLE), flagged as phase 1's are. Region::gatherHalf() addresses
+ * array (SIMPLE), flagged as phase 1's are. Region::relayHalf() addresses
  * it with the same functions.
  *
- * Wire fp8 (Region::wire, fp8_wire.h): the same geometry over 1-byte
+ * Wire fp8 (Region::wire, codec.h): the same geometry over 1-byte
  * elements (Dw = D / 8), the scale in the high half of every LSE word
- * ({lse, scale}), and SIMPLE's LSE array of 8-byte {lse, scale} pairs.
+ * ({lse, scale}), and SIMPLE's LSE array of 8-byte {lse, scale} words.
  *
  * Protocols never share a region: a stale line of one protocol must never
  * be read as a flag of another. Nor do layouts: a context runs one NONE
  * algorithm and one wire (agreed at create), so a region is never read in
- * another layout than it was written in. With AUTO the workspace carries
+ * another layout than it was written in. The kernel a round runs is the
+ * context's (KernelKey, kernels.h), never read back from this geometry.
+ * With AUTO the workspace carries
  * one region for small batches (LL or LL128) and, when enabled, one for
  * SIMPLE.
  ************************************************************************/
@@ -63,7 +66,9 @@ namespace nccl_dcp {
 
 constexpr int kWordBytes = 8;  // payload word: the unit of the merge
 
-// LL128 wire format: a 128-byte line is 16 words, the last one the flag.
+// The line formats of the protocols, in one place (NCCL keeps its
+// ncclLLFifoLine and NCCL_LL128_* beside each other the same way).
+// LL128: a 128-byte line is 16 words, the last one the flag.
 namespace ll128 {
 constexpr int kLineBytes = 128;
 constexpr int kWordsPerLine = kLineBytes / kWordBytes;        // 16
@@ -74,7 +79,7 @@ constexpr int kFlagLane = kLanesPerLine - 1;                  // holds word 14 +
 constexpr int kLinesPerWarp = 32 / kLanesPerLine;             // 4
 }  // namespace ll128
 
-// LL wire format: a 16-byte line {data32, flag32, data32, flag32}.
+// LL: a 16-byte line {data32, flag32, data32, flag32}.
 namespace ll {
 constexpr int kLineBytes = 16;
 constexpr int kDataBytesPerLine = 8;  // one payload word
@@ -115,6 +120,10 @@ NCCL_DCP_HD uint32_t flagForRound(uint32_t round) { return round % 0xffffffffu +
 
 NCCL_DCP_HD size_t alignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+// An LSE array's element (SIMPLE's slots, the fallback's buffers): fp32
+// LSEs, or fp8's 8-byte {lse, scale} words (codec.h).
+NCCL_DCP_HD size_t lseWordBytesOf(Wire wire) { return wire == Wire::Fp8E4m3 ? 8 : 4; }
+
 // Geometry of one protocol region.
 struct Region {
   Proto proto;
@@ -122,12 +131,12 @@ struct Region {
   int dataWords;       // Dw: 8-byte words of one head's data
   int groupDataWords;  // data words of a full group
   int groups;          // groups of a unit
-  Wire wire;           // elements of 1 byte (fp8) or eltSize on the wire (in what was padding: no offset moves)
+  Wire wire;           // elements of 1 byte (fp8) or eltSize on the link (the geometry only)
   size_t groupBytes;   // stride between the groups of a unit
   size_t unitBytes;
   size_t slotBytes;
   size_t offset;       // of slot 0, from the start of the rank's workspace
-  size_t gatherBytes;  // NONE two-phase: from a slot's start to its phase-2 half; 0: none
+  size_t relayBytes;   // NONE two-phase: from a slot's start to its phase-2 half; 0: none
   // SIMPLE only (0 otherwise): chunk geometry and the slot's LSE / flag arrays.
   int chunkUnits;      // units per flag
   int chunks;          // flags per source: ceil(capacity * Hl / chunkUnits)
@@ -136,13 +145,16 @@ struct Region {
 
   NCCL_DCP_HD size_t bytes() const { return 2 * slotBytes; }
 
-  // The phase-2 half of every slot (gatherBytes != 0): the same geometry,
+  // The phase-2 half of every slot (relayBytes != 0): the same geometry,
   // so every offset below, taken on the half, addresses it.
-  NCCL_DCP_HD Region gatherHalf() const {
+  NCCL_DCP_HD Region relayHalf() const {
     Region half = *this;
-    half.offset += gatherBytes;
+    half.offset += relayBytes;
     return half;
   }
+
+  // SIMPLE's LSE array: fp32 LSEs, or fp8's 8-byte {lse, scale} words.
+  NCCL_DCP_HD size_t lseWordBytes() const { return lseWordBytesOf(wire); }
 
   // Data words group g carries (the last one may be short).
   NCCL_DCP_HD int wordsInGroup(int g) const {
@@ -169,16 +181,12 @@ struct Region {
     return offset + (size_t)slot * slotBytes + u * unitBytes + (size_t)srcIdx * sourceBytes();
   }
 
-  // SIMPLE: the LSE of unit u and the flag of chunk c from source `src`, in
-  // dst's workspace.
+  // SIMPLE: the LSE word of unit u and the flag of chunk c from source
+  // `src`, in dst's workspace.
   NCCL_DCP_HD size_t lseOffsetOf(int slot, int src, int dst, size_t u) const {
     int srcIdx = src < dst ? src : src - 1;
-    return offset + (size_t)slot * slotBytes + lseOffset + ((size_t)srcIdx * capacity * localHeads + u) * 4;
-  }
-  // Wire fp8: the {lse, scale} pair of unit u (the LSE array holds pairs).
-  NCCL_DCP_HD size_t lseWordOffsetOf(int slot, int src, int dst, size_t u) const {
-    int srcIdx = src < dst ? src : src - 1;
-    return offset + (size_t)slot * slotBytes + lseOffset + ((size_t)srcIdx * capacity * localHeads + u) * 8;
+    return offset + (size_t)slot * slotBytes + lseOffset +
+           ((size_t)srcIdx * capacity * localHeads + u) * lseWordBytes();
   }
   NCCL_DCP_HD size_t flagOffsetOf(int slot, int src, int dst, int c) const {
     int srcIdx = src < dst ? src : src - 1;
@@ -205,7 +213,7 @@ NCCL_DCP_HD Region makeHalfRegion(Proto proto, int nRanks, int localHeads, int h
   r.eltSize = eltSize;
   r.capacity = capacity;
   r.offset = offset;
-  r.gatherBytes = 0;
+  r.relayBytes = 0;
   const int wireEltSize = wire == Wire::Fp8E4m3 ? 1 : eltSize;  // bytes of an element on the wire
   r.dataWords = headDim * wireEltSize / kWordBytes;
   const size_t sources = (size_t)(nRanks - 1), units = (size_t)capacity * localHeads;
@@ -218,7 +226,7 @@ NCCL_DCP_HD Region makeHalfRegion(Proto proto, int nRanks, int localHeads, int h
     r.chunkUnits = fit < 1 ? 1 : fit > (size_t)simple::kMaxChunkUnits ? simple::kMaxChunkUnits : (int)fit;
     r.chunks = (int)((units + r.chunkUnits - 1) / r.chunkUnits);
     r.lseOffset = sources * units * r.unitBytes;
-    r.flagOffset = r.lseOffset + alignUp(sources * units * (wire == Wire::Fp8E4m3 ? 8 : 4), 16);
+    r.flagOffset = r.lseOffset + alignUp(sources * units * r.lseWordBytes(), 16);
     r.slotBytes = alignUp(r.flagOffset + sources * r.chunks * 8, kRegionAlign);
     return r;
   }
@@ -232,13 +240,13 @@ NCCL_DCP_HD Region makeHalfRegion(Proto proto, int nRanks, int localHeads, int h
   return r;
 }
 
-// wire: the element format of the units; gather: NONE's two-phase slot (a
+// wire: the element format of the units; relay: NONE's two-phase slot (a
 // phase-2 half after each HEAD-shaped one).
 NCCL_DCP_HD Region makeRegion(Proto proto, int nRanks, int localHeads, int headDim, int eltSize,
-                              int capacity, size_t offset, Wire wire = Wire::Native, bool gather = false) {
+                              int capacity, size_t offset, Wire wire = Wire::Native, bool relay = false) {
   Region r = makeHalfRegion(proto, nRanks, localHeads, headDim, eltSize, capacity, offset, wire);
-  r.gatherBytes = gather ? r.slotBytes : 0;
-  if (gather) r.slotBytes *= 2;
+  r.relayBytes = relay ? r.slotBytes : 0;
+  if (relay) r.slotBytes *= 2;
   return r;
 }
 
@@ -252,16 +260,16 @@ struct WorkspaceLayout {
 
 // smallProto: the protocol of small batches; withSimpleRegion: AUTO may
 // switch to SIMPLE for large batches, which then has a region of its own.
-// wire: the regions' element format (fp8: narrower units); gather: NONE's
+// wire: the regions' element format (fp8: narrower units); relay: NONE's
 // two-phase regions (localHeads then Hl).
 inline WorkspaceLayout makeWorkspaceLayout(Proto smallProto, bool withSimpleRegion, int nRanks,
                                            int localHeads, int headDim, int eltSize, int capacity,
-                                           Wire wire = Wire::Native, bool gather = false) {
+                                           Wire wire = Wire::Native, bool relay = false) {
   WorkspaceLayout w;
-  w.small = makeRegion(smallProto, nRanks, localHeads, headDim, eltSize, capacity, kControlBytes, wire, gather);
+  w.small = makeRegion(smallProto, nRanks, localHeads, headDim, eltSize, capacity, kControlBytes, wire, relay);
   size_t end = w.small.offset + w.small.bytes();
   w.hasLarge = withSimpleRegion;
-  w.large = makeRegion(Proto::Simple, nRanks, localHeads, headDim, eltSize, capacity, end, wire, gather);
+  w.large = makeRegion(Proto::Simple, nRanks, localHeads, headDim, eltSize, capacity, end, wire, relay);
   if (withSimpleRegion) end += w.large.bytes();
   w.totalBytes = alignUp(end, kRegionAlign);
   return w;

@@ -61,6 +61,41 @@ NCCL_DCP_HD float mergeWeights(const float* lse, int n, LseBase base, float* wei
   return m + logBase(sum, base);
 }
 
+#if defined(__CUDACC__)
+// mergeWeights by a whole warp, in place on `weight` (shared memory, n <=
+// 64 LSEs in, the normalised weights out; lane s takes sources s and s +
+// 32): the max is a reduction (order-free), the powers and quotients one
+// per lane, and the sum is the same sequential sum s = 0..n-1 in every
+// lane (broadcast reads), so the weights and the merged LSE, returned in
+// every lane, are mergeWeights' bit for bit -- in a few dozen instructions
+// instead of one lane's few hundred.
+__device__ __forceinline__ float mergeWeightsWarp(float* weight, int n, LseBase base, int lane) {
+  float l[2], m = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < 2; k++) {
+    const int s = lane + 32 * k;
+    l[k] = s < n ? sanitizeLse(weight[s]) : -INFINITY;
+    m = fmaxf(m, l[k]);
+  }
+#pragma unroll
+  for (int d = 16; d >= 1; d /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
+  if (m == -INFINITY) m = 0.f;
+  __syncwarp();
+#pragma unroll
+  for (int k = 0; k < 2; k++)
+    if (lane + 32 * k < n) weight[lane + 32 * k] = l[k] = expBase(l[k] - m, base);
+  __syncwarp();
+  float sum = 0.f;
+  for (int s = 0; s < n; s++) sum += weight[s];
+  __syncwarp();
+#pragma unroll
+  for (int k = 0; k < 2; k++)
+    if (lane + 32 * k < n) weight[lane + 32 * k] = sum == 0.f ? 0.f : l[k] / sum;
+  __syncwarp();
+  return sum == 0.f ? -INFINITY : m + logBase(sum, base);
+}
+#endif
+
 // acc += weight * x, unless the source carries no weight (x may be NaN then).
 NCCL_DCP_HD float mergeAccumulate(float acc, float weight, float x) {
   return weight != 0.f ? fmaf(weight, x, acc) : acc;

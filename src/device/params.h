@@ -18,11 +18,9 @@
 namespace nccl_dcp {
 
 // The fused kernel's parameters but the peers and the tensors, filled in
-// three steps (fusedArgs in src/launch.h): what every launch of an engine
-// shares once at init (nRanks, lseBase, sendWarps, the rank divisors,
-// timeoutNs, hostError), the strides, shape and silentRank per call, rows,
-// row0 and region per round; the launcher adds what the launch decides
-// (blocksPerRank, the region's divisors, the timeline).
+// one place (makeFusedArgs, src/launch.h) per round from the engine, the
+// call and the round; the launcher adds only what the launch decides
+// (blocksPerRank, the timeline).
 static_assert(kMaxRanks == NCCL_DCP_MAX_RANKS, "one bound on the ranks");
 
 struct FusedArgs {
@@ -52,13 +50,16 @@ struct FusedParams : FusedArgs {
   RankIo io[Peers::kIoSlots];
 };
 
-// Baseline / fallback combine: merges recv [cp][rows][heads][D] with LSEs
-// [cp][rows][heads] (as ncclAlltoAll (HEAD) or ncclAllGather (TOKEN, NONE)
-// delivers them; heads = shape.heads) into strided outputs: every row of
-// the round, or (TOKEN) those of `rank`'s slice. Poison: the same rows.
+// Baseline / fallback combine: merges recv [cp][rows][heads][D] with LSE
+// words [cp][rows][heads] (as ncclAlltoAll (HEAD) or ncclAllGather (TOKEN,
+// NONE) delivers them; heads = shape.heads) into strided outputs: every row
+// of the round, or (TOKEN) those of `rank`'s slice. Poison: the same rows.
+// Wire fp8: the sources but `rank`'s are the codec's units (codec.h): D
+// e4m3 bytes at the start of each native-size unit, the LSE words 8-byte
+// {lse, scale} (lseWordBytesOf).
 struct CombineParams {
   const char* recvData;
-  const float* recvLse;
+  const char* recvLse;
   char* out;    // TOKEN: row 0 of the rank's slice; else the round's first row
   float* outLse;
   int64_t outRow, outHead, outLseRow, outLseHead;
@@ -68,19 +69,20 @@ struct CombineParams {
   ncclDataType_t dtype;
   LseBase lseBase;
   AsyncErrorRecord* hostError;  // where device counts that make no split are recorded (or NULL)
-  Wire wire;  // the fallback of a wire-fp8 context: the sources but `rank`'s are e4m3 (combine.h); else Native
+  Wire wire;
 };
 
-// Fallback pack: strided partials -> fp32-LSE send buffers, unit (peer p,
-// row, head j) at p * peerUnits + row * rowUnits + j: [cp][rows][Hl] for
-// ncclAlltoAll (peerUnits rows * Hl, rowUnits Hl), [rows][cp * Hl] for
-// ncclAllGather (peerUnits Hl, rowUnits cp * Hl). Empty rows (the shape's
-// seqLens) get LSE -inf.
+// Fallback pack: strided partials -> send buffers of units and LSE words,
+// unit (peer p, row, head j) at p * peerUnits + row * rowUnits + j:
+// [cp][rows][Hl] for ncclAlltoAll (peerUnits rows * Hl, rowUnits Hl),
+// [rows][cp * Hl] for ncclAllGather (peerUnits Hl, rowUnits cp * Hl).
+// Empty rows (the shape's seqLens) get LSE -inf. Wire fp8: units bound for
+// a peer but `rank` are encoded (CombineParams says how).
 struct PackParams {
   const char* partialOut;
   const char* partialLse;
   char* sendData;
-  float* sendLse;
+  char* sendLse;
   const int* seqLens;
   const int* queryStartLoc;
   Strides strides;
@@ -88,8 +90,8 @@ struct PackParams {
   int nRanks, rows, row0, localHeads, headDim;
   ncclDataType_t dtype;
   int64_t peerUnits, rowUnits;
-  Wire wire;  // the fallback of a wire-fp8 context: units bound for peers but `rank` are e4m3 (combine.h)
-  int rank;   // the sending rank (wire fp8 only)
+  Wire wire;
+  int rank;  // the sending rank
 };
 
 // The one dtype dispatch of every launcher: f(T{}) with the element type of

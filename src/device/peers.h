@@ -1,7 +1,8 @@
 /*************************************************************************
  * Peer addressing policies of the fused kernel: one kernel body serves
  * NCCL's symmetric window (production) and loopback (cp virtual ranks on
- * one GPU, one cooperative launch, block index -> virtual rank).
+ * one GPU, one cooperative launch, block index -> virtual rank). Addressing
+ * only: what is exchanged is the mode's (modes.h).
  ************************************************************************/
 #ifndef NCCL_DCP_DEVICE_PEERS_H_
 #define NCCL_DCP_DEVICE_PEERS_H_
@@ -46,17 +47,6 @@ struct LoopbackPeers {
   __device__ char* peerWorkspace(int peer) const { return base + (size_t)peer * rankBytes; }
   // All virtual ranks live in one launch: one failure stops them all.
   __device__ uint32_t* status(int) const { return &((Control*)base)->status; }
-};
-
-// A peer policy with the call's scatter mode fixed at compile time: each
-// mode's kernels carry only its own addressing (the mode's branches cost
-// registers that HEAD, the latency-bound mode, cannot spare). kGatherMerged:
-// NONE in two phases (DESIGN §14), HEAD's addressing (kMode Head) for the
-// merge, then every rank's merged heads to every peer.
-template <class Base, Scatter kMode, bool kGatherMerged = false>
-struct Scattered : Base {
-  static constexpr Scatter kScatter = kMode;
-  static constexpr bool kGather = kGatherMerged;
 };
 
 }  // namespace nccl_dcp

@@ -66,8 +66,10 @@ namespace nccl_dcp {
 
 constexpr unsigned kFullMask = 0xffffffffu;
 
-// Groups whose input loads a sending warp issues before their stores.
+// Line protocols: groups whose input loads a sending warp issues before
+// their stores, and sources whose loads a receiving warp keeps in flight.
 constexpr int kSendBatch = 4;
+constexpr int kSourceBatch = 8;
 
 #if defined(__CUDACC__)
 

@@ -6,14 +6,14 @@
  * is the flag. A warp moves a group in one instruction. A line is trusted
  * once its flag reads the round's value: NCCL's premise that a warp's
  * 128-byte store becomes visible as a whole, which holds over NVLink (and
- * within one GPU), not over PCIe. Ll128Fp8Transport<T>: the same lines
- * carrying e4m3 words (wire.h), payload word 0 = {lse, scale}.
+ * within one GPU), not over PCIe. What the words hold is the codec's
+ * (codec.h): native elements, or e4m3 with payload word 0 = {lse, scale}.
  ************************************************************************/
 #ifndef NCCL_DCP_DEVICE_PROTO_LL128_H_
 #define NCCL_DCP_DEVICE_PROTO_LL128_H_
 
 #include "primitives.h"
-#include "wire.h"
+#include "codec.h"
 
 // On sm_90 NCCL re-reads a slice once all its flags are seen rather than
 // trusting the data loaded together with the flag; 0 builds without it.
@@ -23,9 +23,9 @@
 
 namespace nccl_dcp {
 
-struct Ll128Transport {
+template <class Codec>
+struct Ll128Lines {
   static constexpr Proto kProto = Proto::LL128;
-  static constexpr Wire kWire = Wire::Native;
 
   struct Line {
     uint64_t a, b;  // the lane's 16 bytes of its line
@@ -53,27 +53,35 @@ struct Ll128Transport {
     return lineOf(lane) * ll128::kDataWordsPerLine <= r.wordsInGroup(g);
   }
 
-  // The lane's data of kSendBatch groups from g0: loaded before any store.
-  // word(j, k): what the lane stores as its k-th word of group g0 + j;
-  // lseWord: the unit's LSE word ({lse, 0}).
+  // The lane's data of kSendBatch groups from g0: loaded before any store
+  // (and, for a scaled codec, the unit's scale computed with group 0's
+  // batch: the whole unit when it has at most kSendBatch groups, else the
+  // warp loads the rest once more). word(j, k): what the lane stores as
+  // its k-th word of group g0 + j; lseWord: the unit's LSE word.
   struct Batch {
-    uint64_t v[kSendBatch][2];
-    __device__ uint64_t word(int j, int k) const { return v[j][k]; }
-    __device__ static uint64_t lseWord(float lse) { return (uint64_t)__float_as_uint(lse); }
+    typename Codec::Input v[kSendBatch][2];
+    typename Codec::Scale scale;
+    __device__ uint64_t word(int j, int k) const { return Codec::encode(v[j][k], scale); }
+    __device__ uint64_t lseWord(float lse) const { return Codec::lseWord(lse, scale); }
   };
   __device__ static void loadBatch(const Region& r, const char* src, int g0, int lane, Batch& x) {
+    uint32_t amax = 0;
 #pragma unroll
     for (int j = 0; j < kSendBatch; j++) {
-      const int g = g0 + j, w0 = dataWord(r, g, lane, 0), w1 = dataWord(r, g, lane, 1);
+      const int g = g0 + j;
       const bool live = g < r.groups;
-      x.v[j][0] = live && w0 >= 0 ? loadInput8(src + (size_t)w0 * kWordBytes) : 0;
-      x.v[j][1] = live && w1 >= 0 ? loadInput8(src + (size_t)w1 * kWordBytes) : 0;
+#pragma unroll
+      for (int k = 0; k < 2; k++) {
+        const int w = live ? dataWord(r, g, lane, k) : -1;
+        x.v[j][k] = w >= 0 ? Codec::loadInput(src, w) : typename Codec::Input{};
+        if constexpr (Codec::kScaled) amax = Codec::amaxOf(x.v[j][k], amax);
+      }
     }
+    if constexpr (Codec::kScaled)
+      if (g0 == 0) x.scale = Codec::unitScale(src, r.dataWords, amax, r.groups <= kSendBatch, lane);
   }
-  // Any wire's batch (Batch, Ll128Fp8Transport's): its words as it says.
-  template <class AnyBatch>
-  __device__ static void storeBatch(const Region& r, const AnyBatch& x, int g0, float lse, char* unit,
-                                    uint32_t flag, int lane) {
+  __device__ static void storeBatch(const Region& r, const Batch& x, int g0, float lse, char* unit, uint32_t flag,
+                                    int lane) {
 #pragma unroll
     for (int j = 0; j < kSendBatch; j++) {
       const int g = g0 + j;
@@ -82,7 +90,7 @@ struct Ll128Transport {
     }
   }
   // Group g from the lane's two words (dataWord's k = 0, 1): the LSE word
-  // ({lse, 0}, fp8's {lse, scale}) into payload word 0, the flag into the
+  // (the codec's) into payload word 0, the flag into the
   // flag word.
   __device__ static void storeGroup(const Region& r, uint64_t a, uint64_t b, int g, uint64_t lseWord, char* unit,
                                     uint32_t flag, int lane) {
@@ -105,51 +113,13 @@ struct Ll128Transport {
     if (lineWritten(r, g, lane)) loadVolatile16(lanePtr(r, unit, g, lane), l.a, l.b);
 #endif
   }
-  __device__ static float lseOf(const Line& l) { return __uint_as_float((uint32_t)l.a); }  // lane 0
+  __device__ static uint64_t lseWordOf(const Line& l) { return l.a; }  // lane 0
   __device__ static uint64_t word(const Line& l, int k) { return k ? l.b : l.a; }
   // This warp is the group's only reader: its flags go back to zero.
   __device__ static void release(const Region& r, char* unit, int g, int lane) {
     if (lineWritten(r, g, lane) && slotOf(lane) == ll128::kFlagLane)
       storeVolatile8(const_cast<char*>(lanePtr(r, unit, g, lane)) + kWordBytes, 0);
   }
-};
-
-// Wire fp8 (Region::wire; inputs of T, bf16 or fp16): a lane's two data
-// words are loaded as 8 elements of T each (16 bytes), the unit's scale
-// computed by the warp over the first batch (the whole unit but for
-// D > 1888), each word encoded on its store; payload word 0 is {lse,
-// scale}. Receiving is Ll128Transport's: the decode is the kernel's
-// (WireWords).
-template <typename T>
-struct Ll128Fp8Transport : Ll128Transport {
-  static constexpr Wire kWire = Wire::Fp8E4m3;
-  using Words = WireWords<T, kWire>;
-
-  // Stored through Ll128Transport::storeBatch: each word encoded, the
-  // scale beside the LSE.
-  struct Batch {
-    uint4 v[kSendBatch][2];
-    float scale;  // of the unit: set by the batch of group 0
-    __device__ uint64_t word(int j, int k) const { return Words::encode(v[j][k], scale); }
-    __device__ uint64_t lseWord(float lse) const { return fp8::packLseWord(lse, scale); }
-  };
-  __device__ static void loadBatch(const Region& r, const char* src, int g0, int lane, Batch& x) {
-    float amax = 0.f;
-#pragma unroll
-    for (int j = 0; j < kSendBatch; j++) {
-      const int g = g0 + j;
-      const bool live = g < r.groups;
-#pragma unroll
-      for (int k = 0; k < 2; k++) {
-        const int w = live ? dataWord(r, g, lane, k) : -1;
-        x.v[j][k] = w >= 0 ? Words::loadInput(src, w) : uint4{0, 0, 0, 0};
-        amax = fmaxf(amax, Words::amaxOf(x.v[j][k]));
-      }
-    }
-    if (g0 == 0) x.scale = Words::unitScale(src, r.dataWords, amax, r.groups <= kSendBatch, lane);
-  }
-  // Lane 0: word 0's high half.
-  __device__ static uint32_t scaleBitsOf(const Line& l) { return (uint32_t)(l.a >> 32); }
 };
 
 }  // namespace nccl_dcp

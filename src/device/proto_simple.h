@@ -1,36 +1,65 @@
 /*************************************************************************
- * SIMPLE: bulk payload, one flag per (source, chunk).
+ * SIMPLE, SimpleProtocol: bulk payload, one flag per (source, chunk), for
+ * large batches. The protocol's primitives (namespace simple) and its
+ * driver, the same interface as LineProtocol (primitives.h).
  *
  * In the destination's workspace, per slot and remote source (layout.h):
- *   data  [capacity * Hl units][headDim elements]   the head as the input holds it
- *   lse   [capacity * Hl units] fp32
+ *   data  [capacity * Hl units][headDim elements of the link]
+ *   lse   [capacity * Hl units] LSE words (fp32; fp8: {lse, scale})
  *   flags [chunks] u64                 chunk c = units [c * chunkUnits, ...)
  *
- * A block's writing warps copy a step of chunks together with 16-byte
- * stores, kCopyBatch loads of each lane in flight before their stores, and
- * publish their progress in shared memory; the block's signalling warp
- * waits for every writer's progress, fences at system scope and stores the
- * flags of every step the writers had finished. Writers never fence: a
- * chunk's flag waits for its bytes to cross NVLink, the next chunk's bytes
- * do not (writers run at most kSendBytesInFlight ahead of the flags). A
- * receiving warp acquires the chunk's flag from every source (a lane per
- * source), then reads LSEs and data with coherent loads. One signal per chunk (4 KiB at
- * D 512 bf16) instead of one per 128-byte line, and no payload bytes spent
- * on flags: the protocol of large batches.
+ *   send:    warps [0, kSimpleSendWarps) of every block. The block's items
+ *            (chunk, destination) go in steps: all in one when they fit
+ *            in kSendBytesInFlight, else kSendStepBytes each (every step
+ *            costs a fence that waits for the link); the writing warps
+ *            copy a step's units together from partialOut into the
+ *            destinations' workspaces (16-byte stores, no fence; a scaled
+ *            codec encodes instead of copying) and publish their progress
+ *            in shared memory; the last send warp waits for it, fences
+ *            once for every step published and stores their flags. Items
+ *            go round the blocks first, so step s of every block is wave s
+ *            of the grid: it lands and is merged while the next crosses
+ *            NVLink. Senders never wait on a peer; writers stay at most
+ *            kSendBytesInFlight ahead of the flags. TOKEN: chunks count
+ *            from each destination's first unit (its slice), items
+ *            chunk-major as HEAD's; an item past a destination's last
+ *            chunk (uneven splits) is empty, skipped.
+ *   receive: the other warps, at the same time, in groups: a block takes
+ *            all of its chunks at once, as many warps on each as that
+ *            leaves (8 on one chunk at small batches, a warp per chunk at
+ *            large ones). The first warp of a group acquires the chunk's
+ *            flag from every remote source (a lane each); each warp then
+ *            merges its units of the chunk: a lane per (unit, source) loads
+ *            the LSEs in one round trip, a lane per unit turns them into
+ *            weights (merge.h), and every lane merges 16-byte vectors of
+ *            the link in source order s = 0..cp-1, its own share read
+ *            straight from partialOut; once the group is done its first
+ *            warp resets the chunk's flags (it is their only reader). NONE
+ *            in two phases forwards each merged vector and the chunk's
+ *            flag (relay.h), then relays the peers' chunks.
  *
- * Wire fp8 (Region::wire): the data arrays hold e4m3 units (D bytes) and
- * the LSE array {lse, scale} pairs; the writers encode (encodeShare)
- * instead of copying, the receivers decode (a2a_lse_reduce_simple.h).
+ * One signal per chunk (4 KiB at D 512 bf16) instead of one per 128-byte
+ * line, and no payload bytes spent on flags. Receivers wait only on
+ * senders, which never wait on a peer, and the launch is cooperative: no
+ * wait starves a send.
  ************************************************************************/
 #ifndef NCCL_DCP_DEVICE_PROTO_SIMPLE_H_
 #define NCCL_DCP_DEVICE_PROTO_SIMPLE_H_
 
 #include <limits.h>
 
+#include <type_traits>
+
+#include "codec.h"
+#include "merge.h"
+#include "modes.h"
+#include "peers.h"
 #include "primitives.h"
-#include "wire.h"
+#include "relay.h"
+#include "round.h"
 
 namespace nccl_dcp {
+
 namespace simple {
 
 constexpr int kCopyBatch = 8;  // 16-byte vectors per lane in flight
@@ -86,32 +115,30 @@ __device__ __forceinline__ void copyShare(const char* src, char* dst, int units,
 // each per lane).
 constexpr int kEncodeUnits = 4;
 
-// Wire fp8: copyShare's counterpart. Writes a step's `units` units (lane i
-// of the warp holds unit i's source, destination, {lse, scale}
-// destination and LSE; src null: no such unit) as e4m3 (fp8_wire.h): unit
-// writer + m * writers goes to writing warp `writer`, kEncodeUnits at once.
-// A lane takes a 16-byte e4m3 vector of the unit (16 elements: two data
-// words, 32 bytes of input), the warp the unit's amax
-// (WireWords::unitScale); lane 0 stores {lse, scale}.
-template <typename T>
+// A scaled codec's copyShare (fp8, codec.h): writes a step's `units` units
+// (lane i of the warp holds unit i's source, destination, LSE-word
+// destination and LSE; src null: no such unit): unit writer + m * writers
+// goes to writing warp `writer`, kEncodeUnits at once. A lane takes a
+// 16-byte vector of the link (two data words, 32 bytes of input), the
+// warp the unit's scale (Codec::unitScale); lane 0 stores the LSE word.
+template <class Codec>
 __device__ void encodeShare(const char* src, char* dst, char* lseDst, float lse, int units, int headDim, int writer,
                             int writers, int lane) {
-  using Words = WireWords<T, Wire::Fp8E4m3>;
-  const int vectors = headDim / kLaneBytes;  // e4m3 vectors of a unit
+  const int vectors = headDim / kLaneBytes;  // link vectors of a unit
   for (int u0 = writer; u0 < units; u0 += writers * kEncodeUnits) {  // warp-uniform: shuffles below
     const char* from[kEncodeUnits];
-    uint4 x[kEncodeUnits][2];
-    float amax[kEncodeUnits];
+    typename Codec::Input x[kEncodeUnits][2];
+    uint32_t amax[kEncodeUnits];
 #pragma unroll
     for (int q = 0; q < kEncodeUnits; q++) {
       const int u = min(u0 + q * writers, 31);
       from[q] = (const char*)__shfl_sync(kFullMask, (unsigned long long)src, u);
       if (u0 + q * writers >= units) from[q] = nullptr;
-      amax[q] = 0.f;
+      amax[q] = 0;
       if (from[q] != nullptr && lane < vectors) {
-        x[q][0] = Words::loadInput(from[q], 2 * lane);
-        x[q][1] = Words::loadInput(from[q], 2 * lane + 1);
-        amax[q] = fmaxf(Words::amaxOf(x[q][0]), Words::amaxOf(x[q][1]));
+        x[q][0] = Codec::loadInput(from[q], 2 * lane);
+        x[q][1] = Codec::loadInput(from[q], 2 * lane + 1);
+        amax[q] = Codec::amaxOf(x[q][1], Codec::amaxOf(x[q][0]));
       }
     }
 #pragma unroll
@@ -121,16 +148,16 @@ __device__ void encodeShare(const char* src, char* dst, char* lseDst, float lse,
       char* to = (char*)__shfl_sync(kFullMask, (unsigned long long)dst, u);
       char* lseTo = (char*)__shfl_sync(kFullMask, (unsigned long long)lseDst, u);
       const float unitLse = __shfl_sync(kFullMask, lse, u);
-      const float scale = Words::unitScale(from[q], 2 * vectors, amax[q], vectors <= 32, lane);
-      auto encodeVector = [&](const uint4& a, const uint4& b) {
-        const uint64_t lo = Words::encode(a, scale), hi = Words::encode(b, scale);
+      const typename Codec::Scale scale = Codec::unitScale(from[q], 2 * vectors, amax[q], vectors <= 32, lane);
+      auto encodeVector = [&](const typename Codec::Input& a, const typename Codec::Input& b) {
+        const uint64_t lo = Codec::encode(a, scale), hi = Codec::encode(b, scale);
         return make_uint4((uint32_t)lo, (uint32_t)(lo >> 32), (uint32_t)hi, (uint32_t)(hi >> 32));
       };
       if (lane < vectors) store16(to + (size_t)lane * kLaneBytes, encodeVector(x[q][0], x[q][1]));
       for (int c = lane + 32; c < vectors; c += 32)  // D > 512: loaded again
         store16(to + (size_t)c * kLaneBytes,
-                encodeVector(Words::loadInput(from[q], 2 * c), Words::loadInput(from[q], 2 * c + 1)));
-      if (lane == 0) storeVolatile8(lseTo, fp8::packLseWord(unitLse, scale));
+                encodeVector(Codec::loadInput(from[q], 2 * c), Codec::loadInput(from[q], 2 * c + 1)));
+      if (lane == 0) storeVolatile8(lseTo, Codec::lseWord(unitLse, scale));
     }
   }
 }
@@ -161,12 +188,15 @@ __device__ __forceinline__ int loadProgress(const int* progress) {
 }
 
 // Spins until each of the first `writers` progress counters (a lane each)
-// reaches `steps`; returns the least of them. Writers never wait on a
-// peer, so this ends.
-__device__ __forceinline__ int awaitProgress(const int* progress, int writers, int steps, int lane) {
+// reaches `steps`; returns the least of them, or -1 if the waiter gave up.
+// Writers never wait on a peer, so this ends; it is bounded all the same
+// (the launch's deadline, and a stop of the status word: an abort).
+__device__ __forceinline__ int awaitProgress(const int* progress, int writers, int steps, int lane,
+                                             Waiter& waiter, int rank) {
   for (;;) {
     const int least = __reduce_min_sync(kFullMask, lane < writers ? loadProgress(progress + lane) : INT_MAX);
     if (least >= steps) return least;
+    if (!waiter.keepWaiting(rank)) return -1;
     __nanosleep(32);
   }
 }
@@ -183,10 +213,15 @@ constexpr int kSendBytesInFlight = 32768;
 constexpr int kSendStepBytes = 16384;
 constexpr int kMinStepsAhead = 2;
 
-// A writer's wait for the signalling warp: until `steps` steps are flagged
-// (published with publishProgress; atomics for the same reason).
-__device__ __forceinline__ void awaitFlagged(const int* flagged, int steps) {
-  while (loadProgress(flagged) < steps) __nanosleep(32);
+// A writer's wait for the signalling warp (the whole warp): until `steps`
+// steps are flagged (published with publishProgress; atomics for the same
+// reason). False if the waiter gave up (bounded as awaitProgress is).
+__device__ __forceinline__ bool awaitFlagged(const int* flagged, int steps, Waiter& waiter, int rank, int lane) {
+  while (__shfl_sync(kFullMask, lane == 0 ? loadProgress(flagged) : 0, 0) < steps) {
+    if (!waiter.keepWaiting(rank)) return false;
+    __nanosleep(32);
+  }
+  return true;
 }
 
 // One poll of the flags of up to 32 sources (a lane each; `mine` false for
@@ -197,6 +232,529 @@ __device__ __forceinline__ unsigned pollFlags(const char* flagPtr, bool mine, ui
 }
 
 }  // namespace simple
+
+constexpr int kSimpleThreads = 512;
+constexpr int kSimpleSendWarps = 8;  // the writing warps, then the signalling one
+constexpr int kSimpleRecvWarps = kSimpleThreads / 32 - kSimpleSendWarps;
+constexpr int kSimpleSignalWarp = kSimpleSendWarps - 1;
+// Of the writing warps, how many write (NCCL_DCP_SIMPLE_SEND_WARPS).
+constexpr int kSimpleDefaultWriters = kSimpleSignalWarp;
+// Named barriers of the receiving groups: kSimpleRecvBarrier + group (0 is
+// __syncthreads); sending warps never take part.
+constexpr int kSimpleRecvBarrier = 1;
+
+// Per lane, 16-byte vectors merged at once and sources loaded per step
+// (registers bound both): native kMergeVectors x kMergeSources loads in
+// flight; a scaled codec's vectors stand for twice the bytes of out.
+constexpr int kMergeVectors = 4;
+constexpr int kMergeSources = 2;
+template <class Codec>
+struct MergeShape {
+  static constexpr int kVectors = Codec::kScaled ? 2 : kMergeVectors;
+  static constexpr int kSources = Codec::kScaled ? 1 : kMergeSources;
+};
+
+struct SimpleProtocol {
+  static constexpr int kThreads = kSimpleThreads;
+
+  // Host: blocks per rank a round wants, a block per (chunk, destination)
+  // to send, up to every co-resident one; a block's receiving warps per
+  // chunk (TOKEN sends each chunk once, to the rank whose slice holds it).
+  static long blocksWanted(const FusedArgs& a) {
+    const Region& r = a.region;
+    const long chunks = ((long)a.rows * r.localHeads + r.chunkUnits - 1) / r.chunkUnits;
+    if (a.shape.scatter == Scatter::Token) return chunks;
+    return chunks * (a.nRanks - 1) > chunks ? chunks * (a.nRanks - 1) : chunks;
+  }
+
+  // Units [first, end) of the round that rank q merges: every unit, or
+  // (TOKEN) those of its slice's rows.
+  struct UnitRange {
+    int first, end;
+  };
+  template <class Mode, class Peers>
+  __device__ static UnitRange unitsOf(const FusedParams<Peers>& p, const int* start, int q) {
+    const RoundRows rows = roundRows<Mode>(p, start, q);
+    return {rows.lo * p.region.localHeads, rows.hi * p.region.localHeads};
+  }
+
+  // Chunks and slot positions count a destination's units from its first
+  // (unitsOf(q).first: 0 but for TOKEN), so TOKEN's chunk c of every
+  // destination is sent in the same wave and merged in index order, as
+  // HEAD's are, and its units sit at the start of each source's block.
+  // The units of chunk c of rank q (none past its last):
+  template <class Mode, class Peers>
+  __device__ static simple::Chunk chunkFor(const FusedParams<Peers>& p, const int* start, int c, int q) {
+    const UnitRange units = unitsOf<Mode>(p, start, q);
+    const int first = units.first + c * p.region.chunkUnits;
+    return {first, max(min(p.region.chunkUnits, units.end - first), 0)};
+  }
+  template <class Mode, class Peers>
+  __device__ static int chunksOf(const FusedParams<Peers>& p, const int* start, int q) {
+    const UnitRange units = unitsOf<Mode>(p, start, q);
+    return (units.end - units.first + p.region.chunkUnits - 1) / p.region.chunkUnits;
+  }
+
+  // TOKEN's chunks per destination turn t (dst = rank + 1 + t mod cp), and
+  // the most of any. Filled by one thread per block before the round's
+  // first barrier.
+  struct TokenItems {
+    int chunks[kMaxRanks - 1];
+    int most;
+  };
+  template <class Mode, class Peers>
+  __device__ static void planTokenItems(const FusedParams<Peers>& p, const int* start, int rank, TokenItems* t) {
+    t->most = 0;
+    for (int turn = 0; turn < p.nRanks - 1; turn++) {
+      const int dst = rank + 1 + turn < p.nRanks ? rank + 1 + turn : rank + 1 + turn - p.nRanks;
+      t->chunks[turn] = chunksOf<Mode>(p, start, dst);
+      t->most = max(t->most, t->chunks[turn]);
+    }
+  }
+
+  // A block's sends: items localBlock + m * blocksPerRank (m = 0, 1, ...),
+  // item = chunk * (cp - 1) + the destination's turn, perStep of them a
+  // step (TOKEN: an item past its destination's chunks is empty -- uneven
+  // splits only -- and skipped).
+  struct SendPlan {
+    int items;    // of the block
+    int perStep;  // items per step: a lane of the step's warp per (item, unit)
+    int steps;
+    int ahead;    // steps written and not yet flagged, at most
+    const TokenItems* token;  // TOKEN's chunks per turn, or NULL
+  };
+  template <class Peers>
+  __device__ static SendPlan sendPlan(const FusedParams<Peers>& p, int chunks, int localBlock,
+                                      const TokenItems* token) {
+    const int all = (token ? token->most : chunks) * (p.nRanks - 1);
+    const int perBlock = (all + p.blocksPerRank - 1) / p.blocksPerRank;
+    SendPlan s;
+    s.items = all > localBlock ? (all - localBlock + p.blocksPerRank - 1) / p.blocksPerRank : 0;
+    // One GPU has no link to overlap: the fewest steps (each costs a load
+    // round trip). Over NVLink a block whose share fits in what may be in
+    // flight sends it in one step (one fence); a larger share goes in steps
+    // of kSendStepBytes, flagged while the next ones cross.
+    const int most = 32 / p.region.chunkUnits, itemBytes = p.region.chunkUnits * (int)p.region.unitBytes;
+    const int fewest =
+        (int64_t)perBlock * itemBytes <= simple::kSendBytesInFlight ? perBlock : simple::kSendStepBytes / itemBytes;
+    s.perStep = Peers::kLoopback ? most : max(1, min(fewest, most));
+    s.steps = (s.items + s.perStep - 1) / s.perStep;
+    const int stepBytes = s.perStep * itemBytes;
+    s.ahead = max(simple::kMinStepsAhead, (simple::kSendBytesInFlight + stepBytes - 1) / stepBytes);
+    s.token = token;
+    return s;
+  }
+
+  // Item k of step `step`, or false past the block's last item.
+  struct SendItem {
+    int chunk, dst;
+  };
+  template <class Peers>
+  __device__ static bool sendItem(const FusedParams<Peers>& p, const SendPlan& plan, int rank, int localBlock,
+                                  int step, int k, SendItem* item) {
+    const int m = step * plan.perStep + k;
+    if (k >= plan.perStep || m >= plan.items) return false;
+    const int nPeers = p.nRanks - 1, i = localBlock + m * p.blocksPerRank;
+    const int chunk = p.byPeers.quotient(i), turn = i - chunk * nPeers, to = rank + 1 + turn;
+    if (plan.token && chunk >= plan.token->chunks[turn]) return false;  // an empty item
+    // Destinations rotate with the rank so peers are not all hit at once.
+    *item = {chunk, to < p.nRanks ? to : to - p.nRanks};
+    return true;
+  }
+
+  // One writing warp's share of step `step`: lane k * chunkUnits + i holds
+  // unit i of the step's item k (the first writer also stores its LSE
+  // word), then the writers copy every unit of the step together. A scaled
+  // codec: every writer holds the LSEs, and the warp that encodes a unit
+  // stores its LSE word.
+  template <class Mode, class Codec, class Peers>
+  __device__ static void writeStep(const FusedParams<Peers>& p, const RankIo& io, const int* start,
+                                   const SendPlan& plan, int rank, int localBlock, int slot, int step, int writer,
+                                   int writers, int lane) {
+    using T = typename Codec::Element;
+    const Region& r = p.region;
+    const char* src = nullptr;
+    char* to = nullptr;
+    char* lseTo = nullptr;  // scaled codecs
+    float lse = 0.f;        // scaled codecs
+    SendItem item;
+    const int k = p.byChunkUnits.quotient(lane), i = lane - k * r.chunkUnits;
+    if (sendItem(p, plan, rank, localBlock, step, k, &item)) {
+      const simple::Chunk chunk = chunkFor<Mode>(p, start, item.chunk, item.dst);
+      if (i < chunk.count) {
+        const int u = chunk.first + i, row = p.byHeads.quotient(u), head = u - row * r.localHeads;
+        const PartialAt at = partialAt<Mode>(p, head, item.dst);
+        char* peer = p.peers.peerWorkspace(item.dst);
+        src = io.partialOut + inOffset(p.strides, row, at.peer, at.head) * (int64_t)sizeof(T);
+        const int pos = u - unitsOf<Mode>(p, start, item.dst).first;  // its slot position
+        to = peer + r.unitOffsetAt(slot, rank, item.dst, pos);
+        if constexpr (Codec::kScaled) {
+          lse = partialLse(p, io, row, at.peer, at.head);
+          lseTo = peer + r.lseOffsetOf(slot, rank, item.dst, pos);
+        } else if (writer == 0) {
+          storeVolatile4(peer + r.lseOffsetOf(slot, rank, item.dst, pos),
+                         __float_as_uint(partialLse(p, io, row, at.peer, at.head)));
+        }
+      }
+    }
+    if constexpr (Codec::kScaled)
+      simple::encodeShare<Codec>(src, to, lseTo, lse, plan.perStep * r.chunkUnits, r.headDim, writer, writers, lane);
+    else
+      simple::copyShare(src, to, plan.perStep * r.chunkUnits, p.byVectors, writer * 32, writers * 32, lane);
+  }
+
+  // The signalling warp: waits for every writer to finish the next step,
+  // fences (system scope: every writer's stores of the steps they
+  // published are then visible at their destinations), and stores the
+  // flags of all those steps, a lane per item; publishes how many steps are
+  // flagged.
+  template <class Mode, class Peers>
+  __device__ static void signalSteps(const FusedParams<Peers>& p, const int* start, const SendPlan& plan,
+                                     const int* progress, int* flagged, int rank, int localBlock, int slot,
+                                     uint32_t flag, int writers, Waiter& waiter, int lane) {
+    for (int done = 0; done < plan.steps;) {
+      const int written = simple::awaitProgress(progress, writers, done + 1, lane, waiter, rank);
+      if (written < 0) return;
+      fenceAcqRelSys();
+      for (int i = lane; i < (written - done) * plan.perStep; i += 32) {
+        SendItem item;
+        if (sendItem(p, plan, rank, localBlock, done + i / plan.perStep, i % plan.perStep, &item))
+          storeRelaxedSys8(p.peers.peerWorkspace(item.dst) + p.region.flagOffsetOf(slot, rank, item.dst, item.chunk),
+                           flag);
+      }
+      done = written;
+      __syncwarp();
+      if (lane == 0) simple::publishProgress(flagged, done);
+      stamp(p.timeline, kStageFirstSend);
+    }
+  }
+
+  // Waits until every remote source has signalled chunk c of the region's
+  // flags at `flags` (the workspace, or its phase-2 half). False if a wait
+  // gave up.
+  __device__ static bool waitChunk(const Region& r, const char* flags, int nRanks, int rank, int slot,
+                                   uint32_t flag, int c, int lane, Waiter& waiter) {
+    for (int s0 = 0; s0 < nRanks; s0 += 32) {
+      const int src = s0 + lane;
+      const bool mine = src < nRanks && src != rank;
+      const char* f = mine ? flags + r.flagOffsetOf(slot, src, rank, c) : nullptr;
+      for (unsigned late; (late = simple::pollFlags(f, mine, flag)) != 0;)
+        if (!waiter.keepWaiting(s0 + __ffs(late) - 1)) return false;
+    }
+    return true;
+  }
+
+  // TOKEN keeps the ranks in step (see LineProtocol::sendPresence): a rank
+  // whose slice has no row in the round gets chunk 0's flag from every
+  // peer, with no payload, and waits for all of them (then resets them).
+  template <class Mode, class Peers>
+  __device__ static void sendPresence(const FusedParams<Peers>& p, const int* start, int rank, int slot,
+                                      uint32_t flag, int lane) {
+    for (int dst = lane; dst < p.nRanks; dst += 32) {
+      const RoundRows rows = roundRows<Mode>(p, start, dst);
+      if (dst != rank && rows.lo == rows.hi)
+        storeRelaxedSys8(p.peers.peerWorkspace(dst) + p.region.flagOffsetOf(slot, rank, dst, 0), flag);
+    }
+  }
+  __device__ static void awaitPresence(const Region& r, char* ws, int nRanks, int rank, int slot, uint32_t flag,
+                                       int lane, Waiter& waiter) {
+    if (!waitChunk(r, ws, nRanks, rank, slot, flag, 0, lane, waiter)) return;
+    for (int src = lane; src < nRanks; src += 32)
+      if (src != rank) storeVolatile8(ws + r.flagOffsetOf(slot, src, rank, 0), 0);
+  }
+
+  // Where one vector of the link (column col of unit u) of this rank lives:
+  // its own share in partialOut, the remote sources' in the workspace (one
+  // source's block of units after another), the merged one in out.
+  struct VectorAt {
+    const char* own;
+    const char* remote;  // the first remote source's
+    char* out;
+    size_t inBlock;      // offset in a source's block of the slot (NONE's phase 2 forwards there)
+    int unit;            // index of u among the warp's units (its weights)
+    int pos;             // slot position of u (its LSE word)
+  };
+
+  // The weights of units first + k * step (k < count) of this rank: a lane
+  // per (unit, source) loads the LSEs (one round trip; a scaled codec's
+  // are the low halves of its LSE words), a lane per unit turns them into
+  // weights (merge.h) and writes the merged LSE (NONE in two phases: into
+  // every peer's phase-2 half too). `weight`: the warp's scratch, as
+  // mergeUnits'.
+  template <class Mode, class Peers>
+  __device__ static void unitWeights(const FusedParams<Peers>& p, const RankIo& io, const int* start,
+                                     const char* ws, int rank, int slot, int first, int count, int step,
+                                     float (*weight)[NCCL_DCP_MAX_RANKS], int lane) {
+    const Region& r = p.region;
+    const Strides& s = p.strides;
+    const int n = p.nRanks, Hl = r.localHeads;
+    const int base = unitsOf<Mode>(p, start, rank).first;  // slot position of this rank's first unit
+    for (int i = lane; i < count * n; i += 32) {
+      const int k = p.byRanks.quotient(i), src = i - k * n, u = first + k * step;
+      const int row = p.byHeads.quotient(u), head = u - row * Hl;
+      const PartialAt at = partialAt<Mode>(p, head, rank);
+      weight[k][src] = src == rank ? partialLse(p, io, row, at.peer, at.head)
+                                   : __uint_as_float(loadVolatile4(ws + r.lseOffsetOf(slot, src, rank, u - base)));
+    }
+    __syncwarp();
+    if (lane < count) {
+      const int u = first + lane * step, row = p.byHeads.quotient(u), head = u - row * Hl;
+      const float merged = mergeWeights(weight[lane], n, p.lseBase, weight[lane]);
+      if (io.outLse)
+        io.outLse[outRow<Mode>(p, start, rank, row) * s.outLseRow + mergedOutHead<Mode>(p, rank, head) * s.outLseHead] =
+            merged;
+      if constexpr (Mode::kRelays) SimpleRelay::forwardLse(p, rank, slot, u - base, merged);
+    }
+    __syncwarp();
+  }
+
+  // Merges units first + k * step (k < count <= kMaxChunkUnits) of this
+  // rank with one warp: the weights (unitWeights), then every lane merges
+  // vectors of the link in source order s = 0..cp-1, MergeShape's vectors x
+  // sources of loads in flight; a scaled codec takes each (unit, source)'s
+  // scale from the high half of its LSE word. `weight`: the warp's
+  // [kMaxChunkUnits][NCCL_DCP_MAX_RANKS] scratch.
+  template <class Mode, class Codec, class Peers>
+  __device__ static void mergeUnits(const FusedParams<Peers>& p, const RankIo& io, const int* start,
+                                    const char* ws, int rank, int slot, int first, int count, int step,
+                                    float (*weight)[NCCL_DCP_MAX_RANKS], int lane) {
+    using T = typename Codec::Element;
+    constexpr int kVectors = MergeShape<Codec>::kVectors, kSources = MergeShape<Codec>::kSources;
+    constexpr int kOut = Codec::kVectorBytes;  // bytes of the own share and of out per vector of the link
+    const Region& r = p.region;
+    const Strides& s = p.strides;
+    const int n = p.nRanks, Hl = r.localHeads;
+    const int base = unitsOf<Mode>(p, start, rank).first;  // slot position of this rank's first unit
+    unitWeights<Mode>(p, io, start, ws, rank, slot, first, count, step, weight, lane);
+
+    const int vectors = (int)p.byVectors.d, total = count * vectors;
+    const size_t sourceBytes = r.sourceBytes();
+    const char* slotData = ws + r.offset + (size_t)slot * r.slotBytes;
+    auto vectorAt = [&](int v) {
+      const int k = p.byVectors.quotient(v), col = v - k * vectors, u = first + k * step;
+      const int row = p.byHeads.quotient(u), head = u - row * Hl;
+      const size_t inBlock = (size_t)(u - base) * r.unitBytes + (size_t)col * simple::kLaneBytes;
+      const PartialAt own = partialAt<Mode>(p, head, rank);
+      const int64_t outAt = outRow<Mode>(p, start, rank, row) * s.outRow + mergedOutHead<Mode>(p, rank, head) * s.outHead;
+      return VectorAt{io.partialOut + inOffset(s, row, own.peer, own.head) * (int64_t)sizeof(T) + col * kOut,
+                      slotData + inBlock, io.out + outAt * (int64_t)sizeof(T) + col * kOut, inBlock, k, u - base};
+    };
+    for (int v0 = 0; v0 < total; v0 += 32 * kVectors) {
+      VectorAt at[kVectors];
+      float acc[kVectors][2][Codec::kPerWord] = {};
+#pragma unroll
+      for (int j = 0; j < kVectors; j++)
+        if (v0 + 32 * j + lane < total) at[j] = vectorAt(v0 + 32 * j + lane);
+      for (int s0 = 0; s0 < n; s0 += kSources) {
+        // A native own vector is one 16-byte load: it takes the source's
+        // place in x (no registers of its own).
+        constexpr bool kOwnInX = std::is_same<typename Codec::OwnVector, uint4>::value;
+        uint4 x[kVectors][kSources];
+        typename Codec::OwnVector own[kOwnInX ? 1 : kVectors];
+        typename Codec::Scale scale[kVectors][kSources];
+#pragma unroll
+        for (int j = 0; j < kVectors; j++)
+#pragma unroll
+          for (int b = 0; b < kSources; b++) {
+            const int src = s0 + b;
+            if (src >= n || v0 + 32 * j + lane >= total) continue;
+            if (src == rank) {
+              if constexpr (kOwnInX) x[j][b] = Codec::loadOwnVector(at[j].own);
+              else own[j] = Codec::loadOwnVector(at[j].own);
+            } else {
+              x[j][b] = loadVolatile16(at[j].remote + (size_t)(src < rank ? src : src - 1) * sourceBytes);
+              if constexpr (Codec::kScaled)
+                scale[j][b] = Codec::scaleOfLseWord(
+                    (uint64_t)loadVolatile4(ws + r.lseOffsetOf(slot, src, rank, at[j].pos) + 4) << 32);
+            }
+          }
+#pragma unroll
+        for (int j = 0; j < kVectors; j++)
+#pragma unroll
+          for (int b = 0; b < kSources; b++) {
+            const int src = s0 + b;
+            if (src >= n || v0 + 32 * j + lane >= total) continue;
+            const float w = weight[at[j].unit][src];
+            if constexpr (kOwnInX) {
+              if (src == rank) Codec::accumulateOwnVector(acc[j], w, x[j][b]);
+              else Codec::accumulateVector(acc[j], w, scale[j][b], x[j][b]);
+            } else {
+              if (src == rank) Codec::accumulateOwnVector(acc[j], w, own[j]);
+              else Codec::accumulateVector(acc[j], w, scale[j][b], x[j][b]);
+            }
+          }
+      }
+#pragma unroll
+      for (int j = 0; j < kVectors; j++) {
+        if (v0 + 32 * j + lane >= total) continue;
+        Codec::storeVector(at[j].out, acc[j]);
+        if constexpr (Mode::kRelays) SimpleRelay::forwardVector(p, rank, slot, at[j].inBlock, Codec::packVector(acc[j]));
+      }
+    }
+    __syncwarp();  // weight[] is the warp's next chunk's
+  }
+
+  // A poisoned call: NaN where units first + k * step (k < count) would
+  // have been merged, so no output is left stale.
+  template <class Mode, class Codec, class Peers>
+  __device__ static void poisonUnits(const FusedParams<Peers>& p, const RankIo& io, const int* start, int rank,
+                                     int first, int count, int step, int lane) {
+    using T = typename Codec::Element;
+    constexpr int kOutVectors = Codec::kVectorBytes / simple::kLaneBytes;  // 16-byte vectors of out per link vector
+    const Strides& s = p.strides;
+    const int Hl = p.region.localHeads, vectors = (int)p.byVectors.d;
+    const uint64_t nan = Word<T>::nan();
+    for (int v = lane; v < count * vectors; v += 32) {
+      const int k = p.byVectors.quotient(v), col = v - k * vectors, u = first + k * step;
+      const int row = p.byHeads.quotient(u), head = u - row * Hl;
+      const int64_t outAt = outRow<Mode>(p, start, rank, row) * s.outRow + mergedOutHead<Mode>(p, rank, head) * s.outHead;
+      char* out = io.out + outAt * (int64_t)sizeof(T) + (size_t)col * Codec::kVectorBytes;
+#pragma unroll
+      for (int o = 0; o < kOutVectors; o++)
+        store16(out + o * simple::kLaneBytes,
+                make_uint4((uint32_t)nan, (uint32_t)(nan >> 32), (uint32_t)nan, (uint32_t)(nan >> 32)));
+    }
+    if (lane < count && io.outLse) {
+      const int u = first + lane * step, row = p.byHeads.quotient(u), head = u - row * Hl;
+      io.outLse[outRow<Mode>(p, start, rank, row) * s.outLseRow + mergedOutHead<Mode>(p, rank, head) * s.outLseHead] =
+          NAN;
+    }
+  }
+
+  // The receiving warps of a group (`warps` of them, named barrier
+  // `barrier`) wait on each other; one warp needs no barrier.
+  __device__ static void groupSync(int barrier, int warps) {
+    if (warps > 1) asm volatile("bar.sync %0, %1;" ::"r"(barrier), "r"(warps * 32) : "memory");
+  }
+
+  // Chunk c of this rank's units, merged by a group of `warps` receiving
+  // warps (`receiver`: this one's index in it; the first waits on the
+  // flags and resets them, their only reader), a warp per unit, next unit
+  // + warps. `failed`: the group's shared verdict of the flag wait; when
+  // the wait gave up (or an earlier one did), the chunk's outputs are NaN.
+  // kRelayed: NONE's phase 2 of the chunk, copied from the phase-2 half
+  // (relay.h), not merged.
+  template <class Mode, class Codec, bool kRelayed, class Peers>
+  __device__ static void receiveChunk(const FusedParams<Peers>& p, const RankIo& io, const int* start, char* ws,
+                                      int rank, int slot, uint32_t flag, int c, int receiver, int warps,
+                                      int barrier, float (*weight)[NCCL_DCP_MAX_RANKS], int* failed,
+                                      Waiter& waiter, int lane) {
+    const Region& r = p.region;
+    // Phase 2's flags: the same offsets in the phase-2 half.
+    char* flags = kRelayed ? ws + r.relayBytes : ws;
+    if (receiver == 0) {  // the one warp whose verdict the group follows
+      const bool ok = !waiter.failed && waitChunk(r, flags, p.nRanks, rank, slot, flag, c, lane, waiter);
+      if (lane == 0) *failed = !ok;
+      stamp(p.timeline, kStageLastFlag);
+    }
+    groupSync(barrier, warps);
+    __syncwarp();
+    const bool ok = !*failed;
+    const simple::Chunk chunk = chunkFor<Mode>(p, start, c, rank);
+    const int first = chunk.first + receiver, count = (chunk.count - receiver + warps - 1) / warps;
+    if (receiver < chunk.count) {
+      if constexpr (kRelayed) SimpleRelay::copyRelayed<typename Codec::Element>(p, io, ws, rank, slot, first, count, warps, ok, lane);
+      else if (!ok) poisonUnits<Mode, Codec>(p, io, start, rank, first, count, warps, lane);
+      else mergeUnits<Mode, Codec>(p, io, start, ws, rank, slot, first, count, warps, weight, lane);
+    }
+    groupSync(barrier, warps);  // every warp has read the verdict before the next one is written
+    if constexpr (Mode::kRelays && !kRelayed)
+      if (ok && receiver == 0) SimpleRelay::flagForwarded(p, rank, slot, flag, c, lane);
+    if (ok && receiver == 0)
+      for (int src = lane; src < p.nRanks; src += 32)
+        if (src != rank) storeVolatile8(flags + r.flagOffsetOf(slot, src, rank, c), 0);
+  }
+
+  // Receiving warps per chunk when a block has `chunksPerBlock` chunks to
+  // merge: all of a block's chunks at once (a chunk's merge latency is the
+  // call's tail), as many warps on each as that leaves, a power of two.
+  __device__ static int receiversPerChunk(int chunksPerBlock) {
+    int warps = kSimpleRecvWarps;
+    while (warps > 1 && warps * chunksPerBlock > kSimpleRecvWarps) warps /= 2;
+    return warps;
+  }
+
+  // One round on rank `rank`, block `localBlock` of its blocksPerRank.
+  template <class Mode, class Codec, class Peers>
+  __device__ static void run(const FusedParams<Peers>& p, int rank, int localBlock) {
+    // Per receiving warp: the weights of the units it merges; per group of
+    // receiving warps: the flag wait's verdict.
+    __shared__ float weights[kSimpleRecvWarps][simple::kMaxChunkUnits][NCCL_DCP_MAX_RANKS];
+    __shared__ int waitFailed[kSimpleRecvWarps];
+    // Per writing warp: the send steps it has stored (simple::publishProgress).
+    __shared__ int sendProgress[kSimpleSignalWarp];
+    __shared__ int sendFlagged;  // send steps whose flags are stored
+    __shared__ int splitScratch[kMaxRanks + 1];
+    __shared__ TokenItems tokenItems;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const RankIo& io = p.io[Peers::kLoopback ? rank : 0];
+
+    if (threadIdx.x < kSimpleSignalWarp) sendProgress[threadIdx.x] = 0;  // before startRound's __syncthreads
+    if (threadIdx.x == 0) sendFlagged = 0;
+    constexpr bool isToken = Mode::kScatter == Scatter::Token;
+    bool refused;  // TOKEN's device counts make no split
+    const int* start = splitOf<Mode>(p, splitScratch, &refused);
+    const TokenItems* token = isToken && !refused ? &tokenItems : nullptr;
+    if (token && threadIdx.x == 0) planTokenItems<Mode>(p, start, rank, &tokenItems);  // before startRound's barrier
+
+    char* ws = p.peers.workspace(rank);
+    RoundStart round = startRound(p, rank);
+    stamp(p.timeline, kStageEntry);
+    Waiter& waiter = round.waiter;
+    if (refused) {
+      if (threadIdx.x == 0) waiter.fail(-1, ncclInvalidArgument);
+      endRound(p, rank, round);
+      return;
+    }
+    const int chunks = simple::chunksIn(p.region, p.rows);
+    const int myChunks = chunksOf<Mode>(p, start, rank);  // TOKEN: its slice's
+
+    if (warp < kSimpleSendWarps) {
+      // Every block sends, step by step: the writers wait only for the
+      // signalling warp (plan.ahead), which flags the steps whose bytes
+      // have landed.
+      const SendPlan plan = sendPlan(p, chunks, localBlock, token);
+      const int writers = p.sendWarps;
+      if (!waiter.failed && warp == kSimpleSignalWarp) {
+        signalSteps<Mode>(p, start, plan, sendProgress, &sendFlagged, rank, localBlock, round.slot, round.flag,
+                          writers, waiter, lane);
+        if (isToken && localBlock == 0) sendPresence<Mode>(p, start, rank, round.slot, round.flag, lane);
+      } else if (!waiter.failed && warp < writers) {
+        for (int step = 0; step < plan.steps; step++) {
+          if (!simple::awaitFlagged(&sendFlagged, step + 1 - plan.ahead, waiter, rank, lane)) break;
+          writeStep<Mode, Codec>(p, io, start, plan, rank, localBlock, round.slot, step, warp, writers, lane);
+          __syncwarp();
+          if (lane == 0) simple::publishProgress(&sendProgress[warp], step + 1);
+        }
+      }
+      stamp(p.timeline, kStageSendsDone);
+      allowDependentGrid();
+    } else {
+      allowDependentGrid();
+      // Groups of receiving warps, a chunk each; chunk c goes to group
+      // c % (groups of the grid), so the first chunks sent are merged first.
+      const int receiver = warp - kSimpleSendWarps;
+      const int warps = receiversPerChunk((myChunks + p.blocksPerRank - 1) / p.blocksPerRank);
+      const int groups = kSimpleRecvWarps / warps, group = receiver / warps;
+      if (isToken && myChunks == 0 && localBlock == 0 && receiver == 0 && !waiter.failed)
+        awaitPresence(p.region, ws, p.nRanks, rank, round.slot, round.flag, lane, waiter);
+      for (int c = localBlock * groups + group; c < myChunks; c += p.blocksPerRank * groups)
+        receiveChunk<Mode, Codec, false>(p, io, start, ws, rank, round.slot, round.flag, c, receiver % warps, warps,
+                                         kSimpleRecvBarrier + group, weights[receiver], &waitFailed[group], waiter,
+                                         lane);
+      // NONE's phase 2, once this group's merges are flagged: they wait
+      // only on sends, which never wait, so no phase 2 can starve a phase 1.
+      if constexpr (Mode::kRelays)
+        for (int c = localBlock * groups + group; c < myChunks; c += p.blocksPerRank * groups)
+          receiveChunk<Mode, Codec, true>(p, io, start, ws, rank, round.slot, round.flag, c, receiver % warps, warps,
+                                          kSimpleRecvBarrier + group, weights[receiver], &waitFailed[group], waiter,
+                                          lane);
+      stamp(p.timeline, kStageDone);
+    }
+    endRound(p, rank, round);
+  }
+};
+
 }  // namespace nccl_dcp
 
 #endif  // NCCL_DCP_DEVICE_PROTO_SIMPLE_H_

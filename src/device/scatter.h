@@ -12,6 +12,10 @@
  * The split is the launch's (host counts, or the even split) or, for
  * device counts, summed by each block when it runs (loadSplit), so a graph
  * replay takes the counts of that moment.
+ *
+ * Every function takes the mode explicitly: the fused kernels pass their
+ * Mode's compile-time constant (modes.h), so each mode's kernels carry only
+ * its own addressing; the fallback's kernels pass the call's.
  ************************************************************************/
 #ifndef NCCL_DCP_DEVICE_SCATTER_H_
 #define NCCL_DCP_DEVICE_SCATTER_H_
@@ -22,14 +26,6 @@
 #include "types.h"
 
 namespace nccl_dcp {
-
-// The mode of a launch: a compile-time constant for the fused kernels
-// (Scattered peers), the call's for the fallback's kernels.
-template <class Peers>
-__device__ __forceinline__ constexpr Scatter scatterOf(const FusedParams<Peers>&) {
-  return Peers::kScatter;
-}
-__device__ __forceinline__ Scatter scatterOf(const CombineParams& p) { return p.shape.scatter; }
 
 // Element offsets of (row, peer, head) in the strided tensors.
 __device__ __forceinline__ int64_t inOffset(const Strides& s, int row, int peer, int head) {
@@ -80,8 +76,8 @@ struct RoundRows {
   int lo, hi;
 };
 template <class Args>
-__device__ __forceinline__ RoundRows roundRowsOf(const Args& p, const int* start, int q) {
-  if (scatterOf(p) != Scatter::Token) return {0, p.rows};
+__device__ __forceinline__ RoundRows roundRowsOf(Scatter mode, const Args& p, const int* start, int q) {
+  if (mode != Scatter::Token) return {0, p.rows};
   const int lo = max(start[q] - p.row0, 0), hi = min(start[q + 1] - p.row0, p.rows);
   return {lo, max(lo, hi)};
 }
@@ -90,8 +86,8 @@ __device__ __forceinline__ RoundRows roundRowsOf(const Args& p, const int* start
 // rank's first row (the host does not advance it to the round), the other
 // modes' at the round's (it does).
 template <class Args>
-__device__ __forceinline__ int64_t outRowOf(const Args& p, const int* start, int q, int row) {
-  return scatterOf(p) == Scatter::Token ? (int64_t)p.row0 + row - start[q] : row;
+__device__ __forceinline__ int64_t outRowOf(Scatter mode, const Args& p, const int* start, int q, int row) {
+  return mode == Scatter::Token ? (int64_t)p.row0 + row - start[q] : row;
 }
 
 // The rank whose slice holds row `globalRow` of the call (TOKEN): the last

@@ -41,9 +41,19 @@ constexpr int kMaxLoopbackRanks = 64;
 // What crosses the link (ncclDcpWire_t): the partials as the inputs hold
 // them, or e4m3 with one fp32 scale per unit (fp8_wire.h, DESIGN §15).
 enum class Wire : int { Native = 0, Fp8E4m3 = 1 };
+// A wire as a type, for dispatching over it.
+template <Wire kW>
+struct WireTag {
+  static constexpr Wire kWire = kW;
+};
 
 // Where the merged heads go (ncclDcpScatter_t).
 enum class Scatter : int { Head = 0, Token = 1, None = 2 };
+
+// The mode axis of the fused kernels (kernel_table.h, device/modes.h): the
+// scatter mode, and NONE's algorithm.
+enum class FusedMode : int { Head = 0, Token = 1, NoneDirect = 2, NoneTwoPhase = 3 };
+constexpr int kFusedModes = 4;
 
 // TOKEN's split of the call's rows: rank p owns [start[p], start[p + 1]).
 // With deviceCounts (the caller's int32[cp]) the kernels compute start

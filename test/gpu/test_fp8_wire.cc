@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "device_problem.h"
+#include "fallback_rounds.h"
 #include "enums.h"
 #include "launch.h"
 #include "loopback.h"
@@ -127,53 +128,6 @@ void call(Loopback& lb, const DeviceProblem& p) {
   DCP_ASSERT(lb.asyncError());
 }
 
-// The fallback's arithmetic on one GPU (HEAD): every virtual rank's pack
-// (launchPack, wire fp8: the units bound for other ranks encoded), the
-// ncclAlltoAll as device copies, every rank's combine (launchCombine).
-void emulateFallback(const DeviceProblem& p) {
-  const Config& cfg = p.config();
-  const int cp = (int)p.want().size(), batch = p.batch(), Hl = cfg.localHeads;
-  const Strides& s = p.strides();
-  CallShape shape;
-  DCP_ASSERT(resolveCallArgs(nullptr, cfg, cp, batch, &shape));
-  const size_t unitBytes = (size_t)cfg.headDim * cfg.eltSize, units = (size_t)cp * cfg.maxBatch * Hl;
-  std::vector<DeviceBuffer> send, sendLse, recv, recvLse;
-  for (int r = 0; r < cp; r++) {
-    send.emplace_back(units * unitBytes);
-    sendLse.emplace_back(units * sizeof(float));
-    recv.emplace_back(units * unitBytes);
-    recvLse.emplace_back(units * sizeof(float));
-  }
-  const std::vector<CallBuffers> b = p.allBuffers();
-  const ncclResult_t res = forEachRound(batch, cfg.maxBatch, [&](int row0, int rows) -> ncclResult_t {
-    for (int r = 0; r < cp; r++) {
-      PackParams l = packLaunch(cfg, cp, shape, row0, rows, buffersAtRow(b[r], s, cfg, row0), send[r].as<char>(),
-                                sendLse[r].as<float>(), s);
-      l.wire = cfg.wire;
-      l.rank = r;
-      DCPCHECK(launchPack(l, nullptr));
-    }
-    const size_t n = (size_t)rows * Hl;  // units per (source, destination)
-    for (int dst = 0; dst < cp; dst++)
-      for (int src = 0; src < cp; src++)
-        if (cudaMemcpyAsync(recv[dst].as<char>() + src * n * unitBytes, send[src].as<char>() + dst * n * unitBytes,
-                            n * unitBytes, cudaMemcpyDeviceToDevice, nullptr) != cudaSuccess ||
-            cudaMemcpyAsync(recvLse[dst].as<float>() + src * n, sendLse[src].as<float>() + dst * n,
-                            n * sizeof(float), cudaMemcpyDeviceToDevice, nullptr) != cudaSuccess)
-          return ncclUnhandledCudaError;
-    for (int r = 0; r < cp; r++) {
-      const CallBuffers at = buffersAtRow(b[r], s, cfg, row0);
-      CombineParams l = combineLaunch(cfg, cp, shape, r, row0, rows, recv[r].as<char>(), recvLse[r].as<float>(),
-                                      (char*)at.out, at.outLse, s, nullptr);
-      l.wire = cfg.wire;
-      DCPCHECK(launchCombine(l, nullptr));
-    }
-    return ncclSuccess;
-  });
-  DCP_ASSERT(res);
-  CUDA_ASSERT(cudaDeviceSynchronize());
-}
-
 // (protocol or -1 for the emulated fallback, dtype)
 using ProtoDtype = std::tuple<int, ncclDataType_t>;
 
@@ -198,8 +152,8 @@ class Fp8Wire : public testing::TestWithParam<ProtoDtype> {
     DeviceProblem p8(cfg8, cp, batch, LseMix::Normal, seed, attentionLike(cfg8, cp, batch, seed, nonFinite));
     DeviceProblem pn(cfgn, cp, batch, LseMix::Normal, seed, attentionLike(cfgn, cp, batch, seed, nonFinite));
     if (fallback) {
-      ASSERT_NO_FATAL_FAILURE(emulateFallback(p8));
-      ASSERT_NO_FATAL_FAILURE(emulateFallback(pn));
+      ASSERT_NO_FATAL_FAILURE(runFallbackRounds(p8, nullptr));
+      ASSERT_NO_FATAL_FAILURE(runFallbackRounds(pn, nullptr));
     } else {
       std::unique_ptr<Loopback> lb8 = makeLoopback(c8, cp), lbn = makeLoopback(cn, cp);
       ASSERT_TRUE(lb8 && lbn);

@@ -764,7 +764,7 @@ TEST_F(LoopbackGpu, SimpleSendWarpsFromTheEnvironmentReachTheLaunch) {
       lb = makeLoopback(c, cp);
     }
     ASSERT_TRUE(lb);
-    EXPECT_EQ(lb->engine().fused.sendWarps, warps ? warps : 7);
+    EXPECT_EQ(lb->engine().simpleSendWarps, warps ? warps : 7);
     p.poison(nullptr);
     DCP_ASSERT(lb->call(p.buffers().data(), B, nullptr, nullptr));
     CUDA_ASSERT(cudaDeviceSynchronize());

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "device_problem.h"
+#include "fallback_rounds.h"
 #include "enums.h"
 #include "env.h"
 #include "launch.h"
@@ -211,8 +212,8 @@ TEST_P(NoneAlgorithms, DirectAndTwoPhaseMatchTheReferenceBitwiseAlike) {
         auto lb = makeLoopback(c, cp);
         ASSERT_TRUE(lb);
         const WorkspaceLayout& w = lb->engine().layout;
-        EXPECT_EQ(w.small.gatherBytes != 0, algo == NoneAlgo::TwoPhase);
-        EXPECT_EQ(w.large.gatherBytes != 0, algo == NoneAlgo::TwoPhase);
+        EXPECT_EQ(w.small.relayBytes != 0, algo == NoneAlgo::TwoPhase);
+        EXPECT_EQ(w.large.relayBytes != 0, algo == NoneAlgo::TwoPhase);
         DeviceProblem p(resolved(c), cp, batch, LseMix::Special, seed, CallSpec{});
         ASSERT_NO_FATAL_FAILURE(callAndWait(*lb, p));
         const Mismatch m = p.checkAll();
@@ -474,54 +475,6 @@ class ScatterGpu : public testing::Test {
   void SetUp() override { DCP_REQUIRE_GPUS(1); }
 };
 
-// The fallback's arithmetic on one GPU: per round of p's call, every
-// virtual rank's pack (launchPack), the exchange NCCL would make
-// (ncclAlltoAll for HEAD, ncclAllGather otherwise) as device copies, and
-// every rank's combine (launchCombine) into p's outputs.
-void emulateFallback(const DeviceProblem& p, const ncclDcpCallArgs_t* args) {
-  const Config& cfg = p.config();
-  const int cp = (int)p.want().size(), batch = p.batch(), Hl = cfg.localHeads, heads = headsPerRow(cfg, cp);
-  const Strides& s = p.strides();
-  CallShape shape;
-  DCP_ASSERT(resolveCallArgs(args, cfg, cp, batch, &shape));
-  const size_t unitBytes = (size_t)cfg.headDim * cfg.eltSize;
-  const size_t sendUnits = (size_t)cp * cfg.maxBatch * Hl, recvUnits = (size_t)cp * cfg.maxBatch * heads;
-  std::vector<DeviceBuffer> send, sendLse, recv, recvLse;
-  for (int r = 0; r < cp; r++) {
-    send.emplace_back(sendUnits * unitBytes);
-    sendLse.emplace_back(sendUnits * sizeof(float));
-    recv.emplace_back(recvUnits * unitBytes);
-    recvLse.emplace_back(recvUnits * sizeof(float));
-  }
-  const std::vector<CallBuffers> b = p.allBuffers();
-  const ncclResult_t res = forEachRound(batch, cfg.maxBatch, [&](int row0, int rows) -> ncclResult_t {
-    for (int r = 0; r < cp; r++)
-      DCPCHECK(launchPack(packLaunch(cfg, cp, shape, row0, rows, buffersAtRow(b[r], s, cfg, row0), send[r].as<char>(),
-                                     sendLse[r].as<float>(), s),
-                          nullptr));
-    const bool gather = shape.scatter != Scatter::Head;
-    const size_t units = gather ? (size_t)rows * cp * Hl : (size_t)rows * Hl;  // per (source, destination)
-    for (int dst = 0; dst < cp; dst++)
-      for (int src = 0; src < cp; src++) {
-        const size_t from = gather ? 0 : dst * units;
-        if (cudaMemcpyAsync(recv[dst].as<char>() + src * units * unitBytes, send[src].as<char>() + from * unitBytes,
-                            units * unitBytes, cudaMemcpyDeviceToDevice, nullptr) != cudaSuccess ||
-            cudaMemcpyAsync(recvLse[dst].as<float>() + src * units, sendLse[src].as<float>() + from,
-                            units * sizeof(float), cudaMemcpyDeviceToDevice, nullptr) != cudaSuccess)
-          return ncclUnhandledCudaError;
-      }
-    for (int r = 0; r < cp; r++) {
-      const CallBuffers at = buffersAtRow(b[r], s, cfg, row0);
-      DCPCHECK(launchCombine(combineLaunch(cfg, cp, shape, r, row0, rows, recv[r].as<char>(), recvLse[r].as<float>(),
-                                           (char*)at.out, at.outLse, s, nullptr),
-                             nullptr));
-    }
-    return ncclSuccess;
-  });
-  DCP_ASSERT(res);
-  CUDA_ASSERT(cudaDeviceSynchronize());
-}
-
 // Every merged head of row `row` as p's ranks hold it, [H][D] payload
 // bytes then [H] outLse bytes, by global head; NONE: rank 0's, after
 // checking every rank holds the same bits.
@@ -636,7 +589,7 @@ TEST_F(ScatterGpu, BatchInvariance) {
         if (lb) {
           ASSERT_NO_FATAL_FAILURE(callAndWait(*lb, p));
         } else {
-          ASSERT_NO_FATAL_FAILURE(emulateFallback(p, p.args(0)));
+          ASSERT_NO_FATAL_FAILURE(runFallbackRounds(p, p.args(0)));
         }
         const Mismatch m = p.checkAll();
         ASSERT_EQ(m.count, 0u) << m.first;

@@ -878,7 +878,7 @@ TEST_F(NoneTwoPhaseRanks, EveryProtocolMatchesTheReference) {
         withScatter(makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8, proto), ncclDcpScatterNone);
     Config cfg;
     ASSERT_EQ(resolveConfig(&c, twoPhase, &cfg), ncclSuccess) << ncclDcpGetLastError();
-    ASSERT_TRUE(noneGathers(cfg, kRanks));
+    ASSERT_TRUE(noneRelays(cfg, kRanks));
     auto ctxs = createAll(c);
     if (HasFailure()) return;
     EXPECT_EQ(pathOf(ctxs[0]), ncclDcpPathFused);

@@ -328,21 +328,21 @@ TEST(WorkspaceLayout, TotalIsControlPlusRegions) {
 }
 
 // NONE's two-phase slots (DESIGN §14): a HEAD-shaped half, then a phase-2
-// half of the same geometry; every offset taken on gatherHalf() is the
+// half of the same geometry; every offset taken on relayHalf() is the
 // same offset one half further, inside its slot's second half.
-TEST(GatherHalf, IsTheSecondHalfOfEachSlotWithTheSameGeometry) {
+TEST(RelayHalf, IsTheSecondHalfOfEachSlotWithTheSameGeometry) {
   for (Proto p : kProtos)
     for (int cp : {2, 3, 8, 64})
       for (int capacity : {1, 37}) {
         SCOPED_TRACE(::testing::Message() << name(p) << " cp " << cp << " capacity " << capacity);
         const Region one = makeRegion(p, cp, 3, 128, 2, capacity, kControlBytes);
-        const Region two = makeRegion(p, cp, 3, 128, 2, capacity, kControlBytes, Wire::Native, /*gather=*/true);
-        EXPECT_EQ(one.gatherBytes, 0u);
-        EXPECT_EQ(two.gatherBytes, one.slotBytes);
+        const Region two = makeRegion(p, cp, 3, 128, 2, capacity, kControlBytes, Wire::Native, /*relay=*/true);
+        EXPECT_EQ(one.relayBytes, 0u);
+        EXPECT_EQ(two.relayBytes, one.slotBytes);
         EXPECT_EQ(two.slotBytes, 2 * one.slotBytes);
         EXPECT_EQ(two.unitBytes, one.unitBytes);
         EXPECT_EQ(two.chunks, one.chunks);
-        const Region half = two.gatherHalf();
+        const Region half = two.relayHalf();
         const size_t last = (size_t)capacity * 3 - 1;
         for (int slot : {0, 1})
           for (auto [src, dst] : {std::pair{0, cp - 1}, std::pair{cp - 1, 0}})

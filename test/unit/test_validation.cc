@@ -1044,7 +1044,7 @@ TEST(ConfigSize, ZeroPointThreeSizedConfigTakesNativeWire) {
 }
 
 // ---------------------------------------------------------------------------
-// config->wire (issue 28): fp8 needs bf16 / fp16, headDim % 16 == 0, HEAD.
+// config->wire (issue 28): fp8 needs bf16 / fp16, headDim % 16 == 0.
 
 ncclDcpConfig_t wireConfig(int wire, int headDim = 128, ncclDataType_t dtype = ncclBfloat16,
                            int scatter = ncclDcpScatterHead) {
@@ -1088,10 +1088,20 @@ TEST(ConfigWire, Fp8RefusalsNameTheWire) {
                   "config->wire fp8 needs headDim % 16 == 0, not 24");
   EXPECT_REJECTED(resolve(wireConfig(ncclDcpWireFp8E4m3, 136, ncclFloat16)), ncclInvalidArgument,
                   "config->wire fp8 needs headDim % 16 == 0, not 136");
-  EXPECT_REJECTED(resolve(wireConfig(ncclDcpWireFp8E4m3, 128, ncclBfloat16, ncclDcpScatterToken)),
-                  ncclInvalidArgument, "config->wire fp8 supports scatter HEAD only, not token");
-  EXPECT_REJECTED(resolve(wireConfig(ncclDcpWireFp8E4m3, 128, ncclBfloat16, ncclDcpScatterNone)),
-                  ncclInvalidArgument, "config->wire fp8 supports scatter HEAD only, not none");
+  // Every scatter mode takes fp8; NONE runs its direct algorithm, so an
+  // explicit two_phase is refused by name (auto picks direct).
+  EXPECT_ACCEPTED(resolve(wireConfig(ncclDcpWireFp8E4m3, 128, ncclBfloat16, ncclDcpScatterToken)));
+  EXPECT_ACCEPTED(resolve(wireConfig(ncclDcpWireFp8E4m3, 128, ncclBfloat16, ncclDcpScatterNone)));
+  Env twoPhase;
+  twoPhase.noneAlgo = (int)NoneAlgo::TwoPhase;
+  EXPECT_REJECTED(resolve(wireConfig(ncclDcpWireFp8E4m3, 128, ncclBfloat16, ncclDcpScatterNone), twoPhase),
+                  ncclInvalidArgument, "NCCL_DCP_NONE_ALGO=two_phase");
+  Env autoAlgo;
+  autoAlgo.noneAlgo = (int)NoneAlgo::Auto;
+  const ncclDcpConfig_t none8 = wireConfig(ncclDcpWireFp8E4m3, 128, ncclBfloat16, ncclDcpScatterNone);
+  Config c;
+  ASSERT_EQ(resolveConfig(&none8, autoAlgo, &c), ncclSuccess);
+  EXPECT_FALSE(noneRelays(c, 8));
 }
 
 // The workspace follows the narrower units: about half at D 512.

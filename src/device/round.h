@@ -1,7 +1,6 @@
 /*************************************************************************
- * What the fused kernels of every protocol share: tensor offsets, the
- * device-side round counter, the bounded waiter of a launch, and the opt-in
- * timeline.
+ * What every fused kernel does around its protocol's work: the device-side
+ * round counter, the bounded waiter of a launch, and the opt-in timeline.
  *
  * Round: every block learns the round with one atomic add on the rank's
  * 64-bit {arrivals, round} word (Control, layout.h). The block that arrives
@@ -10,13 +9,18 @@
  * a call. The next launch reads the word only after its grid-dependency
  * wait, once this grid has completed. CUDA-graph replays advance it like
  * eager calls.
+ *
+ * Status: thread 0 reads the status word (a failed earlier wait, or an
+ * abort, poisons the context) once for the block, with the round's atomic
+ * in flight, and every warp of the block starts from that one verdict: a
+ * stop that lands during the launch can never leave one warp of a block
+ * waiting for another that saw it and left (issue 34).
  ************************************************************************/
-#ifndef NCCL_DCP_DEVICE_FUSED_COMMON_H_
-#define NCCL_DCP_DEVICE_FUSED_COMMON_H_
+#ifndef NCCL_DCP_DEVICE_ROUND_H_
+#define NCCL_DCP_DEVICE_ROUND_H_
 
 #include "params.h"
 #include "primitives.h"
-#include "scatter.h"
 
 #ifndef NCCL_DCP_TIMELINE
 #define NCCL_DCP_TIMELINE 0
@@ -24,50 +28,21 @@
 
 namespace nccl_dcp {
 
-// ---- Scatter modes (CallShape, types.h). A workspace row holds
-// region.localHeads units: HEAD's unit j from source s is s's partial of
-// head dst * Hl + j; TOKEN's and NONE's (direct) unit h is head h, the same
-// for every destination. TOKEN sends a row only to the rank whose slice
-// holds it; HEAD and NONE send every unit to every peer. NONE in two phases
-// runs HEAD's (kScatter Head, kGather).
-
-// Where the partial of (unit head sh) bound for rank dst lies in the
-// inputs: (peer, head) of partialOut [B][cp][Hl][D].
-struct PartialAt {
-  int peer, head;
-};
-template <class Args>
-__device__ __forceinline__ PartialAt partialAt(const Args& p, int sh, int dst) {
-  if (scatterOf(p) == Scatter::Head) return {dst, sh};
-  const int peer = p.byLocalHeads.quotient(sh);
-  return {peer, sh - peer * p.shape.localHeads};
-}
-
-// The out head where this rank's merge of (workspace) head `head` goes:
-// the head itself, but for NONE in two phases (whose merge is HEAD's: the
-// rank's heads rank * Hl + head of an out row of every head).
-template <class Peers>
-__device__ __forceinline__ int mergedOutHead(const FusedParams<Peers>& p, int rank, int head) {
-  return Peers::kGather ? rank * p.shape.localHeads + head : head;
-}
-
-// This rank's partial LSE of (round row, peer, head) (scatter.h).
-template <class Args>
-__device__ __forceinline__ float partialLse(const Args& p, const RankIo& io, int row, int peer, int head) {
-  return partialLseOf(p.shape, p.strides, p.row0, io.partialLse, io.seqLens, io.queryStartLoc, row, peer, head);
-}
-
 struct RoundInfo {
   uint32_t round;
-  bool advances;  // this block moves the counter on when it ends
+  bool advances;   // this block moves the counter on when it ends
+  bool poisoned;   // the status word was set when the block started
 };
 
-__device__ __forceinline__ RoundInfo beginRound(Control* ctrl, int blocksPerRank) {
+// Every thread of the block calls it (a barrier).
+__device__ __forceinline__ RoundInfo beginRound(Control* ctrl, const uint32_t* status, int blocksPerRank) {
   __shared__ RoundInfo shared;
   if (threadIdx.x == 0) {
+    const uint32_t statusAtEntry = loadVolatile4(status);  // in flight with the atomic
     const unsigned long long old = atomicAdd(reinterpret_cast<unsigned long long*>(&ctrl->arrivals), 1ull);
     shared.round = (uint32_t)(old >> 32);
     shared.advances = (uint32_t)old == (uint32_t)blocksPerRank - 1;
+    shared.poisoned = statusAtEntry != 0;
   }
   __syncthreads();
   return shared;
@@ -86,16 +61,13 @@ struct RoundStart {
   Waiter waiter;
 };
 
-// The status word (a failed earlier wait poisons the context: do nothing)
-// is loaded before the round's atomic, so the two round trips overlap; the
-// workspace pointers come from the launch parameters, not from NCCL's
-// window (a dependent load of its own).
+// The workspace pointers come from the launch parameters, not from NCCL's
+// window (a dependent load of its own). Every thread of the block calls it.
 template <class Peers>
 __device__ __forceinline__ RoundStart startRound(const FusedParams<Peers>& p, int rank) {
   uint32_t* status = p.peers.status(rank);
-  const uint32_t statusAtEntry = loadVolatile4(status);
   RoundStart r;
-  r.info = beginRound((Control*)p.peers.workspace(rank), p.blocksPerRank);
+  r.info = beginRound((Control*)p.peers.workspace(rank), status, p.blocksPerRank);
   r.slot = r.info.round & 1;
   r.flag = flagForRound(r.info.round);
   Waiter& w = r.waiter;
@@ -105,7 +77,7 @@ __device__ __forceinline__ RoundStart startRound(const FusedParams<Peers>& p, in
   w.rank = rank;
   w.round = r.info.round;
   w.spins = 0;
-  w.failed = statusAtEntry != 0;
+  w.failed = r.info.poisoned;
   return r;
 }
 
@@ -134,4 +106,4 @@ __device__ __forceinline__ void stamp(uint64_t* timeline, TimelineStage stage, i
 
 }  // namespace nccl_dcp
 
-#endif  // NCCL_DCP_DEVICE_FUSED_COMMON_H_
+#endif  // NCCL_DCP_DEVICE_ROUND_H_

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Nsight Compute on the loopback fused kernel (docs/perf.md "Where the time
+# goes"): one kernel launch per (protocol, wire, mode, rows), `ncu --set full`
+# (clocks left alone), the details page as text under $LOGS/ncu-*.txt.
+#   scripts/profile-ncu.sh <perf binary> <logs dir> [P:wire:scatter:rows ...]
+set -uo pipefail
+perf=$1 logs=$2
+shift 2
+mkdir -p "$logs"
+ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+[ -n "$ncu" ] || { echo "no ncu on this machine"; exit 1; }
+cases=("$@")
+[ ${#cases[@]} -gt 0 ] || cases=(LL128:native:head:1 LL128:native:head:32 LL128:native:head:256 SIMPLE:native:head:1024
+  LL128:fp8:head:32 LL128:fp8:head:256 SIMPLE:fp8:head:1024)
+status=0
+for c in "${cases[@]}"; do
+  IFS=: read -r P wire scatter rows <<< "$c"
+  name=ncu-$P-$wire-$scatter-$rows
+  "$ncu" --clock-control none --set full -k 'regex:[aA]2aLseReduce' --launch-skip 12 --launch-count 1 \
+    -o "$logs/$name" -f "$perf" --virtual-ranks 8 -H 16 --head-dim 512 -d bf16 -b "$rows" -e "$rows" -P "$P" \
+    --wire "$wire" --scatter "$scatter" -G 0 -n 2 -w 1 -m 10 -c 0 -B 0 -F 0 > "$logs/$name.log" 2>&1 || status=1
+  "$ncu" --import "$logs/$name.ncu-rep" --page details > "$logs/$name.txt" 2>&1 || status=1
+  rm -f "$logs/$name.ncu-rep"
+  grep -E "^  [a-zA-Z]|Duration|Registers Per|Achieved Occupancy|Compute \(SM\) Throughput|DRAM Throughput|Issue Slots Busy|No Eligible|Local Memory Spill" "$logs/$name.txt" | head -20
+done
+exit $status

@@ -1,0 +1,7 @@
+// The fused kernels of one family of the table (kernel_table.h):
+// protocol LL, wire native, peers lsa.
+#include "kernels/fused.cuh"
+
+namespace nccl_dcp {
+NCCL_DCP_FUSED_FAMILY(Proto::LL, Wire::Native, false)
+}  // namespace nccl_dcp

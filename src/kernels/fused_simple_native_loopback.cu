@@ -1,0 +1,7 @@
+// The fused kernels of one family of the table (kernel_table.h):
+// protocol SIMPLE, wire native, peers loopback.
+#include "kernels/fused.cuh"
+
+namespace nccl_dcp {
+NCCL_DCP_FUSED_FAMILY(Proto::Simple, Wire::Native, true)
+}  // namespace nccl_dcp
