@@ -175,40 +175,40 @@ struct Codec<T, Wire::Native> {
   using Input = uint64_t;
   struct Scale {};
 
-  __device__ static Input loadInput(const char* head, int dw) { return loadInput8(head + (size_t)dw * kInputBytes); }
-  __device__ static uint32_t amaxOf(const Input&, uint32_t held = 0) { return held; }
-  __device__ static Scale unitScale(const char*, int, uint32_t, bool, int) { return {}; }
-  __device__ static uint64_t encode(const Input& x, Scale) { return x; }
-  __device__ static uint64_t lseWord(float lse, Scale) { return (uint64_t)__float_as_uint(lse); }
-  __device__ static Scale scaleOfLseWord(uint64_t) { return {}; }
+  __device__ __forceinline__ static Input loadInput(const char* head, int dw) { return loadInput8(head + (size_t)dw * kInputBytes); }
+  __device__ __forceinline__ static uint32_t amaxOf(const Input&, uint32_t held = 0) { return held; }
+  __device__ __forceinline__ static Scale unitScale(const char*, int, uint32_t, bool, int) { return {}; }
+  __device__ __forceinline__ static uint64_t encode(const Input& x, Scale) { return x; }
+  __device__ __forceinline__ static uint64_t lseWord(float lse, Scale) { return (uint64_t)__float_as_uint(lse); }
+  __device__ __forceinline__ static Scale scaleOfLseWord(uint64_t) { return {}; }
   // merge.h's select of a source of no weight, once for the word.
-  __device__ static void accumulate(float* acc, float w, Scale, uint64_t wire) { accumulateOwn(acc, w, wire); }
-  __device__ static void accumulateOwn(float* acc, float w, const Input& x) {
+  __device__ __forceinline__ static void accumulate(float* acc, float w, Scale, uint64_t wire) { accumulateOwn(acc, w, wire); }
+  __device__ __forceinline__ static void accumulateOwn(float* acc, float w, const Input& x) {
     if (w == 0.f) return;
     float f[kPerWord];
     W::unpack(x, f);
 #pragma unroll
     for (int i = 0; i < kPerWord; i++) acc[i] = fmaf(w, f[i], acc[i]);
   }
-  __device__ static void store(char* head, int dw, const float* acc) {
+  __device__ __forceinline__ static void store(char* head, int dw, const float* acc) {
     *(uint64_t*)(head + (size_t)dw * kInputBytes) = W::pack(acc);
   }
-  __device__ static void storeNaN(char* head, int dw) { *(uint64_t*)(head + (size_t)dw * kInputBytes) = W::nan(); }
+  __device__ __forceinline__ static void storeNaN(char* head, int dw) { *(uint64_t*)(head + (size_t)dw * kInputBytes) = W::nan(); }
 
   static constexpr int kVectorBytes = 2 * kInputBytes;
   using OwnVector = uint4;
-  __device__ static OwnVector loadOwnVector(const char* p) { return loadInput16(p); }
-  __device__ static void accumulateOwnVector(float (*acc)[kPerWord], float w, const OwnVector& x) {
+  __device__ __forceinline__ static OwnVector loadOwnVector(const char* p) { return loadInput16(p); }
+  __device__ __forceinline__ static void accumulateOwnVector(float (*acc)[kPerWord], float w, const OwnVector& x) {
     accumulateVector(acc, w, Scale{}, x);
   }
   // (The same select-per-element merge as mergeAccumulate: SIMPLE's lanes
   // hold units of different weights, so no branch on w.)
-  __device__ static void accumulateVector(float (*acc)[kPerWord], float w, Scale, const uint4& v) {
+  __device__ __forceinline__ static void accumulateVector(float (*acc)[kPerWord], float w, Scale, const uint4& v) {
     W::accumulate(acc[0], w, (uint64_t)v.x | (uint64_t)v.y << 32);
     W::accumulate(acc[1], w, (uint64_t)v.z | (uint64_t)v.w << 32);
   }
-  __device__ static void storeVector(char* out, float (*acc)[kPerWord]) { store16(out, packVector(acc)); }
-  __device__ static uint4 packVector(float (*acc)[kPerWord]) {
+  __device__ __forceinline__ static void storeVector(char* out, float (*acc)[kPerWord]) { store16(out, packVector(acc)); }
+  __device__ __forceinline__ static uint4 packVector(float (*acc)[kPerWord]) {
     const uint64_t lo = W::pack(acc[0]), hi = W::pack(acc[1]);
     return make_uint4((uint32_t)lo, (uint32_t)(lo >> 32), (uint32_t)hi, (uint32_t)(hi >> 32));
   }
@@ -224,12 +224,12 @@ struct MagnitudeBits;
 template <>
 struct MagnitudeBits<__nv_bfloat16> {
   static constexpr uint32_t kInf = 0x7f80;
-  __device__ static float toFloat(uint32_t m) { return __uint_as_float(m << 16); }
+  __device__ __forceinline__ static float toFloat(uint32_t m) { return __uint_as_float(m << 16); }
 };
 template <>
 struct MagnitudeBits<__half> {
   static constexpr uint32_t kInf = 0x7c00;
-  __device__ static float toFloat(uint32_t m) { return __half2float(__ushort_as_half((unsigned short)m)); }
+  __device__ __forceinline__ static float toFloat(uint32_t m) { return __half2float(__ushort_as_half((unsigned short)m)); }
 };
 __device__ __forceinline__ uint32_t maxU16x2(uint32_t a, uint32_t b) {
   uint32_t d;
@@ -253,21 +253,21 @@ struct Codec<T, Wire::Fp8E4m3> {
     bool nonFinite;  // sender only: the unit holds a NaN or an infinity
   };
 
-  __device__ static Input loadInput(const char* head, int dw) { return loadInput16(head + (size_t)dw * kInputBytes); }
+  __device__ __forceinline__ static Input loadInput(const char* head, int dw) { return loadInput16(head + (size_t)dw * kInputBytes); }
 
-  __device__ static void unpack(const Input& x, float* f) {
+  __device__ __forceinline__ static void unpack(const Input& x, float* f) {
     W::unpack((uint64_t)x.x | (uint64_t)x.y << 32, f);
     W::unpack((uint64_t)x.z | (uint64_t)x.w << 32, f + W::kPerWord);
   }
   // The lane's running magnitude max (u16x2) folded with an input word.
-  __device__ static uint32_t amaxOf(const Input& x, uint32_t held = 0) {
+  __device__ __forceinline__ static uint32_t amaxOf(const Input& x, uint32_t held = 0) {
     held = maxU16x2(held, x.x & 0x7fff7fffu);
     held = maxU16x2(held, x.y & 0x7fff7fffu);
     held = maxU16x2(held, x.z & 0x7fff7fffu);
     return maxU16x2(held, x.w & 0x7fff7fffu);
   }
   // fp8::amaxTerm folded over an input word (the slow path).
-  __device__ static float finiteAmaxOf(const Input& x) {
+  __device__ __forceinline__ static float finiteAmaxOf(const Input& x) {
     float f[kPerWord], a = 0.f;
     unpack(x, f);
 #pragma unroll
@@ -280,7 +280,7 @@ struct Codec<T, Wire::Fp8E4m3> {
   // are not the whole unit (`holdsAll` false) the lanes fold every word of
   // the unit at `head` (dataWords of them) too. A max is order-free: the
   // warp's equals the model's loop.
-  __device__ static Scale unitScale(const char* head, int dataWords, uint32_t held, bool holdsAll, int lane) {
+  __device__ __forceinline__ static Scale unitScale(const char* head, int dataWords, uint32_t held, bool holdsAll, int lane) {
     if (!holdsAll)
       for (int dw = lane; dw < dataWords; dw += 32) held = amaxOf(loadInput(head, dw), held);
     const uint32_t m = __reduce_max_sync(kFullMask, max(held & 0xffffu, held >> 16));
@@ -294,12 +294,12 @@ struct Codec<T, Wire::Fp8E4m3> {
   // Two elements (already times 1 / scale) as the hardware's e4m3x2,
   // round to nearest even, satfinite: what __nv_cvt_float_to_fp8 gives a
   // finite element.
-  __device__ static uint32_t cvtPair(float lo, float hi) {
+  __device__ __forceinline__ static uint32_t cvtPair(float lo, float hi) {
     unsigned short r;
     asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;" : "=h"(r) : "f"(lo), "f"(hi));
     return r;
   }
-  __device__ static uint64_t encode(const Input& x, Scale scale) {
+  __device__ __forceinline__ static uint64_t encode(const Input& x, Scale scale) {
     const float inverse = fp8::inverseScale(scale.value);
     float f[kPerWord];
     unpack(x, f);
@@ -313,18 +313,18 @@ struct Codec<T, Wire::Fp8E4m3> {
     }
     return w;
   }
-  __device__ static uint64_t lseWord(float lse, Scale scale) { return fp8::packLseWord(lse, scale.value); }
-  __device__ static Scale scaleOfLseWord(uint64_t w) { return {fp8::scaleOfWord(w), false}; }
+  __device__ __forceinline__ static uint64_t lseWord(float lse, Scale scale) { return fp8::packLseWord(lse, scale.value); }
+  __device__ __forceinline__ static Scale scaleOfLseWord(uint64_t w) { return {fp8::scaleOfWord(w), false}; }
 
   // Two e4m3 elements as two floats (exact: e4m3 is a subset of fp16).
-  __device__ static float2 decodePair(uint32_t q) {
+  __device__ __forceinline__ static float2 decodePair(uint32_t q) {
     uint32_t h;
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((unsigned short)q));
     return __half22float2(*reinterpret_cast<const __half2*>(&h));
   }
   // mergeWireElement per element: the weight times the scale once, and
   // a source whose product is 0 skipped once for the word.
-  __device__ static void accumulate(float* acc, float w, Scale scale, uint64_t wire) {
+  __device__ __forceinline__ static void accumulate(float* acc, float w, Scale scale, uint64_t wire) {
     const float ws = w * scale.value;
     if (ws == 0.f) return;
 #pragma unroll
@@ -334,21 +334,21 @@ struct Codec<T, Wire::Fp8E4m3> {
       acc[i + 1] = fmaf(ws, f.y, acc[i + 1]);
     }
   }
-  __device__ static void accumulateOwn(float* acc, float w, const Input& x) {
+  __device__ __forceinline__ static void accumulateOwn(float* acc, float w, const Input& x) {
     if (w == 0.f) return;
     float f[kPerWord];
     unpack(x, f);
 #pragma unroll
     for (int i = 0; i < kPerWord; i++) acc[i] = fmaf(w, f[i], acc[i]);
   }
-  __device__ static uint4 packOut(const float* acc) {
+  __device__ __forceinline__ static uint4 packOut(const float* acc) {
     const uint64_t lo = W::pack(acc), hi = W::pack(acc + W::kPerWord);
     return make_uint4((uint32_t)lo, (uint32_t)(lo >> 32), (uint32_t)hi, (uint32_t)(hi >> 32));
   }
-  __device__ static void store(char* head, int dw, const float* acc) {
+  __device__ __forceinline__ static void store(char* head, int dw, const float* acc) {
     store16(head + (size_t)dw * kInputBytes, packOut(acc));
   }
-  __device__ static void storeNaN(char* head, int dw) {
+  __device__ __forceinline__ static void storeNaN(char* head, int dw) {
     const uint64_t nan = W::nan();
     store16(head + (size_t)dw * kInputBytes,
             make_uint4((uint32_t)nan, (uint32_t)(nan >> 32), (uint32_t)nan, (uint32_t)(nan >> 32)));
@@ -358,8 +358,8 @@ struct Codec<T, Wire::Fp8E4m3> {
   struct OwnVector {
     uint4 lo, hi;
   };
-  __device__ static OwnVector loadOwnVector(const char* p) { return {loadInput16(p), loadInput16(p + 16)}; }
-  __device__ static void accumulateOwnVector(float (*acc)[kPerWord], float w, const OwnVector& x) {
+  __device__ __forceinline__ static OwnVector loadOwnVector(const char* p) { return {loadInput16(p), loadInput16(p + 16)}; }
+  __device__ __forceinline__ static void accumulateOwnVector(float (*acc)[kPerWord], float w, const OwnVector& x) {
     float f[kPerWord];
     unpack(x.lo, f);
 #pragma unroll
@@ -368,7 +368,7 @@ struct Codec<T, Wire::Fp8E4m3> {
 #pragma unroll
     for (int i = 0; i < kPerWord; i++) acc[1][i] = mergeAccumulate(acc[1][i], w, f[i]);
   }
-  __device__ static void accumulateVector(float (*acc)[kPerWord], float w, Scale scale, const uint4& v) {
+  __device__ __forceinline__ static void accumulateVector(float (*acc)[kPerWord], float w, Scale scale, const uint4& v) {
     const float ws = w * scale.value;
     const uint32_t q[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
@@ -381,7 +381,7 @@ struct Codec<T, Wire::Fp8E4m3> {
         acc[k][i + 1] = mergeAccumulate(acc[k][i + 1], ws, f.y);
       }
   }
-  __device__ static void storeVector(char* out, float (*acc)[kPerWord]) {
+  __device__ __forceinline__ static void storeVector(char* out, float (*acc)[kPerWord]) {
     store16(out, packOut(acc[0]));
     store16(out + 16, packOut(acc[1]));
   }

@@ -187,16 +187,24 @@ __device__ __forceinline__ int loadProgress(const int* progress) {
   return v;
 }
 
+// A wait inside the block (writers and their signaller): each side waits
+// only for the other, which never waits on a peer, so it ends once both
+// started from the same status (round.h); it is bounded all the same, by
+// the launch's deadline (UINT64_MAX: none). A side that gives up leaves
+// its steps unflagged, and the peers' receivers time out and record it.
+// Checks the clock every 1024 spins.
+__device__ __forceinline__ bool pastDeadline(uint32_t spins, uint64_t deadlineNs) {
+  return (spins & 1023u) == 1023u && globalTimerNs() > deadlineNs;
+}
+
 // Spins until each of the first `writers` progress counters (a lane each)
-// reaches `steps`; returns the least of them, or -1 if the waiter gave up.
-// Writers never wait on a peer, so this ends; it is bounded all the same
-// (the launch's deadline, and a stop of the status word: an abort).
+// reaches `steps`; returns the least of them, or -1 past the deadline.
 __device__ __forceinline__ int awaitProgress(const int* progress, int writers, int steps, int lane,
-                                             Waiter& waiter, int rank) {
-  for (;;) {
+                                             uint64_t deadlineNs) {
+  for (uint32_t spins = 0;; spins++) {
     const int least = __reduce_min_sync(kFullMask, lane < writers ? loadProgress(progress + lane) : INT_MAX);
     if (least >= steps) return least;
-    if (!waiter.keepWaiting(rank)) return -1;
+    if (__shfl_sync(kFullMask, pastDeadline(spins, deadlineNs), 0)) return -1;
     __nanosleep(32);
   }
 }
@@ -213,12 +221,12 @@ constexpr int kSendBytesInFlight = 32768;
 constexpr int kSendStepBytes = 16384;
 constexpr int kMinStepsAhead = 2;
 
-// A writer's wait for the signalling warp (the whole warp): until `steps`
-// steps are flagged (published with publishProgress; atomics for the same
-// reason). False if the waiter gave up (bounded as awaitProgress is).
-__device__ __forceinline__ bool awaitFlagged(const int* flagged, int steps, Waiter& waiter, int rank, int lane) {
-  while (__shfl_sync(kFullMask, lane == 0 ? loadProgress(flagged) : 0, 0) < steps) {
-    if (!waiter.keepWaiting(rank)) return false;
+// A writer's wait for the signalling warp: until `steps` steps are
+// flagged (published with publishProgress; atomics for the same reason).
+// False past the deadline (as awaitProgress).
+__device__ __forceinline__ bool awaitFlagged(const int* flagged, int steps, uint64_t deadlineNs) {
+  for (uint32_t spins = 0; loadProgress(flagged) < steps; spins++) {
+    if (pastDeadline(spins, deadlineNs)) return false;
     __nanosleep(32);
   }
   return true;
@@ -411,9 +419,9 @@ struct SimpleProtocol {
   template <class Mode, class Peers>
   __device__ static void signalSteps(const FusedParams<Peers>& p, const int* start, const SendPlan& plan,
                                      const int* progress, int* flagged, int rank, int localBlock, int slot,
-                                     uint32_t flag, int writers, Waiter& waiter, int lane) {
+                                     uint32_t flag, int writers, uint64_t deadlineNs, int lane) {
     for (int done = 0; done < plan.steps;) {
-      const int written = simple::awaitProgress(progress, writers, done + 1, lane, waiter, rank);
+      const int written = simple::awaitProgress(progress, writers, done + 1, lane, deadlineNs);
       if (written < 0) return;
       fenceAcqRelSys();
       for (int i = lane; i < (written - done) * plan.perStep; i += 32) {
@@ -558,14 +566,15 @@ struct SimpleProtocol {
           for (int b = 0; b < kSources; b++) {
             const int src = s0 + b;
             if (src >= n || v0 + 32 * j + lane >= total) continue;
-            if (src == rank) {
-              if constexpr (kOwnInX) x[j][b] = Codec::loadOwnVector(at[j].own);
-              else own[j] = Codec::loadOwnVector(at[j].own);
+            if constexpr (kOwnInX) {
+              x[j][b] = src == rank ? Codec::loadOwnVector(at[j].own)
+                                    : loadVolatile16(at[j].remote + (size_t)(src < rank ? src : src - 1) * sourceBytes);
+            } else if (src == rank) {
+              own[j] = Codec::loadOwnVector(at[j].own);
             } else {
               x[j][b] = loadVolatile16(at[j].remote + (size_t)(src < rank ? src : src - 1) * sourceBytes);
-              if constexpr (Codec::kScaled)
-                scale[j][b] = Codec::scaleOfLseWord(
-                    (uint64_t)loadVolatile4(ws + r.lseOffsetOf(slot, src, rank, at[j].pos) + 4) << 32);
+              scale[j][b] = Codec::scaleOfLseWord(
+                  (uint64_t)loadVolatile4(ws + r.lseOffsetOf(slot, src, rank, at[j].pos) + 4) << 32);
             }
           }
 #pragma unroll
@@ -576,8 +585,7 @@ struct SimpleProtocol {
             if (src >= n || v0 + 32 * j + lane >= total) continue;
             const float w = weight[at[j].unit][src];
             if constexpr (kOwnInX) {
-              if (src == rank) Codec::accumulateOwnVector(acc[j], w, x[j][b]);
-              else Codec::accumulateVector(acc[j], w, scale[j][b], x[j][b]);
+              Codec::accumulateVector(acc[j], w, scale[j][b], x[j][b]);  // the own vector is one of the link's
             } else {
               if (src == rank) Codec::accumulateOwnVector(acc[j], w, own[j]);
               else Codec::accumulateVector(acc[j], w, scale[j][b], x[j][b]);
@@ -717,11 +725,11 @@ struct SimpleProtocol {
       const int writers = p.sendWarps;
       if (!waiter.failed && warp == kSimpleSignalWarp) {
         signalSteps<Mode>(p, start, plan, sendProgress, &sendFlagged, rank, localBlock, round.slot, round.flag,
-                          writers, waiter, lane);
+                          writers, waiter.deadlineNs, lane);
         if (isToken && localBlock == 0) sendPresence<Mode>(p, start, rank, round.slot, round.flag, lane);
       } else if (!waiter.failed && warp < writers) {
         for (int step = 0; step < plan.steps; step++) {
-          if (!simple::awaitFlagged(&sendFlagged, step + 1 - plan.ahead, waiter, rank, lane)) break;
+          if (!simple::awaitFlagged(&sendFlagged, step + 1 - plan.ahead, waiter.deadlineNs)) break;
           writeStep<Mode, Codec>(p, io, start, plan, rank, localBlock, round.slot, step, warp, writers, lane);
           __syncwarp();
           if (lane == 0) simple::publishProgress(&sendProgress[warp], step + 1);
