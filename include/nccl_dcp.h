@@ -420,9 +420,12 @@ ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* partialOut,
  *  - rowCountsDevice: device int32[cp], read by the kernels when they run,
  *    so each replay of a captured graph may use new counts. Checked there:
  *    counts that are negative or do not sum to batch poison the context
- *    (ncclDcpGetAsyncError: ncclInvalidArgument; outputs NaN, as any
- *    poisoned call's). The host cannot know n_r: out must hold the rows
- *    the counts give this rank.
+ *    (ncclDcpGetAsyncError: ncclInvalidArgument). Such counts give no
+ *    rows, so the call that finds them, and every later call while they
+ *    stay invalid, writes NaN over the rows of the last split the kernels
+ *    accepted on this context -- what the previous replay wrote -- and
+ *    nothing before the first accepted one. The host cannot know n_r: out
+ *    must hold the rows the counts give this rank.
  *  Every rank passes the same counts (when only some ranks' device counts
  *  are invalid, the others wait for them and time out: ncclRemoteError).
  *  Only a TOKEN context takes counts.

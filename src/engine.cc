@@ -34,6 +34,8 @@ ncclResult_t Engine::init(const Config& config, int ranks, int myRank, const Pro
   host->error = AsyncErrorRecord{0, -1, -1, 0};
   host->stopCode = ncclRemoteError;  // any non-zero status stops the waits
   CUDACHECK(cudaHostGetDevicePointer((void**)&hostErrorDev, &host->error, 0));
+  CUDACHECK(cudaMalloc(&lastSplit, sizeof(int) * (kMaxRanks + 1)));
+  CUDACHECK(cudaMemset(lastSplit, 0, sizeof(int) * (kMaxRanks + 1)));  // no valid split yet: every slice empty
   simpleSendWarps = simpleWriters(env().simpleSendWarps > 0 ? env().simpleSendWarps : 0);
   const FusedMode mode = fusedModeOf(cfg, nRanks);
   for (int loopback = 0; loopback < 2; loopback++) {
@@ -53,7 +55,9 @@ ncclResult_t Engine::init(const Config& config, int ranks, int myRank, const Pro
 
 void Engine::release(FreeMode mode) {
   freeMemory(MemoryKind::PinnedHost, cudaDev, host, mode);
+  freeMemory(MemoryKind::Device, cudaDev, lastSplit, mode);
   host = nullptr;
+  lastSplit = nullptr;
   hostErrorDev = nullptr;
   // Destroying an event never waits for the work it marks.
   for (cudaEvent_t e : {order.done, order.captureJoin})
@@ -76,9 +80,9 @@ ncclResult_t Engine::describeAsyncError(const volatile AsyncErrorRecord* e) cons
   if (e->code == ncclInvalidArgument)
     return record(ncclInvalidArgument,
                 "context is poisoned: a call's args->rowCountsDevice on rank %d were negative or did not sum to its "
-                "batch (checked by the kernels when they ran; nothing was written): every later call writes NaN "
-                "over the rows its counts give this rank (nothing while they stay invalid); abort the context "
-                "(ncclDcpContextAbort)",
+                "batch (checked by the kernels when they ran; NaN written over the rows of the last split they "
+                "accepted): every later call writes NaN over the rows its counts give this rank (the last accepted "
+                "split's while they stay invalid); abort the context (ncclDcpContextAbort)",
                 e->rank);
   if (e->peer < 0)
     return record((ncclResult_t)e->code,
@@ -104,6 +108,7 @@ ncclResult_t Engine::admit(const CallBuffers* buffers, int nBuffers, int batch, 
                            const ncclDcpCallArgs_t* args, CallPlan* plan) const {
   DCPCHECK(resolveStrides(stridesIn, cfg, nRanks, &plan->strides));
   DCPCHECK(resolveCallArgs(args, cfg, nRanks, batch, &plan->shape));
+  plan->shape.split.lastValid = lastSplit;
   for (int i = 0; i < nBuffers; i++)
     DCPCHECK(checkCall(cfg, nRanks, buffers[i], batch, plan->strides, plan->shape,
                        outRowsOf(plan->shape, nBuffers == 1 ? rank : i)));

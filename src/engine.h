@@ -76,6 +76,7 @@ struct Engine {
   ProtocolPolicy policy;
   WorkspaceLayout layout;
   HostShared* host = nullptr;                // host view (mapped, pinned)
+  int* lastSplit = nullptr;  // device int[kMaxRanks + 1]: TOKEN's last valid device-count split (RowSplit)
   AsyncErrorRecord* hostErrorDev = nullptr;  // device view of host->error
   int cudaDev = -1;                          // the device of the error record
   bool pdl = true;

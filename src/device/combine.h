@@ -133,26 +133,26 @@ __device__ void poisonUnit(const CombineParams& p, const int* start, int unit) {
   for (size_t off = (size_t)lane * 8; off < headBytes; off += 32 * 8) *(uint64_t*)(out + off) = nan;
 }
 
-// The units of the round `rank` merges, [first, end) of row * heads + head;
-// none (and the error recorded) when device counts make no split.
+// The units of the round `rank` merges, [first, end) of row * heads + head.
+// Device counts that make no split: `refused`, the error recorded, and the
+// units those of the last valid split (loadSplit), which the call poisons.
 struct CombineUnits {
   const int* start;
   int first, end;
+  bool refused;
 };
 __device__ __forceinline__ CombineUnits combineUnits(const CombineParams& p, int* scratch) {
   const bool token = p.shape.scatter == Scatter::Token;
-  const int* start = token ? loadSplit(p, scratch) : nullptr;
-  if (token && start == nullptr) {
-    if (blockIdx.x == 0 && threadIdx.x == 0 && p.hostError && p.hostError->code == 0) {
-      p.hostError->rank = p.rank;
-      p.hostError->peer = -1;
-      __threadfence_system();
-      *(volatile uint32_t*)&p.hostError->code = ncclInvalidArgument;
-    }
-    return {nullptr, 0, 0};
+  bool valid = true;
+  const int* start = token ? loadSplit(p, scratch, &valid) : nullptr;
+  if (!valid && blockIdx.x == 0 && threadIdx.x == 0 && p.hostError && p.hostError->code == 0) {
+    p.hostError->rank = p.rank;
+    p.hostError->peer = -1;
+    __threadfence_system();
+    *(volatile uint32_t*)&p.hostError->code = ncclInvalidArgument;
   }
   const RoundRows rows = roundRowsOf(p.shape.scatter, p, start, p.rank);
-  return {start, rows.lo * p.shape.heads, rows.hi * p.shape.heads};
+  return {start, rows.lo * p.shape.heads, rows.hi * p.shape.heads, !valid};
 }
 
 // One warp per (row, head) of the round (the launch covers every row).
@@ -163,7 +163,9 @@ __global__ void __launch_bounds__(kCombineThreads) combineKernel(const __grid_co
   waitForPrerequisiteGrid();
   const CombineUnits units = combineUnits(p, splitScratch);
   const int unit = units.first + blockIdx.x * kCombineWarps + threadIdx.x / 32;
-  if (unit < units.end) combineUnit<T, kWire>(p, units.start, unit, weights[threadIdx.x / 32]);
+  if (unit >= units.end) return;
+  if (units.refused) poisonUnit<T>(p, units.start, unit);
+  else combineUnit<T, kWire>(p, units.start, unit, weights[threadIdx.x / 32]);
 }
 
 // One warp per (row, head) of the round.

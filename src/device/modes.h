@@ -73,13 +73,15 @@ __device__ __forceinline__ int64_t outRow(const Args& p, const int* start, int q
 }
 
 // TOKEN's split as a block reads it (scatter.h's loadSplit), else NULL;
-// `refused`: device counts that make no split.
+// `refused`: device counts that make no split (the split returned is then
+// the last valid one: the rows the call poisons).
 template <class Mode, class Args>
 __device__ __forceinline__ const int* splitOf(const Args& p, int* scratch, bool* refused) {
   *refused = false;
   if (Mode::kScatter != Scatter::Token) return nullptr;
-  const int* start = loadSplit(p, scratch);
-  *refused = start == nullptr;
+  bool valid;
+  const int* start = loadSplit(p, scratch, &valid);
+  *refused = !valid;
   return start;
 }
 

@@ -233,9 +233,9 @@ struct LineProtocol {
     const int nPeers = p.nRanks - 1;
     const int heads = r.localHeads;  // of a workspace row
     constexpr bool token = Mode::kScatter == Scatter::Token;
-    bool refused;  // TOKEN's device counts make no split
+    bool refused;  // TOKEN's device counts make no split: NaN over the last split's rows
     const int* start = splitOf<Mode>(p, splitScratch, &refused);
-    const RoundRows mine = refused ? RoundRows{0, 0} : roundRows<Mode>(p, start, rank);
+    const RoundRows mine = roundRows<Mode>(p, start, rank);
 
     // Send item -> (row, head, destination). HEAD, NONE: every unit to
     // every peer, destinations rotating with the rank so peers are not all
@@ -309,13 +309,13 @@ struct LineProtocol {
       const int rowHead = p.byGroups.quotient(item), g = item - rowHead * groups;
       const int rowInMine = p.byHeads.quotient(rowHead), head = rowHead - rowInMine * heads;
       const int row = mine.lo + rowInMine;
-      if (waiter.failed ||
+      if (refused || waiter.failed ||
           !receiveGroup<Mode, Codec>(p, io, start, ws, rank, slot, flag, row, head, g, weights[warp], waiter))
         poisonOutGroup<Codec>(p, io, outRow<Mode>(p, start, rank, row), mergedOutHead<Mode>(p, rank, head), g);
     }
     // NONE's phase 2, once this warp's merges are forwarded: they wait only
     // on sends, which never wait, so no rank's phase 2 can starve a phase 1.
-    if constexpr (Mode::kRelays)
+    if constexpr (Mode::kRelays)  // (never TOKEN: no refusal here)
       LineRelay::receive<LineProtocol, Lines, Codec>(p, io, ws, rank, slot, flag, recvItems, warpInRank,
                                                      warpsPerRank, weights[warp], waiter);
     stamp(p.timeline, kStageDone);

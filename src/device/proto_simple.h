@@ -700,7 +700,7 @@ struct SimpleProtocol {
     if (threadIdx.x < kSimpleSignalWarp) sendProgress[threadIdx.x] = 0;  // before startRound's __syncthreads
     if (threadIdx.x == 0) sendFlagged = 0;
     constexpr bool isToken = Mode::kScatter == Scatter::Token;
-    bool refused;  // TOKEN's device counts make no split
+    bool refused;  // TOKEN's device counts make no split: NaN over the last split's rows
     const int* start = splitOf<Mode>(p, splitScratch, &refused);
     const TokenItems* token = isToken && !refused ? &tokenItems : nullptr;
     if (token && threadIdx.x == 0) planTokenItems<Mode>(p, start, rank, &tokenItems);  // before startRound's barrier
@@ -711,6 +711,13 @@ struct SimpleProtocol {
     Waiter& waiter = round.waiter;
     if (refused) {
       if (threadIdx.x == 0) waiter.fail(-1, ncclInvalidArgument);
+      if (warp >= kSimpleSendWarps) {  // a receiving warp per chunk of the last split's rows
+        const int myChunks = chunksOf<Mode>(p, start, rank), receiver = warp - kSimpleSendWarps;
+        for (int c = localBlock * kSimpleRecvWarps + receiver; c < myChunks; c += p.blocksPerRank * kSimpleRecvWarps) {
+          const simple::Chunk chunk = chunkFor<Mode>(p, start, c, rank);
+          poisonUnits<Mode, Codec>(p, io, start, rank, chunk.first, chunk.count, 1, lane);
+        }
+      }
       endRound(p, rank, round);
       return;
     }

@@ -47,28 +47,38 @@ __device__ __forceinline__ float partialLseOf(const CallShape& shape, const Stri
 
 // TOKEN's split where a block reads it: the launch's host form, or the
 // caller's device counts summed into `scratch` (kMaxRanks + 1 ints of
-// shared memory). Every thread of the block calls it. NULL when the device
-// counts are negative or do not sum to the batch: the call is refused on
-// the device (nothing sent, nothing written, the error recorded).
+// shared memory). Every thread of the block calls it. Device counts that
+// are negative or do not sum to the batch make no split: *valid is false
+// and the split returned is the last valid one (RowSplit::lastValid), the
+// rows the refused call writes NaN over (nothing sent, the error
+// recorded); a valid one is kept there for the next call (by block 0).
 template <class Args>
-__device__ const int* loadSplit(const Args& p, int* scratch) {
+__device__ const int* loadSplit(const Args& p, int* scratch, bool* valid) {
+  *valid = true;
   if (p.shape.split.deviceCounts == nullptr) return p.shape.split.start;
-  __shared__ int valid;
+  __shared__ int ok;
+  int* last = p.shape.split.lastValid;
   if (threadIdx.x < p.nRanks) scratch[threadIdx.x + 1] = p.shape.split.deviceCounts[threadIdx.x];
   __syncthreads();
   if (threadIdx.x == 0) {
-    bool ok = true;
+    bool good = true;
     long long sum = 0;
     scratch[0] = 0;
     for (int q = 0; q < p.nRanks; q++) {
-      ok = ok && scratch[q + 1] >= 0;
+      good = good && scratch[q + 1] >= 0;
       sum += scratch[q + 1];
       scratch[q + 1] = (int)min(sum, (long long)INT32_MAX);
     }
-    valid = ok && sum == p.shape.batch;
+    ok = good && sum == p.shape.batch;
   }
   __syncthreads();
-  return valid ? scratch : nullptr;
+  *valid = ok;
+  if (threadIdx.x <= p.nRanks) {
+    if (ok && last && blockIdx.x == 0) last[threadIdx.x] = scratch[threadIdx.x];
+    if (!ok) scratch[threadIdx.x] = last ? last[threadIdx.x] : 0;
+  }
+  if (!ok) __syncthreads();  // block-uniform
+  return scratch;
 }
 
 // Rows [lo, hi) of the round that rank q merges.

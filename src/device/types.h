@@ -57,9 +57,14 @@ constexpr int kFusedModes = 4;
 
 // TOKEN's split of the call's rows: rank p owns [start[p], start[p + 1]).
 // With deviceCounts (the caller's int32[cp]) the kernels compute start
-// themselves when they run (graph replays may change the counts).
+// themselves when they run (graph replays may change the counts), and keep
+// the last split they made in lastValid (the engine's device int[kMaxRanks
+// + 1], zeroed at init: every slice empty): counts that make none are
+// refused and the call writes NaN over that split's rows instead, so a
+// replay never leaves the previous step's outputs in place (issue 34).
 struct RowSplit {
   const int* deviceCounts;
+  int* lastValid;  // NULL: not kept (tests, the perf binary's baselines)
   int start[kMaxRanks + 1];
 };
 

@@ -396,6 +396,75 @@ TEST_P(TokenSplit, DeviceCountsGraphReplays) {
   }
 }
 
+// A graph replayed with valid device counts, then with counts that make no
+// split (a sum of batch + 1): the refused replay writes NaN over every row
+// the last valid split gave each rank -- the rows the previous replay
+// filled -- so a caller that reads out before polling the async error never
+// consumes the previous step's bits; rows outside stay as they were.
+TEST_P(TokenSplit, RefusedReplayOverwritesThePreviousSliceWithNaN) {
+  const int cp = 4, batch = 2 * kCap + 5;  // chunked: three rounds
+  const ncclDcpConfig_t c = config();
+  const Config cfg = resolved(c);
+  auto lb = makeLoopback(c, cp);
+  ASSERT_TRUE(lb);
+  cudaStream_t stream = nullptr;
+  CUDA_ASSERT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::unique_ptr<std::remove_pointer_t<cudaStream_t>, cudaError_t (*)(cudaStream_t)> streamOwner(stream, cudaStreamDestroy);
+  DeviceProblem p(cfg, cp, batch, LseMix::Normal, freshSeed(), CallSpec{{}, true, false, nullptr});
+  const ncclDcpStrides_t s = p.apiStrides();
+  const std::vector<CallBuffers> b = p.allBuffers();
+  cudaGraph_t graph = nullptr;
+  CUDA_ASSERT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const ncclResult_t captured = lb->call(b.data(), batch, &s, stream, p.args(0));
+  const std::string why = ncclDcpGetLastError();
+  CUDA_ASSERT(cudaStreamEndCapture(stream, &graph));
+  std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, cudaError_t (*)(cudaGraph_t)> graphOwner(graph, cudaGraphDestroy);
+  ASSERT_EQ(captured, ncclSuccess) << why;
+  cudaGraphExec_t exec = nullptr;
+  CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
+  std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, cudaError_t (*)(cudaGraphExec_t)> execOwner(exec, cudaGraphExecDestroy);
+
+  const std::vector<int> valid = {kCap + 3, 0, 5, kCap - 3};  // sums to batch; rank 0 crosses rounds
+  p.setCounts(valid);
+  CUDA_ASSERT(cudaGraphLaunch(exec, stream));
+  CUDA_ASSERT(cudaStreamSynchronize(stream));
+  DCP_ASSERT(lb->asyncError());
+  const Mismatch m = p.checkAll();
+  ASSERT_EQ(m.count, 0u) << m.first;
+  std::vector<RankTensors> before;
+  for (int r = 0; r < cp; r++) before.push_back(p.outputs(r));
+
+  std::vector<int> bad = valid;
+  bad[2] += 1;  // batch + 1
+  p.setCounts(bad);
+  CUDA_ASSERT(cudaGraphLaunch(exec, stream));
+  CUDA_ASSERT(cudaStreamSynchronize(stream));
+  EXPECT_EQ(lb->asyncError(), ncclInvalidArgument);
+  const Strides& st = p.strides();
+  const int H = cp * cfg.localHeads;
+  for (int r = 0; r < cp; r++) {
+    SCOPED_TRACE(testing::Message() << "rank " << r);
+    const RankTensors got = p.outputs(r);
+    const int outRows = (int)(got.outLse.size() / std::max<int64_t>(st.outLseRow, 1));
+    for (int row = 0; row < std::min(outRows, batch); row++)
+      for (int h = 0; h < H; h++) {
+        const int64_t li = row * st.outLseRow + h * st.outLseHead;
+        if (row < valid[r]) {
+          ASSERT_TRUE(std::isnan(got.outLse[li])) << "outLse[" << row << "][" << h << "] = " << got.outLse[li];
+          for (int d = 0; d < cfg.headDim; d++) {
+            const float v = loadElement(cfg.dtype, got.out.data(), row * st.outRow + h * st.outHead + d);
+            ASSERT_TRUE(std::isnan(v)) << "out[" << row << "][" << h << "][" << d << "] = " << v;
+          }
+        } else {  // outside the slice: as the valid replay left it
+          ASSERT_EQ(memcmp(&got.outLse[li], &before[r].outLse[li], 4), 0) << "outLse[" << row << "][" << h << "]";
+          const size_t at = (size_t)(row * st.outRow + h * st.outHead) * cfg.eltSize;
+          ASSERT_EQ(memcmp(got.out.data() + at, before[r].out.data() + at, (size_t)cfg.headDim * cfg.eltSize), 0)
+              << "out[" << row << "][" << h << "]";
+        }
+      }
+  }
+}
+
 // Device counts that make no split (a sum above or below the batch, a
 // negative count): the kernels refuse the call, the context reports
 // ncclInvalidArgument, every output byte is still poisoned; the next call
