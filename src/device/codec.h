@@ -5,8 +5,8 @@
  * same functions, so they agree bit for bit.
  *
  *   Native   the D elements as the inputs hold them; LSE word {lse, 0}.
- *   Fp8E4m3  D e4m3 bytes and one power-of-two scale, in the unit's LSE
- *            word {lse fp32 (low half), scale fp32 (high half)}.
+ *   Fp8E4m3  D e4m3 bytes and one fp32 scale, in the unit's LSE word
+ *            {lse fp32 (low half), scale fp32 (high half)}.
  *
  * The fp8 unit, one format everywhere: the line protocols carry the LSE
  * word as payload word 0 of every group, SIMPLE in its LSE array (8-byte
@@ -16,19 +16,21 @@
  *
  * fp8 model, per unit of D elements x_d:
  *
- *   amax  = max |x_d| over the finite x_d (0 if none)
- *   E     = the biased exponent field of amax as fp32 (0 for 0 / subnormal)
- *   scale = 2^(max(E, 8) - 134): amax / scale lies in [128, 256), below
- *           e4m3's 448, so nothing finite saturates; scale >= 2^-126
- *   q_d   = e4m3_rn_satfinite(x_d * (1 / scale))      (exact product)
- *   x'_d  = q_d * scale                               (exact product)
+ *   amax    = max |x_d| over the finite x_d (0 if none)
+ *   scale   = amax / 448 and inverse = 448 / amax (fp32, IEEE division,
+ *             once per unit); both 1 when amax < 2^-100 (zeros travel as
+ *             zeros: no 0 / 0, no infinite inverse)
+ *   q_d     = e4m3_rn_satfinite(x_d * inverse)   (448 is e4m3's largest
+ *             finite: amax lands on it, nothing finite saturates further)
+ *   x'_d    = q_d * scale
  *
- * A power of two makes both products exact, so the scale costs no
- * division and adds no rounding: e4m3's own (relative 2^-4 for normal
- * values; a step of 2^-9 * scale below 2^-6 * scale). Against the old
- * amax / 448 scale it gives up at most one binade at the bottom of the
- * range (amax maps to [128, 256) instead of 448), measured in
- * docs/perf.md. Non-finite elements: NaN and +-inf encode as the e4m3 NaN
+ * The divisions are per unit; an element costs one multiply and half a
+ * conversion (the hardware's e4m3x2), where 0.4 divided every element
+ * (IEEE division, ~20 instructions: what issue 39 measured). A
+ * power-of-two scale (exact products, no division at all) was tried and
+ * measured less accurate on units with outlier channels -- their largest
+ * element no longer lands exactly on 448 (docs/design.md §15) -- so the
+ * scale stays amax / 448. NaN and +-inf elements encode as the e4m3 NaN
  * (e4m3 has no inf) and decode as NaN; they take no part in amax. The
  * encoder never reads the LSE: a unit of an empty shard is encoded like
  * any other and the merge skips it with its select (merge.h).
@@ -68,8 +70,6 @@ namespace fp8 {
 constexpr float kE4m3Max = 448.f;  // largest finite e4m3
 constexpr int kPerWord = 8;        // e4m3 elements of an 8-byte word
 constexpr uint8_t kNaN = 0x7f;     // e4m3 NaN (S.1111.111)
-// amax / scale lies in [2^kScaledAmaxLog2, 2^(kScaledAmaxLog2 + 1)).
-constexpr int kScaledAmaxLog2 = 7;
 
 NCCL_DCP_HD bool finite(float x) { return fabsf(x) < INFINITY; }  // false for NaN
 // What a sender folds into amax for element x: |x|, 0 when not finite.
@@ -87,16 +87,15 @@ NCCL_DCP_HD float bitsFloat(uint32_t u) {
   return f;
 }
 
-// The scale's exponent field (biased) from amax (finite, >= 0); the scale
-// is 2^(field - 127), its inverse 2^(127 - field + 127 - 127).
-NCCL_DCP_HD uint32_t scaleField(float amax) {
-  const uint32_t e = floatBits(amax) >> 23;  // amax >= 0: no sign bit
-  return (e > 8 ? e : 8) - kScaledAmaxLog2;
-}
-NCCL_DCP_HD float scaleFromAmax(float amax) { return bitsFloat(scaleField(amax) << 23); }
-NCCL_DCP_HD float inverseScale(float scale) { return bitsFloat((254u - (floatBits(scale) >> 23)) << 23); }
+// Below this amax a unit travels unscaled (scale and inverse 1): 448 / amax
+// stays finite above it.
+constexpr float kMinScaledAmax = 0x1p-100f;
 
-// One element: e4m3 bits of x * inverse (inverse = 1 / scale, exact).
+// The unit's scale and its inverse from amax (finite, >= 0).
+NCCL_DCP_HD float scaleFromAmax(float amax) { return amax >= kMinScaledAmax ? amax / kE4m3Max : 1.f; }
+NCCL_DCP_HD float inverseFromAmax(float amax) { return amax >= kMinScaledAmax ? kE4m3Max / amax : 1.f; }
+
+// One element: e4m3 bits of x * inverse (inverseFromAmax).
 NCCL_DCP_HD uint8_t encode(float x, float inverse) {
   if (!finite(x)) return kNaN;
   return (uint8_t)__nv_cvt_float_to_fp8(x * inverse, __NV_SATFINITE, __NV_E4M3);
@@ -115,9 +114,9 @@ template <typename T>
 NCCL_DCP_HD float encodeUnit(const T* x, int n, uint8_t* q) {
   float amax = 0.f;
   for (int i = 0; i < n; i++) amax = fmaxf(amax, amaxTerm(Element<T>::toFloat(x[i])));
-  const float scale = scaleFromAmax(amax), inverse = inverseScale(scale);
+  const float inverse = inverseFromAmax(amax);
   for (int i = 0; i < n; i++) q[i] = encode(Element<T>::toFloat(x[i]), inverse);
-  return scale;
+  return scaleFromAmax(amax);
 }
 
 // The LSE word of a unit: {lse, scale}.
@@ -250,6 +249,7 @@ struct Codec<T, Wire::Fp8E4m3> {
   using Input = uint4;
   struct Scale {
     float value;
+    float inverse;   // sender only: what its elements are multiplied by
     bool nonFinite;  // sender only: the unit holds a NaN or an infinity
   };
 
@@ -284,11 +284,14 @@ struct Codec<T, Wire::Fp8E4m3> {
     if (!holdsAll)
       for (int dw = lane; dw < dataWords; dw += 32) held = amaxOf(loadInput(head, dw), held);
     const uint32_t m = __reduce_max_sync(kFullMask, max(held & 0xffffu, held >> 16));
-    if (m < Bits::kInf) return {fp8::scaleFromAmax(Bits::toFloat(m)), false};
+    if (m < Bits::kInf) {
+      const float amax = Bits::toFloat(m);
+      return {fp8::scaleFromAmax(amax), fp8::inverseFromAmax(amax), false};
+    }
     float a = 0.f;  // a NaN or an infinity in the unit: its finite amax
     for (int dw = lane; dw < dataWords; dw += 32) a = fmaxf(a, finiteAmaxOf(loadInput(head, dw)));
     const float amax = __uint_as_float(__reduce_max_sync(kFullMask, __float_as_uint(a)));
-    return {fp8::scaleFromAmax(amax), true};
+    return {fp8::scaleFromAmax(amax), fp8::inverseFromAmax(amax), true};
   }
 
   // Two elements (already times 1 / scale) as the hardware's e4m3x2,
@@ -300,7 +303,7 @@ struct Codec<T, Wire::Fp8E4m3> {
     return r;
   }
   __device__ __forceinline__ static uint64_t encode(const Input& x, Scale scale) {
-    const float inverse = fp8::inverseScale(scale.value);
+    const float inverse = scale.inverse;
     float f[kPerWord];
     unpack(x, f);
     uint64_t w = 0;
@@ -314,7 +317,7 @@ struct Codec<T, Wire::Fp8E4m3> {
     return w;
   }
   __device__ __forceinline__ static uint64_t lseWord(float lse, Scale scale) { return fp8::packLseWord(lse, scale.value); }
-  __device__ __forceinline__ static Scale scaleOfLseWord(uint64_t w) { return {fp8::scaleOfWord(w), false}; }
+  __device__ __forceinline__ static Scale scaleOfLseWord(uint64_t w) { return {fp8::scaleOfWord(w), 1.f, false}; }
 
   // Two e4m3 elements as two floats (exact: e4m3 is a subset of fp16).
   __device__ __forceinline__ static float2 decodePair(uint32_t q) {

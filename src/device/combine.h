@@ -63,7 +63,7 @@ __device__ void combineUnit(const CombineParams& p, const int* start, int unit, 
       const float w = weight[s];
       if constexpr (C::kScaled) {
         if (s != p.rank) {  // 16 bytes of out: one e4m3 word of the unit
-          C::accumulate(&acc[0][0], w, typename C::Scale{scale[s], false}, loadInput8(src + off / sizeof(T)));
+          C::accumulate(&acc[0][0], w, typename C::Scale{scale[s], 1.f, false}, loadInput8(src + off / sizeof(T)));
           continue;
         }
       }

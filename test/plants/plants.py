@@ -174,7 +174,7 @@ PLANTS = [
           [("gpu_streams", "Streamed.PoisonedContextWritesNanEagerAndReplayed", 1)],
           "a poisoned context's SIMPLE call leaves its old outputs in place"),
     Plant("fp8_encode_unscaled", "src/device/codec.h",
-          "    const float inverse = fp8::inverseScale(scale.value);\n", "    const float inverse = 1.f;\n",
+          "    const float inverse = scale.inverse;\n", "    const float inverse = 1.f;\n",
           [("gpu_fp8_wire", "Protocols/Fp8Wire.MatchesModelBitwise/*", 1)],
           "the fp8 wire's senders (every protocol, and the fallback's pack) encode without the unit's scale"),
     Plant("stale_destroy_accepted_as_noop", "src/handles.cc",
