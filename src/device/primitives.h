@@ -1,37 +1,51 @@
 /*************************************************************************
- * Small inline primitives of the transports: the exact memory operations
- * each wire format relies on, and the bounded wait.
+ * Small inline primitives of the protocols: the exact memory operations
+ * each line format relies on, and the bounded wait. And the interfaces the
+ * protocols implement. Protocols are types, as in NCCL's primitives.h: the
+ * kernel (kernel.h) is written once against a Protocol class, the
+ * algorithm (modes.h, relay.h) once against the protocols' drivers, so
+ * every protocol's moves inline into one kernel body with no runtime
+ * dispatch.
  *
- * The transport interface. Protocols are types, as in NCCL's primitives.h:
- * the line-protocol kernel (a2a_lse_reduce.h) is written once against a
- * Transport class and instantiated per protocol, so every protocol's moves
- * inline into one kernel body with no runtime dispatch. A line protocol's
- * file (proto_ll.h, proto_ll128.h) provides, all static __device__ and
+ * A protocol (LineProtocol<LlLines>, LineProtocol<Ll128Lines>,
+ * SimpleProtocol) provides:
+ *
+ *   kThreads                    threads of a block
+ *   blocksWanted(args)          host: blocks per rank a round wants (the
+ *                               launcher caps them at what is co-resident)
+ *   run<Mode, Codec>(p, rank, localBlock)
+ *                               one block's part of one round: starts the
+ *                               round (round.h), sends every unit the mode
+ *                               has this rank send (push: into the peers'
+ *                               workspaces), merges every unit it owns in
+ *                               source order with the codec's
+ *                               accumulation, NaN where a wait gave up,
+ *                               forwards and relays merged pieces when the
+ *                               mode relays (relay.h), ends the round
+ *
+ * The line protocols share one driver (proto_lines.h) over a Lines class
+ * per line format (proto_ll.h, proto_ll128.h), all static __device__ and
  * warp-collective (`lane` is the caller's lane; r the protocol's Region,
  * layout.h; g a group of a unit, the unit a (row, head) of one source):
  *
- *   kProto                      the Proto it implements
  *   Line                        what one lane polls of one group
- *   Batch                       one lane's payload of kSendBatch groups,
- *                               and what it stores: its words (word) and
- *                               the unit's LSE word (lseWord); a wire that
- *                               narrows the payload (fp8) brings its own
+ *   Batch                       one lane's payload of kSendBatch groups as
+ *                               the codec encodes it: word(j, k), lseWord(lse)
  *   dataWord(r, g, lane, k)     the head's data word (0..Dw) the lane holds
  *                               as its k-th word (k = 0, 1) of group g, or -1
  *   loadBatch(r, src, g0, lane, batch)
  *                               send: loads groups [g0, g0 + kSendBatch) of
- *                               the input at src, before any store
+ *                               the input at src, before any store (a
+ *                               scaled codec's unit scale with group 0's)
  *   storeBatch(r, batch, g0, lse, unit, flag, lane)
  *                               send: stores them into the destination's
- *                               unit, the LSE in payload word 0, the
+ *                               unit, the LSE word in payload word 0, the
  *                               round's flag with the data
  *   storeGroup(r, a, b, g, lseWord, unit, flag, lane)
  *                               the same for one group from the lane's
- *                               words a, b (dataWord's k = 0, 1) and the
- *                               unit's LSE word ({lse, 0}; fp8 {lse,
- *                               scale}): what storeBatch stores each group
- *                               with, and NONE's phase 2 forwards a merged
- *                               group with
+ *                               words a, b (dataWord's k = 0, 1): what
+ *                               storeBatch stores each group with, and the
+ *                               relay forwards a merged group with
  *   pollLoad(r, unit, g, lane, line)
  *                               receive: one volatile load of group g
  *   pollReady(r, g, lane, line, flag)
@@ -41,18 +55,15 @@
  *                               the data once every flag is seen: nothing
  *                               (LL: the polled data is the data) or a
  *                               re-read (LL128 on Hopper)
- *   lseOf(line)                 the unit's LSE (lane 0)
+ *   lseWordOf(line)             the unit's LSE word (lane 0)
  *   word(line, k)               the lane's k-th data word (see dataWord)
  *   release(r, unit, g, lane)   resets the group's flags: the warp is its
  *                               only reader
  *
- * Wire formats are in layout.h, shared with the host. SIMPLE stands outside
- * this interface: its unit of signalling is a chunk of units from one
- * source, not a group of lines, and a block's warps split into writers,
- * a signaller and receivers, so it has a kernel of its own
- * (a2a_lse_reduce_simple.h) over its own primitives (proto_simple.h:
- * copyShare, publishProgress / awaitProgress, pollFlags), on the same
- * round, waiter and peer addressing (fused_common.h, peers.h).
+ * SIMPLE signals a chunk of units from one source, not a group of lines;
+ * its primitives (proto_simple.h, namespace simple: copyShare /
+ * encodeShare, publishProgress / awaitProgress, pollFlags) and its driver
+ * sit in its file. Line formats are in layout.h, shared with the host.
  ************************************************************************/
 #ifndef NCCL_DCP_DEVICE_PRIMITIVES_H_
 #define NCCL_DCP_DEVICE_PRIMITIVES_H_
