@@ -426,8 +426,10 @@ ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* partialOut,
  *    accepted on this context -- what the previous replay wrote -- and
  *    nothing before the first accepted one. The host cannot know n_r: out
  *    must hold the rows the counts give this rank.
- *  Every rank passes the same counts (when only some ranks' device counts
- *  are invalid, the others wait for them and time out: ncclRemoteError).
+ *  Every rank passes the same counts. Counts that differ between ranks
+ *  (or valid on some ranks only) never mix the splits: TOKEN's flags carry
+ *  a tag of each rank's split, so every protocol's waits time out alike
+ *  (ncclRemoteError on the ranks involved, the context poisoned).
  *  Only a TOKEN context takes counts.
  * Empty shards (vLLM's seq_lens / query_start_loc), any scatter mode:
  *  - seqLens: device int32[numSeqs], this rank's local KV length of each

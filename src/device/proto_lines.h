@@ -224,6 +224,7 @@ struct LineProtocol {
     // Per warp: the weights, and room for LSEs fetched again (cp > kSourceBatch).
     __shared__ float weights[kLineWarps][2 * NCCL_DCP_MAX_RANKS];
     __shared__ int splitScratch[kMaxRanks + 1];
+    __shared__ uint32_t splitTagOfBlock;
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     const RankIo& io = p.io[Peers::kLoopback ? rank : 0];
     const Region& r = p.region;
@@ -236,6 +237,7 @@ struct LineProtocol {
     bool refused;  // TOKEN's device counts make no split: NaN over the last split's rows
     const int* start = splitOf<Mode>(p, splitScratch, &refused);
     const RoundRows mine = roundRows<Mode>(p, start, rank);
+    if (token && threadIdx.x == 0) splitTagOfBlock = splitTag(start, p.nRanks);  // before startRound's barrier
 
     // Send item -> (row, head, destination). HEAD, NONE: every unit to
     // every peer, destinations rotating with the rank so peers are not all
@@ -278,7 +280,7 @@ struct LineProtocol {
     RoundStart round = startRound(p, rank);
     stamp(p.timeline, kStageEntry);
     const int slot = round.slot;
-    const uint32_t flag = round.flag;
+    const uint32_t flag = token ? taggedFlag(round.flag, splitTagOfBlock) : round.flag;
     Waiter& waiter = round.waiter;
     if (refused && threadIdx.x == 0) waiter.fail(-1, ncclInvalidArgument);
 

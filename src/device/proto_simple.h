@@ -694,6 +694,7 @@ struct SimpleProtocol {
     __shared__ int sendFlagged;  // send steps whose flags are stored
     __shared__ int splitScratch[kMaxRanks + 1];
     __shared__ TokenItems tokenItems;
+    __shared__ uint32_t splitTagOfBlock;
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     const RankIo& io = p.io[Peers::kLoopback ? rank : 0];
 
@@ -703,12 +704,16 @@ struct SimpleProtocol {
     bool refused;  // TOKEN's device counts make no split: NaN over the last split's rows
     const int* start = splitOf<Mode>(p, splitScratch, &refused);
     const TokenItems* token = isToken && !refused ? &tokenItems : nullptr;
-    if (token && threadIdx.x == 0) planTokenItems<Mode>(p, start, rank, &tokenItems);  // before startRound's barrier
+    if (token && threadIdx.x == 0) {  // before startRound's barrier
+      planTokenItems<Mode>(p, start, rank, &tokenItems);
+      splitTagOfBlock = splitTag(start, p.nRanks);
+    }
 
     char* ws = p.peers.workspace(rank);
     RoundStart round = startRound(p, rank);
     stamp(p.timeline, kStageEntry);
     Waiter& waiter = round.waiter;
+    const uint32_t flag = token ? taggedFlag(round.flag, splitTagOfBlock) : round.flag;
     if (refused) {
       if (threadIdx.x == 0) waiter.fail(-1, ncclInvalidArgument);
       if (warp >= kSimpleSendWarps) {  // a receiving warp per chunk of the last split's rows
@@ -731,9 +736,9 @@ struct SimpleProtocol {
       const SendPlan plan = sendPlan(p, chunks, localBlock, token);
       const int writers = p.sendWarps;
       if (!waiter.failed && warp == kSimpleSignalWarp) {
-        signalSteps<Mode>(p, start, plan, sendProgress, &sendFlagged, rank, localBlock, round.slot, round.flag,
+        signalSteps<Mode>(p, start, plan, sendProgress, &sendFlagged, rank, localBlock, round.slot, flag,
                           writers, waiter.deadlineNs, lane);
-        if (isToken && localBlock == 0) sendPresence<Mode>(p, start, rank, round.slot, round.flag, lane);
+        if (isToken && localBlock == 0) sendPresence<Mode>(p, start, rank, round.slot, flag, lane);
       } else if (!waiter.failed && warp < writers) {
         for (int step = 0; step < plan.steps; step++) {
           if (!simple::awaitFlagged(&sendFlagged, step + 1 - plan.ahead, waiter.deadlineNs)) break;
@@ -752,16 +757,16 @@ struct SimpleProtocol {
       const int warps = receiversPerChunk((myChunks + p.blocksPerRank - 1) / p.blocksPerRank);
       const int groups = kSimpleRecvWarps / warps, group = receiver / warps;
       if (isToken && myChunks == 0 && localBlock == 0 && receiver == 0 && !waiter.failed)
-        awaitPresence(p.region, ws, p.nRanks, rank, round.slot, round.flag, lane, waiter);
+        awaitPresence(p.region, ws, p.nRanks, rank, round.slot, flag, lane, waiter);
       for (int c = localBlock * groups + group; c < myChunks; c += p.blocksPerRank * groups)
-        receiveChunk<Mode, Codec, false>(p, io, start, ws, rank, round.slot, round.flag, c, receiver % warps, warps,
+        receiveChunk<Mode, Codec, false>(p, io, start, ws, rank, round.slot, flag, c, receiver % warps, warps,
                                          kSimpleRecvBarrier + group, weights[receiver], &waitFailed[group], waiter,
                                          lane);
       // NONE's phase 2, once this group's merges are flagged: they wait
       // only on sends, which never wait, so no phase 2 can starve a phase 1.
       if constexpr (Mode::kRelays)
         for (int c = localBlock * groups + group; c < myChunks; c += p.blocksPerRank * groups)
-          receiveChunk<Mode, Codec, true>(p, io, start, ws, rank, round.slot, round.flag, c, receiver % warps, warps,
+          receiveChunk<Mode, Codec, true>(p, io, start, ws, rank, round.slot, flag, c, receiver % warps, warps,
                                           kSimpleRecvBarrier + group, weights[receiver], &waitFailed[group], waiter,
                                           lane);
       stamp(p.timeline, kStageDone);

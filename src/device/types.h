@@ -68,6 +68,22 @@ struct RowSplit {
   int start[kMaxRanks + 1];
 };
 
+// TOKEN's flags carry a tag of the split: every rank computes the split
+// from its own counts, and ranks whose counts differ would otherwise address
+// the same rows differently -- a silent misplacement where units are
+// addressed within a slice (SIMPLE), a partial wait elsewhere. With the
+// tag in the flag, a unit sent under another split never reads as this
+// round's, on every protocol alike: the receivers' waits time out
+// (ncclRemoteError naming the peer; issue 34). The low 16 bits keep the
+// round's (consecutive rounds of a slot still differ; every flag is reset
+// by its reader), the high ones the tag, never zero.
+NCCL_DCP_HD uint32_t splitTag(const int* start, int nRanks) {
+  uint32_t h = 2166136261u;
+  for (int q = 0; q <= nRanks; q++) h = (h ^ (uint32_t)start[q]) * 16777619u;
+  return h ^ (h >> 16);
+}
+NCCL_DCP_HD uint32_t taggedFlag(uint32_t flag, uint32_t tag) { return (flag & 0xffffu) | ((tag | 1u) << 16); }
+
 // What a call asks beyond its buffers, the same for every round and rank:
 // the mode, the heads of an output (and workspace) row, the call's rows,
 // the LSE element type, and the sequences of the empty-shard arrays.

@@ -814,6 +814,57 @@ INSTANTIATE_TEST_SUITE_P(Modes, ScatterRanks,
                          testing::Values(ncclDcpScatterHead, ncclDcpScatterToken, ncclDcpScatterNone),
                          [](const testing::TestParamInfo<int>& i) { return std::string(scatterName(i.param)); });
 
+// TOKEN host counts that are valid on each rank but differ between them:
+// the ranks' splits differ, so their units must never be taken for each
+// other's (SIMPLE would place them in the wrong rows). Each protocol tags
+// TOKEN's flags with the split (device/modes.h): every rank's call times
+// out alike (ncclRemoteError, the context poisoned) on LL, LL128 and
+// SIMPLE, never a silent result.
+TEST(TokenCountsRanks, CountsThatDifferBetweenRanksTimeOutOnEveryProtocol) {
+  constexpr int kRanks = 2;
+  DCP_REQUIRE_GPUS(kRanks);
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  RankThreads threads_{kHangSeconds};
+  std::vector<ncclComm_t> comms(kRanks, nullptr);
+  threads_.run(kRanks, [&](int r) {
+    cudaSetDevice(r);
+    if (ncclCommInitRank(&comms[r], kRanks, id, r) != ncclSuccess) threads_.addFailure(r, "ncclCommInitRank");
+  });
+  const int batch = 40;
+  const std::vector<int> counts[kRanks] = {{10, 30}, {30, 10}};
+  for (int proto : {ncclDcpProtoLL, ncclDcpProtoLL128, ncclDcpProtoSimple}) {
+    SCOPED_TRACE(protocolName(proto));
+    ncclDcpConfig_t c = withScatter(makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 64, proto), ncclDcpScatterToken);
+    c.timeoutMs = 500;
+    Config cfg;
+    ASSERT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess) << ncclDcpGetLastError();
+    DeviceProblem p(cfg, kRanks, batch, LseMix::Normal, freshSeed(), CallSpec{}, {0, 1});
+    threads_.run(kRanks, [&](int r) {
+      CUDA_OR_FAIL(r, cudaSetDevice(r));
+      ncclDcpContext_t ctx = nullptr;
+      if (ncclDcpContextCreate(comms[r], &c, &ctx) != ncclSuccess)
+        return threads_.addFailure(r, std::string("create: ") + ncclDcpGetLastError());
+      ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+      args.rowCounts = counts[r].data();
+      const CallBuffers b = p.buffers(r);
+      if (ncclDcpA2aLseReduceEx(ctx, b.partialOut, b.partialLse, b.out, b.outLse, batch, nullptr, &args, nullptr) !=
+          ncclSuccess)
+        threads_.addFailure(r, std::string("call: ") + ncclDcpGetLastError());
+      CUDA_OR_FAIL(r, cudaDeviceSynchronize());
+      ncclResult_t async = ncclSuccess;
+      ncclDcpGetAsyncError(ctx, &async);
+      if (async != ncclRemoteError)
+        threads_.addFailure(r, std::string("async error ") + ncclGetErrorString(async) + ", not ncclRemoteError");
+      ncclDcpContextAbort(ctx);
+    });
+  }
+  for (int r = 0; r < kRanks; r++) {
+    cudaSetDevice(r);
+    if (comms[r]) ncclCommDestroy(comms[r]);
+  }
+}
+
 TEST_P(ScatterRanks, FusedAndFallback) {
   const int scatter = GetParam();
   std::mt19937_64 rng(freshSeed());

@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "device/layout.h"
 #include "kernel_table.h"
 #include "types.h"
 
@@ -61,6 +62,25 @@ TEST(KernelTable, ModeOfAConfig) {
   c.noneAlgo = NoneAlgo::Auto;
   EXPECT_EQ(fusedModeOf(c, 2), FusedMode::NoneDirect);
   EXPECT_EQ(fusedModeOf(c, 3), FusedMode::NoneTwoPhase);
+}
+
+// TOKEN's flag tag (device/types.h): never a zero flag, the round's low bits
+// kept (consecutive rounds of a slot differ), and splits that differ in any
+// rank's count tag differently.
+TEST(SplitTag, FlagsOfDifferentSplitsNeverMatch) {
+  const int a[] = {0, 10, 40}, b[] = {0, 30, 40}, c[] = {0, 10, 40};
+  EXPECT_NE(splitTag(a, 2), splitTag(b, 2));
+  EXPECT_EQ(splitTag(a, 2), splitTag(c, 2));
+  for (uint32_t round : {0u, 1u, 2u, 65535u, 65536u, 0xfffffffeu, 0xffffffffu}) {
+    const uint32_t f = flagForRound(round), g = flagForRound(round + 2);
+    for (const int* split : {a, b}) {
+      const uint32_t tag = splitTag(split, 2);
+      EXPECT_NE(taggedFlag(f, tag), 0u);
+      EXPECT_EQ(taggedFlag(f, tag) & 0xffffu, f & 0xffffu);
+      EXPECT_NE(taggedFlag(f, tag), taggedFlag(g, tag)) << round;
+    }
+    EXPECT_NE(taggedFlag(f, splitTag(a, 2)), taggedFlag(f, splitTag(b, 2)));
+  }
 }
 
 }  // namespace
