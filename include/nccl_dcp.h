@@ -6,6 +6,18 @@
  * ncclResult_t; versioned structs carry a size/magic/version header and must
  * be initialised with their ..._INITIALIZER macro.
  *
+ * Environment: the library reads its NCCL_DCP_* variables ONCE PER
+ * PROCESS, at the first call that needs one (the first create or
+ * ncclDcpWorkspaceSize, or the first log line), and keeps those values for
+ * the process's life: setting, changing or unsetting one afterwards
+ * (setenv, os.environ) changes nothing, for later contexts too. Set them
+ * before the process's first nccl-dcp call; a config field is the per-
+ * context way (maxBatch, protocol, timeoutMs). The one variable read at
+ * each create is NCCL's NCCL_CUMEM_ENABLE (getenv, only to explain a
+ * missing symmetric memory in the topology report's pathNote). The
+ * profiler plugin's NCCL_DCP_PROFILE_* are the plugin's: read at each
+ * communicator's finalize.
+ *
  * The operation (one DCP group = the ranks of one communicator, cp = nRanks):
  *   every rank holds, for all H = cp * localHeads heads, a partial attention
  *   output partialOut[B][H][D] and its log-sum-exp partialLse[B][H]. The
@@ -132,7 +144,14 @@ typedef struct ncclDcpConfig_v1 {
                              units that cross the link, on every protocol and
                              path (the fallback path applies the same rounding
                              and moves native bytes); the workspace shrinks
-                             with the units */
+                             with the units. Refused by create and
+                             ncclDcpWorkspaceSize (ncclInvalidArgument naming
+                             config->wire): a value that is no ncclDcpWire_t
+                             (negative or >= ncclDcpNumWires;
+                             NCCL_CONFIG_UNDEF_INT is the default), and fp8
+                             with dtype fp32, headDim % 16 != 0 or scatter
+                             TOKEN or NONE. A 0.3 caller's struct (no wire)
+                             is native */
 } ncclDcpConfig_t;
 
 #define NCCL_DCP_CONFIG_MAGIC 0xdc9c0f16u
@@ -359,7 +378,13 @@ ncclResult_t ncclDcpContextAbort(ncclDcpContext_t ctx);
 
 /* ncclDcpContextDestroy for contexts of several GPUs driven by the calling
  * thread (the collective steps are grouped internally), e.g. those made by
- * ncclDcpContextCreateGroup. NULL entries are skipped. */
+ * ncclDcpContextCreateGroup. NULL entries are skipped. Every entry is
+ * checked before any is touched: one that is not live (destroyed,
+ * aborted, never returned) or one that repeats an earlier entry fails the
+ * whole call with ncclInvalidArgument naming the entries, and destroys
+ * NOTHING -- every other context of the array stays live and ctxs is left
+ * as it was (fix the array and call again). On success every entry of
+ * ctxs is set to NULL. */
 ncclResult_t ncclDcpContextDestroyGroup(int nCtxs, ncclDcpContext_t* ctxs);
 
 /* The fused collective (see the top of this header), on the context's

@@ -1168,7 +1168,7 @@ TEST_F(PluginTest, TheReportFollowsNoLinkAndReplacesNoSpecialFile) {
 // between finalizes is one whole report (each finalize leaves it whole,
 // however the finalizes of the threads interleave), and the last one
 // written holds every communicator. A read made while a finalize rewrites
-// the report's end in place may see it half-written (nccl-dcp 0.5: linear
+// the report's end in place may see it half-written (the price of linear
 // I/O, registry.cc writeJson); readers during a job retry.
 TEST_F(PluginTest, ThreadsFinalizingAtOnceLeaveAWholeReport) {
   FakeComm(0, 2).finalize();  // the file exists before the first read

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "error.h"
+#include "handles.h"
 #include "loopback.h"
 #include "test_util.h"
 #include "validate.h"
@@ -173,6 +174,35 @@ TEST(PublicApi, DestroyGroupSkipsNullEntries) {
   ncclDcpContext_t ctxs[3] = {nullptr, nullptr, nullptr};
   EXPECT_ACCEPTED(ncclDcpContextDestroyGroup(3, ctxs));
   EXPECT_ACCEPTED(ncclDcpContextDestroyGroup(0, nullptr));
+}
+
+// A repeated entry (or one that is not live) fails the whole group before
+// anything is retired: every other context in it survives, live, and the
+// array is left as it was, so the caller can fix it and call again. No
+// GPU: the handles are checked before any context is touched (the fake
+// contexts below are never dereferenced).
+TEST(PublicApi, DestroyGroupWithADuplicateDestroysNothing) {
+  int fakeA = 0, fakeB = 0;
+  Context* a = reinterpret_cast<Context*>(&fakeA);
+  Context* b = reinterpret_cast<Context*>(&fakeB);
+  const ncclDcpContext_t ha = registerContext(a), hb = registerContext(b);
+  ncclDcpContext_t ctxs[4] = {hb, ha, nullptr, ha};
+  EXPECT_REJECTED(ncclDcpContextDestroyGroup(4, ctxs), ncclInvalidArgument, "entries 1 and 3 are the same context");
+  EXPECT_EQ(contextOf(ha), a) << "the duplicated context was retired";
+  EXPECT_EQ(contextOf(hb), b) << "the other context was retired";
+  EXPECT_EQ(ctxs[0], hb);
+  EXPECT_EQ(ctxs[1], ha);
+  EXPECT_EQ(ctxs[3], ha);
+  // The same with a handle that is not live behind a good one.
+  ncclDcpContext_t stale[2] = {hb, (ncclDcpContext_t)&fakeA};
+  EXPECT_REJECTED(ncclDcpContextDestroyGroup(2, stale), ncclInvalidArgument, "ctxs[i]");
+  EXPECT_EQ(contextOf(hb), b);
+  // Retired here without a destroy (there is nothing to destroy).
+  Context* out[2] = {};
+  const ncclDcpContext_t both[2] = {ha, hb};
+  ASSERT_EQ(retireContexts(2, both, "test", out), ncclSuccess) << ncclDcpGetLastError();
+  EXPECT_EQ(out[0], a);
+  EXPECT_EQ(out[1], b);
 }
 
 // Each thread reads the message of its own last failed call: another
