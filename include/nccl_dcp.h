@@ -458,7 +458,14 @@ ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* partialOut,
  *    empty on this rank whatever partialLse and partialOut
  *    hold (attention leaves them undefined): their LSE reads as -inf. A row
  *    empty on every rank merges to out 0 and outLse -inf. Read by the
- *    kernels when they run (graph-safe); both or neither, numSeqs >= 1. */
+ *    kernels when they run (graph-safe); both or neither, numSeqs >= 1.
+ * The device arrays (rowCountsDevice, seqLens, queryStartLoc) must be device
+ * or managed memory: each call asks cudaPointerGetAttributes (a host-side
+ * query, legal under stream capture; about a microsecond each) and refuses
+ * host memory, pinned or not, and a pointer the runtime cannot place with
+ * ncclInvalidArgument naming the argument, before anything is enqueued
+ * (a host pointer would fault the kernel and end the CUDA context). Their
+ * contents are not read on the host. */
 typedef struct ncclDcpCallArgs_v1 {
   size_t size;
   unsigned int magic;

@@ -1707,6 +1707,86 @@ TEST(ModeCheckCall, WithoutArgsIsRankZeroOfTheEvenSplit) {
 }
 
 // ---------------------------------------------------------------------------
+// The arrays the kernels read on the GPU must be device (or managed)
+// memory: checked at the call by cudaPointerGetAttributes, here through a
+// query that answers what the test says (no driver on this machine).
+
+// The answer per address: device at 0x1xxxx, managed at 0x2xxxx, pinned
+// host at 0x3xxxx, unregistered at 0x4xxxx, a runtime error at 0x5xxxx.
+PointerAnswer fakeAnswer(const void* p) {
+  switch ((uintptr_t)p >> 16) {
+    case 1: return {cudaSuccess, cudaMemoryTypeDevice};
+    case 2: return {cudaSuccess, cudaMemoryTypeManaged};
+    case 3: return {cudaSuccess, cudaMemoryTypeHost};
+    case 4: return {cudaSuccess, cudaMemoryTypeUnregistered};
+    default: return {cudaErrorInvalidValue, cudaMemoryTypeUnregistered};
+  }
+}
+int gQueries = 0;
+PointerAnswer countingAnswer(const void* p) {
+  gQueries++;
+  return fakeAnswer(p);
+}
+
+TEST(DeviceArrays, DeviceAndManagedMemoryAccepted) {
+  ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+  EXPECT_ACCEPTED(checkDeviceArrays(nullptr, fakeAnswer));
+  EXPECT_ACCEPTED(checkDeviceArrays(&args, fakeAnswer));
+  args.rowCountsDevice = (const int*)0x10000;
+  args.seqLens = (const int*)0x20000;
+  args.queryStartLoc = (const int*)0x10040;
+  EXPECT_ACCEPTED(checkDeviceArrays(&args, fakeAnswer));
+}
+
+TEST(DeviceArrays, HostMemoryRefusedNamingTheArgument) {
+  const struct {
+    const char* name;
+    const int* ncclDcpCallArgs_t::*field;
+  } arrays[] = {{"args->rowCountsDevice", &ncclDcpCallArgs_t::rowCountsDevice},
+                {"args->seqLens", &ncclDcpCallArgs_t::seqLens},
+                {"args->queryStartLoc", &ncclDcpCallArgs_t::queryStartLoc}};
+  const struct {
+    uintptr_t address;
+    const char* why;
+  } bad[] = {{0x30000, "pinned host memory"}, {0x40000, "is host memory"}, {0x50000, "cudaPointerGetAttributes failed"}};
+  for (const auto& a : arrays)
+    for (const auto& b : bad) {
+      SCOPED_TRACE(std::string(a.name) + ": " + b.why);
+      ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+      args.rowCountsDevice = (const int*)0x10000;
+      args.seqLens = (const int*)0x10100;
+      args.queryStartLoc = (const int*)0x10200;
+      args.*a.field = (const int*)b.address;
+      EXPECT_REJECTED(checkDeviceArrays(&args, fakeAnswer), ncclInvalidArgument, std::string(a.name) + " 0x");
+      EXPECT_NE(std::string(ncclDcpGetLastError()).find(b.why), std::string::npos) << ncclDcpGetLastError();
+    }
+}
+
+// NULL arrays are not asked about (a call without them costs no query).
+TEST(DeviceArrays, OnlyGivenArraysAreQueried) {
+  ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+  gQueries = 0;
+  EXPECT_ACCEPTED(checkDeviceArrays(&args, countingAnswer));
+  EXPECT_EQ(gQueries, 0);
+  args.seqLens = (const int*)0x10000;
+  args.queryStartLoc = (const int*)0x10100;
+  EXPECT_ACCEPTED(checkDeviceArrays(&args, countingAnswer));
+  EXPECT_EQ(gQueries, 2);
+}
+
+// Without a driver (this machine) the runtime cannot place any pointer:
+// the production query refuses, it does not guess "device".
+TEST(DeviceArrays, WithoutADriverNothingPassesAsDeviceMemory) {
+  int onTheStack = 0;
+  const PointerAnswer a = cudaPointerAnswer(&onTheStack);
+  if (a.error == cudaSuccess) GTEST_SKIP() << "a CUDA driver answers here: the GPU test covers it";
+  ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+  args.seqLens = &onTheStack;
+  args.queryStartLoc = &onTheStack;
+  EXPECT_REJECTED(checkDeviceArrays(&args, cudaPointerAnswer), ncclInvalidArgument, "args->seqLens");
+}
+
+// ---------------------------------------------------------------------------
 // ncclDcpWorkspaceSize per mode: TOKEN and NONE (direct) hold every head of
 // a row (cp times HEAD's), HEAD its Hl; one rank is the same in every mode.
 // (NONE in two phases: test_layout.cc's WorkspaceSize.NoneFollowsItsAlgorithm.)
