@@ -307,14 +307,25 @@ ncclResult_t ncclDcpWorkspaceSize(const ncclDcpConfig_t* cfg, int nRanks, size_t
  * the first rank that differs. A failure of any rank at any step (a bad
  * argument, memory, a registration) is returned by every rank with the same
  * code and message, naming that rank and step, and every rank releases what
- * it had created; no rank is left waiting in a collective step. A NULL comm
- * is refused at once (there is nobody to tell).
+ * it had created; no rank is left waiting in a collective step: a local
+ * failure before one (the communicator's state, the exchange's stream or
+ * scratch, a record's copy to the device) reaches every rank through the
+ * next all-gather. Only a rank that cannot take part in an all-gather at
+ * all returns alone (no device memory for its exchange, about 40 KB, at
+ * its first create on a GPU; a device in a sticky error), and its peers
+ * wait in NCCL until the communicator is aborted. A NULL comm is refused
+ * at once (there is nobody to tell).
  * Allocates the workspace with ncclMemAlloc, registers it as a window,
  * creates a device communicator; falls back to ncclAlltoAll + combine when
  * the ranks are not all in one LSA team. Blocking; not capturable. Must not
  * be called inside ncclGroupStart/End: to create contexts for several GPUs
- * driven by one thread use ncclDcpContextCreateGroup. Thread-safe for
- * distinct communicators. */
+ * driven by one thread use ncclDcpContextCreateGroup. Inside one, NCCL
+ * defers create's all-gather to the caller's ncclGroupEnd: create sees no
+ * record arrive and fails with ncclInvalidUsage ("called inside
+ * ncclGroupStart/End?"), on every rank that called it so; the scratch
+ * (a few KB) and the stream the queued all-gather uses are left allocated
+ * for the process's life (a WARN), so that the caller's ncclGroupEnd runs
+ * it into live memory. Thread-safe for distinct communicators. */
 ncclResult_t ncclDcpContextCreate(ncclComm_t comm, const ncclDcpConfig_t* cfg,
                                   ncclDcpContext_t* ctx);
 
@@ -339,13 +350,25 @@ ncclResult_t ncclDcpContextCreateInWindow(ncclComm_t comm, ncclWindow_t win, siz
 /* Destroys a context: device communicator, window registration and memory
  * it owns. Every rank destroys its context after its last call. Blocking:
  * waits for all work on the context's GPU (calls in flight) to finish; it
- * exchanges nothing with the peers. After a peer failed (a call timed out,
- * ncclDcpGetAsyncError), use ncclDcpContextAbort instead: on the fallback
- * path a dead peer leaves NCCL's all-to-all waiting (its bound is NCCL's
- * own: ncclCommAbort), and destroy would wait for it. cuda-ipc: the
- * workspace is freed while peers may still map it; no peer reads or writes
- * it after its own last call (receivers read only local memory), and CUDA
- * keeps an imported allocation until its last mapping is closed.
+ * exchanges nothing with the peers (cuda-ipc across processes aside,
+ * below). After a peer failed (a call timed out, ncclDcpGetAsyncError),
+ * use ncclDcpContextAbort instead: on the fallback path a dead peer leaves
+ * NCCL's all-to-all waiting (its bound is NCCL's own: ncclCommAbort), and
+ * destroy would wait for it.
+ * cuda-ipc: a rank's workspace is freed only once no peer can write into
+ * it any more. Ranks that are threads of one process: with the last of
+ * their contexts that addresses it (destroyed or aborted), so a late
+ * rank's writes land in memory still allocated, never in a workspace a
+ * later create got. Ranks in several processes: destroy is COLLECTIVE --
+ * each rank closes its mappings of its peers' workspaces
+ * (cudaIpcCloseMemHandle), the ranks agree on it through the communicator
+ * (one ncclAllGather per context; destroy the contexts of one communicator
+ * in the same order on every rank), and only then does each free its own
+ * (CUDA's IPC rules forbid freeing first). The agreement waits at most the
+ * context's timeoutMs (0: for ever); past it (a peer aborted or died)
+ * destroy returns ncclRemoteError, the workspace stays allocated for the
+ * process's life (a WARN), and the communicator holds an all-gather no
+ * peer may join: abort it (ncclCommAbort).
  * NULL: a no-op. */
 ncclResult_t ncclDcpContextDestroy(ncclDcpContext_t ctx);
 
@@ -363,7 +386,13 @@ ncclResult_t ncclDcpContextDestroy(ncclDcpContext_t ctx);
  *    peer). If that work does not finish (an ncclAlltoAll of the fallback
  *    path stuck on the peer, or anything the application queued behind the
  *    call), the device memory and the window registration are left for
- *    ncclCommAbort and the process exit, and a WARN says so.
+ *    ncclCommAbort and the process exit, and a WARN says so;
+ *  - cuda-ipc: the workspace its peers write into stays allocated while a
+ *    peer thread's context still addresses it (it is freed with that
+ *    context, at the GPU's next create or destroy), and for the process's
+ *    life when peers in other processes may map it: nothing tells when they
+ *    closed it, and freeing it first is undefined. A WARN names it: one
+ *    workspace per such abort (ncclDcpWorkspaceSize bytes).
  * The NCCL communicator is left to the application: call ncclCommAbort on it
  * after this (never before: this still deregisters the window on it).
  * ctx is invalid afterwards; NULL is a no-op.
@@ -377,8 +406,9 @@ ncclResult_t ncclDcpContextDestroy(ncclDcpContext_t ctx);
 ncclResult_t ncclDcpContextAbort(ncclDcpContext_t ctx);
 
 /* ncclDcpContextDestroy for contexts of several GPUs driven by the calling
- * thread (the collective steps are grouped internally), e.g. those made by
- * ncclDcpContextCreateGroup. NULL entries are skipped. Every entry is
+ * thread (the collective steps, cuda-ipc's agreement across processes, are
+ * grouped internally), e.g. those made by ncclDcpContextCreateGroup. NULL
+ * entries are skipped. Every entry is
  * checked before any is touched: one that is not live (destroyed,
  * aborted, never returned) or one that repeats an earlier entry fails the
  * whole call with ncclInvalidArgument naming the entries, and destroys

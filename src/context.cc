@@ -15,11 +15,16 @@
  *                         the peers' handles opened; zeroing
  *   ready                 every workspace is zero              -> gather
  * Each gather all-gathers every rank's record, its status included, over
- * the communicator itself: after it every rank returns the same error (the
- * lowest failing rank's, naming its step), and no rank enters a collective
- * NCCL call that a failed peer will never reach. Every failure unwinds
- * through one release that gives back, in reverse order, exactly what was
- * created. Destroy uses the same release; abort uses it without waiting.
+ * the communicator itself (exchange.h: sealed records, so one that did not
+ * arrive -- a failed copy, a gather NCCL deferred inside the caller's
+ * ncclGroupStart -- is seen as such): after it every rank returns the same
+ * error (the lowest failing rank's, naming its step), and no rank enters a
+ * collective NCCL call that a failed peer will never reach. A local
+ * failure before a gather is recorded and goes through it. Every failure
+ * unwinds through one release that gives back, in reverse order, exactly
+ * what was created. Destroy uses the same release; abort uses it without
+ * waiting. cuda-ipc workspaces are given back through ipc_lifetime.h:
+ * never while a peer may still write into them.
  ************************************************************************/
 #include "context.h"
 

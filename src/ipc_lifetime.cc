@@ -14,6 +14,7 @@ struct ExportedWorkspace {
   int uses;
   bool remote = false;        // peers in other processes may map it
   bool remoteClosed = false;  // ... and they agreed they closed it
+  bool ownerAborted = false;  // its device may hold kernels stuck on a dead peer
 };
 
 namespace {
@@ -64,6 +65,7 @@ void releaseUse(ExportedWorkspace* w, int releasingDev, FreeMode mode) {
   if (w == nullptr) return;
   {
     std::lock_guard<std::mutex> lock(mutex);
+    if (mode == FreeMode::Deferred && releasingDev == w->dev) w->ownerAborted = true;
     if (--w->uses > 0) return;
     live.erase(w->ptr);
     if (w->remote && !w->remoteClosed) {
@@ -77,7 +79,8 @@ void releaseUse(ExportedWorkspace* w, int releasingDev, FreeMode mode) {
       return;
     }
   }
-  freeWorkspace(w->dev, w->ptr, mode == FreeMode::Now && releasingDev == w->dev ? FreeMode::Now : FreeMode::Deferred);
+  const bool now = mode == FreeMode::Now && (releasingDev == w->dev || !w->ownerAborted);
+  freeWorkspace(w->dev, w->ptr, now ? FreeMode::Now : FreeMode::Deferred);
   delete w;
 }
 

@@ -16,9 +16,10 @@
  *    allocated for the process's life, with one WARN line: a bounded leak
  *    of one workspace per such context.
  * The frees go through freeMemory (memory.h): now when the last use is
- * given back on the workspace's own device by a destroy or create's
- * unwind, else deferred to that device's next create or destroy (another
- * device may hold kernels stuck on a dead peer; abort never waits).
+ * given back by a destroy or create's unwind -- unless the owner aborted
+ * and the use is given back from another device, whose thread must not
+ * wait on the owner's GPU (it may hold NCCL kernels stuck on a dead peer)
+ * -- else (abort) deferred to the owner's device's next create or destroy.
  * Host logic only: unit-tested without a GPU through the freer seam.
  ************************************************************************/
 #ifndef NCCL_DCP_IPC_LIFETIME_H_

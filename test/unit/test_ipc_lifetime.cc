@@ -68,14 +68,16 @@ TEST_F(IpcLifetime, ALatePeerThreadKeepsItPastItsOwnersAbort) {
   ASSERT_EQ(freed.size(), 1u);
   EXPECT_EQ(freed[0].ptr, address(2));
   EXPECT_EQ(freed[0].dev, 0);
-  EXPECT_EQ(freed[0].mode, FreeMode::Deferred) << "another device's memory: deferred to its next create/destroy";
+  EXPECT_EQ(freed[0].mode, FreeMode::Deferred)
+      << "an aborted owner's memory, given back from another device: deferred to its next create/destroy";
   releaseUse(w1, 1, FreeMode::Now);
   ASSERT_EQ(freed.size(), 2u);
   EXPECT_EQ(freed[1].ptr, address(3));
   EXPECT_EQ(freed[1].mode, FreeMode::Now);
 }
 
-// Destroy on both threads, in either order: the memory goes with the last.
+// Destroy on both threads, in either order: the memory goes with the
+// last, at once (the destroy is blocking; the owner's GPU is healthy).
 TEST_F(IpcLifetime, DestroyOfTheOwnerFirstWaitsForThePeer) {
   ExportedWorkspace* w = exportWorkspace(address(4), 4096, 0, 0);
   ExportedWorkspace* use = useExportedWorkspace(address(4));
@@ -83,7 +85,8 @@ TEST_F(IpcLifetime, DestroyOfTheOwnerFirstWaitsForThePeer) {
   EXPECT_TRUE(freed.empty());
   releaseUse(use, 1, FreeMode::Now);
   ASSERT_EQ(freed.size(), 1u);
-  EXPECT_EQ(freed[0].mode, FreeMode::Deferred);
+  EXPECT_EQ(freed[0].dev, 0);
+  EXPECT_EQ(freed[0].mode, FreeMode::Now);
 }
 
 TEST_F(IpcLifetime, AbortNeverFreesNow) {
