@@ -211,16 +211,18 @@ ncclResult_t chooseProvider(ncclDcpProvider_t requested, const RankRecord* all, 
 }
 
 ncclResult_t checkArrivals(const char* what, const RecordSeal* seals, int nRanks, uint32_t sequence, int myRank,
-                           bool* noneArrived) {
+                           bool ownPosted, bool* noneArrived) {
   int missing = -1, arrived = 0;
   for (int r = 0; r < nRanks; r++) {
     const RecordSeal& s = seals[r];
     if (s.magic == kRecordMagic && s.sequence == sequence && s.rank == r) arrived++;
     else if (missing < 0) missing = r;
   }
-  *noneArrived = arrived == 0;
+  // This rank's own record was copied, so the all-gather ran if its slot is
+  // empty only when NCCL has not run it yet.
+  *noneArrived = arrived == 0 && ownPosted;
   if (missing < 0) return ncclSuccess;
-  if (arrived == 0)
+  if (*noneArrived)
     return fail(ncclInvalidUsage,
                 "%s failed on rank %d: no rank's record arrived in its all-gather, this rank's own neither: called "
                 "inside ncclGroupStart/End? NCCL defers the all-gather to the caller's ncclGroupEnd; create and "

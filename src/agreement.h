@@ -152,10 +152,11 @@ struct RecordSeal {
 // "<what> failed on rank R: ..." (what: "create step 'arguments'", "destroy
 // of a cuda-ipc context"), R the lowest rank whose record is missing;
 // *noneArrived: no slot holds a record of this gather (this rank's own
-// included): the all-gather is still queued, or nobody's copy reached the
-// device. Both messages ask "called inside ncclGroupStart/End?".
+// included) although this rank's own copy to the device succeeded
+// (ownPosted): the all-gather is still queued. Both messages ask "called
+// inside ncclGroupStart/End?".
 ncclResult_t checkArrivals(const char* what, const RecordSeal* seals, int nRanks, uint32_t sequence, int myRank,
-                           bool* noneArrived);
+                           bool ownPosted, bool* noneArrived);
 
 // What each rank says at the destroy of a cuda-ipc context whose ranks
 // span processes (context.cc): it closed its mappings of its peers'

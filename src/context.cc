@@ -740,9 +740,15 @@ ncclResult_t agreeOnDestroy(const std::vector<Context*>& ctxs, const std::vector
     std::unique_ptr<Side> s(new Side{ctx, {}, {}, std::vector<ReleaseRecord>(ctx->nRanks)});
     const bool closed = closeImports(ctx) && idle[i];
     s->mine = {closed ? 1 : 0, 0, ctx->exports[ctx->rank].address, ctx->exports[ctx->rank].process};
-    keep(s->x.open(ctx->comm, ctx->rank, ctx->nRanks, ctx->cudaDev, sizeof(ReleaseRecord), "destroy's exchange"));
-    if (!s->x.usable()) continue;  // its peers time out: they keep their memory, so does it
-    keep(s->x.post(&s->mine));
+    const ncclResult_t opened =
+        s->x.open(ctx->comm, ctx->rank, ctx->nRanks, ctx->cudaDev, sizeof(ReleaseRecord), "destroy's exchange");
+    if (!s->x.usable()) {  // its peers time out: they keep their memory, so does it
+      keep(opened);
+      continue;
+    }
+    if (opened != ncclSuccess) WARN("rank %d: %s (the exchange goes on without it)", ctx->rank, lastError());
+    // A failed copy shows in every rank's collect: its record is missing.
+    if (s->x.post(&s->mine) != ncclSuccess) WARN("rank %d: destroy: %s", ctx->rank, lastError());
     sides.push_back(std::move(s));
   }
   ncclResult_t start = ncclGroupStart(), enqueued = ncclSuccess;

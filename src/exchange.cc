@@ -136,6 +136,7 @@ ncclResult_t Exchange::post(const void* record, bool sameGather) {
   const RecordSeal seal = {kRecordMagic, sequence_, rank_};
   memcpy(slot, &seal, sizeof(seal));
   memcpy(slot + sizeof(seal), record, recordBytes_);
+  posted_ = false;
   DCPCHECK(injectedAt(CreatePoint::RecordToDevice, step, rank_));
   const cudaError_t e = cudaMemcpyAsync((char*)scratch_ + (size_t)nRanks_ * slotBytes_, slot, slotBytes_,
                                         cudaMemcpyHostToDevice, stream_);
@@ -144,6 +145,7 @@ ncclResult_t Exchange::post(const void* record, bool sameGather) {
     return fail(ncclUnhandledCudaError, "copying rank %d's record to the device failed: %s", rank_,
                 cudaGetErrorString(e));
   }
+  posted_ = true;
   return ncclSuccess;
 }
 
@@ -200,7 +202,7 @@ ncclResult_t Exchange::collect(void* out, const char* what, int timeoutMs, bool*
   }
   std::vector<RecordSeal> seals(nRanks_);
   for (int r = 0; r < nRanks_; r++) memcpy(&seals[r], host_.data() + (size_t)r * slotBytes_, sizeof(RecordSeal));
-  const ncclResult_t arrived = checkArrivals(what, seals.data(), nRanks_, sequence_, rank_, noneArrived);
+  const ncclResult_t arrived = checkArrivals(what, seals.data(), nRanks_, sequence_, rank_, posted_, noneArrived);
   queued_ = *noneArrived;  // NCCL still holds it (the caller's group), or it ran
   DCPCHECK(arrived);
   for (int r = 0; r < nRanks_; r++)

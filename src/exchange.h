@@ -94,6 +94,7 @@ class Exchange {
   bool reserve_ = false;  // scratch_ is the device's reserve
   uint32_t sequence_ = 0;  // gathers posted
   bool queued_ = false;    // an all-gather may still be pending on stream_ / scratch_
+  bool posted_ = false;    // the last post reached the device
   std::vector<unsigned char> host_;  // staging for post / collect
 
   void swap(Exchange& o) noexcept {
@@ -110,6 +111,7 @@ class Exchange {
     std::swap(reserve_, o.reserve_);
     std::swap(sequence_, o.sequence_);
     std::swap(queued_, o.queued_);
+    std::swap(posted_, o.posted_);
     host_.swap(o.host_);
   }
 };

@@ -429,7 +429,7 @@ std::vector<RecordSeal> seals(int nRanks, uint32_t sequence) {
 TEST(Seals, EveryRecordOfThisGatherArrived) {
   for (int n : {1, 2, 8, 64}) {
     bool none = true;
-    EXPECT_EQ(checkArrivals("create step 'arguments'", seals(n, 3).data(), n, 3, 0, &none), ncclSuccess);
+    EXPECT_EQ(checkArrivals("create step 'arguments'", seals(n, 3).data(), n, 3, 0, true, &none), ncclSuccess);
     EXPECT_FALSE(none);
   }
 }
@@ -445,7 +445,7 @@ TEST(Seals, NothingArrivedAsksAboutAGroup) {
     memset(zero.data(), 0, zero.size() * sizeof(RecordSeal));
     bool none = false;
     clearLastError();
-    EXPECT_EQ(checkArrivals("create step 'arguments'", zero.data(), n, 1, n - 1, &none), ncclInvalidUsage);
+    EXPECT_EQ(checkArrivals("create step 'arguments'", zero.data(), n, 1, n - 1, true, &none), ncclInvalidUsage);
     EXPECT_TRUE(none);
     const std::string msg = lastError();
     EXPECT_NE(msg.find("called inside ncclGroupStart/End?"), std::string::npos) << msg;
@@ -460,7 +460,7 @@ TEST(Seals, AMissingRecordNamesItsRank) {
   s[2].sequence = 4;  // the previous gather's
   bool none = true;
   clearLastError();
-  EXPECT_EQ(checkArrivals("create step 'workspace'", s.data(), 4, 5, 0, &none), ncclSystemError);
+  EXPECT_EQ(checkArrivals("create step 'workspace'", s.data(), 4, 5, 0, true, &none), ncclSystemError);
   EXPECT_FALSE(none);
   std::string msg = lastError();
   EXPECT_NE(msg.find("create step 'workspace' failed on rank 2: its record did not arrive"), std::string::npos)
@@ -472,9 +472,23 @@ TEST(Seals, AMissingRecordNamesItsRank) {
   s[3].rank = 1;
   s[1].magic = 0;
   clearLastError();
-  EXPECT_EQ(checkArrivals("destroy of a cuda-ipc context", s.data(), 4, 5, 3, &none), ncclSystemError);
+  EXPECT_EQ(checkArrivals("destroy of a cuda-ipc context", s.data(), 4, 5, 3, true, &none), ncclSystemError);
   msg = lastError();
   EXPECT_NE(msg.find("destroy of a cuda-ipc context failed on rank 1"), std::string::npos) << msg;
+}
+
+// A rank whose own copy failed finds its own slot empty too: on one rank
+// nothing arrived, yet that is its failed copy, not a deferred all-gather.
+TEST(Seals, NothingArrivedAfterAFailedOwnCopyNamesTheCopy) {
+  std::vector<RecordSeal> zero(1);
+  memset(zero.data(), 0, sizeof(RecordSeal));
+  bool none = true;
+  clearLastError();
+  EXPECT_EQ(checkArrivals("create step 'arguments'", zero.data(), 1, 1, 0, false, &none), ncclSystemError);
+  EXPECT_FALSE(none) << "a failed copy read as a queued all-gather (its scratch would be parked)";
+  const std::string msg = lastError();
+  EXPECT_NE(msg.find("create step 'arguments' failed on rank 0: its record did not arrive"), std::string::npos)
+      << msg;
 }
 
 // Destroy's agreement on cuda-ipc across processes (issue 34, item 4): an
