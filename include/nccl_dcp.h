@@ -6,6 +6,18 @@
  * ncclResult_t; versioned structs carry a size/magic/version header and must
  * be initialised with their ..._INITIALIZER macro.
  *
+ * Environment: the library reads its NCCL_DCP_* variables ONCE PER
+ * PROCESS, at the first call that needs one (the first create or
+ * ncclDcpWorkspaceSize, or the first log line), and keeps those values for
+ * the process's life: setting, changing or unsetting one afterwards
+ * (setenv, os.environ) changes nothing, for later contexts too. Set them
+ * before the process's first nccl-dcp call; a config field is the per-
+ * context way (maxBatch, protocol, timeoutMs). The one variable read at
+ * each create is NCCL's NCCL_CUMEM_ENABLE (getenv, only to explain a
+ * missing symmetric memory in the topology report's pathNote). The
+ * profiler plugin's NCCL_DCP_PROFILE_* are the plugin's: read at each
+ * communicator's finalize.
+ *
  * The operation (one DCP group = the ranks of one communicator, cp = nRanks):
  *   every rank holds, for all H = cp * localHeads heads, a partial attention
  *   output partialOut[B][H][D] and its log-sum-exp partialLse[B][H]. The
@@ -134,7 +146,14 @@ typedef struct ncclDcpConfig_v1 {
                              units that cross the link, on every protocol and
                              path (the fallback path applies the same rounding
                              and moves native bytes); the workspace shrinks
-                             with the units */
+                             with the units. Refused by create and
+                             ncclDcpWorkspaceSize (ncclInvalidArgument naming
+                             config->wire): a value that is no ncclDcpWire_t
+                             (negative or >= ncclDcpNumWires;
+                             NCCL_CONFIG_UNDEF_INT is the default), and fp8
+                             with dtype fp32, headDim % 16 != 0 or scatter
+                             TOKEN or NONE. A 0.3 caller's struct (no wire)
+                             is native */
 } ncclDcpConfig_t;
 
 #define NCCL_DCP_CONFIG_MAGIC 0xdc9c0f16u
@@ -290,14 +309,25 @@ ncclResult_t ncclDcpWorkspaceSize(const ncclDcpConfig_t* cfg, int nRanks, size_t
  * the first rank that differs. A failure of any rank at any step (a bad
  * argument, memory, a registration) is returned by every rank with the same
  * code and message, naming that rank and step, and every rank releases what
- * it had created; no rank is left waiting in a collective step. A NULL comm
- * is refused at once (there is nobody to tell).
+ * it had created; no rank is left waiting in a collective step: a local
+ * failure before one (the communicator's state, the exchange's stream or
+ * scratch, a record's copy to the device) reaches every rank through the
+ * next all-gather. Only a rank that cannot take part in an all-gather at
+ * all returns alone (no device memory for its exchange, about 40 KB, at
+ * its first create on a GPU; a device in a sticky error), and its peers
+ * wait in NCCL until the communicator is aborted. A NULL comm is refused
+ * at once (there is nobody to tell).
  * Allocates the workspace with ncclMemAlloc, registers it as a window,
  * creates a device communicator; falls back to ncclAlltoAll + combine when
  * the ranks are not all in one LSA team. Blocking; not capturable. Must not
  * be called inside ncclGroupStart/End: to create contexts for several GPUs
- * driven by one thread use ncclDcpContextCreateGroup. Thread-safe for
- * distinct communicators. */
+ * driven by one thread use ncclDcpContextCreateGroup. Inside one, NCCL
+ * defers create's all-gather to the caller's ncclGroupEnd: create sees no
+ * record arrive and fails with ncclInvalidUsage ("called inside
+ * ncclGroupStart/End?"), on every rank that called it so; the scratch
+ * (a few KB) and the stream the queued all-gather uses are left allocated
+ * for the process's life (a WARN), so that the caller's ncclGroupEnd runs
+ * it into live memory. Thread-safe for distinct communicators. */
 ncclResult_t ncclDcpContextCreate(ncclComm_t comm, const ncclDcpConfig_t* cfg,
                                   ncclDcpContext_t* ctx);
 
@@ -322,13 +352,25 @@ ncclResult_t ncclDcpContextCreateInWindow(ncclComm_t comm, ncclWindow_t win, siz
 /* Destroys a context: device communicator, window registration and memory
  * it owns. Every rank destroys its context after its last call. Blocking:
  * waits for all work on the context's GPU (calls in flight) to finish; it
- * exchanges nothing with the peers. After a peer failed (a call timed out,
- * ncclDcpGetAsyncError), use ncclDcpContextAbort instead: on the fallback
- * path a dead peer leaves NCCL's all-to-all waiting (its bound is NCCL's
- * own: ncclCommAbort), and destroy would wait for it. cuda-ipc: the
- * workspace is freed while peers may still map it; no peer reads or writes
- * it after its own last call (receivers read only local memory), and CUDA
- * keeps an imported allocation until its last mapping is closed.
+ * exchanges nothing with the peers (cuda-ipc across processes aside,
+ * below). After a peer failed (a call timed out, ncclDcpGetAsyncError),
+ * use ncclDcpContextAbort instead: on the fallback path a dead peer leaves
+ * NCCL's all-to-all waiting (its bound is NCCL's own: ncclCommAbort), and
+ * destroy would wait for it.
+ * cuda-ipc: a rank's workspace is freed only once no peer can write into
+ * it any more. Ranks that are threads of one process: with the last of
+ * their contexts that addresses it (destroyed or aborted), so a late
+ * rank's writes land in memory still allocated, never in a workspace a
+ * later create got. Ranks in several processes: destroy is COLLECTIVE --
+ * each rank closes its mappings of its peers' workspaces
+ * (cudaIpcCloseMemHandle), the ranks agree on it through the communicator
+ * (one ncclAllGather per context; destroy the contexts of one communicator
+ * in the same order on every rank), and only then does each free its own
+ * (CUDA's IPC rules forbid freeing first). The agreement waits at most the
+ * context's timeoutMs (0: for ever); past it (a peer aborted or died)
+ * destroy returns ncclRemoteError, the workspace stays allocated for the
+ * process's life (a WARN), and the communicator holds an all-gather no
+ * peer may join: abort it (ncclCommAbort).
  * NULL: a no-op. */
 ncclResult_t ncclDcpContextDestroy(ncclDcpContext_t ctx);
 
@@ -346,7 +388,13 @@ ncclResult_t ncclDcpContextDestroy(ncclDcpContext_t ctx);
  *    peer). If that work does not finish (an ncclAlltoAll of the fallback
  *    path stuck on the peer, or anything the application queued behind the
  *    call), the device memory and the window registration are left for
- *    ncclCommAbort and the process exit, and a WARN says so.
+ *    ncclCommAbort and the process exit, and a WARN says so;
+ *  - cuda-ipc: the workspace its peers write into stays allocated while a
+ *    peer thread's context still addresses it (it is freed with that
+ *    context, at the GPU's next create or destroy), and for the process's
+ *    life when peers in other processes may map it: nothing tells when they
+ *    closed it, and freeing it first is undefined. A WARN names it: one
+ *    workspace per such abort (ncclDcpWorkspaceSize bytes).
  * The NCCL communicator is left to the application: call ncclCommAbort on it
  * after this (never before: this still deregisters the window on it).
  * ctx is invalid afterwards; NULL is a no-op.
@@ -360,8 +408,15 @@ ncclResult_t ncclDcpContextDestroy(ncclDcpContext_t ctx);
 ncclResult_t ncclDcpContextAbort(ncclDcpContext_t ctx);
 
 /* ncclDcpContextDestroy for contexts of several GPUs driven by the calling
- * thread (the collective steps are grouped internally), e.g. those made by
- * ncclDcpContextCreateGroup. NULL entries are skipped. */
+ * thread (the collective steps, cuda-ipc's agreement across processes, are
+ * grouped internally), e.g. those made by ncclDcpContextCreateGroup. NULL
+ * entries are skipped. Every entry is
+ * checked before any is touched: one that is not live (destroyed,
+ * aborted, never returned) or one that repeats an earlier entry fails the
+ * whole call with ncclInvalidArgument naming the entries, and destroys
+ * NOTHING -- every other context of the array stays live and ctxs is left
+ * as it was (fix the array and call again). On success every entry of
+ * ctxs is set to NULL. */
 ncclResult_t ncclDcpContextDestroyGroup(int nCtxs, ncclDcpContext_t* ctxs);
 
 /* The fused collective (see the top of this header), on the context's
@@ -440,7 +495,14 @@ ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* partialOut,
  *    empty on this rank whatever partialLse and partialOut
  *    hold (attention leaves them undefined): their LSE reads as -inf. A row
  *    empty on every rank merges to out 0 and outLse -inf. Read by the
- *    kernels when they run (graph-safe); both or neither, numSeqs >= 1. */
+ *    kernels when they run (graph-safe); both or neither, numSeqs >= 1.
+ * The device arrays (rowCountsDevice, seqLens, queryStartLoc) must be device
+ * or managed memory: each call asks cudaPointerGetAttributes (a host-side
+ * query, legal under stream capture; about a microsecond each) and refuses
+ * host memory, pinned or not, and a pointer the runtime cannot place with
+ * ncclInvalidArgument naming the argument, before anything is enqueued
+ * (a host pointer would fault the kernel and end the CUDA context). Their
+ * contents are not read on the host. */
 typedef struct ncclDcpCallArgs_v1 {
   size_t size;
   unsigned int magic;

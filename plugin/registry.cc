@@ -133,10 +133,11 @@ CommProfile* Registry::addComm(const CommIdentity& id, bool kernelTiming) {
 }
 
 // Each finalize renders its own communicator's element once and writes it
-// after those of the communicators finished before, kept as text: the
-// work per finalize does not grow with the job's communicators, and the
-// file holds every finished one as soon as it finishes (a job killed
-// later, when no exit handler runs, keeps them).
+// after those of the communicators finished before, kept as text, in
+// place (writeJson): neither the formatting nor the I/O of a finalize
+// grows with the job's communicators, and the file holds every finished
+// one as soon as it finishes (a job killed later, when no exit handler
+// runs, keeps them).
 bool Registry::finalizeComm(CommProfile* p) {
   CommSnapshot done;
   {
@@ -219,18 +220,41 @@ void Registry::markListed(const DcpSnapshot& d) {
   }
 }
 
-// One file per process (reportPath), replaced whole (replaceFile). A file
-// that cannot be written warns once.
+// One file per process (reportPath). The finished communicators' elements
+// only grow, so a finalize rewrites the file's end in place (rewriteTail):
+// its element and the tail over the old tail, bytes of its own plus a tail
+// bounded by kDcpContexts, not a copy of the whole file (that was
+// quadratic in the communicators: 3 MB per finalize after 3000). The first
+// report, one after the path or the head changed (calibration, disabled),
+// one after anything else touched the file, and the exit's (live
+// communicators after the finished ones) replace it whole, atomically
+// (replaceFile). No link is followed and no special file written either
+// way; a file that cannot be written warns once.
 void Registry::writeJson(const ReportInput& in, const std::string& elements) {
   const std::string pattern = Settings::fromEnv().profileFile;
   if (pattern.empty()) return;
   const std::string path = reportPath(pattern);
   const std::string head = reportHead(in), tail = reportTail(in);
+  const bool finished = &elements == &finishedJson_;
   std::string why;
-  if (replaceFile(path, {&head, &elements, &tail}, &why)) {
+  const size_t kept = state_.elementsBytes;
+  if (finished && path == state_.path && head == state_.head && kept != std::string::npos && kept <= elements.size()) {
+    const std::string text = elements.substr(kept) + tail;
+    WrittenFile now;
+    if (rewriteTail(path, state_.file, (off_t)(head.size() + kept), text, &now, &why)) {
+      state_.file = now;
+      state_.elementsBytes = elements.size();
+      log(NCCL_LOG_INFO, "report written to %s", path.c_str());
+      return;
+    }
+  }
+  WrittenFile whole;
+  if (why.empty() && replaceFile(path, {&head, &elements, &tail}, &why, &whole)) {
+    state_ = {path, head, whole, finished ? elements.size() : std::string::npos};
     log(NCCL_LOG_INFO, "report written to %s", path.c_str());
     return;
   }
+  state_ = FileState();
   if (firstWarning(path)) log(NCCL_LOG_WARN, "cannot write NCCL_DCP_PROFILE_FILE %s: %s", path.c_str(), why.c_str());
 }
 

@@ -61,8 +61,9 @@ class Registry {
   // A profile for a new communicator (null when out of memory).
   CommProfile* addComm(const CommIdentity& id, bool kernelTiming);
   // Retires a live profile, writes the reports (its table to the log, the
-  // JSON of every finished communicator to the file); false when `p` is
-  // not one (finalized already, or never created).
+  // JSON of every finished communicator to the file: its own element
+  // appended in place, see writeJson); false when `p` is not one
+  // (finalized already, or never created).
   bool finalizeComm(CommProfile* p);
   // Rewrites the JSON with the live communicators too (process exit
   // without finalize); nothing when none is live.
@@ -76,6 +77,8 @@ class Registry {
   DcpEntry* dcpEntry(const ncclDcpProfilerCall_v1_t& call);
   ReportInput collect(bool withLive);
   void markListed(const DcpSnapshot& d);
+  // The report: head, `elements` (of which the file already holds the
+  // first `state_.elementsBytes` when they are the finished ones), tail.
   void writeJson(const ReportInput& in, const std::string& elements);
   // True the first time `what` is asked about.
   bool firstWarning(const std::string& what);
@@ -88,6 +91,15 @@ class Registry {
   // with the newest state, whichever thread finalizes last.
   std::mutex writeMutex_;
   std::string finishedJson_;  // (writeMutex_) the finished communicators' elements, rendered once each
+  // (writeMutex_) The report file as written last: a finalize appends its
+  // element there in place (the old tail overwritten by the element and
+  // the new tail) while the file is still that one, with the same path and
+  // head; otherwise it is replaced whole.
+  struct FileState {
+    std::string path, head;
+    WrittenFile file;
+    size_t elementsBytes = 0;  // of the elements written, a prefix of finishedJson_ (npos: not)
+  } state_;
 
   std::mutex mutex_;  // the state below
   std::vector<std::unique_ptr<CommProfile>> live_;

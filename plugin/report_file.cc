@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+
 namespace nccl_dcp {
 namespace plugin {
 
@@ -39,6 +41,14 @@ int fill(int fd, const std::vector<const std::string*>& parts) {
 }
 
 std::string errorText(const char* what, int err) { return std::string(what) + ": " + strerror(err); }
+
+std::atomic<uint64_t> gFilesReplaced{0}, gBytesWritten{0};
+
+// Why the plugin refuses to write through `st` ("" for a regular file).
+const char* refusal(const struct stat& st) {
+  if (S_ISREG(st.st_mode)) return "";
+  return S_ISLNK(st.st_mode) ? "a symbolic link: neither followed nor replaced" : "not a regular file: not replaced";
+}
 
 }  // namespace
 
@@ -76,11 +86,11 @@ std::string reportPath(const std::string& pattern) {
 // lstat first, to refuse a link or a special file with a clear reason. A
 // link planted between the check and rename() is only replaced: rename
 // never follows the name it replaces.
-bool replaceFile(const std::string& path, const std::vector<const std::string*>& parts, std::string* why) {
+bool replaceFile(const std::string& path, const std::vector<const std::string*>& parts, std::string* why,
+                 WrittenFile* written) {
   struct stat st;
   if (lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    *why = S_ISLNK(st.st_mode) ? "a symbolic link: neither followed nor replaced"
-                               : "not a regular file: not replaced";
+    *why = refusal(st);
     return false;
   }
   const size_t name = path.rfind('/') + 1;
@@ -90,13 +100,66 @@ bool replaceFile(const std::string& path, const std::vector<const std::string*>&
     *why = errorText("cannot create a temporary file beside it", errno);
     return false;
   }
+  struct stat made;
+  const bool identified = fstat(fd, &made) == 0;
   int err = fill(fd, parts);
   if (err == 0 && rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-  if (err == 0) return true;
+  if (err == 0) {
+    uint64_t bytes = 0;
+    for (const std::string* part : parts) bytes += part->size();
+    gFilesReplaced.fetch_add(1, std::memory_order_relaxed);
+    gBytesWritten.fetch_add(bytes, std::memory_order_relaxed);
+    if (written) *written = identified ? WrittenFile{made.st_dev, made.st_ino, (off_t)bytes} : WrittenFile{};
+    return true;
+  }
   *why = errorText("cannot write it", err);
   unlink(tmp.c_str());
   return false;
 }
+
+bool rewriteTail(const std::string& path, const WrittenFile& expected, off_t at, const std::string& text,
+                 WrittenFile* written, std::string* why) {
+  why->clear();
+  auto same = [&](const struct stat& st) {
+    return st.st_dev == expected.dev && st.st_ino == expected.ino && st.st_size == expected.size;
+  };
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return false;  // gone: written whole
+  if (*refusal(st) != '\0') {
+    *why = refusal(st);
+    return false;
+  }
+  if (!same(st) || at > expected.size) return false;
+  const int fd = open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ELOOP) *why = "a symbolic link: neither followed nor replaced";  // planted since the lstat
+    return false;
+  }
+  int err = 0;
+  if (fstat(fd, &st) != 0 || !same(st)) {
+    close(fd);
+    return false;  // replaced since the lstat: written whole
+  }
+  for (size_t done = 0; err == 0 && done < text.size();) {
+    const ssize_t n = pwrite(fd, text.data() + done, text.size() - done, at + (off_t)done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) err = n < 0 ? errno : EIO;
+    else done += n;
+  }
+  const off_t end = at + (off_t)text.size();
+  if (err == 0 && end < expected.size && ftruncate(fd, end) != 0) err = errno;
+  if (close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) {
+    *why = errorText("cannot write it", err);
+    return false;
+  }
+  gBytesWritten.fetch_add(text.size(), std::memory_order_relaxed);
+  *written = {expected.dev, expected.ino, end};
+  return true;
+}
+
+uint64_t filesReplaced() { return gFilesReplaced.load(std::memory_order_relaxed); }
+uint64_t bytesWritten() { return gBytesWritten.load(std::memory_order_relaxed); }
 
 }  // namespace plugin
 }  // namespace nccl_dcp

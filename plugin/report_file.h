@@ -13,6 +13,9 @@
 #ifndef NCCL_DCP_PLUGIN_REPORT_FILE_H_
 #define NCCL_DCP_PLUGIN_REPORT_FILE_H_
 
+#include <sys/types.h>
+
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -30,12 +33,35 @@ std::string expandPath(const std::string& pattern, bool* hasPid = nullptr);
 // "dcp.json" -> "dcp.<pid>.json", "dcp" -> "dcp.<pid>".
 std::string reportPath(const std::string& pattern);
 
+// A file as the plugin last wrote it: its inode and size.
+struct WrittenFile {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+};
+
 // Replaces the file `path` with `parts`, concatenated, mode 0644: written
 // to a new file that mkstemp creates beside it (never through a link),
 // then renamed over it. False with *why when `path` exists and is no
 // regular file (a symbolic link above all: it is neither followed nor
 // replaced) or when any step fails; the temporary file is then removed.
-bool replaceFile(const std::string& path, const std::vector<const std::string*>& parts, std::string* why);
+// *written (optional): the new file.
+bool replaceFile(const std::string& path, const std::vector<const std::string*>& parts, std::string* why,
+                 WrittenFile* written = nullptr);
+
+// Rewrites the end of the file `path` in place: `text` at offset `at`,
+// the file cut to at + text.size(). Only while `path` is still the
+// regular file the plugin wrote last (`expected`: same inode, same size);
+// opened O_NOFOLLOW and checked again with fstat. False with *why empty
+// when it is not (gone, replaced, grown: the caller writes it whole); false
+// with *why when `path` is no regular file or a step fails.
+bool rewriteTail(const std::string& path, const WrittenFile& expected, off_t at, const std::string& text,
+                 WrittenFile* written, std::string* why);
+
+// Whole files written (replaceFile) and bytes written (both), since the
+// process began: the tests' measure of the report's I/O.
+uint64_t filesReplaced();
+uint64_t bytesWritten();
 
 }  // namespace plugin
 }  // namespace nccl_dcp

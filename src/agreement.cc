@@ -210,6 +210,49 @@ ncclResult_t chooseProvider(ncclDcpProvider_t requested, const RankRecord* all, 
   return ncclSuccess;
 }
 
+ncclResult_t checkArrivals(const char* what, const RecordSeal* seals, int nRanks, uint32_t sequence, int myRank,
+                           bool ownPosted, bool* noneArrived) {
+  int missing = -1, arrived = 0;
+  for (int r = 0; r < nRanks; r++) {
+    const RecordSeal& s = seals[r];
+    if (s.magic == kRecordMagic && s.sequence == sequence && s.rank == r) arrived++;
+    else if (missing < 0) missing = r;
+  }
+  // This rank's own record was copied, so the all-gather ran if its slot is
+  // empty only when NCCL has not run it yet.
+  *noneArrived = arrived == 0 && ownPosted;
+  if (missing < 0) return ncclSuccess;
+  if (*noneArrived)
+    return fail(ncclInvalidUsage,
+                "%s failed on rank %d: no rank's record arrived in its all-gather, this rank's own neither: called "
+                "inside ncclGroupStart/End? NCCL defers the all-gather to the caller's ncclGroupEnd; create and "
+                "destroy are collective and blocking: call them outside any NCCL group (one thread driving several "
+                "GPUs: ncclDcpContextCreateGroup / ncclDcpContextDestroyGroup)",
+                what, myRank);
+  return fail(ncclSystemError,
+              "%s failed on rank %d: its record did not arrive in the all-gather (seal %#llx, gather %u of rank %d; "
+              "expected gather %u): its copy to the device failed, or it was called inside ncclGroupStart/End?",
+              what, missing, (unsigned long long)seals[missing].magic, seals[missing].sequence, seals[missing].rank,
+              sequence);
+}
+
+bool everyPeerClosed(const ReleaseRecord* all, const IpcExport* expected, int nRanks, std::string* why) {
+  for (int r = 0; r < nRanks; r++) {
+    const ReleaseRecord& a = all[r];
+    if (a.address != expected[r].address || a.process != expected[r].process) {
+      *why = format("rank %d's record is of another context (workspace %#llx, not %#llx: contexts of one "
+                    "communicator destroyed in a different order on different ranks?)",
+                    r, (unsigned long long)a.address, (unsigned long long)expected[r].address);
+      return false;
+    }
+    if (a.closed != 1) {
+      *why = format("rank %d could not close its mappings of its peers' workspaces", r);
+      return false;
+    }
+  }
+  return true;
+}
+
 uint64_t processIdentity() {
   static const uint64_t id = [] {
     std::random_device rd;

@@ -133,6 +133,45 @@ ncclResult_t chooseProvider(ncclDcpProvider_t requested, const RankRecord* all, 
 // processes never do, PID namespaces included).
 uint64_t processIdentity();
 
+// ---- The exchange's seals (exchange.h). Every record of an all-gather
+// travels behind a seal naming the gather (its sequence number in the
+// exchange, from 1) and the rank that sent it; the scratch it lands in is
+// zeroed first and the sender's copy lives apart from the received ones.
+// So a slot that holds no record of this gather is seen as such: the
+// sender's copy to the device failed (its slot holds nothing, or its
+// previous record), or the all-gather did not run before its result was
+// read -- NCCL defers it inside the caller's ncclGroupStart/End, and then
+// no slot holds one, this rank's own included.
+constexpr uint64_t kRecordMagic = 0x6463702d72656364ull;  // "dcp-recd"
+struct RecordSeal {
+  uint64_t magic;
+  uint32_t sequence;
+  int32_t rank;
+};
+// Every seal says (magic, sequence, its rank): ncclSuccess. Else an error
+// "<what> failed on rank R: ..." (what: "create step 'arguments'", "destroy
+// of a cuda-ipc context"), R the lowest rank whose record is missing;
+// *noneArrived: no slot holds a record of this gather (this rank's own
+// included) although this rank's own copy to the device succeeded
+// (ownPosted): the all-gather is still queued. Both messages ask "called
+// inside ncclGroupStart/End?".
+ncclResult_t checkArrivals(const char* what, const RecordSeal* seals, int nRanks, uint32_t sequence, int myRank,
+                           bool ownPosted, bool* noneArrived);
+
+// What each rank says at the destroy of a cuda-ipc context whose ranks
+// span processes (context.cc): it closed its mappings of its peers'
+// workspaces, and which context it destroys (its own workspace's address
+// and process, as create's records gave them).
+struct ReleaseRecord {
+  int32_t closed;  // 1: every peer's workspace unmapped (cudaIpcCloseMemHandle), its kernels done
+  int32_t reserved;
+  uint64_t address, process;  // this rank's exported workspace
+};
+// Every peer closed, and every record is of this context (rank r's address
+// and process as expected[r] from create): its owner may free its
+// workspace. Else false, *why saying which rank and what.
+bool everyPeerClosed(const ReleaseRecord* all, const IpcExport* expected, int nRanks, std::string* why);
+
 
 }  // namespace nccl_dcp
 

@@ -16,6 +16,7 @@
 #include "log.h"
 #include "nccl_dcp.h"
 #include "handles.h"
+#include "validate.h"
 
 using namespace nccl_dcp;
 
@@ -182,6 +183,9 @@ NCCL_DCP_API ncclResult_t ncclDcpA2aLseReduceEx(ncclDcpContext_t ctx, const void
   CallPlan plan;
   DCPCHECK(c->engine.admit(&buf, 1, batch, stridesIn, args, &plan));
   if (batch == 0) return contextAsyncError(c.get());
+  // The arrays the kernels read (not at batch 0), before anything is
+  // enqueued or deferred to a group.
+  DCPCHECK(checkDeviceArrays(args, cudaPointerAnswer));
   if (groupDepth > 0) return deferToGroup(ctx, buf, batch, plan, stream);
   return contextEnqueue(c.get(), buf, batch, plan, stream);
 }

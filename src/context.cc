@@ -15,11 +15,16 @@
  *                         the peers' handles opened; zeroing
  *   ready                 every workspace is zero              -> gather
  * Each gather all-gathers every rank's record, its status included, over
- * the communicator itself: after it every rank returns the same error (the
- * lowest failing rank's, naming its step), and no rank enters a collective
- * NCCL call that a failed peer will never reach. Every failure unwinds
- * through one release that gives back, in reverse order, exactly what was
- * created. Destroy uses the same release; abort uses it without waiting.
+ * the communicator itself (exchange.h: sealed records, so one that did not
+ * arrive -- a failed copy, a gather NCCL deferred inside the caller's
+ * ncclGroupStart -- is seen as such): after it every rank returns the same
+ * error (the lowest failing rank's, naming its step), and no rank enters a
+ * collective NCCL call that a failed peer will never reach. A local
+ * failure before a gather is recorded and goes through it. Every failure
+ * unwinds through one release that gives back, in reverse order, exactly
+ * what was created. Destroy uses the same release; abort uses it without
+ * waiting. cuda-ipc workspaces are given back through ipc_lifetime.h:
+ * never while a peer may still write into them.
  ************************************************************************/
 #include "context.h"
 
@@ -30,12 +35,15 @@
 #include <string.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "agreement.h"
 #include "enums.h"
 #include "error.h"
+#include "exchange.h"
+#include "ipc_lifetime.h"
 #include "log.h"
 #include "device/nccl_compat.h"
 #include "profiler_hook.h"
@@ -74,9 +82,14 @@ ncclResult_t releaseContext(Context* ctx, FreeMode mode) {
   if (ctx->ownsWindow)
     keepFirst(&res, settle(ctx->comm, ncclCommWindowDeregister(ctx->comm, ctx->window), "ncclCommWindowDeregister"),
               "ncclCommWindowDeregister");
-  for (int r = 0; r < ctx->nRanks && r < NCCL_DCP_MAX_RANKS; r++)
+  for (int r = 0; r < ctx->nRanks && r < NCCL_DCP_MAX_RANKS; r++) {
     if (ctx->ipcMapped[r]) freeMemory(MemoryKind::IpcImport, ctx->cudaDev, ctx->lsa[r], mode);
-  freeMemory(ctx->ownedKind, ctx->cudaDev, ctx->ownedMemory, mode);
+    releaseUse(ctx->peerUse[r], ctx->cudaDev, mode);  // a peer thread's workspace (ipc_lifetime.h)
+  }
+  // cuda-ipc: freed with its last use, and only once peers in other
+  // processes agreed they closed it; else as any memory of ours.
+  if (ctx->exported) releaseUse(ctx->exported, ctx->cudaDev, mode);
+  else freeMemory(ctx->ownedKind, ctx->cudaDev, ctx->ownedMemory, mode);
   freeFallbackBuffers(&ctx->fallback, ctx->cudaDev, mode);
   ctx->engine.release(mode);
   if (ctx->hasDevComm)
@@ -86,6 +99,25 @@ ncclResult_t releaseContext(Context* ctx, FreeMode mode) {
   return res;
 }
 
+// cuda-ipc: closes this context's mappings of its peers' workspaces (the
+// other-process ones; a peer thread's is a pointer, its use given back with
+// the context). True when every one closed.
+bool closeImports(Context* ctx) {
+  bool closed = true;
+  if (ctx->cudaDev >= 0) cudaSetDevice(ctx->cudaDev);
+  for (int r = 0; r < ctx->nRanks && r < NCCL_DCP_MAX_RANKS; r++) {
+    if (!ctx->ipcMapped[r]) continue;
+    if (cudaIpcCloseMemHandle(ctx->lsa[r]) != cudaSuccess) {
+      cudaGetLastError();
+      closed = false;
+      WARN("rank %d: cudaIpcCloseMemHandle of rank %d's workspace failed", ctx->rank, r);
+    }
+    ctx->ipcMapped[r] = false;
+    ctx->lsa[r] = nullptr;
+  }
+  return closed;
+}
+
 // ---------------------------------------------------------------------------
 // Create: the communicators of one call, each with its record exchange and
 // the context under construction.
@@ -93,8 +125,7 @@ ncclResult_t releaseContext(Context* ctx, FreeMode mode) {
 struct Member {
   ncclComm_t comm = nullptr;
   int rank = 0, nRanks = 0, dev = -1;
-  cudaStream_t stream = nullptr;  // the exchange's and the zeroing's
-  void* scratch = nullptr;        // device: nRanks records
+  Exchange x;                     // the record all-gathers; its stream also zeroes the workspace
   Context* ctx = nullptr;
   RankRecord mine;
   std::vector<RankRecord> all;    // after a gather: every rank's record
@@ -103,9 +134,11 @@ struct Member {
   // an injected one where the step succeeded).
   void record(CreateStep step, ncclResult_t r) {
     if (r == ncclSuccess) r = injectedFailure(step, rank);
-    recordFailure(&mine.status, r, step, lastError());
+    note(step, r);
     alterRecord(rank, step, &mine);
   }
+  // The same, without the step's injected fault (a failure inside a step).
+  void note(CreateStep step, ncclResult_t r) { recordFailure(&mine.status, r, step, lastError()); }
   bool failed() const { return mine.status.code != ncclSuccess; }
 };
 
@@ -113,19 +146,29 @@ struct Creation {
   std::vector<Member> members;
   Config cfg = {};
   int ncclVersion = 0;
+  bool mapped = false;  // the map-peers step ran: peers may hold mappings of our workspaces
 
   // The exchange (a stream and a scratch buffer per communicator) and the
-  // contexts' host state: the first resources.
+  // contexts' host state: the first resources. A local failure here is
+  // recorded, not returned: the rank still takes part in the first gather,
+  // which fails every rank alike (a rank that returned here would leave
+  // its peers in ncclAllGather for ever). Only a rank that cannot take
+  // part at all (no communicator rank, no device, no scratch) returns.
   ncclResult_t open(int n, const ncclComm_t* comms) {
     members.resize(n);
     for (int i = 0; i < n; i++) {
       Member& m = members[i];
       m.comm = comms[i];
-      DCPCHECK(waitForComm(m.comm, "the communicator"));  // a nonblocking one may still be initialising
+      memset(&m.mine, 0, sizeof(m.mine));
+      // A nonblocking communicator may still be initialising.
+      ncclResult_t ready = waitForComm(m.comm, "the communicator");
+      const std::string why = lastError();
       NCCLCHECK(ncclCommUserRank(m.comm, &m.rank));
+      if (ready == ncclSuccess) ready = injectedAt(CreatePoint::WaitForComm, CreateStep::Arguments, m.rank);
+      else restoreLastError(why.c_str());
+      m.note(CreateStep::Arguments, ready);
       NCCLCHECK(ncclCommCount(m.comm, &m.nRanks));
       NCCLCHECK(ncclCommCuDevice(m.comm, &m.dev));
-      memset(&m.mine, 0, sizeof(m.mine));
       m.mine.devComm.lsaSize = 1;  // no device communicator: an LSA team of one
       const char* cumem = getenv("NCCL_CUMEM_ENABLE");
       m.mine.devComm.cumemDisabled = cumem != nullptr && strcmp(cumem, "0") == 0;
@@ -137,36 +180,58 @@ struct Creation {
       m.ctx->nRanks = m.nRanks;
       m.ctx->cudaDev = m.dev;
       flushDeferredFrees(m.dev);
-      CUDACHECK(cudaSetDevice(m.dev));
-      CUDACHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
-      CUDACHECK(cudaMalloc(&m.scratch, (size_t)m.nRanks * sizeof(RankRecord)));
+      m.note(CreateStep::Arguments, m.x.open(m.comm, m.rank, m.nRanks, m.dev, sizeof(RankRecord), "create's exchange"));
+      if (!m.x.usable()) return fail((ncclResult_t)m.mine.status.code, "%s", m.mine.status.message);
     }
     return ncclSuccess;
   }
 
   // All-gathers every member's record through NCCL itself; then every rank
-  // fails alike if any rank recorded a failure.
-  ncclResult_t gather() {
-    const size_t bytes = sizeof(RankRecord);
+  // fails alike if any rank recorded a failure, or if any rank's record
+  // did not arrive (exchange.h: its copy to the device failed, or the
+  // all-gather is deferred by the caller's ncclGroupStart). `step`: the
+  // step this gather ends (Count: the unwind's), named by `label`.
+  ncclResult_t gather(CreateStep step, const char* label = nullptr) {
+    char what[96];
+    if (label) snprintf(what, sizeof(what), "%s", label);
+    else snprintf(what, sizeof(what), "create step '%s'", createStepName(step));
     for (Member& m : members) {
-      CUDACHECK(cudaSetDevice(m.dev));
-      CUDACHECK(cudaMemcpyAsync((char*)m.scratch + m.rank * bytes, &m.mine, bytes, cudaMemcpyHostToDevice, m.stream));
+      cudaSetDevice(m.dev);
+      m.x.step = step;
+      if (m.x.post(&m.mine) != ncclSuccess)
+        WARN("rank %d: %s: its record could not be sent (%s): every rank will see it missing", m.rank, what,
+             lastError());
     }
     NCCLCHECK(ncclGroupStart());
+    ncclResult_t enqueued = ncclSuccess;
+    for (Member& m : members)
+      if (enqueued == ncclSuccess) enqueued = m.x.allGather();
+    const ncclResult_t end = ncclGroupEnd();
+    DCPCHECK(enqueued);
+    for (Member& m : members) DCPCHECK(settle(m.comm, end, "the all-gather of create's records"));
+    ncclResult_t res = ncclSuccess;
+    std::string message;
     for (Member& m : members) {
-      const ncclResult_t r =
-          ncclAllGather((char*)m.scratch + m.rank * bytes, m.scratch, bytes, ncclUint8, m.comm, m.stream);
-      if (r != ncclSuccess) {
-        ncclGroupEnd();
-        NCCLCHECK(r);
+      cudaSetDevice(m.dev);
+      bool noneArrived = false;
+      const ncclResult_t r = m.x.collect(m.all.data(), what, -1, &noneArrived);
+      if (r == ncclSuccess) continue;
+      if (res == ncclSuccess) {
+        res = r;
+        message = lastError();
+      }
+      // Still queued in the caller's group: what it will send once NCCL
+      // runs it tells the peers (those outside a group wait in it).
+      if (noneArrived) {
+        RankRecord failed = m.mine;
+        memset(&failed.status, 0, sizeof(failed.status));
+        recordFailure(&failed.status, r, step == CreateStep::Count ? CreateStep::Arguments : step, message.c_str());
+        m.x.post(&failed, true);
       }
     }
-    const ncclResult_t end = ncclGroupEnd();
-    for (Member& m : members) DCPCHECK(settle(m.comm, end, "the all-gather of create's records"));
-    for (Member& m : members) {
-      CUDACHECK(cudaSetDevice(m.dev));
-      CUDACHECK(cudaMemcpyAsync(m.all.data(), m.scratch, m.nRanks * bytes, cudaMemcpyDeviceToHost, m.stream));
-      CUDACHECK(cudaStreamSynchronize(m.stream));
+    if (res != ncclSuccess) {
+      restoreLastError(message.c_str());
+      return res;
     }
     for (Member& m : members) DCPCHECK(firstFailure(m.all.data(), m.nRanks));
     return ncclSuccess;
@@ -174,20 +239,43 @@ struct Creation {
 
   // The unwind of a failed create: the contexts, once nothing of ours runs.
   void releaseContexts() {
+    for (Member& m : members)
+      if (m.x.usable()) {
+        cudaSetDevice(m.dev);
+        cudaStreamSynchronize(m.x.stream());  // a zeroing (no peer wait)
+      }
+    if (mapped) agreeOnRelease();
     for (Member& m : members) {
-      if (m.stream) cudaStreamSynchronize(m.stream);  // a zeroing kernel (no peer wait)
       if (m.ctx) releaseContext(m.ctx, FreeMode::Now);
       m.ctx = nullptr;
     }
   }
 
+  // cuda-ipc with peers in other processes, after the map-peers step: each
+  // rank closes what it mapped, the ranks agree on it (one more gather:
+  // every rank got here from the same verdict), then the owners may free
+  // (ipc_lifetime.h). A rank that could not close keeps the peers' memory.
+  void agreeOnRelease() {
+    bool any = false;
+    for (Member& m : members) any = any || (m.ctx && m.ctx->exported && hasRemoteImporters(m.ctx->exported));
+    if (!any) return;
+    for (Member& m : members) {
+      memset(&m.mine.status, 0, sizeof(m.mine.status));
+      if (!closeImports(m.ctx))
+        recordFailure(&m.mine.status, ncclUnhandledCudaError, CreateStep::MapPeers,
+                      "cudaIpcCloseMemHandle of a peer's workspace failed");
+    }
+    if (gather(CreateStep::Count, "create's unwind (cuda-ipc workspaces closed)") != ncclSuccess) {
+      WARN("%s", lastError());
+      return;  // kept for the process's life (releaseUse says so)
+    }
+    for (Member& m : members)
+      if (m.ctx->exported) remoteClosed(m.ctx->exported);
+  }
+
   // The exchange, on every exit.
   void close() {
-    for (Member& m : members) {
-      if (m.dev >= 0) cudaSetDevice(m.dev);
-      if (m.stream) cudaStreamDestroy(m.stream);
-      if (m.scratch) cudaFree(m.scratch);
-    }
+    for (Member& m : members) m.x.close();
   }
 };
 
@@ -237,7 +325,7 @@ ncclResult_t stepArguments(Creation* c, const ncclDcpConfig_t* cfgIn, const AppW
     m.mine.agreement = agreementOf(c->cfg, c->ncclVersion, w != nullptr, w ? w->offset : 0);
     alterAgreement(m.rank, &m.mine.agreement);
   }
-  return c->gather();
+  return c->gather(CreateStep::Arguments);
 }
 
 // ---- 2. Agree: the same scan of the same records on every rank.
@@ -347,7 +435,7 @@ ncclResult_t stepDeviceCommunicators(Creation* c, const AppWindow* windows) {
     if (ipcWanted) m.mine.ipc = ipcOutcome(m);
     m.record(CreateStep::DeviceCommunicators, ncclSuccess);
   }
-  return c->gather();
+  return c->gather(CreateStep::DeviceCommunicators);
 }
 
 // ---- 4. Choose the path and the protocol policy from every rank's record.
@@ -385,7 +473,7 @@ ncclResult_t choosePath(const Config& cfg, const Member& m) {
 
 ncclResult_t stepChoosePath(Creation* c) {
   for (Member& m : c->members) m.record(CreateStep::ChoosePath, choosePath(c->cfg, m));
-  return c->gather();
+  return c->gather(CreateStep::ChoosePath);
 }
 
 // ---- 5. Workspace: memory first, agreed before any rank registers it.
@@ -402,6 +490,8 @@ ncclResult_t allocIpcWorkspace(Member& m, size_t bytes) {
     ctx->ownedMemory = nullptr;
     return fail(ncclSystemError, "cudaMalloc of a %zu-byte workspace failed: %s", bytes, cudaGetErrorString(e));
   }
+  // From here its lifetime is the exported workspace's (ipc_lifetime.h).
+  ctx->exported = exportWorkspace(ctx->ownedMemory, bytes, m.dev, m.rank);
   cudaIpcMemHandle_t handle;
   CUDACHECK(cudaIpcGetMemHandle(&handle, ctx->ownedMemory));
   memcpy(m.mine.ipcExport.handle, &handle, sizeof(handle));
@@ -471,10 +561,17 @@ ncclResult_t openPeers(const Member& m) {
   CUDACHECK(cudaSetDevice(m.dev));
   for (int r = 0; r < m.nRanks; r++) {
     const IpcExport& e = m.all[r].ipcExport;
+    ctx->exports[r] = e;
     if (r == m.rank) {
       ctx->lsa[r] = (char*)ctx->ownedMemory;
     } else if (e.process == processIdentity()) {
       DCPCHECK(enablePeerAccess(m.dev, m.all[r].view.busId));
+      // A use of it for as long as this context lives: its owner's destroy
+      // or abort never frees it under this context's kernels.
+      ctx->peerUse[r] = useExportedWorkspace((const void*)(uintptr_t)e.address);
+      if (ctx->peerUse[r] == nullptr)
+        return fail(ncclInternalError, "rank %d's workspace %#llx is not known to this process", r,
+                    (unsigned long long)e.address);
       ctx->lsa[r] = (char*)(uintptr_t)e.address;
     } else {
       cudaIpcMemHandle_t handle;
@@ -497,23 +594,34 @@ ncclResult_t zeroWorkspace(const Member& m) {
   Context* ctx = m.ctx;
   CUDACHECK(cudaSetDevice(m.dev));
   if (ctx->provider == ncclDcpProviderCudaIpc) {
-    CUDACHECK(cudaMemsetAsync(ctx->ownedMemory, 0, ctx->engine.layout.totalBytes, m.stream));
+    CUDACHECK(cudaMemsetAsync(ctx->ownedMemory, 0, ctx->engine.layout.totalBytes, m.x.stream()));
     return ncclSuccess;
   }
-  DCPCHECK(launchZeroWindow(ctx->window, ctx->windowOffset, ctx->engine.layout.totalBytes, m.stream));
-  return resolveLsaPointers(ctx->window, ctx->windowOffset, ctx->nRanks, ctx->lsa, m.stream);
+  DCPCHECK(launchZeroWindow(ctx->window, ctx->windowOffset, ctx->engine.layout.totalBytes, m.x.stream()));
+  return resolveLsaPointers(ctx->window, ctx->windowOffset, ctx->nRanks, ctx->lsa, m.x.stream());
 }
 
 ncclResult_t stepWorkspace(Creation* c, const AppWindow* windows) {
   for (size_t i = 0; i < c->members.size(); i++)
     c->members[i].record(CreateStep::Workspace, allocWorkspace(c->members[i], windows ? &windows[i] : nullptr));
-  return c->gather();
+  return c->gather(CreateStep::Workspace);
 }
 
 // ---- 6. Map peers: NCCL's window registration (collective: every rank
 // reaches it, or none) or the peers' IPC handles, then the zeroing.
 
 ncclResult_t stepMapPeers(Creation* c) {
+  // From here a peer in another process may map a cuda-ipc workspace of
+  // ours: freed only once they agreed they closed it (destroy, unwind).
+  c->mapped = true;
+  for (Member& m : c->members) {
+    if (m.ctx->exported == nullptr) continue;
+    for (int r = 0; r < m.nRanks; r++)
+      if (m.all[r].ipcExport.process != processIdentity()) {
+        markRemoteImporters(m.ctx->exported);
+        break;
+      }
+  }
   registerWindows(c);
   for (Member& m : c->members) {
     if (m.failed()) continue;
@@ -532,12 +640,12 @@ ncclResult_t stepReady(Creation* c) {
   for (Member& m : c->members) {
     if (m.failed()) continue;
     cudaSetDevice(m.dev);
-    const cudaError_t e = cudaStreamSynchronize(m.stream);
+    const cudaError_t e = cudaStreamSynchronize(m.x.stream());
     m.record(CreateStep::Ready, e == cudaSuccess ? ncclSuccess
                                                  : fail(ncclUnhandledCudaError, "zeroing the workspace failed: %s",
                                                         cudaGetErrorString(e)));
   }
-  return c->gather();
+  return c->gather(CreateStep::Ready);
 }
 
 void handOver(Creation* c, Context** out) {
@@ -602,9 +710,84 @@ fail : {
 }
 }
 
+namespace {
+
+// Destroy's agreement for cuda-ipc contexts whose ranks span processes
+// (exchange.h, ipc_lifetime.h): each closes its mappings of its peers'
+// workspaces, says so in one all-gather per context (grouped: one thread
+// may drive several), and each owner frees its own workspace only when
+// every peer did, for this very context. Bounded by the context's
+// timeoutMs (0: for ever): a peer that aborted instead, or died, leaves
+// the workspace allocated for the process's life (a WARN) and an
+// all-gather on the communicator that no peer may join.
+ncclResult_t agreeOnDestroy(const std::vector<Context*>& ctxs, const std::vector<bool>& idle) {
+  struct Side {
+    Context* ctx;
+    Exchange x;
+    ReleaseRecord mine;
+    std::vector<ReleaseRecord> all;
+  };
+  std::vector<std::unique_ptr<Side>> sides;
+  ncclResult_t res = ncclSuccess;
+  std::string message;
+  auto keep = [&](ncclResult_t r) {
+    if (r == ncclSuccess || res != ncclSuccess) return;
+    res = r;
+    message = lastError();
+  };
+  for (size_t i = 0; i < ctxs.size(); i++) {
+    Context* ctx = ctxs[i];
+    std::unique_ptr<Side> s(new Side{ctx, {}, {}, std::vector<ReleaseRecord>(ctx->nRanks)});
+    const bool closed = closeImports(ctx) && idle[i];
+    s->mine = {closed ? 1 : 0, 0, ctx->exports[ctx->rank].address, ctx->exports[ctx->rank].process};
+    const ncclResult_t opened =
+        s->x.open(ctx->comm, ctx->rank, ctx->nRanks, ctx->cudaDev, sizeof(ReleaseRecord), "destroy's exchange");
+    if (!s->x.usable()) {  // its peers time out: they keep their memory, so does it
+      keep(opened);
+      continue;
+    }
+    if (opened != ncclSuccess) WARN("rank %d: %s (the exchange goes on without it)", ctx->rank, lastError());
+    // A failed copy shows in every rank's collect: its record is missing.
+    if (s->x.post(&s->mine) != ncclSuccess) WARN("rank %d: destroy: %s", ctx->rank, lastError());
+    sides.push_back(std::move(s));
+  }
+  ncclResult_t start = ncclGroupStart(), enqueued = ncclSuccess;
+  for (auto& s : sides)
+    if (start == ncclSuccess && enqueued == ncclSuccess) enqueued = s->x.allGather();
+  const ncclResult_t end = start == ncclSuccess ? ncclGroupEnd() : start;
+  keep(enqueued);
+  for (auto& s : sides) {
+    Context* ctx = s->ctx;
+    cudaSetDevice(ctx->cudaDev);
+    ncclResult_t r = enqueued != ncclSuccess ? enqueued : settle(ctx->comm, end, "destroy's all-gather");
+    bool noneArrived = false;
+    const int timeoutMs = ctx->engine.cfg.timeoutMs > 0 ? ctx->engine.cfg.timeoutMs : -1;
+    if (r == ncclSuccess) r = s->x.collect(s->all.data(), "destroy of a cuda-ipc context", timeoutMs, &noneArrived);
+    std::string why;
+    if (r == ncclSuccess && everyPeerClosed(s->all.data(), ctx->exports, ctx->nRanks, &why)) {
+      remoteClosed(ctx->exported);
+      continue;
+    }
+    if (r == ncclSuccess) {
+      WARN("rank %d: destroy: %s: its workspace is not freed", ctx->rank, why.c_str());
+      continue;
+    }
+    keep(fail(r, "%s; its cuda-ipc workspace stays allocated for the process's life%s", lastError(),
+              r == ncclRemoteError ? ", and the communicator holds an all-gather no peer may join: abort it "
+                                     "(ncclCommAbort)"
+                                   : ""));
+  }
+  if (res != ncclSuccess) restoreLastError(message.c_str());
+  return res;
+}
+
+}  // namespace
+
 ncclResult_t destroyContexts(int n, Context* const* ctxs) {
   DeviceGuard guard;
   ncclResult_t res = ncclSuccess;
+  std::vector<Context*> remote;
+  std::vector<bool> idle;
   for (int i = 0; i < n; i++) {
     if (ctxs[i] == nullptr) continue;
     flushDeferredFrees(ctxs[i]->cudaDev);
@@ -615,6 +798,14 @@ ncclResult_t destroyContexts(int n, Context* const* ctxs) {
     if (e != cudaSuccess && res == ncclSuccess)
       res = fail(ncclUnhandledCudaError, "cudaDeviceSynchronize before destroying a context failed: %s",
                  cudaGetErrorString(e));
+    if (ctxs[i]->exported && hasRemoteImporters(ctxs[i]->exported)) {
+      remote.push_back(ctxs[i]);
+      idle.push_back(e == cudaSuccess);  // else its kernels may still write into peers' memory
+    }
+  }
+  if (!remote.empty()) {
+    const ncclResult_t r = agreeOnDestroy(remote, idle);
+    if (res == ncclSuccess) res = r;
   }
   for (int i = 0; i < n; i++) {
     if (ctxs[i] == nullptr) continue;

@@ -16,7 +16,9 @@
 
 #include "device/nccl_compat.h"
 
+#include "agreement.h"
 #include "engine.h"
+#include "ipc_lifetime.h"
 #include "nccl_dcp.h"
 #include "profiler_hook.h"
 
@@ -41,6 +43,12 @@ struct Context {
   size_t windowOffset = 0;
   char* lsa[NCCL_DCP_MAX_RANKS] = {};  // every rank's workspace, as this rank addresses it
   bool ipcMapped[NCCL_DCP_MAX_RANKS] = {};  // cuda-ipc: lsa[r] opened with cudaIpcOpenMemHandle
+  // cuda-ipc: ownedMemory as exported (its lifetime: ipc_lifetime.h), the
+  // uses this context holds of its peer threads' workspaces, and every
+  // rank's export as create's records gave it (destroy's agreement).
+  ExportedWorkspace* exported = nullptr;
+  ExportedWorkspace* peerUse[NCCL_DCP_MAX_RANKS] = {};
+  IpcExport exports[NCCL_DCP_MAX_RANKS] = {};
 
   // Fallback path: ncclAlltoAll buffers of maxBatch rows.
   FallbackBuffers fallback;
@@ -75,6 +83,10 @@ struct AppWindow {
 // appWindows: NULL, or one per communicator.
 ncclResult_t createContexts(int nComms, const ncclComm_t* comms, const ncclDcpConfig_t* cfg,
                             const AppWindow* appWindows, Context** out);
+// Blocking. On cuda-ipc with ranks in several processes, collective too:
+// each rank closes its mappings of its peers' workspaces, the ranks agree
+// on it through the communicator (bounded by the context's timeoutMs),
+// then each frees its own (ipc_lifetime.h).
 ncclResult_t destroyContexts(int n, Context* const* ctxs);
 // Local: stops the context's kernels, frees what it can without waiting
 // for a peer (ncclDcpContextAbort).

@@ -352,6 +352,49 @@ ncclResult_t resolveCallArgs(const ncclDcpCallArgs_t* args, const Config& cfg, i
   return ncclSuccess;
 }
 
+PointerAnswer cudaPointerAnswer(const void* p) {
+  cudaPointerAttributes a = {};
+  const cudaError_t e = cudaPointerGetAttributes(&a, p);
+  if (e != cudaSuccess) cudaGetLastError();  // not sticky: the next call must not see it
+  return {e, e == cudaSuccess ? a.type : cudaMemoryTypeUnregistered};
+}
+
+namespace {
+
+ncclResult_t checkDeviceArray(const char* name, const void* p, PointerQuery query) {
+  if (p == nullptr) return ncclSuccess;
+  const PointerAnswer a = query(p);
+  if (a.error != cudaSuccess)
+    return fail(ncclInvalidArgument,
+                "%s %p: cudaPointerGetAttributes failed (%s): it cannot be shown to be device memory, which the "
+                "kernels read it as",
+                name, p, cudaGetErrorString(a.error));
+  switch (a.type) {
+    case cudaMemoryTypeDevice:
+    case cudaMemoryTypeManaged: return ncclSuccess;
+    case cudaMemoryTypeHost:
+      return fail(ncclInvalidArgument,
+                  "%s %p is pinned host memory (cudaHostAlloc / cudaHostRegister), not device memory: the kernels "
+                  "read it on the GPU; pass a device (or managed) int32 array",
+                  name, p);
+    case cudaMemoryTypeUnregistered:
+      return fail(ncclInvalidArgument,
+                  "%s %p is host memory (malloc, the stack, a CPU tensor), not device memory: the kernels read it "
+                  "on the GPU, where it would fault; pass a device (or managed) int32 array",
+                  name, p);
+  }
+  return fail(ncclInvalidArgument, "%s %p is memory of unknown type %d, not device memory", name, p, (int)a.type);
+}
+
+}  // namespace
+
+ncclResult_t checkDeviceArrays(const ncclDcpCallArgs_t* args, PointerQuery query) {
+  if (args == nullptr) return ncclSuccess;
+  DCPCHECK(checkDeviceArray("args->rowCountsDevice", args->rowCountsDevice, query));
+  DCPCHECK(checkDeviceArray("args->seqLens", args->seqLens, query));
+  return checkDeviceArray("args->queryStartLoc", args->queryStartLoc, query);
+}
+
 ncclResult_t checkCall(const Config& cfg, int nRanks, const CallBuffers& buf, int batch, const Strides& s,
                        const CallShape& shape, int outRows) {
   if (batch < 0) return fail(ncclInvalidArgument, "batch %d is negative", batch);

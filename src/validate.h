@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cuda_runtime_api.h>
+
 #include "enums.h"
 #include "env.h"
 #include "types.h"
@@ -37,6 +39,26 @@ void evenSplit(int batch, int nRanks, RowSplit* split);
 // Rows of out on `rank`: the batch (HEAD, NONE), its share (TOKEN), or -1
 // when the kernels read the counts (the host cannot know).
 int outRowsOf(const CallShape& shape, int rank);
+
+// What the CUDA runtime says a pointer is: cudaPointerGetAttributes'
+// error and, when it succeeded, the memory type.
+struct PointerAnswer {
+  cudaError_t error;
+  cudaMemoryType type;
+};
+using PointerQuery = PointerAnswer (*)(const void* p);
+// The production query: cudaPointerGetAttributes (a query of the driver's
+// address map: no stream operation, no synchronization, legal under stream
+// capture), its error cleared.
+PointerAnswer cudaPointerAnswer(const void* p);
+// The arrays of args the kernels read on the GPU (rowCountsDevice, seqLens,
+// queryStartLoc; NULL ones skipped) are device or managed memory, as
+// `query` answers for each: host memory (registered or not) and a pointer
+// the runtime cannot place are refused with ncclInvalidArgument naming the
+// argument (a host pointer would fault the kernel: a sticky illegal
+// address that ends the CUDA context). args already admitted
+// (resolveCallArgs). Tests pass a query of their own.
+ncclResult_t checkDeviceArrays(const ncclDcpCallArgs_t* args, PointerQuery query);
 
 // Pointers, alignment, output self-overlap and output/input overlap, for
 // batch rows of input and outRows rows of output (-1: unknown, only the

@@ -18,6 +18,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -677,6 +678,103 @@ TEST_F(OneRankContext, CallArgumentsCheckedBeforeLaunch) {
   // Refused calls left the context as it was.
   callAndCheck(ctx, c, 1);
   DCP_ASSERT(ncclDcpContextDestroy(ctx));
+}
+
+// The arrays the kernels read (seqLens, queryStartLoc, TOKEN's
+// rowCountsDevice) in host memory, pageable or pinned: refused at the call,
+// naming the argument, with nothing enqueued (the output keeps its
+// pattern, the CUDA context stays healthy); device and managed arrays are
+// taken, eagerly and under stream capture (the check invalidates no
+// capture). Without the check a host array faults the kernel: a sticky
+// illegal address that ends the process's CUDA context.
+TEST_F(OneRankContext, HostArraysForTheKernelsAreRefusedAtTheCall) {
+  const int batch = 4;
+  const ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8);
+  ncclDcpContext_t ctx = nullptr;
+  DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &ctx));
+  const size_t outBytes = (size_t)batch * 4 * 128 * 2;
+  DeviceBuffer in(1 << 20), lse(1 << 12), out(outBytes);
+  CUDA_ASSERT(cudaMemset(in.ptr, 0, in.bytes));
+  CUDA_ASSERT(cudaMemset(lse.ptr, 0, lse.bytes));
+  const int seqLens[1] = {5}, qsl[2] = {0, batch};
+  std::vector<int> pageable(qsl, qsl + 2);
+  int* pinned = nullptr;
+  CUDA_ASSERT(cudaMallocHost((void**)&pinned, 2 * sizeof(int)));
+  memcpy(pinned, qsl, sizeof(qsl));
+  DeviceBuffer devLens(sizeof(seqLens)), devQsl(sizeof(qsl));
+  CUDA_ASSERT(cudaMemcpy(devLens.ptr, seqLens, sizeof(seqLens), cudaMemcpyHostToDevice));
+  CUDA_ASSERT(cudaMemcpy(devQsl.ptr, qsl, sizeof(qsl), cudaMemcpyHostToDevice));
+  int* managed = nullptr;
+  CUDA_ASSERT(cudaMallocManaged((void**)&managed, 2 * sizeof(int)));
+  memcpy(managed, qsl, sizeof(qsl));
+
+  auto call = [&](const int* lens, const int* starts, cudaStream_t s) {
+    ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+    args.seqLens = lens;
+    args.queryStartLoc = starts;
+    args.numSeqs = 1;
+    return ncclDcpA2aLseReduceEx(ctx, in.ptr, lse.ptr, out.ptr, nullptr, batch, nullptr, &args, s);
+  };
+  const struct {
+    const int *lens, *starts;
+    const char* named;
+  } bad[] = {{seqLens, devQsl.as<int>(), "args->seqLens"},
+             {devLens.as<int>(), pageable.data(), "args->queryStartLoc"},
+             {devLens.as<int>(), pinned, "args->queryStartLoc"}};
+  for (const auto& b : bad) {
+    SCOPED_TRACE(b.named);
+    CUDA_ASSERT(cudaMemset(out.ptr, 0x5a, outBytes));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    EXPECT_EQ(call(b.lens, b.starts, stream_), ncclInvalidArgument);
+    const std::string msg = ncclDcpGetLastError();
+    EXPECT_NE(msg.find(b.named), std::string::npos) << msg;
+    EXPECT_NE(msg.find("not device memory"), std::string::npos) << msg;
+    CUDA_ASSERT(cudaStreamSynchronize(stream_));
+    std::vector<unsigned char> got(outBytes);
+    CUDA_ASSERT(cudaMemcpy(got.data(), out.ptr, outBytes, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(std::count(got.begin(), got.end(), 0x5a), (long)outBytes) << "a refused call wrote its output";
+  }
+  // TOKEN's device counts on the host.
+  ncclDcpConfig_t tc = c;
+  tc.scatter = ncclDcpScatterToken;
+  ncclDcpContext_t token = nullptr;
+  DCP_ASSERT(ncclDcpContextCreate(comm_, &tc, &token));
+  const int counts[1] = {batch};
+  ncclDcpCallArgs_t targs = NCCL_DCP_CALL_ARGS_INITIALIZER;
+  targs.rowCountsDevice = counts;
+  EXPECT_EQ(ncclDcpA2aLseReduceEx(token, in.ptr, lse.ptr, out.ptr, nullptr, batch, nullptr, &targs, stream_),
+            ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclDcpGetLastError()).find("args->rowCountsDevice"), std::string::npos)
+      << ncclDcpGetLastError();
+  DCP_ASSERT(ncclDcpContextDestroy(token));
+
+  // Device and managed arrays: taken, eagerly and under capture (a host
+  // array refused there too, the capture still valid).
+  DCP_ASSERT(call(devLens.as<int>(), devQsl.as<int>(), stream_));
+  DCP_ASSERT(call(devLens.as<int>(), managed, stream_));
+  CUDA_ASSERT(cudaStreamSynchronize(stream_));
+  cudaGraph_t graph = nullptr;
+  // Thread-local, as the other capture tests: unsafe calls from this thread invalidate it.
+  CUDA_ASSERT(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  const ncclResult_t captured = call(devLens.as<int>(), devQsl.as<int>(), stream_);
+  const ncclResult_t refused = call(seqLens, devQsl.as<int>(), stream_);
+  CUDA_ASSERT(cudaStreamEndCapture(stream_, &graph));
+  EXPECT_EQ(captured, ncclSuccess);
+  EXPECT_EQ(refused, ncclInvalidArgument);
+  cudaGraphExec_t exec = nullptr;
+  CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_ASSERT(cudaGraphLaunch(exec, stream_));
+  CUDA_ASSERT(cudaStreamSynchronize(stream_));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  ncclResult_t async = ncclInternalError;
+  DCP_ASSERT(ncclDcpGetAsyncError(ctx, &async));
+  EXPECT_EQ(async, ncclSuccess);
+  CUDA_ASSERT(cudaGetLastError());
+  callAndCheck(ctx, c, 3);  // the CUDA context and ctx are fine
+  DCP_ASSERT(ncclDcpContextDestroy(ctx));
+  cudaFreeHost(pinned);
+  cudaFree(managed);
 }
 
 }  // namespace

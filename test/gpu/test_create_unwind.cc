@@ -130,6 +130,102 @@ TEST_F(CreateUnwind, ApplicationWindowEveryStep) {
   closeAppWindow(pool, win);
 }
 
+// Local failures before a collective step (issue 34, item 6): waitForComm,
+// the exchange's stream and scratch at create's start, and each gather's
+// copy of the record to the device, go through the gather, so the error
+// names the step and the rank as every rank would report it (on two GPUs:
+// test/multi/test_create_agreement.cc shows the peers return with it
+// instead of waiting in ncclAllGather). A failed copy of the records back
+// is retried: create goes on. Nothing is left behind either way.
+struct PointCase {
+  CreatePoint point;
+  CreateStep step;
+  const char* named;  // in the message; "" when create succeeds
+};
+const PointCase kPointCases[] = {
+    {CreatePoint::WaitForComm, CreateStep::Arguments, "step 'arguments' failed on rank 0: failure injected"},
+    {CreatePoint::ExchangeStream, CreateStep::Arguments, "step 'arguments' failed on rank 0: failure injected"},
+    {CreatePoint::ExchangeScratch, CreateStep::Arguments, "step 'arguments' failed on rank 0: failure injected"},
+    {CreatePoint::RecordToDevice, CreateStep::Arguments, "step 'arguments' failed on rank 0: its record did not arrive"},
+    {CreatePoint::RecordToDevice, CreateStep::DeviceCommunicators,
+     "step 'device communicators' failed on rank 0: its record did not arrive"},
+    {CreatePoint::RecordToDevice, CreateStep::ChoosePath, "step 'choose path' failed on rank 0: its record did not arrive"},
+    {CreatePoint::RecordToDevice, CreateStep::Workspace, "step 'workspace' failed on rank 0: its record did not arrive"},
+    {CreatePoint::RecordToDevice, CreateStep::Ready, "step 'ready' failed on rank 0: its record did not arrive"},
+    {CreatePoint::RecordsToHost, CreateStep::Arguments, ""},
+    {CreatePoint::RecordsToHost, CreateStep::Workspace, ""},
+    {CreatePoint::RecordsToHost, CreateStep::Ready, ""},
+};
+
+TEST_F(CreateUnwind, LocalFailuresBeforeACollectiveStepGoThroughTheGather) {
+  const ncclDcpConfig_t c = makeConfig(256, 8, ncclBfloat16, ncclDcpLseBase2, 16);
+  for (int provider : {ncclDcpProviderAuto, ncclDcpProviderCudaIpc}) {
+    Env e;
+    e.provider = provider;
+    setEnvForTesting(&e);
+    createWorks(c);  // first use: NCCL's allocations, the device's reserve scratch
+    if (HasFatalFailure()) return;
+    for (const PointCase& pc : kPointCases) {
+      SCOPED_TRACE(testing::Message() << providerName(provider) << ": " << createPointName(pc.point) << " at step '"
+                                      << createStepName(pc.step) << "'");
+      const size_t before = freeDeviceMemory();
+      CreateFault fault = {pc.step, 0, ncclSystemError};
+      fault.point = pc.point;
+      injectCreateFault(&fault);
+      ncclDcpContext_t ctx = nullptr;
+      const ncclResult_t r = ncclDcpContextCreate(comm_, &c, &ctx);
+      injectCreateFault(nullptr);
+      const std::string msg = ncclDcpGetLastError();
+      if (*pc.named == '\0') {
+        EXPECT_EQ(r, ncclSuccess) << msg;
+        if (ctx) callAndCheck(ctx, c, 5);
+        if (ctx) DCP_ASSERT(ncclDcpContextDestroy(ctx));
+      } else {
+        EXPECT_EQ(r, ncclSystemError) << msg;
+        EXPECT_EQ(ctx, nullptr);
+        EXPECT_NE(msg.find(pc.named), std::string::npos) << msg;
+      }
+      CUDA_ASSERT(cudaGetLastError());
+      const long long lost = (long long)before - (long long)freeDeviceMemory();
+      EXPECT_LT(lost, kMemorySlack) << "device memory not given back: " << lost << " bytes";
+      createWorks(c);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// Create inside the caller's ncclGroupStart/End (issue 34, item 5): NCCL
+// defers create's all-gather to the caller's ncclGroupEnd, so its records
+// are read before it ran. Create fails on the spot, saying why, instead of
+// reading uninitialised scratch ("ranks disagree on ...") or going on; it
+// frees nothing the queued all-gather still uses, so the caller's
+// ncclGroupEnd runs it into live memory (no illegal address), and the
+// communicator and the GPU stay good.
+TEST_F(CreateUnwind, CreateInsideTheCallersGroupFailsAndFreesNothingInUse) {
+  const ncclDcpConfig_t c = makeConfig(256, 8, ncclBfloat16, ncclDcpLseBase2, 16);
+  for (int provider : {ncclDcpProviderAuto, ncclDcpProviderCudaIpc, ncclDcpProviderFallback}) {
+    SCOPED_TRACE(providerName(provider));
+    Env e;
+    e.provider = provider;
+    setEnvForTesting(&e);
+    createWorks(c);
+    if (HasFatalFailure()) return;
+    NCCL_TEST_ASSERT(ncclGroupStart());
+    ncclDcpContext_t ctx = nullptr;
+    const ncclResult_t r = ncclDcpContextCreate(comm_, &c, &ctx);
+    const std::string msg = ncclDcpGetLastError();
+    NCCL_TEST_ASSERT(ncclGroupEnd());  // runs the deferred all-gather
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    CUDA_ASSERT(cudaGetLastError());
+    EXPECT_EQ(r, ncclInvalidUsage) << msg;
+    EXPECT_EQ(ctx, nullptr);
+    EXPECT_NE(msg.find("called inside ncclGroupStart/End?"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("create step 'arguments' failed on rank 0"), std::string::npos) << msg;
+    createWorks(c);
+    if (HasFatalFailure()) return;
+  }
+}
+
 // Arguments only a communicator can report to the peers: refused in the
 // first step, naming the argument, and the communicator stays usable.
 TEST_F(CreateUnwind, BadArgumentsAreRefusedInTheFirstStep) {

@@ -28,6 +28,7 @@
 
 #include "context.h"
 #include "enums.h"
+#include "handles.h"
 #include "device_problem.h"
 #include "test_util.h"
 #include "testing.h"
@@ -187,6 +188,153 @@ TEST_F(CreateRanks, InjectedFailureAtEveryStepFailsEveryRankAlike) {
       }
     }
   }
+}
+
+// Local failures before a collective step on one rank (issue 34, item 6):
+// waitForComm, the exchange's stream and scratch, a gather's copy of the
+// record to the device. They used to return on that rank alone while its
+// peer waited in ncclAllGather for ever (here: the rank threads' hang
+// bound); now every rank returns together, with the same message naming
+// the failing rank. A failed copy of the records back is retried: create
+// goes on, on both ranks.
+TEST_F(CreateRanks, LocalFailuresBeforeACollectiveStepFailEveryRankTogether) {
+  const ncclDcpConfig_t c = makeConfig(256, 8, ncclBfloat16, ncclDcpLseBase2, 16);
+  struct PointCase {
+    CreatePoint point;
+    CreateStep step;
+    const char* named;  // "" when create succeeds
+  };
+  const PointCase cases[] = {
+      {CreatePoint::WaitForComm, CreateStep::Arguments, "step 'arguments' failed on rank 1: failure injected"},
+      {CreatePoint::ExchangeStream, CreateStep::Arguments, "step 'arguments' failed on rank 1: failure injected"},
+      {CreatePoint::ExchangeScratch, CreateStep::Arguments, "step 'arguments' failed on rank 1: failure injected"},
+      {CreatePoint::RecordToDevice, CreateStep::Arguments, "step 'arguments' failed on rank 1: its record did not arrive"},
+      {CreatePoint::RecordToDevice, CreateStep::DeviceCommunicators,
+       "step 'device communicators' failed on rank 1: its record did not arrive"},
+      {CreatePoint::RecordToDevice, CreateStep::Workspace, "step 'workspace' failed on rank 1: its record did not arrive"},
+      {CreatePoint::RecordToDevice, CreateStep::Ready, "step 'ready' failed on rank 1: its record did not arrive"},
+      {CreatePoint::RecordsToHost, CreateStep::Arguments, ""},
+      {CreatePoint::RecordsToHost, CreateStep::Ready, ""},
+  };
+  for (int provider : {ncclDcpProviderAuto, ncclDcpProviderCudaIpc}) {
+    Env path;
+    path.provider = provider;
+    setEnvForTesting(&path);
+    createWorks(c);  // first use: NCCL's allocations, each device's reserve scratch
+    if (HasFailure()) return;
+    for (const PointCase& pc : cases) {
+      SCOPED_TRACE(testing::Message() << providerName(provider) << ": " << createPointName(pc.point) << " at step '"
+                                      << createStepName(pc.step) << "' on rank 1");
+      const std::vector<size_t> before = freeMemoryPerRank();
+      CreateFault fault = {pc.step, 1, ncclSystemError};
+      fault.point = pc.point;
+      injectCreateFault(&fault);
+      const auto t0 = std::chrono::steady_clock::now();
+      Outcome o = createAll([&](int r, ncclDcpContext_t* ctx) { return ncclDcpContextCreate(comms_[r], &c, ctx); });
+      injectCreateFault(nullptr);
+      EXPECT_LT(secondsSince(t0), 30.0);
+      if (*pc.named == '\0') {
+        for (int r = 0; r < kRanks; r++) EXPECT_EQ(o.res[r], ncclSuccess) << "rank " << r << ": " << o.msg[r];
+        threads_.run(kRanks, [&](int r) {
+          cudaSetDevice(r);
+          if (o.ctxs[r] && ncclDcpContextDestroy(o.ctxs[r]) != ncclSuccess) threads_.addFailure(r, "destroy");
+        });
+      } else {
+        expectSameFailure(o, ncclSystemError, pc.named, 1);
+      }
+      expectMemoryBack(before);
+      createWorks(c);
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// cuda-ipc, one process (issue 34, item 4): rank 0 aborts its context and
+// creates another on the same GPU while rank 1, late, still makes its call
+// on the old one, writing into rank 0's old workspace through its pointer.
+// That workspace must stay allocated until rank 1's context is gone: freed
+// at the abort (the next create's flush), its range came back to the new
+// workspace's cudaMalloc, and rank 1's late writes landed there.
+TEST_F(CreateRanks, CudaIpcLateRankWritesIntoTheAbortedContextNotTheNextOne) {
+  Env ipc;
+  ipc.provider = ncclDcpProviderCudaIpc;
+  setEnvForTesting(&ipc);
+  ncclDcpConfig_t c = makeConfig(256, 8, ncclBfloat16, ncclDcpLseBase2, 16);
+  c.timeoutMs = 1000;
+  createWorks(c);  // NCCL's and peer access's first use
+  if (HasFailure()) return;
+  const std::vector<size_t> before = freeMemoryPerRank();
+  Outcome o = createAll([&](int r, ncclDcpContext_t* ctx) { return ncclDcpContextCreate(comms_[r], &c, ctx); });
+  for (int r = 0; r < kRanks; r++) ASSERT_EQ(o.res[r], ncclSuccess) << "rank " << r << ": " << o.msg[r];
+  Context* a0 = contextOf(o.ctxs[0]);
+  ASSERT_NE(a0, nullptr);
+  ASSERT_EQ(a0->provider, ncclDcpProviderCudaIpc);
+  char* const old0 = (char*)a0->ownedMemory;
+  const size_t bytes = a0->engine.layout.totalBytes;
+  auto isDeviceMemory = [](const void* p) {
+    cudaPointerAttributes a = {};
+    const bool device = cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeDevice;
+    cudaGetLastError();
+    return device;
+  };
+
+  // Rank 0 gives up on rank 1 and carries on alone: a new context on GPU 0.
+  CUDA_ASSERT(cudaSetDevice(0));
+  DCP_ASSERT(ncclDcpContextAbort(o.ctxs[0]));
+  ncclComm_t solo = nullptr;
+  int dev0 = 0;
+  NCCL_TEST_ASSERT(ncclCommInitAll(&solo, 1, &dev0));
+  ncclDcpContext_t b = nullptr;
+  DCP_ASSERT(ncclDcpContextCreate(solo, &c, &b));
+  char* const new0 = (char*)contextOf(b)->ownedMemory;
+  EXPECT_TRUE(new0 + bytes <= old0 || old0 + bytes <= new0)
+      << "the aborted workspace's range came back to the next create while rank 1 may still write into it";
+  EXPECT_TRUE(isDeviceMemory(old0)) << "the aborted workspace was freed while rank 1's context still maps it";
+  std::vector<unsigned char> oldBefore(bytes), newBefore(bytes), oldAfter(bytes), newAfter(bytes);
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  CUDA_ASSERT(cudaMemcpy(oldBefore.data(), old0, bytes, cudaMemcpyDeviceToHost));
+  CUDA_ASSERT(cudaMemcpy(newBefore.data(), new0, bytes, cudaMemcpyDeviceToHost));
+
+  // Rank 1, late: its call sends into rank 0's old workspace, then times out.
+  Config cfg;
+  ASSERT_EQ(resolveConfig(&c, env(), &cfg), ncclSuccess);
+  {
+    DeviceProblem p(cfg, kRanks, 12, LseMix::Normal, freshSeed(), {0, 1});
+    CUDA_ASSERT(cudaSetDevice(1));
+    const CallBuffers b1 = p.buffers(1);
+    DCP_ASSERT(ncclDcpA2aLseReduce(o.ctxs[1], b1.partialOut, (const float*)b1.partialLse, b1.out, b1.outLse, 12,
+                                   nullptr, nullptr));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+  }
+  ncclResult_t async = ncclSuccess;
+  DCP_ASSERT(ncclDcpGetAsyncError(o.ctxs[1], &async));
+  EXPECT_EQ(async, ncclRemoteError) << "rank 1's call should have timed out waiting for rank 0";
+  CUDA_ASSERT(cudaSetDevice(0));
+  CUDA_ASSERT(cudaMemcpy(oldAfter.data(), old0, bytes, cudaMemcpyDeviceToHost));
+  CUDA_ASSERT(cudaMemcpy(newAfter.data(), new0, bytes, cudaMemcpyDeviceToHost));
+  EXPECT_NE(oldAfter, oldBefore) << "rank 1's late writes did not reach rank 0's old workspace: the test shows nothing";
+  EXPECT_EQ(newAfter, newBefore) << "rank 1's late writes reached rank 0's new context";
+  // The new context is correct.
+  {
+    DeviceProblem q(cfg, 1, 9, LseMix::Special, freshSeed(), {0});
+    const CallBuffers qb = q.buffers(0);
+    DCP_ASSERT(ncclDcpA2aLseReduce(b, qb.partialOut, (const float*)qb.partialLse, qb.out, qb.outLse, 9, nullptr,
+                                   nullptr));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    const Mismatch m = q.check(0);
+    EXPECT_EQ(m.count, 0u) << m.first;
+  }
+
+  // Rank 1 gives up too: the old workspace's last use is gone; it is freed
+  // at GPU 0's next create or destroy (rank 0 aborted: deferred).
+  CUDA_ASSERT(cudaSetDevice(1));
+  DCP_ASSERT(ncclDcpContextAbort(o.ctxs[1]));
+  CUDA_ASSERT(cudaSetDevice(0));
+  DCP_ASSERT(ncclDcpContextDestroy(b));
+  EXPECT_FALSE(isDeviceMemory(old0)) << "the old workspace outlived its last use";
+  NCCL_TEST_ASSERT(ncclCommDestroy(solo));
+  createWorks(c);  // both GPUs' deferred frees flushed, the communicator fine
+  expectMemoryBack(before);
 }
 
 // One thread drives both GPUs (ncclDcpContextCreateGroup): the grouped

@@ -416,5 +416,123 @@ TEST(Provider, ProcessIdentityIsStableAndNotThePid) {
   EXPECT_NE(processIdentity(), (uint64_t)getpid());
 }
 
+// ---------------------------------------------------------------------------
+// The exchange's seals (issue 34, items 5 and 6): a gather's slots as the
+// all-gather leaves them, zeroed before it.
+
+std::vector<RecordSeal> seals(int nRanks, uint32_t sequence) {
+  std::vector<RecordSeal> s(nRanks);
+  for (int r = 0; r < nRanks; r++) s[r] = {kRecordMagic, sequence, r};
+  return s;
+}
+
+TEST(Seals, EveryRecordOfThisGatherArrived) {
+  for (int n : {1, 2, 8, 64}) {
+    bool none = true;
+    EXPECT_EQ(checkArrivals("create step 'arguments'", seals(n, 3).data(), n, 3, 0, true, &none), ncclSuccess);
+    EXPECT_FALSE(none);
+  }
+}
+
+// Inside the caller's ncclGroupStart/End NCCL defers the all-gather: the
+// records are read back before it runs, every slot still zero -- on one
+// rank too, whose own record is sent from a slot of its own. Every rank
+// says why, instead of reading zeros (or its own record) as the peers'.
+TEST(Seals, NothingArrivedAsksAboutAGroup) {
+  for (int n : {1, 2, 8}) {
+    SCOPED_TRACE(n);
+    std::vector<RecordSeal> zero(n);
+    memset(zero.data(), 0, zero.size() * sizeof(RecordSeal));
+    bool none = false;
+    clearLastError();
+    EXPECT_EQ(checkArrivals("create step 'arguments'", zero.data(), n, 1, n - 1, true, &none), ncclInvalidUsage);
+    EXPECT_TRUE(none);
+    const std::string msg = lastError();
+    EXPECT_NE(msg.find("called inside ncclGroupStart/End?"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("create step 'arguments' failed on rank " + std::to_string(n - 1)), std::string::npos) << msg;
+  }
+}
+
+// One rank's copy to the device failed: its slot holds its previous
+// gather's record (or zeros at the first). Every rank names that rank.
+TEST(Seals, AMissingRecordNamesItsRank) {
+  std::vector<RecordSeal> s = seals(4, 5);
+  s[2].sequence = 4;  // the previous gather's
+  bool none = true;
+  clearLastError();
+  EXPECT_EQ(checkArrivals("create step 'workspace'", s.data(), 4, 5, 0, true, &none), ncclSystemError);
+  EXPECT_FALSE(none);
+  std::string msg = lastError();
+  EXPECT_NE(msg.find("create step 'workspace' failed on rank 2: its record did not arrive"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("called inside ncclGroupStart/End?"), std::string::npos) << msg;
+  // A slot holding another rank's record, or no magic, is missing too; the
+  // lowest such rank is named.
+  s = seals(4, 5);
+  s[3].rank = 1;
+  s[1].magic = 0;
+  clearLastError();
+  EXPECT_EQ(checkArrivals("destroy of a cuda-ipc context", s.data(), 4, 5, 3, true, &none), ncclSystemError);
+  msg = lastError();
+  EXPECT_NE(msg.find("destroy of a cuda-ipc context failed on rank 1"), std::string::npos) << msg;
+}
+
+// A rank whose own copy failed finds its own slot empty too: on one rank
+// nothing arrived, yet that is its failed copy, not a deferred all-gather.
+TEST(Seals, NothingArrivedAfterAFailedOwnCopyNamesTheCopy) {
+  std::vector<RecordSeal> zero(1);
+  memset(zero.data(), 0, sizeof(RecordSeal));
+  bool none = true;
+  clearLastError();
+  EXPECT_EQ(checkArrivals("create step 'arguments'", zero.data(), 1, 1, 0, false, &none), ncclSystemError);
+  EXPECT_FALSE(none) << "a failed copy read as a queued all-gather (its scratch would be parked)";
+  const std::string msg = lastError();
+  EXPECT_NE(msg.find("create step 'arguments' failed on rank 0: its record did not arrive"), std::string::npos)
+      << msg;
+}
+
+// Destroy's agreement on cuda-ipc across processes (issue 34, item 4): an
+// owner frees only when every peer closed its mapping of this context.
+std::vector<IpcExport> exportsOf(int n) {
+  std::vector<IpcExport> e(n);
+  for (int r = 0; r < n; r++) {
+    memset(&e[r], 0, sizeof(e[r]));
+    e[r].address = 0x7f0000000000ull + 0x100000ull * r;
+    e[r].process = 1000 + r;
+  }
+  return e;
+}
+std::vector<ReleaseRecord> releases(const std::vector<IpcExport>& e) {
+  std::vector<ReleaseRecord> all(e.size());
+  for (size_t r = 0; r < e.size(); r++) all[r] = {1, 0, e[r].address, e[r].process};
+  return all;
+}
+
+TEST(Release, EveryPeerClosedThisContext) {
+  const std::vector<IpcExport> e = exportsOf(4);
+  std::string why;
+  EXPECT_TRUE(everyPeerClosed(releases(e).data(), e.data(), 4, &why)) << why;
+}
+
+TEST(Release, APeerThatCouldNotCloseKeepsTheMemory) {
+  const std::vector<IpcExport> e = exportsOf(4);
+  std::vector<ReleaseRecord> all = releases(e);
+  all[3].closed = 0;
+  std::string why;
+  EXPECT_FALSE(everyPeerClosed(all.data(), e.data(), 4, &why));
+  EXPECT_NE(why.find("rank 3 could not close"), std::string::npos) << why;
+}
+
+// Two contexts of one communicator destroyed in different orders on two
+// ranks: their all-gathers pair up crosswise; the records say so.
+TEST(Release, ARecordOfAnotherContextKeepsTheMemory) {
+  const std::vector<IpcExport> mine = exportsOf(2);
+  std::vector<ReleaseRecord> all = releases(mine);
+  all[1].address += 0x40000;  // rank 1 destroys another context of its own
+  std::string why;
+  EXPECT_FALSE(everyPeerClosed(all.data(), mine.data(), 2, &why));
+  EXPECT_NE(why.find("rank 1's record is of another context"), std::string::npos) << why;
+}
+
 }  // namespace
 }  // namespace nccl_dcp

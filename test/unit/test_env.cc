@@ -14,6 +14,9 @@
 
 #include "env.h"
 #include "error.h"
+#include "test_util.h"
+#include "validate.h"
+#include "error.h"
 #include "validate.h"
 #include "test_util.h"
 
@@ -390,6 +393,43 @@ TEST(EnvReadme, EveryVariableIsDocumented) {
   const std::string doc = text.str();
   for (const char* name : envVariableNames())
     EXPECT_TRUE(mentions(doc, name)) << name << " is not documented in " << readme;
+}
+
+// The contract of env() that nccl_dcp.h states: the process environment is
+// read once, at the first call that needs it, and kept. A test (or an
+// application) that sets a variable after that changes nothing.
+TEST(EnvOnce, VariablesAreReadOncePerProcess) {
+  const int first = env().maxBatch;
+  const std::string other = std::to_string(first == 77 ? 78 : 77);
+  setenv("NCCL_DCP_MAX_BATCH", other.c_str(), 1);
+  EXPECT_EQ(env().maxBatch, first) << "env() read NCCL_DCP_MAX_BATCH again";
+  ncclDcpConfig_t c = test::makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2);
+  c.maxBatch = NCCL_CONFIG_UNDEF_INT;
+  Config cfg;
+  ASSERT_EQ(resolveConfig(&c, env(), &cfg), ncclSuccess) << ncclDcpGetLastError();
+  EXPECT_NE(cfg.maxBatch, std::stoi(other)) << "a variable set after the first read took effect";
+  unsetenv("NCCL_DCP_MAX_BATCH");
+}
+
+// ... and says so, with the variable read at each create.
+TEST(EnvOnce, TheHeaderSaysSo) {
+  const fs::path root = sourceRoot();
+  if (root.empty())
+    GTEST_SKIP() << "source root not found from " << fs::current_path()
+                 << ": set NCCL_DCP_SOURCE_ROOT to the nccl-dcp checkout";
+  std::ifstream in(root / "include" / "nccl_dcp.h");
+  ASSERT_TRUE(in) << root / "include" / "nccl_dcp.h";
+  std::stringstream text;
+  text << in.rdbuf();
+  // The comment's words, one space apart (no line breaks, no " * ").
+  std::string words;
+  std::istringstream tokens(text.str());
+  for (std::string w; tokens >> w;)
+    if (w != "*") words += (words.empty() ? "" : " ") + w;
+  EXPECT_NE(words.find("NCCL_DCP_* variables ONCE PER PROCESS"), std::string::npos)
+      << "nccl_dcp.h does not say that NCCL_DCP_* are read once per process";
+  EXPECT_NE(words.find("The one variable read at each create is NCCL's NCCL_CUMEM_ENABLE"), std::string::npos)
+      << "nccl_dcp.h does not name the variable read at each create";
 }
 
 }  // namespace

@@ -14,11 +14,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <mutex>
+#include <shared_mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -538,12 +540,15 @@ TEST_F(PluginTest, EventsAllocateNothing) {
 
 // A job that creates many communicators: each finalize renders its own
 // communicator only (it used to render every one finished before: 3000
-// communicators, 13 ms per ncclCommDestroy), and the file holds every
-// finished one as soon as it finishes. Through the plugin's core linked
-// into this binary: a registry of its own, beside the dlopen'ed library's.
+// communicators, 13 ms per ncclCommDestroy) and writes its own bytes only
+// (it used to rewrite the whole file: quadratic I/O), and the file holds
+// every finished one as soon as it finishes. Through the plugin's core
+// linked into this binary: a registry of its own, beside the dlopen'ed
+// library's (whose writes are not counted here: a counter per copy).
 TEST_F(PluginTest, EachFinalizeRendersOnlyItsOwnCommunicator) {
   const std::string pattern = ::testing::TempDir() + "dcp-plugin-many-%p.json";
   setenv("NCCL_DCP_PROFILE_FILE", pattern.c_str(), 1);
+  unlink(reportPath(pattern).c_str());
   Registry& reg = Registry::instance();
   reg.setLogger(captureLog);
   CommIdentity id;
@@ -555,18 +560,29 @@ TEST_F(PluginTest, EachFinalizeRendersOnlyItsOwnCommunicator) {
     id.commHash = freshHash();
     live.push_back(reg.addComm(id, true));
   }
+  const uint64_t bytes0 = bytesWritten(), files0 = filesReplaced();
+  uint64_t largestWrite = 0;
   for (int i = 0; i < 300; i++) {
     id.commHash = freshHash();
     CommProfile* p = reg.addComm(id, true);
     ASSERT_NE(p, nullptr);
-    const uint64_t before = commsRendered();
+    const uint64_t before = commsRendered(), wrote = bytesWritten();
     ASSERT_TRUE(reg.finalizeComm(p));
     ASSERT_EQ(commsRendered() - before, 1u) << "finalize " << i << " rendered other communicators";
+    if (i > 0) largestWrite = std::max(largestWrite, bytesWritten() - wrote);
     if (i % 100 != 99) continue;
     const json::Value report = readJson(reportPath(pattern));
     EXPECT_EQ(report.find("communicators")->array.size(), (size_t)i + 1) << "every finished one, no live one";
     EXPECT_NE(commIn(report, id.commHash), nullptr);
   }
+  // Linear: the bytes written over 300 finalizes are the file's once, plus
+  // a tail per finalize, not 300 copies of a growing file (~150 files' worth).
+  struct stat st;
+  ASSERT_EQ(stat(reportPath(pattern).c_str(), &st), 0);
+  const uint64_t total = bytesWritten() - bytes0, fileBytes = (uint64_t)st.st_size;
+  EXPECT_LE(total, 2 * fileBytes) << "the report's I/O grows faster than the report";
+  EXPECT_LE(largestWrite, 4 * fileBytes / 300 + 256) << "a finalize wrote more than its own communicator";
+  EXPECT_EQ(filesReplaced() - files0, 1u) << "only the first report is written whole";
   for (CommProfile* p : live) EXPECT_TRUE(reg.finalizeComm(p));
   unlink(reportPath(pattern).c_str());
 }
@@ -1148,14 +1164,20 @@ TEST_F(PluginTest, TheReportFollowsNoLinkAndReplacesNoSpecialFile) {
   unlink(victim.c_str());
 }
 
-// Threads finalizing communicators at once: every read of the report is
-// one whole report, and the last one written holds every communicator.
-TEST_F(PluginTest, ThreadsFinalizingAtOnceNeverTearTheReport) {
+// Threads finalizing communicators at once: every read of the report made
+// between finalizes is one whole report (each finalize leaves it whole,
+// however the finalizes of the threads interleave), and the last one
+// written holds every communicator. A read made while a finalize rewrites
+// the report's end in place may see it half-written (the price of linear
+// I/O, registry.cc writeJson); readers during a job retry.
+TEST_F(PluginTest, ThreadsFinalizingAtOnceLeaveAWholeReport) {
   FakeComm(0, 2).finalize();  // the file exists before the first read
   std::atomic<bool> done{false};
   int reads = 0, torn = 0;
+  std::shared_mutex finalizing;  // shared by the writers' finalizes, exclusive for a read
   std::thread reader([&] {
     for (; !done.load(); reads++) {
+      std::unique_lock<std::shared_mutex> between(finalizing);
       json::Value v;
       std::string why;
       torn += !json::parse(slurp(reportFile()), &v, &why);
@@ -1169,7 +1191,10 @@ TEST_F(PluginTest, ThreadsFinalizingAtOnceNeverTearTheReport) {
       for (int i = 0; i < 100; i++) {
         FakeComm c(t, 4);
         c.allToAllPlan(8);
-        EXPECT_EQ(c.finalize(), ncclSuccess);
+        {
+          std::shared_lock<std::shared_mutex> during(finalizing);
+          EXPECT_EQ(c.finalize(), ncclSuccess);
+        }
         std::lock_guard<std::mutex> lock(hashesMutex);
         hashes.push_back(c.hash);
       }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "error.h"
+#include "handles.h"
 #include "loopback.h"
 #include "test_util.h"
 #include "validate.h"
@@ -173,6 +174,35 @@ TEST(PublicApi, DestroyGroupSkipsNullEntries) {
   ncclDcpContext_t ctxs[3] = {nullptr, nullptr, nullptr};
   EXPECT_ACCEPTED(ncclDcpContextDestroyGroup(3, ctxs));
   EXPECT_ACCEPTED(ncclDcpContextDestroyGroup(0, nullptr));
+}
+
+// A repeated entry (or one that is not live) fails the whole group before
+// anything is retired: every other context in it survives, live, and the
+// array is left as it was, so the caller can fix it and call again. No
+// GPU: the handles are checked before any context is touched (the fake
+// contexts below are never dereferenced).
+TEST(PublicApi, DestroyGroupWithADuplicateDestroysNothing) {
+  int fakeA = 0, fakeB = 0;
+  Context* a = reinterpret_cast<Context*>(&fakeA);
+  Context* b = reinterpret_cast<Context*>(&fakeB);
+  const ncclDcpContext_t ha = registerContext(a), hb = registerContext(b);
+  ncclDcpContext_t ctxs[4] = {hb, ha, nullptr, ha};
+  EXPECT_REJECTED(ncclDcpContextDestroyGroup(4, ctxs), ncclInvalidArgument, "entries 1 and 3 are the same context");
+  EXPECT_EQ(contextOf(ha), a) << "the duplicated context was retired";
+  EXPECT_EQ(contextOf(hb), b) << "the other context was retired";
+  EXPECT_EQ(ctxs[0], hb);
+  EXPECT_EQ(ctxs[1], ha);
+  EXPECT_EQ(ctxs[3], ha);
+  // The same with a handle that is not live behind a good one.
+  ncclDcpContext_t stale[2] = {hb, (ncclDcpContext_t)&fakeA};
+  EXPECT_REJECTED(ncclDcpContextDestroyGroup(2, stale), ncclInvalidArgument, "ctxs[i]");
+  EXPECT_EQ(contextOf(hb), b);
+  // Retired here without a destroy (there is nothing to destroy).
+  Context* out[2] = {};
+  const ncclDcpContext_t both[2] = {ha, hb};
+  ASSERT_EQ(retireContexts(2, both, "test", out), ncclSuccess) << ncclDcpGetLastError();
+  EXPECT_EQ(out[0], a);
+  EXPECT_EQ(out[1], b);
 }
 
 // Each thread reads the message of its own last failed call: another
@@ -1684,6 +1714,86 @@ TEST(ModeCheckCall, WithoutArgsIsRankZeroOfTheEvenSplit) {
   EXPECT_ACCEPTED(checkCall(cfg, kCp, buf, 5, s));
   buf.out = (void*)(in - 2 * rowBytes + 16);
   EXPECT_REJECTED(checkCall(cfg, kCp, buf, 5, s), ncclInvalidArgument, "out overlaps partialOut");
+}
+
+// ---------------------------------------------------------------------------
+// The arrays the kernels read on the GPU must be device (or managed)
+// memory: checked at the call by cudaPointerGetAttributes, here through a
+// query that answers what the test says (no driver on this machine).
+
+// The answer per address: device at 0x1xxxx, managed at 0x2xxxx, pinned
+// host at 0x3xxxx, unregistered at 0x4xxxx, a runtime error at 0x5xxxx.
+PointerAnswer fakeAnswer(const void* p) {
+  switch ((uintptr_t)p >> 16) {
+    case 1: return {cudaSuccess, cudaMemoryTypeDevice};
+    case 2: return {cudaSuccess, cudaMemoryTypeManaged};
+    case 3: return {cudaSuccess, cudaMemoryTypeHost};
+    case 4: return {cudaSuccess, cudaMemoryTypeUnregistered};
+    default: return {cudaErrorInvalidValue, cudaMemoryTypeUnregistered};
+  }
+}
+int gQueries = 0;
+PointerAnswer countingAnswer(const void* p) {
+  gQueries++;
+  return fakeAnswer(p);
+}
+
+TEST(DeviceArrays, DeviceAndManagedMemoryAccepted) {
+  ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+  EXPECT_ACCEPTED(checkDeviceArrays(nullptr, fakeAnswer));
+  EXPECT_ACCEPTED(checkDeviceArrays(&args, fakeAnswer));
+  args.rowCountsDevice = (const int*)0x10000;
+  args.seqLens = (const int*)0x20000;
+  args.queryStartLoc = (const int*)0x10040;
+  EXPECT_ACCEPTED(checkDeviceArrays(&args, fakeAnswer));
+}
+
+TEST(DeviceArrays, HostMemoryRefusedNamingTheArgument) {
+  const struct {
+    const char* name;
+    const int* ncclDcpCallArgs_t::*field;
+  } arrays[] = {{"args->rowCountsDevice", &ncclDcpCallArgs_t::rowCountsDevice},
+                {"args->seqLens", &ncclDcpCallArgs_t::seqLens},
+                {"args->queryStartLoc", &ncclDcpCallArgs_t::queryStartLoc}};
+  const struct {
+    uintptr_t address;
+    const char* why;
+  } bad[] = {{0x30000, "pinned host memory"}, {0x40000, "is host memory"}, {0x50000, "cudaPointerGetAttributes failed"}};
+  for (const auto& a : arrays)
+    for (const auto& b : bad) {
+      SCOPED_TRACE(std::string(a.name) + ": " + b.why);
+      ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+      args.rowCountsDevice = (const int*)0x10000;
+      args.seqLens = (const int*)0x10100;
+      args.queryStartLoc = (const int*)0x10200;
+      args.*a.field = (const int*)b.address;
+      EXPECT_REJECTED(checkDeviceArrays(&args, fakeAnswer), ncclInvalidArgument, std::string(a.name) + " 0x");
+      EXPECT_NE(std::string(ncclDcpGetLastError()).find(b.why), std::string::npos) << ncclDcpGetLastError();
+    }
+}
+
+// NULL arrays are not asked about (a call without them costs no query).
+TEST(DeviceArrays, OnlyGivenArraysAreQueried) {
+  ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+  gQueries = 0;
+  EXPECT_ACCEPTED(checkDeviceArrays(&args, countingAnswer));
+  EXPECT_EQ(gQueries, 0);
+  args.seqLens = (const int*)0x10000;
+  args.queryStartLoc = (const int*)0x10100;
+  EXPECT_ACCEPTED(checkDeviceArrays(&args, countingAnswer));
+  EXPECT_EQ(gQueries, 2);
+}
+
+// Without a driver (this machine) the runtime cannot place any pointer:
+// the production query refuses, it does not guess "device".
+TEST(DeviceArrays, WithoutADriverNothingPassesAsDeviceMemory) {
+  int onTheStack = 0;
+  const PointerAnswer a = cudaPointerAnswer(&onTheStack);
+  if (a.error == cudaSuccess) GTEST_SKIP() << "a CUDA driver answers here: the GPU test covers it";
+  ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+  args.seqLens = &onTheStack;
+  args.queryStartLoc = &onTheStack;
+  EXPECT_REJECTED(checkDeviceArrays(&args, cudaPointerAnswer), ncclInvalidArgument, "args->seqLens");
 }
 
 // ---------------------------------------------------------------------------
