@@ -166,7 +166,6 @@ struct Codec;
 template <typename T>
 struct Codec<T, Wire::Native> {
   using Element = T;
-  static constexpr Wire kWireKind = Wire::Native;
   static constexpr bool kScaled = false;
   using W = Word<T>;
   static constexpr int kPerWord = W::kPerWord;
@@ -240,7 +239,6 @@ template <typename T>
 struct Codec<T, Wire::Fp8E4m3> {
   static_assert(sizeof(T) == 2, "fp8 on the wire narrows bf16 or fp16 (validate.cc)");
   using Element = T;
-  static constexpr Wire kWireKind = Wire::Fp8E4m3;
   static constexpr bool kScaled = true;
   using W = Word<T>;
   using Bits = MagnitudeBits<T>;

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -338,6 +339,27 @@ TEST_P(TokenSplit, DeviceCountsEager) {
   }
 }
 
+// One capture of enqueue()'s calls on `stream`, instantiated; freed with
+// the object. Call as ASSERT_NO_FATAL_FAILURE(capture(...)).
+struct CapturedGraph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CapturedGraph() = default;
+  CapturedGraph(const CapturedGraph&) = delete;
+  ~CapturedGraph() {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+  }
+};
+void capture(cudaStream_t stream, const std::function<ncclResult_t()>& enqueue, CapturedGraph* g) {
+  CUDA_ASSERT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const ncclResult_t captured = enqueue();
+  const std::string why = ncclDcpGetLastError();
+  CUDA_ASSERT(cudaStreamEndCapture(stream, &g->graph));
+  ASSERT_EQ(captured, ncclSuccess) << why;
+  CUDA_ASSERT(cudaGraphInstantiate(&g->exec, g->graph, 0));
+}
+
 // Device counts under a CUDA graph: one capture (a producer copying each
 // rank's staged inputs in, the outputs poisoned, the call), replayed with
 // new counts written into the device array and new inputs staged before
@@ -363,16 +385,9 @@ TEST_P(TokenSplit, DeviceCountsGraphReplays) {
     }
     return lb->call(b.data(), batch, &s, stream, p.args(0));
   };
-  cudaGraph_t graph = nullptr;
-  CUDA_ASSERT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  const ncclResult_t captured = enqueue();
-  const std::string why = ncclDcpGetLastError();
-  CUDA_ASSERT(cudaStreamEndCapture(stream, &graph));
-  std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, cudaError_t (*)(cudaGraph_t)> graphOwner(graph, cudaGraphDestroy);
-  ASSERT_EQ(captured, ncclSuccess) << why;
-  cudaGraphExec_t exec = nullptr;
-  CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
-  std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, cudaError_t (*)(cudaGraphExec_t)> execOwner(exec, cudaGraphExecDestroy);
+  CapturedGraph g;
+  ASSERT_NO_FATAL_FAILURE(capture(stream, enqueue, &g));
+  const cudaGraphExec_t exec = g.exec;
   std::vector<std::vector<int>> splits = splitsFor(batch, cp, rng);
   for (int i = 0; i < 4; i++) splits.push_back(randomCounts(batch, cp, rng));
   for (size_t rep = 0; rep < splits.size(); rep++) {
@@ -413,16 +428,9 @@ TEST_P(TokenSplit, RefusedReplayOverwritesThePreviousSliceWithNaN) {
   DeviceProblem p(cfg, cp, batch, LseMix::Normal, freshSeed(), CallSpec{{}, true, false, nullptr});
   const ncclDcpStrides_t s = p.apiStrides();
   const std::vector<CallBuffers> b = p.allBuffers();
-  cudaGraph_t graph = nullptr;
-  CUDA_ASSERT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  const ncclResult_t captured = lb->call(b.data(), batch, &s, stream, p.args(0));
-  const std::string why = ncclDcpGetLastError();
-  CUDA_ASSERT(cudaStreamEndCapture(stream, &graph));
-  std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, cudaError_t (*)(cudaGraph_t)> graphOwner(graph, cudaGraphDestroy);
-  ASSERT_EQ(captured, ncclSuccess) << why;
-  cudaGraphExec_t exec = nullptr;
-  CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
-  std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, cudaError_t (*)(cudaGraphExec_t)> execOwner(exec, cudaGraphExecDestroy);
+  CapturedGraph g;
+  ASSERT_NO_FATAL_FAILURE(capture(stream, [&]() { return lb->call(b.data(), batch, &s, stream, p.args(0)); }, &g));
+  const cudaGraphExec_t exec = g.exec;
 
   const std::vector<int> valid = {kCap + 3, 0, 5, kCap - 3};  // sums to batch; rank 0 crosses rounds
   p.setCounts(valid);
