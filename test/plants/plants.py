@@ -503,6 +503,7 @@ TAP_TESTS = {
     "unit_compare_alltoall": "test_compare_alltoall",
     "unit_check_plugin_report": "test_check_plugin_report",
     "unit_exports": "test_exports",
+    "unit_gpu_check": "test_gpu_check",
 }
 BACKUP = ".plant-orig"
 
