@@ -323,7 +323,7 @@ def main_as(args):
     failed = [c for c in cases if c.outcome == "failed"]
     skipped = [c for c in cases if c.outcome == "skipped"]
     passed = sum(1 for c in cases if c.outcome == "passed")
-    if passed + len(failed) == 0:
+    if not passed and not failed:
         problems.append("no test case ran (every case was filtered out or skipped)")
     for c in failed:
         print(f"FAILED {c.label()}: {summary(c.message)}")

@@ -29,7 +29,7 @@
 #       alltoall_perf), plugin (the profiler plugin in alltoall_perf),
 #       nccl-latest (NCCL 2.30.7 from source, the suites against it).
 #     plants: each planted break of test/plants/plants.py whose tests fit
-#       this machine's GPUs must make them fail: PLANT_JOBS (every core) at a
+#       this machine's GPUs must make them fail: PLANT_JOBS (cores + 2) at a
 #       time, each job in a copy of the tree and the build, PLANT_GPU_SLOTS
 #       (4) GPU tests at a time, PLANT_TIMEOUT (300) s per test; tests that
 #       need more GPUs are listed as skipped. baseline, plugin and nccl-latest need the
@@ -719,7 +719,9 @@ fi
 
 # Planted breaks (test/plants/plants.py run): each breaks the library in
 # one place; the tests listed with it must fail against it (having run at
-# least one case). PLANT_JOBS at a time (default: every core), each job in
+# least one case). PLANT_JOBS at a time (default: cores + 2, so that the 33
+# plants that rebuild launch.cu -- one core, ~2 min each -- take two waves
+# on 16 cores, not three), each job in
 # its own copy of the tree and of $BUILD (made once; $BUILD itself is never
 # planted), ninja -j cores/jobs each, PLANT_GPU_SLOTS (4) GPU tests at a
 # time on the GPUs, PLANT_TIMEOUT (300) s per test. Only plants whose tests
@@ -728,7 +730,7 @@ if has plants; then
   stage_begin plants
   start=$SECONDS
   bgrun python3 test/plants/plants.py run --build "$BUILD" --gpus "$NCCL_DCP_REQUIRE_GPU" \
-    --jobs "${PLANT_JOBS:-$(nproc)}" --gpu-slots "${PLANT_GPU_SLOTS:-4}" --timeout "${PLANT_TIMEOUT:-300}" \
+    --jobs "${PLANT_JOBS:-$(($(nproc) + 2))}" --gpu-slots "${PLANT_GPU_SLOTS:-4}" --timeout "${PLANT_TIMEOUT:-300}" \
     --logs "$LOGS/plants" --junit "$LOGS/plants.junit.xml" > "$LOGS/plants.log" 2>&1
   status=$?
   while read -r verdict what; do

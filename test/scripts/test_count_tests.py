@@ -268,6 +268,12 @@ class Expectations(unittest.TestCase):
         self.assertEqual(rc, 1, lines)
         self.assertEqual(lines[-1], "1 passed, 1 failed")
 
+    def test_as_with_only_skips_fails(self):
+        log = Log().gtest("unit_a", {"S.a": "skipped", "S.b": "skipped"})
+        rc, lines = log.run("--as", "python_x", expect="python_x 2\n", write_json=False)
+        self.assertEqual(rc, 1, lines)
+        self.assertIn("FAILED no test case ran (every case was filtered out or skipped)", lines)
+
     def test_unlisted_binary_is_noted(self):
         rc, lines = self.log().run(expect="unit_a 3\n")
         self.assertEqual(rc, 0)

@@ -14,6 +14,7 @@ import io
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -245,6 +246,33 @@ class Trees(unittest.TestCase):
             for gone in ("build/logs", "build/pytest-venv", "build2", ".git", "build.plant-trees"):
                 self.assertFalse(os.path.exists(os.path.join(tree, gone)), gone)
             self.assertTrue(os.path.exists(os.path.join(tree_build, "meson-private/coredata.dat")))
+
+
+class ParallelRun(unittest.TestCase):
+    """`run --jobs 2` on the build (the GPU stage's way, here with two
+    plants whose tests need no GPU): each job plants its own copy, both
+    plants are caught, and the tree and build given are left untouched."""
+
+    def setUp(self):
+        if not BUILD:
+            self.skipTest("no build directory given (test/meson.build passes it)")
+
+    def test_two_jobs_catch_two_plants_in_copies(self):
+        names = ["env_names_case_sensitive", "unknown_env_names_unwarned"]
+        before = {n: plants.source(plants.find(n)) for n in names}
+        with tempfile.TemporaryDirectory() as d:
+            r = subprocess.run([sys.executable, os.path.join(plants.ROOT, "test", "plants", "plants.py"), "run",
+                                "--build", os.path.abspath(BUILD), "--gpus", "0", "--jobs", "2", "--trees",
+                                os.path.join(d, "trees"), "--logs", os.path.join(d, "logs"), *names],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+            self.assertEqual(r.returncode, 0, r.stdout)
+            self.assertFalse(os.path.exists(os.path.join(d, "trees")), "the jobs' copies were not removed")
+        for n in names:
+            self.assertIn(f"PLANT ok {n}: ", r.stdout)
+            self.assertIn(f"planted {n} in ", r.stdout)
+            self.assertEqual(plants.source(plants.find(n)), before[n], "the tree given was planted")
+        self.assertIn("plants: 2 jobs, each a copy of the tree", r.stdout)
+        self.assertIn("plants: 2 of 2 planted breaks caught", r.stdout)
 
 
 @contextlib.contextmanager
