@@ -611,6 +611,57 @@ TEST(LibraryModel, Fp8ReferenceFollowsTheOraclesModel) {
     }
 }
 
+// What the GPU tests feed the kernels (makeCallInputs: special LSEs, huge
+// spreads, empty shards with negative lengths, narrow LSEs, padded
+// strides, TOKEN counts, both wires), through the library's CPU model,
+// passes the oracle: the GPU comparisons with the oracle can pass on a
+// correct kernel (which matches the model within a rounding).
+TEST(LibraryModel, WhatTheGpuTestsFeedPassesTheOracle) {
+  std::mt19937_64 rng(freshSeed());
+  size_t calls = 0;
+  for (int wire : {(int)ncclDcpWireNative, (int)ncclDcpWireFp8E4m3})
+    for (int m : kModes) {
+      if (wire == ncclDcpWireFp8E4m3 && m != ncclDcpScatterHead) continue;  // fp8: HEAD only
+      for (ncclDataType_t dtype : {ncclBfloat16, ncclFloat16, ncclFloat32}) {
+        if (wire == ncclDcpWireFp8E4m3 && dtype == ncclFloat32) continue;
+        for (ncclDataType_t lseDtype : {ncclFloat32, ncclBfloat16, ncclFloat16})
+          for (LseMix mix : {LseMix::Normal, LseMix::Special, LseMix::HugeSpread})
+            for (bool shards : {false, true})
+              for (bool padded : {false, true}) {
+                const int cp = 2 + (int)(rng() % 7), batch = 1 + (int)(rng() % 20);
+                SCOPED_TRACE(testing::Message() << scatterName(m) << " " << dtypeName(dtype) << " lse "
+                                                << dtypeName(lseDtype) << " mix " << (int)mix
+                                                << (shards ? " shards" : "") << (padded ? " padded" : "") << " cp "
+                                                << cp << " batch " << batch << (wire ? " fp8" : ""));
+                ncclDcpConfig_t c = withScatter(makeConfig(dtype == ncclFloat32 ? 64 : 128, 2, dtype,
+                                                           (int)(rng() % 2) ? ncclDcpLseBase2 : ncclDcpLseBaseE),
+                                                m, lseDtype);
+                c.wire = wire;
+                Call call;
+                call.cfg = resolved(c);
+                call.cp = cp;
+                call.batch = batch;
+                call.s = padded ? paddedStrides(call.cfg, cp) : packedStrides(call.cfg, cp);
+                if (m == ncclDcpScatterToken && rng() % 2) {
+                  call.counts.assign(cp, 0);
+                  for (int b = 0; b < batch; b++) call.counts[rng() % cp]++;
+                }
+                CallSpec spec;
+                spec.emptyShards = shards;
+                const CallShape shape = hostShape(call.cfg, cp, batch, call.counts, 0);
+                std::vector<int> rows(cp);
+                for (int r = 0; r < cp; r++) rows[r] = outCapacityRows(shape, r, false);
+                int numSeqs = 0;
+                call.in = makeCallInputs(call.cfg, cp, batch, call.s, mix, rng, spec, rows, 1, &numSeqs);
+                const Mismatch bad = checked(call, runLibraryReference(call));
+                ASSERT_EQ(bad.count, 0u) << bad.first;
+                calls++;
+              }
+      }
+    }
+  EXPECT_GT(calls, 300u);
+}
+
 }  // namespace
 }  // namespace test
 }  // namespace nccl_dcp
