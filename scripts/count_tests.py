@@ -30,7 +30,14 @@ A run in which no case passed or failed (everything filtered out or
 skipped) counts one failure. --expect FILE names, per binary, the fewest
 cases it must report (any outcome: a skip is visible, a case that vanished
 is not); a binary below its minimum, or listed but not run, counts one
-failure each.
+failure each; so does one far ABOVE it (more than 10% and more than 5
+cases: STALE_MARGIN), as a minimum that no longer keeps up with the tests
+stops guarding the cases added since.
+
+Names starting with `python_` in FILE are not meson tests: the JUnit files
+of pytest and of the torchrun suite, checked with --as NAME (the whole
+file's cases counted as that binary's; no testlog.json needed). The meson
+check leaves them out.
 
 Prints the failed cases, the skipped count, and last the line
 `N passed, N failed`. Exits 1 when anything failed.
@@ -41,6 +48,12 @@ import json
 import os
 import sys
 import xml.etree.ElementTree as et
+
+# A minimum this far below the reported count is stale: more than 10% and
+# more than 5 cases.
+STALE_FRACTION, STALE_CASES = 0.10, 5
+# Names of --expect entries that are JUnit files, not meson tests (--as).
+JUNIT_PREFIX = "python_"
 
 # meson's TestResult values that mean the binary failed.
 FAILING_RESULTS = {"FAIL", "TIMEOUT", "ERROR", "INTERRUPT", "UNEXPECTEDPASS"}
@@ -156,19 +169,38 @@ def read_expectations(path):
     return expected
 
 
+def stale(reported, minimum):
+    """The minimum trails the reported count by a wide margin."""
+    return reported - minimum > STALE_CASES and reported > minimum * (1 + STALE_FRACTION)
+
+
+def check_count(binary, reported, minimum):
+    """The problem of one binary's count against its minimum, or None."""
+    if reported < minimum:
+        return f"{binary}: {reported} cases reported, at least {minimum} expected"
+    if stale(reported, minimum):
+        return (f"{binary}: {reported} cases reported, its minimum {minimum} is stale (more than "
+                f"{STALE_FRACTION:.0%} and {STALE_CASES} cases below): raise it in test/expected_cases.txt")
+    return None
+
+
 def check_expectations(cases, binary_results, expected):
     """Messages for every listed binary that reported fewer cases than its
-    minimum or did not run, and notes for binaries run but not listed."""
+    minimum (or far more), or did not run, and notes for binaries run but
+    not listed. The python_ entries are --as's."""
     problems, notes = [], []
     by_short = {short_name(name): name for name in binary_results}
     for binary, minimum in sorted(expected.items()):
+        if binary.startswith(JUNIT_PREFIX):
+            continue
         if binary not in by_short:
             problems.append(f"{binary}: did not run (expected at least {minimum} cases)")
             continue
         # A bare entry (the binary wrote no XML) is not one of its cases.
         reported = sum(1 for c in cases if belongs_to(c, by_short[binary]) and c.name != by_short[binary])
-        if reported < minimum:
-            problems.append(f"{binary}: {reported} cases reported, at least {minimum} expected")
+        problem = check_count(binary, reported, minimum)
+        if problem:
+            problems.append(problem)
     for binary in sorted(by_short):
         if binary not in expected:
             notes.append(f"{binary}: no minimum case count listed")
@@ -217,7 +249,11 @@ def main(argv=None):
                         help="meson's testlog.json (default: the .json beside the .junit.xml)")
     parser.add_argument("--expect", default=None, metavar="FILE",
                         help="lines 'binary minimum': the fewest cases each binary must report")
+    parser.add_argument("--as", dest="as_binary", default=None, metavar="NAME",
+                        help="every case of the file is binary NAME's (pytest, torchrun: python_* in --expect)")
     args = parser.parse_args(argv)
+    if args.as_binary:
+        return main_as(args)
 
     try:
         cases = read_cases(args.junit)
@@ -262,6 +298,39 @@ def main(argv=None):
     for p in problems:
         print(f"FAILED {p}")
     print_skips(skipped)
+    print(f"{passed} passed, {n_failed} failed")
+    return 1 if n_failed else 0
+
+
+def main_as(args):
+    """--as NAME: one JUnit file (not meson's), its cases NAME's, checked
+    against NAME's minimum (which must be listed)."""
+    try:
+        cases = read_cases(args.junit)
+        expected = read_expectations(args.expect) if args.expect else {}
+    except (OSError, et.ParseError, ValueError) as e:
+        print(f"cannot read the results: {e}")
+        print("0 passed, 1 failed")
+        return 1
+    problems = []
+    if args.expect:
+        if args.as_binary not in expected:
+            problems.append(f"{args.as_binary}: no minimum case count listed in {args.expect}")
+        else:
+            problem = check_count(args.as_binary, len(cases), expected[args.as_binary])
+            if problem:
+                problems.append(problem)
+    failed = [c for c in cases if c.outcome == "failed"]
+    skipped = [c for c in cases if c.outcome == "skipped"]
+    passed = sum(1 for c in cases if c.outcome == "passed")
+    if not passed and not failed:
+        problems.append("no test case ran (every case was filtered out or skipped)")
+    for c in failed:
+        print(f"FAILED {c.label()}: {summary(c.message)}")
+    for p in problems:
+        print(f"FAILED {p}")
+    print_skips(skipped)
+    n_failed = len(failed) + len(problems)
     print(f"{passed} passed, {n_failed} failed")
     return 1 if n_failed else 0
 

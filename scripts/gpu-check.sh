@@ -5,7 +5,16 @@
 # Logs go under $OUT when it is set (else build-gpu/logs).
 #
 #   scripts/gpu-check.sh [--plant-failure] [stage...]
-#     default stages: build tests topology sanitize perf python plants
+#     default stages: build tests topology sanitize stress-short perf python plants
+#     sanitize: compute-sanitizer memcheck, racecheck and synccheck on small
+#       loopback calls of every path: HEAD (every protocol), TOKEN (host and
+#       device counts, a graph replay), NONE in two phases, fp8 on the wire.
+#     stress-short: dcp_stress briefly (STRESS_SHORT_CALLS, 20000 calls) on
+#       every 0.4 path and protocol: HEAD, TOKEN, TOKEN with device counts,
+#       NONE direct and in two phases (the run must say which), fp8.
+#     check-filters: every GoogleTest filter this script runs names tests
+#       of the built binaries (each pattern; no GPU needed); the sanitizer
+#       stages check theirs before they run, and fail when one does not.
 #     perf: the loopback cp 8 table per protocol (perf-<P>.json) and per
 #       scatter mode (AUTO: perf-scatter-token.json, perf-scatter-none-direct.json,
 #       perf-scatter-none-two_phase.json (NCCL_DCP_NONE_ALGO);
@@ -20,8 +29,10 @@
 #       alltoall_perf), plugin (the profiler plugin in alltoall_perf),
 #       nccl-latest (NCCL 2.30.7 from source, the suites against it).
 #     plants: each planted break of test/plants/plants.py whose tests fit
-#       this machine's GPUs must make them fail (a rebuild per plant, then
-#       of the binaries concerned without plants). baseline, plugin and nccl-latest need the
+#       this machine's GPUs must make them fail: PLANT_JOBS (cores + 2) at a
+#       time, each job in a copy of the tree and the build, PLANT_GPU_SLOTS
+#       (4) GPU tests at a time, PLANT_TIMEOUT (300) s per test; tests that
+#       need more GPUs are listed as skipped. baseline, plugin and nccl-latest need the
 #       sources carried in .deps/ (scripts/build-nccl-tests.sh, scripts/build-nccl.sh).
 #     --plant-failure: the tests stage adds one failing case to every test
 #       binary (test_main.cc's --dcp_plant_failure), to show that a failing
@@ -31,18 +42,31 @@
 #   STRESS_CALLS (1000000), STRESS_MODE_CALLS (200000): calls per rank of
 #     the stress stage's HEAD runs and of its run per scatter mode.
 #
-# Exit status: 0 only when every stage run passed; 1 otherwise (a failed
-# stage, a failed or missing test case, no test run at all). The summary,
-# one line per stage result, is printed last whatever happened.
+# Exit status: 0 only when every stage run passed; non-zero otherwise (a
+# failed stage, a failed or missing test case, no test run at all, a stage
+# that did not finish: killed by TERM, INT or HUP -- a time limit --, or one
+# that ended the script before it recorded its end). The summary, one line
+# per stage result, is printed last whatever happened; a stage that did not
+# finish is named there ("stage X did not finish").
 #
-# Adding a stage: a self-contained `if has <name>; then ... fi` block that
-# ends each result with `record <status> <what>` (status 0 = passed).
+# Adding a stage: a self-contained `if has <name>; then stage_begin <name>
+# ... stage_end; fi` block that ends each result with `record <status>
+# <what>` (status 0 = passed) and runs its long commands through `bgrun`
+# (in the background, waited for: a signal reaches the trap at once and the
+# command's process group is stopped with the script).
+#
+# GPU_CHECK_SELFTEST=1 (test/scripts/test_gpu_check.py, on a CPU): no GPU
+# is queried and the selftest-* stages exist: selftest-pass, selftest-fail,
+# selftest-sleep (SELFTEST_SLEEP seconds), selftest-exit (ends the script
+# inside the stage), selftest-norecord (records nothing), selftest-filters
+# (a filter naming a test that does not exist, checked against $BUILD).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=${BUILD:-build-gpu}
 LOGS=${OUT:-$BUILD/logs}
 mkdir -p "$LOGS"
+: > "$LOGS/summary.txt"
 
 plant=0
 stage_args=()
@@ -53,7 +77,8 @@ for a in "$@"; do
     *) stage_args+=("$a") ;;
   esac
 done
-stages=${stage_args[*]:-build tests topology sanitize perf python plants}
+selftest=${GPU_CHECK_SELFTEST:-0}
+stages=${stage_args[*]:-build tests topology sanitize stress-short perf python plants}
 asked=" "  # every stage name a block asked about: the ones this script knows
 has() {
   asked+="$1 "
@@ -72,6 +97,15 @@ record() {  # record <status> <what...>
     summary+=("FAIL  $* (status $status)")
     failures=$((failures + 1))
   fi
+  stage_records=$((stage_records + 1))
+  echo "== ${summary[-1]}"
+  echo "${summary[-1]}" >> "$LOGS/summary.txt"
+}
+# A result that is neither a pass nor a failure (a plant's test needing
+# more GPUs than this machine has): shown, not counted.
+note_skip() {
+  summary+=("skip  $*")
+  stage_records=$((stage_records + 1))
   echo "== ${summary[-1]}"
 }
 # The number N of "[  PASSED  ] N tests." in a GoogleTest log, 0 if none: a
@@ -81,17 +115,79 @@ gtest_passed() {
   n=$(sed -n 's/^\[  PASSED  \] \([0-9][0-9]*\) tests\{0,1\}\..*/\1/p' "$1" | tail -1)
   echo "${n:-0}"
 }
+
+# ---- stages that cannot lie: each begins and ends; one begun and never
+# ended (killed, or the script left it) is reported as not finished.
+current_stage=""
+stage_records=0
+# $LOGS/summary.txt has every result as it comes and each stage's start
+# and end: even a SIGKILL (no trap runs) leaves a started stage unended there.
+stage_begin() {
+  current_stage=$1
+  stage_records=0
+  stage_start=$SECONDS
+  echo "==== stage $1"
+  echo "stage $1 started" >> "$LOGS/summary.txt"
+}
+stage_end() {
+  [ "$stage_records" -gt 0 ] || record 1 "stage '$current_stage' recorded no result"
+  echo "==== stage $current_stage done ($((SECONDS - stage_start)) s)"
+  echo "stage $current_stage finished" >> "$LOGS/summary.txt"
+  current_stage=""
+}
+# Runs a command in the background in a process group of its own and waits
+# for it: bash runs a trap only between commands, so a TERM arriving during
+# a foreground command would wait for it; `wait` returns at once. The trap
+# stops the group.
+CHILD=""
+bgrun() {
+  setsid "$@" &
+  CHILD=$!
+  wait "$CHILD"
+  local status=$?
+  CHILD=""
+  return "$status"
+}
+stop_child() {
+  [ -n "$CHILD" ] || return 0
+  kill -TERM -- "-$CHILD" 2> /dev/null || kill -TERM "$CHILD" 2> /dev/null
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    kill -0 "$CHILD" 2> /dev/null || break
+    sleep 0.5
+  done
+  kill -KILL -- "-$CHILD" 2> /dev/null
+  CHILD=""
+}
+killed_by=""
+on_signal() {
+  killed_by=$1
+  trap '' TERM INT HUP  # one report
+  echo "== gpu-check.sh: $1 received${current_stage:+ in stage '$current_stage'}: stopping"
+  stop_child
+  exit "$2"
+}
+trap 'on_signal SIGTERM 143' TERM
+trap 'on_signal SIGINT 130' INT
+trap 'on_signal SIGHUP 129' HUP
 finish() {
   local status=$?
+  stop_child
   # A planted break left in the tree (the plants stage killed) goes.
-  python3 test/plants/plants.py revert-all
+  python3 test/plants/plants.py revert-all > /dev/null 2>&1
+  if [ -n "$current_stage" ]; then
+    record 1 "stage '$current_stage' did not finish${killed_by:+: killed by $killed_by}"
+  elif [ -n "$killed_by" ]; then
+    record 1 "gpu-check.sh killed by $killed_by between stages"
+  fi
   [ "$status" -eq 0 ] || [ "$failures" -gt 0 ] || record "$status" "gpu-check.sh stopped early"
   echo
   echo "==== summary"
   printf '%s\n' "${summary[@]}"
   if [ "$failures" -gt 0 ]; then
-    echo "==== $failures failed: exit 1"
-    exit 1
+    local code=1  # a signal's own status (128 + n) when one ended the run
+    [ "$status" -le 1 ] || code=$status
+    echo "==== $failures failed: exit $code"
+    exit "$code"
   fi
   echo "==== every stage passed"
   exit 0
@@ -101,17 +197,56 @@ trap finish EXIT
 # Every GPU this process may use (CUDA_VISIBLE_DEVICES counts) must work:
 # tests needing up to that many fail instead of skipping (multi-rank tests
 # needing more still skip).
-export NCCL_DCP_REQUIRE_GPU=$(scripts/visible-gpus.sh)
-[ "$NCCL_DCP_REQUIRE_GPU" -ge 1 ] || NCCL_DCP_REQUIRE_GPU=1
+if [ "$selftest" = 1 ]; then
+  export NCCL_DCP_REQUIRE_GPU=0
+  echo "gpu-check.sh self-test (GPU_CHECK_SELFTEST=1): no GPU queried" > "$LOGS/env.txt"
+else
+  export NCCL_DCP_REQUIRE_GPU=$(scripts/visible-gpus.sh)
+  [ "$NCCL_DCP_REQUIRE_GPU" -ge 1 ] || NCCL_DCP_REQUIRE_GPU=1
+  {
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    nvcc --version | tail -1
+    meson --version
+    python3 -c 'import nvidia.nccl as m; print("pip NCCL at", m.__path__[0])' 2>&1
+  } > "$LOGS/env.txt" 2>&1
+fi
 export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared hosts
-
-{
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  nvcc --version | tail -1
-  meson --version
-  python3 -c 'import nvidia.nccl as m; print("pip NCCL at", m.__path__[0])' 2>&1
-} > "$LOGS/env.txt" 2>&1
 cat "$LOGS/env.txt"
+
+# ---- the GoogleTest filters of the sanitizer stages, "binary:filter" each.
+# Sanitizers are slow (budget: the sanitize stage within ~150 s on an
+# H200): small calls, each path once.
+SANITIZE_TARGETS=(
+  # HEAD: every protocol (BitwiseDeterministic and SpecialLseValues); the
+  # strided test covers every dtype and base: LL128 only here.
+  "gpu_loopback:Transports/LoopbackMatrix.SpecialLseValues/*bf16_base2:Transports/LoopbackProto.BitwiseDeterministic/LL:Transports/LoopbackProto.BitwiseDeterministic/LL128:Transports/LoopbackProto.BitwiseDeterministic/SIMPLE:Transports/LoopbackProto.StridedEqualsPackedBitwise/LL128:Transports/LoopbackProto.RoundCounterWraps/LL128"
+  # TOKEN with host and device counts (a graph replay with new counts),
+  # NONE in two phases (padded strides, special LSEs, empty shards).
+  "gpu_scatter:Transports/TokenSplit.HostAndDeviceCountsOnce/LL128:Transports/TokenSplit.HostAndDeviceCountsOnce/SIMPLE:Transports/NoneAlgorithms.TwoPhaseOnce/LL:Transports/NoneAlgorithms.TwoPhaseOnce/LL128:Transports/NoneAlgorithms.TwoPhaseOnce/SIMPLE"
+  # fp8 on the wire, each protocol (and the native wire beside it).
+  "gpu_fp8_wire:Protocols/Fp8Wire.SmallCall/LL_bf16:Protocols/Fp8Wire.SmallCall/LL128_bf16:Protocols/Fp8Wire.SmallCall/SIMPLE_fp16"
+)
+# sanitize-context: the loopback HEAD subset, the 1-rank NCCL context
+# (create, calls, graph, fallback, in-window create), any stream, create's unwind.
+SANITIZE_CONTEXT_TARGETS=(
+  "${SANITIZE_TARGETS[0]}"
+  "gpu_context:OneRankContext.TopologyReport:OneRankContext.GraphCaptureReplays:OneRankContext.InsideTheApplicationsWindow:OneRankContext.ForcedFallback"
+  "gpu_streams:OneRankStreams.AnyStreamAndBindStreamIsANoOp"
+  "gpu_create_unwind:CreateUnwind.FusedPathEveryStep:CreateUnwind.BadArgumentsAreRefusedInTheFirstStep"
+)
+# Each pattern of "binary:filter" names a test of $BUILD's binary; records
+# a failure naming the pattern otherwise. Returns non-zero then.
+check_filters() {  # check_filters <stage> binary:filter...
+  local stage=$1 target out rc=0
+  shift
+  for target in "$@"; do
+    out=$(python3 scripts/gtest_filters.py "$BUILD/test/${target%%:*}" "${target#*:}" 2>&1) || {
+      record 1 "$stage: ${target%%:*}'s filter names tests that do not exist: $out"
+      rc=1
+    }
+  done
+  return "$rc"
+}
 
 PERF=$BUILD/perf/dcp_a2a_lse_reduce_perf
 PERF_SHAPE=(-H 16 --head-dim 512 -d bf16 -b 1 -e 1024 -f 2 -m 10 -c 1)
@@ -123,23 +258,26 @@ PERF_ARGS=(--virtual-ranks 8 "${PERF_SHAPE[@]}")  # loopback: cp 8 on one GPU
 mpi=auto
 [ "$NCCL_DCP_REQUIRE_GPU" -lt 2 ] || mpi=enabled
 if has build; then
+  stage_begin build
   start=$SECONDS
   status=0
   if [ ! -f "$BUILD/build.ninja" ]; then
-    meson setup "$BUILD" --buildtype=release -Dmpi=$mpi > "$LOGS/configure.log" 2>&1 ||
+    bgrun meson setup "$BUILD" --buildtype=release -Dmpi=$mpi > "$LOGS/configure.log" 2>&1 ||
       { status=$?; cat "$LOGS/configure.log"; }
   elif [ "$mpi" = enabled ]; then  # a build directory of an earlier run: the next ninja reconfigures
     meson configure "$BUILD" -Dmpi=enabled > "$LOGS/configure.log" 2>&1 || { status=$?; cat "$LOGS/configure.log"; }
   fi
   grep -E "^Message: NCCL" "$LOGS/configure.log" 2>/dev/null
   if [ "$status" -eq 0 ]; then
-    ninja -C "$BUILD" > "$LOGS/build.log" 2>&1 || { status=$?; tail -40 "$LOGS/build.log"; }
+    bgrun ninja -C "$BUILD" > "$LOGS/build.log" 2>&1 || { status=$?; tail -40 "$LOGS/build.log"; }
   fi
   record "$status" "build ($((SECONDS - start)) s)"
+  stage_end
   [ "$status" -eq 0 ] || exit 1  # nothing else can run
 fi
 
 if has tests; then
+  stage_begin tests
   start=$SECONDS
   # meson reads each gtest binary's XML from the build directory: one left by
   # an earlier run would stand in for a binary that crashed before writing.
@@ -149,8 +287,8 @@ if has tests; then
   [ "$plant" -eq 0 ] || test_args=(--test-args=--dcp_plant_failure)
   suites=()
   for suite in ${TEST_SUITES:-}; do suites+=(--suite "$suite"); done  # default: every suite
-  meson test -C "$BUILD" --num-processes 1 --print-errorlogs --timeout-multiplier 1 "${suites[@]}" "${test_args[@]}" \
-    > "$LOGS/tests.log" 2>&1
+  bgrun meson test -C "$BUILD" --num-processes 1 --print-errorlogs --timeout-multiplier 1 "${suites[@]}" \
+    "${test_args[@]}" > "$LOGS/tests.log" 2>&1
   meson_status=$?
   cp "$BUILD/meson-logs/testlog.junit.xml" "$LOGS/testlog.junit.xml" 2>/dev/null
   expect=(--expect test/expected_cases.txt)
@@ -162,11 +300,13 @@ if has tests; then
   grep -E "^(FAILED|note:)" "$LOGS/count.txt" | head -30
   record "$status" "tests (NCCL_DCP_REQUIRE_GPU=$NCCL_DCP_REQUIRE_GPU$([ "$plant" -eq 0 ] || echo ", planted failure")):" \
     "$(tail -1 "$LOGS/count.txt") (meson status $meson_status, $((SECONDS - start)) s)"
+  stage_end
 fi
 
 # The topology report (DESIGN §5) beside what the driver says: the model's
 # dump of every GPU, thread pinning, and the report logged at create.
 if has topology; then
+  stage_begin topology
   {
     echo "## nvidia-smi topo -m"; nvidia-smi topo -m
     echo "## nvidia-smi nvlink -s"; nvidia-smi nvlink -s
@@ -183,32 +323,81 @@ if has topology; then
   grep -q "^this machine: " "$LOGS/topology.txt" && grep -q "NCCL-DCP INFO nccl-dcp topology" "$LOGS/topology.txt"
   record $? "topology (full output in topology.txt)"
   grep -E "^# |this machine|pinned|NCCL-DCP INFO" "$LOGS/topology.txt" | head -40
+  stage_end
 fi
 
-if has sanitize; then
-  start=$SECONDS
-  # Sanitizer runs are slow: give the device-side waits room. Every
-  # protocol (BitwiseDeterministic and SpecialLseValues run each); the
-  # strided test covers every dtype and base: LL128 only here.
-  filter='Transports/LoopbackMatrix.SpecialLseValues/*bf16_base2:Transports/LoopbackProto.BitwiseDeterministic/*:Transports/LoopbackProto.StridedEqualsPackedBitwise/LL128:Transports/LoopbackProto.RoundCounterWraps/LL128'
+# The sanitizers on every path (SANITIZE_TARGETS), each filter checked
+# against the binaries first (a pattern naming no test fails the stage).
+sanitize() {  # sanitize <stage> <log prefix> <report API errors: yes|no> binary:filter...
+  local stage=$1 prefix=$2 api=$3 tool target bin log status errs passed
+  shift 3
+  check_filters "$stage" "$@" || return 0
   for tool in memcheck racecheck synccheck; do
-    NCCL_DCP_TIMEOUT_MS=120000 compute-sanitizer --tool $tool --error-exitcode 99 "$BUILD/test/gpu_loopback" \
-      --gtest_filter="$filter" > "$LOGS/sanitize-$tool.log" 2>&1
-    status=$?
-    errs=$(grep -E "(ERROR|RACECHECK|SYNCCHECK) SUMMARY" "$LOGS/sanitize-$tool.log" | tail -1)
-    passed=$(grep -E "^\[  PASSED  \]" "$LOGS/sanitize-$tool.log" | tail -1)
-    if [ "$status" -eq 0 ] && [ "$(gtest_passed "$LOGS/sanitize-$tool.log")" -lt 1 ]; then
-      status=1 passed="no test passed: the filter matches none"
-    fi
-    record "$status" "compute-sanitizer $tool: ${errs:-no summary}; ${passed:-gtest did not pass}"
+    for target in "$@"; do
+      bin=${target%%:*}
+      log=$LOGS/$prefix-$tool-$bin.log
+      # Slow under the tools: the device-side waits get room.
+      NCCL_DCP_TIMEOUT_MS=120000 bgrun compute-sanitizer --tool $tool --report-api-errors "$api" --error-exitcode 99 \
+        "$BUILD/test/$bin" --gtest_filter="${target#*:}" > "$log" 2>&1
+      status=$?
+      errs=$(grep -E "(ERROR|RACECHECK|SYNCCHECK) SUMMARY" "$log" | tail -1)
+      passed=$(grep -E "^\[  PASSED  \]" "$log" | tail -1)
+      if [ "$status" -eq 0 ] && [ "$(gtest_passed "$log")" -lt 1 ]; then
+        status=1 passed="no test passed: the filter matches none"
+      fi
+      record "$status" "compute-sanitizer $tool $bin: ${errs:-no summary}; ${passed:-gtest did not pass}"
+    done
   done
-  echo "== sanitize took $((SECONDS - start)) s"
+}
+
+if has sanitize; then
+  stage_begin sanitize
+  sanitize sanitize sanitize yes "${SANITIZE_TARGETS[@]}"
+  stage_end
+fi
+
+# Every filter this script runs, against the binaries of $BUILD (no GPU).
+if has check-filters; then
+  stage_begin check-filters
+  check_filters check-filters "${SANITIZE_TARGETS[@]}" "${SANITIZE_CONTEXT_TARGETS[@]}" &&
+    record 0 "check-filters: every pattern of $(( ${#SANITIZE_TARGETS[@]} + ${#SANITIZE_CONTEXT_TARGETS[@]} )) filters names a test"
+  stage_end
+fi
+
+# A short stress of every 0.4 path (the full one is `stress`): loopback
+# cp 8, every protocol x HEAD, TOKEN, TOKEN with device counts, NONE direct
+# and in two phases (its line must say so: the workspace's layout), fp8.
+if has stress-short; then
+  stage_begin stress-short
+  if bgrun ninja -C "$BUILD" test/dcp_stress > "$LOGS/build-stress-short.log" 2>&1; then
+    for P in LL LL128 SIMPLE; do
+      for mode in "head:" "token:-S token" "token-counts:-S token -C" "none-direct:-S none" "none-two_phase:-S none" \
+        "wire-fp8:-W fp8"; do
+        name=${mode%%:*} algo="" want=""
+        case $name in none-direct) algo=direct want="(direct)" ;; none-two_phase) algo=two_phase want="(two phases)" ;; esac
+        log=$LOGS/stress-short-$name-$P.log
+        # shellcheck disable=SC2086  # the mode's flags are words
+        bgrun env ${algo:+NCCL_DCP_NONE_ALGO=$algo} timeout 120 "$BUILD/test/dcp_stress" -V 8 -P "$P" -b 4 \
+          -n "${STRESS_SHORT_CALLS:-20000}" ${mode#*:} > "$log" 2>&1
+        status=$?
+        line=$(grep "^dcp_stress: " "$log" | tail -1)
+        if [ "$status" -eq 0 ] && [ -n "$want" ] && [[ "$line" != *"$want"* ]]; then
+          status=1 line="NCCL_DCP_NONE_ALGO=$algo but the run says otherwise: $line"
+        fi
+        record "$status" "stress-short $name $P: ${line:-$(tail -1 "$log")}"
+      done
+    done
+  else
+    record 1 "stress-short: test/dcp_stress does not build"
+  fi
+  stage_end
 fi
 
 if has perf; then
+  stage_begin perf
   start=$SECONDS
   for P in ${PERF_PROTOS:-LL128 LL SIMPLE AUTO}; do
-    "$PERF" "${PERF_ARGS[@]}" -P "$P" -J "$LOGS/perf-$P.json" > "$LOGS/perf-$P.txt" 2>&1
+    bgrun "$PERF" "${PERF_ARGS[@]}" -P "$P" -J "$LOGS/perf-$P.json" > "$LOGS/perf-$P.txt" 2>&1
     record $? "perf $P (table in perf-$P.txt)"
     tail -14 "$LOGS/perf-$P.txt"
   done
@@ -219,66 +408,76 @@ if has perf; then
   for run in token none:direct none:two_phase; do
     mode=${run%%:*} algo=${run#*:} name=${run/:/-}
     [ "$algo" != "$run" ] || algo=""
-    env ${algo:+NCCL_DCP_NONE_ALGO=$algo} "$PERF" "${PERF_ARGS[@]}" -P AUTO --scatter "$mode" \
+    bgrun env ${algo:+NCCL_DCP_NONE_ALGO=$algo} "$PERF" "${PERF_ARGS[@]}" -P AUTO --scatter "$mode" \
       -J "$LOGS/perf-scatter-$name.json" > "$LOGS/perf-scatter-$name.txt" 2>&1
     record $? "perf scatter $name, loopback cp 8 AUTO (table in perf-scatter-$name.txt)"
     tail -14 "$LOGS/perf-scatter-$name.txt"
   done
   # fp8 on the wire (docs/perf.md 0.4), beside perf-AUTO.json's native.
-  "$PERF" "${PERF_ARGS[@]}" -P AUTO --wire fp8 -J "$LOGS/perf-wire-fp8.json" > "$LOGS/perf-wire-fp8.txt" 2>&1
+  bgrun "$PERF" "${PERF_ARGS[@]}" -P AUTO --wire fp8 -J "$LOGS/perf-wire-fp8.json" > "$LOGS/perf-wire-fp8.txt" 2>&1
   record $? "perf wire fp8, loopback cp 8 AUTO (table in perf-wire-fp8.txt)"
   tail -14 "$LOGS/perf-wire-fp8.txt"
   if [ "$NCCL_DCP_REQUIRE_GPU" -ge 2 ]; then
     for wire in native fp8; do
-      "$PERF" -t "$NCCL_DCP_REQUIRE_GPU" "${PERF_SHAPE[@]}" -P AUTO --wire $wire \
+      bgrun "$PERF" -t "$NCCL_DCP_REQUIRE_GPU" "${PERF_SHAPE[@]}" -P AUTO --wire $wire \
         -J "$LOGS/perf-wire-$wire-ranks.json" > "$LOGS/perf-wire-$wire-ranks.txt" 2>&1
       record $? "perf wire $wire, $NCCL_DCP_REQUIRE_GPU ranks AUTO (table in perf-wire-$wire-ranks.txt)"
       tail -14 "$LOGS/perf-wire-$wire-ranks.txt"
     done
     for mode in head token none; do
-      "$PERF" -t "$NCCL_DCP_REQUIRE_GPU" "${PERF_SHAPE[@]}" -P AUTO --scatter $mode \
+      bgrun "$PERF" -t "$NCCL_DCP_REQUIRE_GPU" "${PERF_SHAPE[@]}" -P AUTO --scatter $mode \
         -J "$LOGS/perf-scatter-$mode-ranks.json" > "$LOGS/perf-scatter-$mode-ranks.txt" 2>&1
       record $? "perf scatter $mode, $NCCL_DCP_REQUIRE_GPU ranks AUTO (table in perf-scatter-$mode-ranks.txt)"
       tail -14 "$LOGS/perf-scatter-$mode-ranks.txt"
     done
   fi
   echo "== perf took $((SECONDS - start)) s"
+  stage_end
 fi
 
 # LL128 without programmatic dependent launch, to weigh PDL (same build).
 if has nopdl; then
-  NCCL_DCP_PDL=0 "$PERF" "${PERF_ARGS[@]}" -P LL128 -J "$LOGS/perf-LL128-nopdl.json" \
+  stage_begin nopdl
+  NCCL_DCP_PDL=0 bgrun "$PERF" "${PERF_ARGS[@]}" -P LL128 -J "$LOGS/perf-LL128-nopdl.json" \
     > "$LOGS/perf-LL128-nopdl.txt" 2>&1
   record $? "perf LL128 with NCCL_DCP_PDL=0"
   tail -11 "$LOGS/perf-LL128-nopdl.txt"
+  stage_end
 fi
 
 # LL128 with the Hopper re-read (DESIGN §4; off by default): same sweep, its own build.
 if has reread; then
-  meson setup build-reread --buildtype=release -Dll128_reread=true > "$LOGS/configure-reread.log" 2>&1 &&
-    ninja -C build-reread perf/dcp_a2a_lse_reduce_perf > "$LOGS/build-reread.log" 2>&1 &&
-    build-reread/perf/dcp_a2a_lse_reduce_perf "${PERF_ARGS[@]}" -P LL128 \
+  stage_begin reread
+  { [ -f build-reread/build.ninja ] ||
+      bgrun meson setup build-reread --buildtype=release -Dll128_reread=true > "$LOGS/configure-reread.log" 2>&1; } &&
+    bgrun ninja -C build-reread perf/dcp_a2a_lse_reduce_perf > "$LOGS/build-reread.log" 2>&1 &&
+    bgrun build-reread/perf/dcp_a2a_lse_reduce_perf "${PERF_ARGS[@]}" -P LL128 \
       -J "$LOGS/perf-LL128-reread.json" > "$LOGS/perf-LL128-reread.txt" 2>&1
   record $? "perf LL128 with the re-read"
   tail -11 "$LOGS/perf-LL128-reread.txt"
+  stage_end
 fi
 
 # The in-kernel timeline (DESIGN §7): a -Dtimeline=true build of the perf
 # binary, --timeline on loopback LL128 and SIMPLE and on the real ranks.
 if has timeline; then
-  meson setup build-timeline --buildtype=release -Dtimeline=true -Dtests=false > "$LOGS/configure-timeline.log" 2>&1 &&
-    ninja -C build-timeline perf/dcp_a2a_lse_reduce_perf > "$LOGS/build-timeline.log" 2>&1
+  stage_begin timeline
+  { [ -f build-timeline/build.ninja ] ||
+      bgrun meson setup build-timeline --buildtype=release -Dtimeline=true -Dtests=false \
+        > "$LOGS/configure-timeline.log" 2>&1; } &&
+    bgrun ninja -C build-timeline perf/dcp_a2a_lse_reduce_perf > "$LOGS/build-timeline.log" 2>&1
   status=$?
   if [ "$status" -eq 0 ]; then
     for P in LL128 SIMPLE; do
-      build-timeline/perf/dcp_a2a_lse_reduce_perf --virtual-ranks 8 -H 16 --head-dim 512 -d bf16 -b 1 -e 1024 -f 32 \
+      bgrun build-timeline/perf/dcp_a2a_lse_reduce_perf --virtual-ranks 8 -H 16 --head-dim 512 -d bf16 -b 1 -e 1024 -f 32 \
         -m 10 -c 0 -B 0 -F 0 --timeline -P $P > "$LOGS/timeline-loopback-$P.txt" 2>&1 || status=$?
     done
-    build-timeline/perf/dcp_a2a_lse_reduce_perf -g "$NCCL_DCP_REQUIRE_GPU" -H 16 --head-dim 512 -d bf16 -b 1 -e 1024 \
+    bgrun build-timeline/perf/dcp_a2a_lse_reduce_perf -g "$NCCL_DCP_REQUIRE_GPU" -H 16 --head-dim 512 -d bf16 -b 1 -e 1024 \
       -f 32 -m 10 -c 0 -B 0 -F 0 --timeline > "$LOGS/timeline-ranks.txt" 2>&1 || status=$?
   fi
   record "$status" "timeline (timeline-*.txt)"
   grep -h "timeline rows" "$LOGS"/timeline-*.txt
+  stage_end
 fi
 
 # PDL ordering and the LL128 re-read (DESIGN §4) under a producer that
@@ -288,14 +487,17 @@ fi
 # each scatter mode once (this build, fewer calls): TOKEN, TOKEN with the
 # device counts the producer rewrites per call (DESIGN §14), NONE.
 if has stress; then
+  stage_begin stress
   start=$SECONDS
-  meson setup build-reread --buildtype=release -Dll128_reread=true > "$LOGS/configure-reread.log" 2>&1
+  [ -f build-reread/build.ninja ] ||
+    bgrun meson setup build-reread --buildtype=release -Dll128_reread=true > "$LOGS/configure-reread.log" 2>&1
   for build in "$BUILD" build-reread; do
-    ninja -C "$build" test/dcp_stress > "$LOGS/build-stress.log" 2>&1 || { record 1 "stress: $build does not build"; continue; }
+    bgrun ninja -C "$build" test/dcp_stress > "$LOGS/build-stress.log" 2>&1 ||
+      { record 1 "stress: $build does not build"; continue; }
     runs=("nccl-window:-V 8")
     [ "$NCCL_DCP_REQUIRE_GPU" -lt 2 ] || runs+=("nccl-window:-r $NCCL_DCP_REQUIRE_GPU" "cuda-ipc:-r $NCCL_DCP_REQUIRE_GPU")
     for run in "${runs[@]}"; do
-      NCCL_DCP_PROVIDER=${run%%:*} timeout 300 "$build/test/dcp_stress" ${run#*:} -P LL128 -b 4 \
+      NCCL_DCP_PROVIDER=${run%%:*} bgrun timeout 300 "$build/test/dcp_stress" ${run#*:} -P LL128 -b 4 \
         -n ${STRESS_CALLS:-1000000} > "$LOGS/stress.log" 2>&1
       record $? "stress ($build, ${run%%:*}) $(tail -1 "$LOGS/stress.log")"
     done
@@ -307,12 +509,17 @@ if has stress; then
     [ "${mode%%:*}" != none-two_phase ] || algo=two_phase
     for w in "${where[@]}"; do
       log=$LOGS/stress-${mode%%:*}-${w%%:*}.log
-      env ${algo:+NCCL_DCP_NONE_ALGO=$algo} timeout 300 "$BUILD/test/dcp_stress" ${w#*:} ${mode#*:} -P LL128 -b 4 \
+      bgrun env ${algo:+NCCL_DCP_NONE_ALGO=$algo} timeout 300 "$BUILD/test/dcp_stress" ${w#*:} ${mode#*:} -P LL128 -b 4 \
         -n ${STRESS_MODE_CALLS:-200000} > "$log" 2>&1
-      record $? "stress ${mode%%:*} (${w%%:*}) $(tail -1 "$log")"
+      status=$?
+      if [ "$status" -eq 0 ] && [ -n "$algo" ] && ! grep -q "(two phases)" "$log"; then
+        status=1  # NCCL_DCP_NONE_ALGO=two_phase, but the workspace runs direct
+      fi
+      record $status "stress ${mode%%:*} (${w%%:*}) $(tail -1 "$log")"
     done
   done
   echo "== stress took $((SECONDS - start)) s"
+  stage_end
 fi
 
 # Soak (issue 11): >= 10^6 calls per rank with random batches (many above
@@ -321,11 +528,12 @@ fi
 # Loopback at cp 8 (AUTO with SIMPLE for rounds of >= 12 rows, so LL128 and
 # SIMPLE alternate in one context; then LL), then NCCL ranks on every GPU.
 if has soak; then
+  stage_begin soak
   start=$SECONDS
-  if ninja -C "$BUILD" test/dcp_soak > "$LOGS/build-soak.log" 2>&1; then
+  if bgrun ninja -C "$BUILD" test/dcp_soak > "$LOGS/build-soak.log" 2>&1; then
     for run in "loopback:-V 8" "loopback-LL:-V 8 -P LL" "ranks:"; do
       name=${run%%:*}
-      NCCL_DCP_SIMPLE_MIN_ROWS=12 timeout 300 "$BUILD/test/dcp_soak" ${run#*:} -n 1000000 > "$LOGS/soak-$name.log" 2>&1
+      NCCL_DCP_SIMPLE_MIN_ROWS=12 bgrun timeout 300 "$BUILD/test/dcp_soak" ${run#*:} -n 1000000 > "$LOGS/soak-$name.log" 2>&1
       record $? "soak $name: $(grep -E '^soak: (loopback|NCCL ranks) ' "$LOGS/soak-$name.log" | tail -1 | cut -c7-)"
       grep -E "^soak: (worker|call|setup)" "$LOGS/soak-$name.log" | head -5
     done
@@ -333,34 +541,18 @@ if has soak; then
     record 1 "soak: test/dcp_soak does not build"
   fi
   echo "== soak took $((SECONDS - start)) s"
+  stage_end
 fi
 
 # compute-sanitizer on the loopback subset, the 1-rank NCCL context (create,
-# calls, graph, fallback, in-window create, stream binding) and create's unwind.
+# calls, graph, fallback, in-window create), any stream, and create's unwind
+# (SANITIZE_CONTEXT_TARGETS). NCCL's own initialisation probes (kernel images
+# of other archs, cuMemCreate flags) fail by design: API errors are not
+# reported; every memory access, race and sync error still is.
 if has sanitize-context; then
-  start=$SECONDS
-  loopback_filter='Transports/LoopbackMatrix.SpecialLseValues/*bf16_base2:Transports/LoopbackProto.BitwiseDeterministic/*:Transports/LoopbackProto.StridedEqualsPackedBitwise/LL128:Transports/LoopbackProto.RoundCounterWraps/LL128'
-  context_filter='OneRankContext.TopologyReport:OneRankContext.GraphCaptureReplays:OneRankContext.InsideTheApplicationsWindow:OneRankContext.ForcedFallback:OneRankContext.StreamIsBoundByTheFirstCall'
-  unwind_filter='CreateUnwind.FusedPathEveryStep:CreateUnwind.BadArgumentsAreRefusedInTheFirstStep'
-  for tool in memcheck racecheck synccheck; do
-    for target in "gpu_loopback:$loopback_filter" "gpu_context:$context_filter" "gpu_create_unwind:$unwind_filter"; do
-      bin=${target%%:*}
-      log=$LOGS/sanitize-context-$tool-$bin.log
-      # NCCL's own initialisation probes (kernel images of other archs,
-      # cuMemCreate flags) fail by design: API errors are not reported;
-      # every memory access, race and sync error still is.
-      NCCL_DCP_TIMEOUT_MS=120000 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 99 "$BUILD/test/$bin" \
-        --gtest_filter="${target#*:}" > "$log" 2>&1
-      status=$?
-      errs=$(grep -E "(ERROR|RACECHECK|SYNCCHECK) SUMMARY" "$log" | tail -1)
-      passed=$(grep -E "^\[  PASSED  \]" "$log" | tail -1)
-      if [ "$status" -eq 0 ] && [ "$(gtest_passed "$log")" -lt 1 ]; then
-        status=1 passed="no test passed: the filter matches none"
-      fi
-      record "$status" "compute-sanitizer $tool $bin: ${errs:-no summary}; ${passed:-gtest did not pass}"
-    done
-  done
-  echo "== sanitize-context took $((SECONDS - start)) s"
+  stage_begin sanitize-context
+  sanitize sanitize-context sanitize-context no "${SANITIZE_CONTEXT_TARGETS[@]}"
+  stage_end
 fi
 
 # The PyTorch binding (python/), with PyTorch's venv (TORCH_PYTHON, default
@@ -370,6 +562,7 @@ fi
 # setting: the contexts must land on cuda-ipc from library 0.2 on), the two
 # examples, and the host cost of one eager call (world size 1).
 if has python; then
+  stage_begin python
   start=$SECONDS
   torch_python=${TORCH_PYTHON:-/opt/torch/.venv/bin/python}
   py_env=(env NCCL_DCP_LIB="$ROOT/$BUILD/libnccl_dcp.so" PYTHONPATH="$ROOT/python")
@@ -379,9 +572,13 @@ if has python; then
   # The eager call's C helper, in place (the package falls back to ctypes without it).
   (cd python && "$torch_python" setup.py -q build_ext --inplace -b "$ROOT/$BUILD/py-ext" -t "$ROOT/$BUILD/py-ext-tmp") \
     > "$LOGS/python-ext.log" 2>&1
-  record 0 "python eager-call helper: $( "${py_env[@]}" "$torch_python" -c 'import nccl_dcp.context as c; print("built" if c._fastcall else "not built (ctypes fallback)")' 2>&1 | tail -1)"
+  # Not built is a failure: every eager call below would take the ctypes
+  # fallback, and the host-cost line would measure that.
+  helper=$("${py_env[@]}" "$torch_python" -c \
+    'import nccl_dcp.context as c; print("built" if c._fastcall else "not built (ctypes fallback)")' 2>&1 | tail -1)
+  record "$([ "$helper" = built ] && echo 0 || echo 1)" "python eager-call helper: $helper (python-ext.log)"
   if "$torch_python" -c 'import pytest' 2> /dev/null; then
-    "${py_env[@]}" "$torch_python" -m pytest python/tests -q -rs -p no:cacheprovider \
+    bgrun "${py_env[@]}" "$torch_python" -m pytest python/tests -q -rs -p no:cacheprovider \
       --ignore=python/tests/test_gpu.py --junitxml="$LOGS/python-pytest.junit.xml" > "$LOGS/python-pytest.log" 2>&1
     record $? "python pytest ($torch_python): $(tail -1 "$LOGS/python-pytest.log")"
   else
@@ -392,28 +589,35 @@ if has python; then
     junit=$LOGS/python-gpu${cumem/default/}.junit.xml
     run=("${torchrun[@]}")
     [ "$cumem" = default ] || run=(env NCCL_CUMEM_ENABLE=0 "${torchrun[@]}")
-    "${run[@]}" python/tests/gpu_torchrun.py --junit "$junit" > "$log" 2>&1
+    rm -f "$junit"
+    bgrun "${run[@]}" python/tests/gpu_torchrun.py --junit "$junit" > "$log" 2>&1
     status=$?
     line=$(grep -E "$py_count" "$log" | tail -1)
     record "$status" "python tests (torchrun, $NCCL_DCP_REQUIRE_GPU rank(s), NCCL_CUMEM_ENABLE=$cumem): ${line:-no count}"
     grep -E "^ *(FAIL|SKIP)|topology:" "$log" | head -20
+    # As many cases as test/expected_cases.txt says (python_torchrun): a
+    # suite that stopped early or lost cases still prints a count.
+    counted=$(python3 scripts/count_tests.py "$junit" --as python_torchrun --expect test/expected_cases.txt 2>&1)
+    record $? "python torchrun case count (NCCL_CUMEM_ENABLE=$cumem): $(grep -E '^FAILED' <<< "$counted" | head -3 | tr '\n' ' ')$(tail -1 <<< "$counted")"
   done
-  "${torchrun[@]}" examples/torch_dcp_decode.py > "$LOGS/python-example.log" 2>&1
+  bgrun "${torchrun[@]}" examples/torch_dcp_decode.py > "$LOGS/python-example.log" 2>&1
   record $? "python example torch_dcp_decode.py (table in python-example.log)"
   tail -8 "$LOGS/python-example.log"
-  "${torchrun[@]}" examples/torch_dcp_engine.py > "$LOGS/python-engine.log" 2>&1
+  bgrun "${torchrun[@]}" examples/torch_dcp_engine.py > "$LOGS/python-engine.log" 2>&1
   record $? "python example torch_dcp_engine.py: $(grep -E '^check' "$LOGS/python-engine.log" | tail -1)"
   tail -6 "$LOGS/python-engine.log"
-  "${py_env[@]}" "$torch_python" -m torch.distributed.run --standalone --nproc-per-node 1 \
+  bgrun "${py_env[@]}" "$torch_python" -m torch.distributed.run --standalone --nproc-per-node 1 \
     python/bench_host_cost.py > "$LOGS/python-host-cost.log" 2>&1
   record $? "python host cost (python-host-cost.log): $(grep -E '^ratio' "$LOGS/python-host-cost.log" | tail -1)"
   grep -E " us  |^ratio" "$LOGS/python-host-cost.log"
   echo "== python stage took $((SECONDS - start)) s"
+  stage_end
 fi
 
 # Our baseline's all-to-all alone (-B 2) against NCCL's own alltoall_perf
 # (nccl-tests, built from .deps/nccl-tests) over the same bytes: within 10%.
 if has baseline; then
+  stage_begin baseline
   g=$NCCL_DCP_REQUIRE_GPU
   row=$((g * 16 * 512 * 2))  # bytes per row per rank: cp x Hl x D x bf16
   if nt=$(scripts/build-nccl-tests.sh .deps/nccl-tests "$BUILD/nccl-tests" 2> "$LOGS/build-nccl-tests.log" | tail -1); then
@@ -429,6 +633,7 @@ if has baseline; then
   else
     record 1 "baseline: nccl-tests did not build (build-nccl-tests.log)"
   fi
+  stage_end
 fi
 
 # The profiler plugin in NCCL's own alltoall_perf, unmodified (issue 15):
@@ -439,6 +644,7 @@ fi
 # report). Needs the nccl-tests source in .deps/nccl-tests. Not a default
 # stage: scripts/gpu-check.sh build plugin.
 if has plugin; then
+  stage_begin plugin
   start=$SECONDS
   plugin_so=$ROOT/$BUILD/plugin/libnccl-profiler-dcp.so
   g=$((NCCL_DCP_REQUIRE_GPU >= 2 ? 2 : 1))
@@ -486,18 +692,20 @@ if has plugin; then
     record 1 "plugin: no .deps/nccl-tests build (plugin-nccl-tests-build.log) or no $plugin_so"
   fi
   echo "== plugin took $((SECONDS - start)) s"
+  stage_end
 fi
 
 # Every current NCCL (issue 16): NCCL 2.30.7 built from its source carried in
 # .deps/nccl (scripts/build-nccl.sh, sm_90 only), then this script's build,
 # tests and perf stages again against it, in a build directory of their own.
 if has nccl-latest; then
+  stage_begin nccl-latest
   # Only the collectives nccl-dcp and its suites call (ncclAllGather,
   # ncclAlltoAll = SendRecv): the full kernel set takes most of the build.
   if nccl_home=$(ONLY_FUNCS="AllGather * *|SendRecv" scripts/build-nccl.sh .deps/nccl \
       2> "$LOGS/nccl-latest-build.txt"); then
     record 0 "$(sed -n 's/^== \(NCCL .* built in .*\)/\1/p' "$LOGS/nccl-latest-build.txt")"
-    NCCL_HOME=$nccl_home BUILD=build-gpu-nccl-latest OUT=$LOGS/nccl-latest "$ROOT/scripts/gpu-check.sh" build tests perf \
+    NCCL_HOME=$nccl_home BUILD=build-gpu-nccl-latest OUT=$LOGS/nccl-latest bgrun "$ROOT/scripts/gpu-check.sh" build tests perf \
       > "$LOGS/nccl-latest.txt" 2>&1
     status=$?
     while read -r line; do summary+=("nccl-latest: $line"); done < <(sed -n '/^==== summary/,$p' "$LOGS/nccl-latest.txt" | tail -n +2)
@@ -506,22 +714,70 @@ if has nccl-latest; then
     tail -20 "$LOGS/nccl-latest-build.txt"
     record 1 "nccl-latest: NCCL build failed (nccl-latest-build.txt)"
   fi
+  stage_end
 fi
 
 # Planted breaks (test/plants/plants.py run): each breaks the library in
 # one place; the tests listed with it must fail against it (having run at
-# least one case). One at a time: apply, rebuild the binaries concerned,
-# run, revert; those binaries are rebuilt without plants at the end. Only
-# plants whose tests fit this machine's GPUs run; the rebuilds are the cost.
+# least one case). PLANT_JOBS at a time (default: cores + 2, so that the 33
+# plants that rebuild launch.cu -- one core, ~2 min each -- take two waves
+# on 16 cores, not three), each job in
+# its own copy of the tree and of $BUILD (made once; $BUILD itself is never
+# planted), ninja -j cores/jobs each, PLANT_GPU_SLOTS (4) GPU tests at a
+# time on the GPUs, PLANT_TIMEOUT (300) s per test. Only plants whose tests
+# fit this machine's GPUs run; the tests needing more are listed (skip).
 if has plants; then
+  stage_begin plants
   start=$SECONDS
-  python3 test/plants/plants.py run --build "$BUILD" --gpus "$NCCL_DCP_REQUIRE_GPU" --logs "$LOGS/plants" \
-    --junit "$LOGS/plants.junit.xml" > "$LOGS/plants.log" 2>&1
+  bgrun python3 test/plants/plants.py run --build "$BUILD" --gpus "$NCCL_DCP_REQUIRE_GPU" \
+    --jobs "${PLANT_JOBS:-$(($(nproc) + 2))}" --gpu-slots "${PLANT_GPU_SLOTS:-4}" --timeout "${PLANT_TIMEOUT:-300}" \
+    --logs "$LOGS/plants" --junit "$LOGS/plants.junit.xml" > "$LOGS/plants.log" 2>&1
   status=$?
   while read -r verdict what; do
-    record "$([ "$verdict" = ok ] && echo 0 || echo 1)" "plant $what"
+    case $verdict in
+      ok) record 0 "plant $what" ;;
+      skip) note_skip "plant $what" ;;
+      *) record 1 "plant $what" ;;
+    esac
   done < <(sed -n 's/^PLANT //p' "$LOGS/plants.log")
   record "$status" "$(tail -1 "$LOGS/plants.log") ($((SECONDS - start)) s; plants.log)"
+  stage_end
+fi
+
+# ---- the self-test stages (GPU_CHECK_SELFTEST=1; test/scripts/test_gpu_check.py).
+if [ "$selftest" = 1 ]; then
+  if has selftest-pass; then
+    stage_begin selftest-pass
+    bgrun true
+    record $? "selftest-pass"
+    stage_end
+  fi
+  if has selftest-fail; then
+    stage_begin selftest-fail
+    bgrun false
+    record $? "selftest-fail"
+    stage_end
+  fi
+  if has selftest-sleep; then
+    stage_begin selftest-sleep
+    echo "== selftest-sleep: sleeping ${SELFTEST_SLEEP:-30} s"
+    bgrun sleep "${SELFTEST_SLEEP:-30}"
+    record $? "selftest-sleep"
+    stage_end
+  fi
+  if has selftest-exit; then
+    stage_begin selftest-exit
+    exit 0  # the script ends inside the stage: it must not read as a pass
+  fi
+  if has selftest-norecord; then
+    stage_begin selftest-norecord
+    stage_end
+  fi
+  if has selftest-filters; then  # a filter naming a test that does not exist fails loudly
+    stage_begin selftest-filters
+    check_filters selftest-filters "unit_env:EnvParse.*:Gone.NoSuchTest" && record 0 "selftest-filters: accepted"
+    stage_end
+  fi
 fi
 
 # A stage named on the command line that no block knows ran nothing.

@@ -736,29 +736,54 @@ def add_modes(suite, group):
             suite.case(f"{tag}/close", lambda state=state: state.pop("ctx").close() or 0)
 
 
-def fp8_mismatches(x, out, out_lse, want, want_lse, cp):
-    """Elements of an fp8-wire call off the native float64 reference by more
-    than the format allows (DESIGN §15): a remote element moves by at most
-    half an e4m3 step, 2^-4 of itself, so a merged element by at most 2^-4
-    of the largest |partial| (+ out's rounding): 0.07 of it here. A lost
-    scale or a unit decoded as another's is off by ~100%; with peers (cp > 1)
-    some element must show fp8's rounding (the wire was narrowed at all).
-    outLse as native's (the LSEs never narrow); non-finite where the
-    reference is finite counts."""
-    amax = torch.nan_to_num(x.po.float(), nan=0.0, posinf=0.0, neginf=0.0).abs().max()
-    got, ref = out.float(), want.float()
-    err = (got - ref).abs()
-    bad = ~(torch.isfinite(got) & (err <= 0.07 * amax + 0.01 * ref.abs()))
-    narrowed = bool((torch.nan_to_num(err, nan=0.0) > 0.01 * amax).any())  # fp8 rounding (bf16 rounds by <= 0.2%)
-    return int(bad.sum()) + (cp > 1 and not narrowed) + int(reference.count_mismatches(want.to(out.dtype), out_lse, want,
-                                                                              want_lse))
+def fp8_mismatches(x, out, out_lse, lse_base, group, cp, rank):
+    """Elements of an fp8-wire call (HEAD) off the float64 merge of the
+    exchanged partials by more than the format allows, element by element
+    (DESIGN §15): e4m3 moves a normal element by at most 2^-4 of itself, a
+    subnormal one by at most half its step 2^-9 scale, scale = the unit's
+    amax / 448 -- so out may move by the sum over the REMOTE sources s
+    (a rank's own share stays exact) of w_s (2^-4 |x_s| + 2^-10 scale_s),
+    plus out's own rounding and fp32's accumulation. A lost scale saturates
+    (partials x1000), a unit decoded as another's is off by ~100%; with
+    peers (cp > 1) some element must show fp8's rounding (the wire was
+    narrowed at all). outLse as native's (the LSEs never narrow); a
+    non-finite out where the merge is finite counts."""
+    parts, lses = reference.sources(x.po, x.pl, x.hl, "head", group=group)  # [cp, B, Hl, D], [cp, B, Hl]
+    parts, lses = parts.cpu().double(), lses.cpu().double()
+    want, want_lse = reference.merge(parts, lses, lse_base, dtype=torch.float64)
+    l = torch.where(torch.isnan(lses) | (lses == INF), torch.full_like(lses, -INF), lses)
+    m = l.amax(dim=0)
+    m = torch.where(m == -INF, torch.zeros_like(m), m)
+    w = torch.exp2(l - m) if lse_base == 2 else torch.exp(l - m)
+    total = w.sum(dim=0)
+    weight = torch.where(total > 0, w / total, torch.zeros_like(w)).unsqueeze(-1)  # [cp, B, Hl, 1]
+    finite = torch.isfinite(parts)
+    size = torch.where(finite, parts.abs(), torch.zeros_like(parts))
+    amax = size.amax(dim=-1, keepdim=True).float()
+    scale = (amax / 448).double()  # in fp32, as the senders compute it
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    remote = (torch.arange(cp) != rank).double().view(cp, 1, 1, 1)
+    live = weight > 0
+    err = torch.where(live, weight * (2 ** -4 * size + 2 ** -10 * scale) * remote, torch.zeros_like(size)).sum(0)
+    mag = torch.where(live, weight * size, torch.zeros_like(size)).sum(0)
+    u = 2 ** -8 if out.dtype == torch.bfloat16 else 2 ** -11
+    native = u * want.abs() + (2 * cp + 8) * 2 ** -24 * mag + 2 ** -25
+    tol = u * (want.abs() + err) + (2 * cp + 8) * 2 ** -24 * (mag + err) + 2 ** -25 + err * (1 + 2 ** -20)
+    got = out.cpu().double()
+    off = (got - want).abs()
+    bad = torch.where(torch.isfinite(want), ~(torch.isfinite(got) & (off <= tol)), torch.isfinite(got))
+    narrowed = bool((torch.isfinite(want) & (off > native)).any())  # e4m3's rounding beyond out's own
+    dev = out.device
+    lse_bad = reference.count_mismatches(want.to(out.dtype).to(dev), out_lse, want.float().to(dev),
+                                         want_lse.float().to(dev)).item()
+    return int(bad.sum()) + (cp > 1 and not narrowed) + int(lse_bad)
 
 
 def add_wire(suite, group):
     """fp8 on the wire (HEAD; bf16 and fp16) on three protocols, batches 1,
     37 and 150 (chunked by max_batch 64), the header's LSE corner cases
     included, partials x1000 (past e4m3's 448: a lost scale saturates):
-    against the native reference within the format's bound
+    against the float64 merge within the format's bound, element by element
     (fp8_mismatches). Bitwise agreement with the CPU model is gpu_fp8_wire's."""
     hl, d, base = 4, 128, 2
     for dtype in (torch.bfloat16, torch.float16):
@@ -777,8 +802,7 @@ def add_wire(suite, group):
                     x = Inputs("transposed", batch, suite.cp, hl, d, dtype, seed=4000 + batch, rank=suite.rank)
                     x.po.mul_(1000)
                     out, out_lse = state["ctx"](x.po, x.pl, return_lse=True)
-                    want, want_lse = x.reference(base, group)
-                    return fp8_mismatches(x, out, out_lse, want, want_lse, suite.cp)
+                    return fp8_mismatches(x, out, out_lse, base, group, suite.cp, suite.rank)
 
                 suite.case(f"{tag}/B{batch}", call)
             suite.case(f"{tag}/close", lambda state=state: state.pop("ctx").close() or 0)
@@ -863,12 +887,66 @@ def add_mode_graphs(suite, group):
             ctx.abort()
         return bad
 
+    def device_counts_read_at_replay():
+        """The device counts of a captured call are read when each replay
+        runs, at every world size: the replays' counts differ (at world size
+        1 every valid split is [B], so the last replay's counts are [B + 1],
+        which the kernels must refuse -- a replay that used the counts of
+        the capture would pass them); the outputs then stay NaN and the
+        context is poisoned (ncclInvalidArgument)."""
+        bad, batch = 0, 24
+        ctx = nccl_dcp.Context(group, head_dim=d, local_heads=hl, dtype=dtype, lse_base=base, max_batch=16,
+                               scatter="token")
+        try:
+            x = Inputs("packed", batch, cp, hl, d, dtype, seed=3800, rank=suite.rank)
+            counts = torch.tensor(token_counts(batch, cp, "even"), dtype=torch.int32, device=DEVICE)
+            out = torch.full((batch + 1, cp * hl, d), float("nan"), dtype=dtype, device=DEVICE)
+            lse = torch.full((batch + 1, cp * hl), float("nan"), device=DEVICE)
+            graph = capture(ctx, x, out, lse, row_counts=counts)
+            splits = [token_counts(batch, cp, "first"), token_counts(batch, cp, "uneven")] if cp > 1 else []
+            for i, split in enumerate(splits):
+                counts.copy_(torch.tensor(split, dtype=torch.int32))
+                x.refill(3900 + i, suite.rank)
+                poison(out, lse)
+                graph.replay()
+                torch.cuda.synchronize()
+                n = split[suite.rank]
+                want, want_lse = x.reference(base, group, "token", split)
+                bad += reference.count_mismatches(out[:n], lse[:n], want, want_lse).item()
+            counts.copy_(torch.tensor([batch + 1] + [0] * (cp - 1), dtype=torch.int32))
+            poison(out, lse)
+            graph.replay()
+            torch.cuda.synchronize()
+            bad += expect(nccl_dcp.NcclDcpError, "ncclInvalidArgument", ctx.check)
+            bad += int((~torch.isnan(out.float())).sum().item() + (~torch.isnan(lse)).sum().item())
+            del graph
+        finally:
+            ctx.abort()
+        return bad
+
     suite.case("modes/graph/token_device_counts_and_seq_lens", token_device_counts)
+    suite.case("modes/graph/token_device_counts_read_at_replay", device_counts_read_at_replay)
     suite.case("modes/graph/none_bf16_lse", none_bf16_lse)
     suite.case("modes/poison/device_counts_not_summing_to_batch", bad_device_counts)
 
 
 # ---- main
+
+def add_all(suite, group):
+    """Every case of the suite, in order (test_gpu_suite_dry.py counts them
+    against test/expected_cases.txt's python_torchrun)."""
+    add_api(suite, group)
+    add_matrix(suite, group)
+    add_mla_shape(suite, group)
+    add_protocols(suite, group)
+    add_graphs(suite, group)
+    add_streams(suite, group)
+    add_compile(suite, group)
+    add_modes(suite, group)
+    add_mode_graphs(suite, group)
+    add_wire(suite, group)
+    add_failures(suite, group)  # last: it leaves aborted contexts behind
+
 
 def write_junit(path, results):
     suite = et.Element("testsuite", name="python_gpu", tests=str(len(results)),
@@ -899,17 +977,7 @@ def main():
         print(f"nccl_dcp on {suite.cp} rank(s): {lib.path} (version {lib.version}), NCCL "
               f"{'.'.join(map(str, lib.nccl_version))}, torch {torch.__version__} (NCCL "
               f"{'.'.join(map(str, torch.cuda.nccl.version()))})", flush=True)
-    add_api(suite, group)
-    add_matrix(suite, group)
-    add_mla_shape(suite, group)
-    add_protocols(suite, group)
-    add_graphs(suite, group)
-    add_streams(suite, group)
-    add_compile(suite, group)
-    add_modes(suite, group)
-    add_mode_graphs(suite, group)
-    add_wire(suite, group)
-    add_failures(suite, group)  # last: it leaves aborted contexts behind
+    add_all(suite, group)
     results = suite.run()
     failed = sum(1 for r in results if r[1])
     skipped = sum(1 for r in results if r[4] and not r[1])

@@ -178,7 +178,10 @@ class CpuLibrary:
             counts = list(ctypes.cast(a.rowCounts, ctypes.POINTER(ctypes.c_int))[:1]) if a.rowCounts else None
             extras = {"rowCounts": counts, "rowCountsDevice": a.rowCountsDevice, "seqLens": a.seqLens,
                       "queryStartLoc": a.queryStartLoc, "numSeqs": a.numSeqs}
-        self.calls.append((handle, po, pl, out, out_lse, batch, strides.contents, stream, extras))
+        # A copy of the strides: the C helper passes a struct on its stack,
+        # gone (garbage on newer torch builds) once the call returns.
+        strides_copy = type(strides.contents).from_buffer_copy(strides.contents)
+        self.calls.append((handle, po, pl, out, out_lse, batch, strides_copy, stream, extras))
         if self.result:
             return self.result
         st, hl, d = strides.contents, self.spec.local_heads, self.spec.head_dim

@@ -39,7 +39,7 @@ constexpr int kMaxRanks = 64;
 constexpr int kMaxLoopbackRanks = 64;
 
 // What crosses the link (ncclDcpWire_t): the partials as the inputs hold
-// them, or e4m3 with one fp32 scale per unit (fp8_wire.h, DESIGN §15).
+// them, or e4m3 with one fp32 scale per unit (codec.h, DESIGN §15).
 enum class Wire : int { Native = 0, Fp8E4m3 = 1 };
 // A wire as a type, for dispatching over it.
 template <Wire kW>

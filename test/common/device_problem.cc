@@ -205,8 +205,9 @@ Mismatch withOutside(Mismatch m, const Config& cfg, int nRanks, const CallShape&
 Mismatch DeviceProblem::check(int r) const {
   std::vector<RankTensors> got = want_;  // the other ranks compare equal
   download(r, &got[r]);
-  return withOutside(compareOutputs(cfg_, nRanks_, batch_, strides_, got, want_, &shape_), cfg_, nRanks_, shape_,
-                     strides_, got, {r});
+  const Mismatch reference = withOutside(compareOutputs(cfg_, nRanks_, batch_, strides_, got, want_, &shape_), cfg_,
+                                         nRanks_, shape_, strides_, got, {r});
+  return withOracle(reference, oracleMismatches(oracleView(), got, {r}));
 }
 
 Mismatch DeviceProblem::checkAll() const {
@@ -217,9 +218,12 @@ Mismatch DeviceProblem::checkAll() const {
     download(r, &got[r]);
     all.push_back(r);
   }
-  return withOutside(compareOutputs(cfg_, nRanks_, batch_, strides_, got, want_, &shape_), cfg_, nRanks_, shape_,
-                     strides_, got, all);
+  const Mismatch reference = withOutside(compareOutputs(cfg_, nRanks_, batch_, strides_, got, want_, &shape_), cfg_,
+                                         nRanks_, shape_, strides_, got, all);
+  return withOracle(reference, oracleMismatches(oracleView(), got, all));
 }
+
+oracle::Problem DeviceProblem::oracleView() const { return oracleProblem(cfg_, nRanks_, batch_, strides_, host_, counts_); }
 
 }  // namespace test
 }  // namespace nccl_dcp

@@ -61,12 +61,16 @@ class DeviceProblem {
   // caller has made the rank's device current).
   void poison(int rank, cudaStream_t stream);
   // Rank's outputs against the reference, and every byte outside what the
-  // call writes still poisoned (the caller has made the rank's device
-  // current and its work finished).
+  // call writes still poisoned; and against the fp64 oracle (oracle.h:
+  // no code shared with src/, so a break in the headers the reference
+  // and the kernels share shows there). The caller has made the rank's
+  // device current and its work finished.
   Mismatch check(int rank) const;
-  // Every rank's outputs against the reference (each rank's device made
-  // current in turn).
+  // Every rank's outputs against the reference and the oracle (each
+  // rank's device made current in turn).
   Mismatch checkAll() const;
+  // The call as the oracle reads it (the host inputs, the test's counts).
+  oracle::Problem oracleView() const;
   // Rank's tensors with the outputs as they are on its device now.
   RankTensors outputs(int rank) const;
 

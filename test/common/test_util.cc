@@ -1,5 +1,6 @@
 #include "test_util.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -12,7 +13,6 @@
 #include <sstream>
 #include <thread>
 
-#include "device/merge.h"
 #include "reference.h"
 
 namespace nccl_dcp {
@@ -245,6 +245,66 @@ Mismatch compareOutputs(const Config& cfg, int nRanks, int batch, const Strides&
   return m;
 }
 
+oracle::Problem oracleProblem(const Config& cfg, int nRanks, int batch, const Strides& s,
+                              const std::vector<RankTensors>& in, const std::vector<int>& counts) {
+  oracle::Problem p;
+  p.cp = nRanks;
+  p.batch = batch;
+  p.localHeads = cfg.localHeads;
+  p.headDim = cfg.headDim;
+  p.dtype = cfg.dtype;
+  p.lseDtype = cfg.lseDtype;
+  p.base = cfg.lseBase == LseBase::Two ? oracle::Base::Two : oracle::Base::E;
+  p.mode = cfg.scatter == Scatter::Head ? oracle::Mode::Head
+           : cfg.scatter == Scatter::Token ? oracle::Mode::Token
+                                           : oracle::Mode::None;
+  p.wire = cfg.wire == Wire::Fp8E4m3 ? oracle::Wire::Fp8 : oracle::Wire::Native;
+  p.layout = {s.inRow, s.inPeer, s.inHead, s.lseRow, s.lsePeer, s.lseHead, s.outRow, s.outHead, s.outLseRow,
+              s.outLseHead};
+  p.rowCounts = counts;
+  p.numSeqs = in.empty() ? 0 : (int)in[0].seqLens.size();
+  for (const RankTensors& t : in) {
+    oracle::Rank r;
+    r.partialOut = t.partialOut.data();
+    r.partialLse = t.lseData();
+    if (!t.seqLens.empty()) {
+      r.seqLens = t.seqLens.data();
+      r.queryStartLoc = t.queryStartLoc.data();
+    }
+    p.ranks.push_back(r);
+  }
+  return p;
+}
+
+Mismatch oracleMismatches(const oracle::Problem& p, const std::vector<RankTensors>& got, const std::vector<int>& ranks,
+                          bool untouched) {
+  std::vector<oracle::Output> outs(p.cp);
+  for (int r = 0; r < p.cp; r++) {
+    if (!ranks.empty() && std::find(ranks.begin(), ranks.end(), r) == ranks.end()) continue;
+    oracle::Output& o = outs[r];
+    o.out = got[r].out.data();
+    o.outElements = got[r].out.size() / dtypeSize(p.dtype);
+    o.outLse = got[r].outLse.empty() ? nullptr : got[r].outLse.data();
+    o.outLseElements = got[r].outLse.size();
+  }
+  oracle::CheckOptions options;
+  options.untouched = untouched;
+  const oracle::Report rep = oracle::check(p, outs, options);
+  Mismatch m;
+  m.count = rep.bad;
+  if (rep.bad) m.first = rep.first;
+  return m;
+}
+
+Mismatch withOracle(const Mismatch& reference, const Mismatch& oracle) {
+  Mismatch m;
+  m.count = reference.count + oracle.count;
+  if (reference.count) m.first = "against the CPU reference: " + reference.first;
+  if (oracle.count) m.first += std::string(reference.count ? "; " : "") + "against the fp64 oracle (" +
+                               std::to_string(oracle.count) + "): " + oracle.first;
+  return m;
+}
+
 ncclDcpConfig_t withScatter(ncclDcpConfig_t c, int scatter, ncclDataType_t lseDtype) {
   c.scatter = scatter;
   c.lseDtype = lseDtype;
@@ -285,14 +345,20 @@ int addEmptyShards(const Config& cfg, int nRanks, int batch, const Strides& s, s
     RankTensors& t = (*ranks)[r];
     t.queryStartLoc = qsl;
     t.seqLens.resize(numSeqs);
-    for (int i = 0; i < numSeqs; i++) t.seqLens[i] = i == emptyEverywhere || draw(3) == 0 ? 0 : 1 + draw(1000);
+    // Empty local lengths are 0 or negative (the library reads <= 0 as
+    // empty, DESIGN §14): both kinds, on some ranks and on every rank.
+    for (int i = 0; i < numSeqs; i++)
+      t.seqLens[i] = i == emptyEverywhere || draw(3) == 0 ? (draw(2) == 0 ? 0 : -1 - draw(1000)) : 1 + draw(1000);
   }
   // Garbage wherever a row is empty on a rank.
   const float garbage[] = {std::nanf(""), INFINITY, -INFINITY, 1e30f, -1e30f, 7.f};
   for (int r = 0; r < nRanks; r++) {
     RankTensors& t = (*ranks)[r];
     for (int b = 0; b < batch; b++) {
-      if (!rowIsEmpty(t.seqLens.data(), t.queryStartLoc.data(), numSeqs, b)) continue;
+      oracle::Problem rows;  // the oracle's rule, not the library's (merge.h)
+      rows.numSeqs = numSeqs;
+      rows.ranks.push_back({nullptr, nullptr, t.seqLens.data(), t.queryStartLoc.data()});
+      if (!oracle::rowIsEmpty(rows, 0, b)) continue;
       for (int p = 0; p < nRanks; p++)
         for (int j = 0; j < cfg.localHeads; j++) {
           t.partialLse[b * s.lseRow + p * s.lsePeer + j * s.lseHead] = garbage[draw(6)];

@@ -20,6 +20,7 @@
 
 #include "loopback.h"
 #include "nccl_dcp.h"
+#include "oracle.h"
 #include "validate.h"
 
 namespace nccl_dcp {
@@ -218,6 +219,25 @@ Mismatch compareOutputs(const Config& cfg, int nRanks, int batch, const Strides&
                         const std::vector<RankTensors>& got, const std::vector<RankTensors>& want,
                         const CallShape* shape = nullptr);
 
+// ---- The fp64 oracle (oracle.h, which shares no code with src/) on a
+// call's host tensors, beside the comparison with the CPU reference.
+
+// The call as the oracle reads it: the inputs of `in` as the call takes
+// them (partialOut, the LSEs in cfg.lseDtype, the empty-shard arrays),
+// cfg's mode, base, dtypes and wire, and TOKEN's counts as the TEST gave
+// them (empty: the even split) -- never a split the library resolved. The
+// problem points into `in`: keep it alive.
+oracle::Problem oracleProblem(const Config& cfg, int nRanks, int batch, const Strides& s,
+                              const std::vector<RankTensors>& in, const std::vector<int>& counts = {});
+// Elements of got (every rank, or those of `ranks`) the oracle rejects,
+// plus bytes written outside each rank's elements (untouched: they must
+// still be 0xff); describes the first few.
+Mismatch oracleMismatches(const oracle::Problem& p, const std::vector<RankTensors>& got,
+                          const std::vector<int>& ranks = {}, bool untouched = true);
+// One verdict of the reference's and the oracle's: counts added, each
+// one's first mismatch named.
+Mismatch withOracle(const Mismatch& reference, const Mismatch& oracle);
+
 // ---- Calls of issue 27: scatter modes (cfg.scatter), LSE dtypes
 // (cfg.lseDtype), TOKEN splits, empty shards.
 
@@ -250,8 +270,9 @@ int outCapacityRows(const CallShape& shape, int rank, bool deviceCounts);
 // Empty-shard arrays for every rank (numSeqs sequences, returned; the same
 // on every rank): query start offsets shared by the ranks, with rows of
 // padding before the first sequence and after the last (empty on every
-// rank), sequences of 0 rows; local lengths drawn per rank, 0 for some
-// sequences on some ranks and for one sequence on every rank. Every empty
+// rank), sequences of 0 rows; local lengths drawn per rank, empty (0 or
+// negative) for some sequences on some ranks and for one sequence on
+// every rank. Every empty
 // row's LSEs become NaN, +-inf or +-1e30 and its payload NaN: garbage the
 // call must ignore. Needs batch >= 1.
 int addEmptyShards(const Config& cfg, int nRanks, int batch, const Strides& s, std::vector<RankTensors>* ranks,

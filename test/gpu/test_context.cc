@@ -81,7 +81,8 @@ class OneRankContext : public OneRankComm {
   void checkHeldCall(const HeldCall& h, int batch) {
     std::vector<RankTensors> got = h.host;
     CUDA_ASSERT(h.b->download(&got[0], stream_));
-    const Mismatch m = compareOutputs(h.cfg, 1, batch, h.s, got, h.want);
+    const Mismatch m = withOracle(compareOutputs(h.cfg, 1, batch, h.s, got, h.want),
+                                  oracleMismatches(oracleProblem(h.cfg, 1, batch, h.s, h.host), got));
     EXPECT_EQ(m.count, 0u) << m.first;
   }
 
@@ -130,7 +131,8 @@ class OneRankContext : public OneRankComm {
     EXPECT_EQ(async, ncclSuccess);
     std::vector<RankTensors> got = host;
     CUDA_ASSERT(b.download(&got[0], stream_));
-    const Mismatch m = compareOutputs(cfg, 1, batch, s, got, want);
+    const Mismatch m =
+        withOracle(compareOutputs(cfg, 1, batch, s, got, want), oracleMismatches(oracleProblem(cfg, 1, batch, s, host), got));
     EXPECT_EQ(m.count, 0u) << m.first;
     std::string first;
     EXPECT_EQ(touchedPadding(cfg, batch, s, got[0], &first), 0u) << first;

@@ -14,6 +14,11 @@
  * with the model. outLse must equal the native wire's kernels' bit for bit
  * (the LSEs never narrow). A lost scale, a stale unit or a decode off by
  * one rounding fails here (test/plants/plants.py: fp8-encode-unscaled).
+ * The model shares codec.h with the kernels, so a wrong scale rule or
+ * e4m3 rounding there is the model's too: every call is also checked by
+ * the fp64 oracle (test/common/oracle.h), which has its own e4m3 and
+ * scale rule and bounds each element by the format (2^-4 of each remote
+ * element, plus half a subnormal step of its unit's scale).
  ************************************************************************/
 #include <cuda_runtime_api.h>
 
@@ -152,8 +157,8 @@ class Fp8Wire : public testing::TestWithParam<ProtoDtype> {
     DeviceProblem p8(cfg8, cp, batch, LseMix::Normal, seed, attentionLike(cfg8, cp, batch, seed, nonFinite));
     DeviceProblem pn(cfgn, cp, batch, LseMix::Normal, seed, attentionLike(cfgn, cp, batch, seed, nonFinite));
     if (fallback) {
-      ASSERT_NO_FATAL_FAILURE(runFallbackRounds(p8, nullptr));
-      ASSERT_NO_FATAL_FAILURE(runFallbackRounds(pn, nullptr));
+      ASSERT_NO_FATAL_FAILURE(runFallbackRounds(p8, p8.args(0)));
+      ASSERT_NO_FATAL_FAILURE(runFallbackRounds(pn, pn.args(0)));
     } else {
       std::unique_ptr<Loopback> lb8 = makeLoopback(c8, cp), lbn = makeLoopback(cn, cp);
       ASSERT_TRUE(lb8 && lbn);
@@ -162,6 +167,13 @@ class Fp8Wire : public testing::TestWithParam<ProtoDtype> {
     }
     const std::vector<RankTensors> got8 = outputsOf(p8), gotn = outputsOf(pn);
     expectModelBits(p8, got8);
+    // The fp64 oracle's verdict beside the model's bits: the fp8 wire within
+    // e4m3's bound of the exact merge (its own e4m3 and scale rule, none of
+    // codec.h's, which the model shares with the kernels), the native
+    // wire within the native bound.
+    const Mismatch oracle8 = p8.checkAll(), oraclen = pn.checkAll();
+    EXPECT_EQ(oracle8.count, 0u) << "fp8 wire: " << oracle8.first;
+    EXPECT_EQ(oraclen.count, 0u) << "native wire: " << oraclen.first;
     size_t differs = 0;  // the fp8 wire did narrow something
     for (int r = 0; r < cp; r++) {
       EXPECT_EQ(bytesOf(got8[r].outLse), bytesOf(gotn[r].outLse)) << "rank " << r << ": outLse not the native wire's";
@@ -189,6 +201,10 @@ TEST_P(Fp8Wire, NonFiniteElementsAndEmptyRows) {
   for (int cp : {2, 5, 8}) check(cp, 97, 128, 2, true);
 }
 
+// One chunked call on each wire, small enough for the sanitizers
+// (scripts/gpu-check.sh sanitize).
+TEST_P(Fp8Wire, SmallCall) { check(3, kCap + 6, 128, 2, false); }
+
 std::string protoDtypeName(const testing::TestParamInfo<ProtoDtype>& info) {
   const int proto = std::get<0>(info.param);
   return std::string(proto < 0 ? "FALLBACK" : protocolName(proto)) + "_" + dtypeName(std::get<1>(info.param));
@@ -199,6 +215,74 @@ INSTANTIATE_TEST_SUITE_P(Protocols, Fp8Wire,
                                                           (int)ncclDcpProtoSimple, (int)ncclDcpProtoAuto, -1),
                                           testing::Values(ncclBfloat16, ncclFloat16)),
                          protoDtypeName);
+
+// ---- fp8 on the wire over every protocol and the fallback's kernels, both
+// dtypes and every LSE dtype: packed and padded strides, special LSEs (NaN
+// payloads behind -inf, NaN and +inf) and huge spreads, empty shards; each
+// call against the fp8 CPU model (within a rounding: countMismatches) and
+// the fp64 oracle's bound (DeviceProblem::checkAll), and the context
+// asserted to run the fp8 wire (its workspace layout).
+using Fp8Param = std::tuple<int /*proto, -1: fallback*/, ncclDataType_t /*dtype*/, ncclDataType_t /*lseDtype*/>;
+
+class Fp8WireMatrix : public testing::TestWithParam<Fp8Param> {
+ protected:
+  void SetUp() override { DCP_REQUIRE_GPUS(1); }
+};
+
+std::string fp8MatrixName(const testing::TestParamInfo<Fp8Param>& info) {
+  const int proto = std::get<0>(info.param);
+  return std::string(proto < 0 ? "FALLBACK" : protocolName(proto)) + "_" + dtypeName(std::get<1>(info.param)) +
+         "_lse_" + dtypeName(std::get<2>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, Fp8WireMatrix,
+                         testing::Combine(testing::Values((int)ncclDcpProtoLL, (int)ncclDcpProtoLL128,
+                                                          (int)ncclDcpProtoSimple, (int)ncclDcpProtoAuto, -1),
+                                          testing::Values(ncclBfloat16, ncclFloat16),
+                                          testing::Values(ncclFloat32, ncclBfloat16, ncclFloat16)),
+                         fp8MatrixName);
+
+TEST_P(Fp8WireMatrix, MatchesModelAndOracle) {
+  const auto [proto, dtype, lseDtype] = GetParam();
+  const bool fallback = proto < 0;
+  for (int cp : {2, 5}) {
+    ncclDcpConfig_t c = withScatter(fp8Config(128, 2, dtype, fallback ? ncclDcpProtoAuto : proto), ncclDcpScatterHead,
+                                    lseDtype);
+    c.lseBase = cp == 5 ? ncclDcpLseBaseE : ncclDcpLseBase2;
+    const Config cfg = resolved(c);
+    std::unique_ptr<Loopback> lb;
+    if (!fallback) {
+      lb = makeLoopback(c, cp);
+      ASSERT_TRUE(lb);
+      ASSERT_EQ(lb->engine().layout.small.wire, Wire::Fp8E4m3) << "config->wire fp8: the workspace is native";
+    }
+    const Strides strided = paddedStrides(cfg, cp);
+    for (bool padded : {false, true})
+      for (LseMix mix : {LseMix::Special, LseMix::HugeSpread})
+        for (bool shards : {false, true}) {
+          const uint64_t seed = freshSeed();
+          SCOPED_TRACE(testing::Message() << (fallback ? "fallback" : protocolName(proto)) << " cp " << cp
+                                          << (padded ? " padded" : " packed") << (mix == LseMix::Special ? " special" : " huge spread")
+                                          << (shards ? " empty shards" : "") << " seed " << seed);
+          CallSpec spec;
+          spec.emptyShards = shards;
+          const int batch = padded ? kCap + 9 : 7;
+          DeviceProblem p(cfg, cp, batch, mix, seed, spec, {}, 1, padded ? &strided : nullptr);
+          if (fallback) {
+            ASSERT_NO_FATAL_FAILURE(runFallbackRounds(p, p.args(0)));
+          } else {
+            const std::vector<CallBuffers> b = p.allBuffers();
+            const ncclDcpStrides_t api = p.apiStrides();
+            DCP_ASSERT(lb->call(b.data(), batch, padded ? &api : nullptr, nullptr, p.args(0)));
+            CUDA_ASSERT(cudaDeviceSynchronize());
+            DCP_ASSERT(lb->asyncError());
+          }
+          const Mismatch m = p.checkAll();
+          EXPECT_EQ(m.count, 0u) << m.first;
+          if (HasFatalFailure()) return;
+        }
+  }
+}
 
 }  // namespace
 }  // namespace test

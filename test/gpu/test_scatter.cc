@@ -9,7 +9,9 @@
  *
  * Every call runs on fresh random data with poisoned outputs (a slack row
  * past each rank's share must stay poisoned) and is compared with the CPU
- * reference (referenceA2aLseReduce with the call's shape).
+ * reference (referenceA2aLseReduce with the call's shape) and with the
+ * fp64 oracle (test/common/oracle.h: its own even split, empty-row rule,
+ * placement and merge; DeviceProblem::checkAll does both).
  ************************************************************************/
 #include <cuda_runtime_api.h>
 
@@ -242,6 +244,9 @@ TEST_P(NoneAlgorithms, TwoPhaseSilentRankLeavesNanEverywhere) {
   c.timeoutMs = 200;
   auto lb = makeLoopback(c, cp);
   ASSERT_TRUE(lb);
+  // The context runs two phases (a phase-2 half in its regions): with
+  // direct, the NaN below would show nothing of phase 2.
+  ASSERT_NE(lb->engine().layout.small.relayBytes, 0u) << "NCCL_DCP_NONE_ALGO=two_phase: no phase-2 half";
   DeviceProblem p(resolved(c), cp, batch, LseMix::Normal, freshSeed(), CallSpec{});
   const std::vector<CallBuffers> b = p.allBuffers();
   const size_t outBytes = (size_t)batch * cp * 2 * 128 * 2;
@@ -261,6 +266,76 @@ TEST_P(NoneAlgorithms, TwoPhaseSilentRankLeavesNanEverywhere) {
     for (size_t i = 0; i < outBytes / 2; i++) notNan += (out[i] & 0x7f80) != 0x7f80 || (out[i] & 0x7f) == 0;
     for (size_t i = 0; i < (size_t)batch * cp * 2; i++) notNan += !std::isnan(t.outLse[i]);
     EXPECT_EQ(notNan, 0u) << "rank " << r << ": outputs not NaN after the silent rank's timeout";
+  }
+}
+
+// Two phases on one call of each kind, small enough for the sanitizers
+// (scripts/gpu-check.sh sanitize): cp 4 over a chunked batch, padded
+// strides with special LSEs, then empty shards; the layout asserted.
+TEST_P(NoneAlgorithms, TwoPhaseOnce) {
+  const int cp = 4, batch = kCap + 3;
+  ScopedEnv env(algoEnv(NoneAlgo::TwoPhase));
+  ncclDcpConfig_t c = withScatter(makeConfig(64, 2, ncclBfloat16, ncclDcpLseBaseE, kCap, GetParam()),
+                                  ncclDcpScatterNone, ncclBfloat16);
+  c.timeoutMs = 10000;
+  auto lb = makeLoopback(c, cp);
+  ASSERT_TRUE(lb);
+  ASSERT_NE(lb->engine().layout.small.relayBytes, 0u) << "NCCL_DCP_NONE_ALGO=two_phase: no phase-2 half";
+  runAndCheck(*lb, c, cp, batch, {}, LseMix::Special, /*padded=*/true);
+  CallSpec shards;
+  shards.emptyShards = true;
+  runAndCheck(*lb, c, cp, batch, shards, LseMix::Normal);
+}
+
+// ---- NONE in two phases over every dtype, LSE dtype, protocol: packed and
+// padded strides, special LSEs and huge spreads, empty shards; cp 3 and 8,
+// batches of one row and chunked. Each context is asserted to run two
+// phases (its layout), so the test fails with them off.
+using TwoPhaseParam = std::tuple<int /*proto*/, ncclDataType_t /*dtype*/, ncclDataType_t /*lseDtype*/>;
+
+class NoneTwoPhaseMatrix : public testing::TestWithParam<TwoPhaseParam> {
+ protected:
+  void SetUp() override { DCP_REQUIRE_GPUS(1); }
+};
+
+std::string twoPhaseName(const testing::TestParamInfo<TwoPhaseParam>& info) {
+  return std::string(protocolName(std::get<0>(info.param))) + "_" + dtypeName(std::get<1>(info.param)) + "_lse_" +
+         dtypeName(std::get<2>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, NoneTwoPhaseMatrix,
+                         testing::Combine(testing::Values(ncclDcpProtoLL, ncclDcpProtoLL128, ncclDcpProtoSimple,
+                                                          ncclDcpProtoAuto),
+                                          testing::Values(ncclBfloat16, ncclFloat16, ncclFloat32),
+                                          testing::Values(ncclFloat32, ncclBfloat16, ncclFloat16)),
+                         twoPhaseName);
+
+TEST_P(NoneTwoPhaseMatrix, MatchesReferenceAndOracle) {
+  const auto [proto, dtype, lseDtype] = GetParam();
+  Env twoPhase;
+  twoPhase.noneAlgo = (int)NoneAlgo::TwoPhase;
+  ScopedEnv env(twoPhase);
+  for (int cp : {3, 8}) {
+    ncclDcpConfig_t c = withScatter(
+        makeConfig(dtype == ncclFloat32 ? 64 : 128, cp == 3 ? 3 : 1, dtype, cp == 3 ? ncclDcpLseBaseE : ncclDcpLseBase2,
+                   kCap, proto),
+        ncclDcpScatterNone, lseDtype);
+    c.timeoutMs = 10000;
+    auto lb = makeLoopback(c, cp);
+    ASSERT_TRUE(lb);
+    const WorkspaceLayout& w = lb->engine().layout;
+    ASSERT_NE(w.small.relayBytes, 0u) << "two phases asked for, the workspace has no phase-2 half";
+    if (w.hasLarge) {
+      ASSERT_NE(w.large.relayBytes, 0u);
+    }
+    for (int batch : {1, 2 * kCap + 5}) {
+      runAndCheck(*lb, c, cp, batch, {}, LseMix::Special, /*padded=*/false);
+      runAndCheck(*lb, c, cp, batch, {}, LseMix::HugeSpread, /*padded=*/true);
+      CallSpec shards;
+      shards.emptyShards = true;
+      runAndCheck(*lb, c, cp, batch, shards, LseMix::Special, /*padded=*/batch > 1);
+      if (HasFatalFailure()) return;
+    }
   }
 }
 
@@ -314,6 +389,55 @@ TEST_P(TokenSplit, HostCounts) {
         if (HasFatalFailure()) return;
       }
     }
+  }
+}
+
+// One call of each kind of split, small enough for the sanitizers
+// (scripts/gpu-check.sh sanitize): uneven host counts with a rank of no
+// rows and empty shards, device counts eager, then a graph captured once
+// and replayed with two other device splits.
+TEST_P(TokenSplit, HostAndDeviceCountsOnce) {
+  const int cp = 4, batch = kCap + 3;
+  const ncclDcpConfig_t c = config();
+  auto lb = makeLoopback(c, cp);
+  ASSERT_TRUE(lb);
+  CallSpec host;
+  host.rowCounts = {0, 5, kCap - 4, 2};
+  host.emptyShards = true;
+  runAndCheck(*lb, c, cp, batch, host);
+  DeviceProblem p(resolved(c), cp, batch, LseMix::Special, freshSeed(), CallSpec{{}, true, false, nullptr});
+  p.setCounts({3, 0, 6, kCap - 6});
+  ASSERT_NO_FATAL_FAILURE(callAndWait(*lb, p));
+  Mismatch m = p.checkAll();
+  EXPECT_EQ(m.count, 0u) << "device counts, eager: " << m.first;
+  cudaStream_t stream = nullptr;
+  CUDA_ASSERT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::unique_ptr<std::remove_pointer_t<cudaStream_t>, cudaError_t (*)(cudaStream_t)> streamOwner(stream, cudaStreamDestroy);
+  p.refill(LseMix::Normal, freshSeed(), /*toStaging=*/true);
+  const ncclDcpStrides_t s = p.apiStrides();
+  const std::vector<CallBuffers> b = p.allBuffers();
+  cudaGraph_t graph = nullptr;
+  CUDA_ASSERT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int r = 0; r < cp; r++) {
+    p.stageInputs(r, stream);
+    p.poison(r, stream);
+  }
+  const ncclResult_t captured = lb->call(b.data(), batch, &s, stream, p.args(0));
+  CUDA_ASSERT(cudaStreamEndCapture(stream, &graph));
+  std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, cudaError_t (*)(cudaGraph_t)> graphOwner(graph, cudaGraphDestroy);
+  ASSERT_EQ(captured, ncclSuccess) << ncclDcpGetLastError();
+  cudaGraphExec_t exec = nullptr;
+  CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
+  std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, cudaError_t (*)(cudaGraphExec_t)> execOwner(exec, cudaGraphExecDestroy);
+  for (const std::vector<int>& counts : {std::vector<int>{batch, 0, 0, 0}, std::vector<int>{1, 1, 1, batch - 3}}) {
+    SCOPED_TRACE(testing::Message() << "replay, counts " << testing::PrintToString(counts));
+    p.setCounts(counts);
+    p.refill(LseMix::Special, freshSeed(), /*toStaging=*/true);
+    CUDA_ASSERT(cudaGraphLaunch(exec, stream));
+    CUDA_ASSERT(cudaStreamSynchronize(stream));
+    DCP_ASSERT(lb->asyncError());
+    m = p.checkAll();
+    EXPECT_EQ(m.count, 0u) << m.first;
   }
 }
 

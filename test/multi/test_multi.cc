@@ -25,6 +25,7 @@
 
 #include "context.h"
 #include "device_problem.h"
+#include "handles.h"
 #include "reference.h"
 #include "test_util.h"
 
@@ -143,7 +144,8 @@ class Ranks : public testing::TestWithParam<std::tuple<int, int>> {
       std::string first;
       EXPECT_EQ(touchedPadding(x.cfg, x.batch, x.strides, x.got[r], &first), 0u) << "rank " << r << ": " << first;
     }
-    const Mismatch m = compareOutputs(x.cfg, nRanks_, x.batch, x.strides, x.got, x.want);
+    const Mismatch m = withOracle(compareOutputs(x.cfg, nRanks_, x.batch, x.strides, x.got, x.want),
+                                  oracleMismatches(oracleProblem(x.cfg, nRanks_, x.batch, x.strides, x.host), x.got));
     EXPECT_EQ(m.count, 0u) << m.first;
   }
 
@@ -578,7 +580,9 @@ TEST_P(Ranks, GraphReplaysOnRealRanks) {
   for (int rep = 0; rep < replays && !HasFailure(); rep++)
     for (int i = 0; i < nCalls; i++) {
       const Collective& x = calls[i];
-      const Mismatch m = compareOutputs(x.cfg, nRanks_, x.batch, x.strides, got[rep][i], x.want);
+      const Mismatch m =
+          withOracle(compareOutputs(x.cfg, nRanks_, x.batch, x.strides, got[rep][i], x.want),
+                     oracleMismatches(oracleProblem(x.cfg, nRanks_, x.batch, x.strides, x.host), got[rep][i]));
       ASSERT_EQ(m.count, 0u) << "replay " << rep << ", captured call " << i << " (batch " << x.batch << "): " << m.first;
       for (int r = 0; r < nRanks_; r++)
         ASSERT_EQ(touchedPadding(x.cfg, x.batch, x.strides, got[rep][i][r]), 0u) << "replay " << rep << " rank " << r;
@@ -731,15 +735,19 @@ class ScatterRanks : public testing::TestWithParam<int> {
   }
 
   // p's call on every rank (its thread, the legacy stream), outputs
-  // poisoned first, then compared with the reference.
+  // poisoned first, then compared with the reference and the oracle
+  // (p's strides passed when they are not packed).
   void callAndCheck(const std::vector<ncclDcpContext_t>& ctxs, DeviceProblem& p, const std::string& what) {
     SCOPED_TRACE(what);
+    const Strides packed = packedStrides(p.config(), kRanks);
+    const bool isPacked = memcmp(&packed, &p.strides(), sizeof(Strides)) == 0;
+    const ncclDcpStrides_t api = p.apiStrides();
     threads_.run(kRanks, [&](int r) {
       CUDA_OR_FAIL(r, cudaSetDevice(r));
       p.poison(r, nullptr);
       const CallBuffers b = p.buffers(r);
-      if (ncclDcpA2aLseReduceEx(ctxs[r], b.partialOut, b.partialLse, b.out, b.outLse, p.batch(), nullptr, p.args(r),
-                                nullptr) != ncclSuccess)
+      if (ncclDcpA2aLseReduceEx(ctxs[r], b.partialOut, b.partialLse, b.out, b.outLse, p.batch(),
+                                isPacked ? nullptr : &api, p.args(r), nullptr) != ncclSuccess)
         return threads_.addFailure(r, std::string("call: ") + ncclDcpGetLastError());
       CUDA_OR_FAIL(r, cudaDeviceSynchronize());
       expectNoAsyncError(r, ctxs[r]);
@@ -918,34 +926,45 @@ TEST_P(ScatterRanks, FusedAndFallback) {
 // special LSEs and empty shards, each call against the reference.
 class NoneTwoPhaseRanks : public ScatterRanks {};
 
+// Each rank's context asserted to run two phases (its workspace layout),
+// so that the test fails with them off; every dtype and LSE dtype, packed
+// and padded strides.
 TEST_F(NoneTwoPhaseRanks, EveryProtocolMatchesTheReference) {
   Env twoPhase;
   twoPhase.noneAlgo = (int)NoneAlgo::TwoPhase;
   ScopedEnv env(twoPhase);
   const std::vector<int> devices = {0, 1};
-  for (int proto : {ncclDcpProtoLL, ncclDcpProtoLL128, ncclDcpProtoSimple, ncclDcpProtoAuto}) {
-    SCOPED_TRACE(protocolName(proto));
-    const ncclDcpConfig_t c =
-        withScatter(makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8, proto), ncclDcpScatterNone);
-    Config cfg;
-    ASSERT_EQ(resolveConfig(&c, twoPhase, &cfg), ncclSuccess) << ncclDcpGetLastError();
-    ASSERT_TRUE(noneRelays(cfg, kRanks));
-    auto ctxs = createAll(c);
-    if (HasFailure()) return;
-    EXPECT_EQ(pathOf(ctxs[0]), ncclDcpPathFused);
-    for (int batch : {1, 5, 21}) {
-      CallSpec shards;
-      shards.emptyShards = true;
-      for (const CallSpec& spec : {CallSpec(), shards}) {
-        DeviceProblem p(cfg, kRanks, batch, LseMix::Special, freshSeed(), spec, devices);
-        callAndCheck(ctxs, p, std::string(spec.emptyShards ? "empty shards" : "plain") + ", batch " +
-                                  std::to_string(batch));
-        if (HasFailure()) break;
+  const ncclDataType_t lseDtypes[] = {ncclFloat32, ncclBfloat16, ncclFloat16};
+  int k = 0;
+  for (int proto : {ncclDcpProtoLL, ncclDcpProtoLL128, ncclDcpProtoSimple, ncclDcpProtoAuto})
+    for (ncclDataType_t dtype : {ncclBfloat16, ncclFloat16, ncclFloat32}) {
+      const ncclDataType_t lseDtype = lseDtypes[k++ % 3];
+      SCOPED_TRACE(testing::Message() << protocolName(proto) << " " << dtypeName(dtype) << " lse " << dtypeName(lseDtype));
+      const ncclDcpConfig_t c =
+          withScatter(makeConfig(128, 4, dtype, ncclDcpLseBase2, 8, proto), ncclDcpScatterNone, lseDtype);
+      Config cfg;
+      ASSERT_EQ(resolveConfig(&c, twoPhase, &cfg), ncclSuccess) << ncclDcpGetLastError();
+      auto ctxs = createAll(c);
+      if (HasFailure()) return;
+      EXPECT_EQ(pathOf(ctxs[0]), ncclDcpPathFused);
+      for (int r = 0; r < kRanks; r++)
+        ASSERT_NE(contextOf(ctxs[r])->engine.layout.small.relayBytes, 0u)
+            << "rank " << r << ": NCCL_DCP_NONE_ALGO=two_phase, but the workspace has no phase-2 half";
+      const Strides strided = paddedStrides(cfg, kRanks);
+      for (int batch : {1, 5, 21}) {
+        CallSpec shards;
+        shards.emptyShards = true;
+        for (const CallSpec& spec : {CallSpec(), shards}) {
+          const bool padded = batch == 21;
+          DeviceProblem p(cfg, kRanks, batch, LseMix::Special, freshSeed(), spec, devices, 1, padded ? &strided : nullptr);
+          callAndCheck(ctxs, p, std::string(spec.emptyShards ? "empty shards" : "plain") + ", batch " +
+                                    std::to_string(batch) + (padded ? ", padded" : ""));
+          if (HasFailure()) break;
+        }
       }
+      destroyAll(ctxs);
+      if (HasFailure()) return;
     }
-    destroyAll(ctxs);
-    if (HasFailure()) return;
-  }
 }
 
 // fp8 on the wire on real ranks (config->wire; HEAD, bf16 / fp16): every
@@ -971,10 +990,23 @@ TEST_F(Fp8WireRanks, EveryProtocolAndTheFallbackMatchTheModel) {
         auto ctxs = createAll(c);
         if (HasFailure()) return;
         EXPECT_EQ(pathOf(ctxs[0]), fallback ? ncclDcpPathFallback : ncclDcpPathFused);
+        for (int r = 0; r < kRanks; r++) {
+          ASSERT_EQ(contextOf(ctxs[r])->engine.cfg.wire, Wire::Fp8E4m3) << "rank " << r << ": the context is native";
+          if (!fallback) {
+            ASSERT_EQ(contextOf(ctxs[r])->engine.layout.small.wire, Wire::Fp8E4m3) << "rank " << r << ": native workspace";
+          }
+        }
+        const Strides strided = paddedStrides(cfg, kRanks);
         for (int batch : {1, 5, 21}) {
-          DeviceProblem p(cfg, kRanks, batch, LseMix::Normal, freshSeed(), CallSpec(), devices);
-          callAndCheck(ctxs, p, "batch " + std::to_string(batch));
-          if (HasFailure()) break;
+          // Special LSEs and empty shards, padded strides on the chunked batch.
+          CallSpec shards;
+          shards.emptyShards = true;
+          for (const CallSpec& spec : {CallSpec(), shards}) {
+            DeviceProblem p(cfg, kRanks, batch, batch == 5 ? LseMix::Normal : LseMix::Special, freshSeed(), spec,
+                            devices, 1, batch == 21 ? &strided : nullptr);
+            callAndCheck(ctxs, p, "batch " + std::to_string(batch) + (spec.emptyShards ? ", empty shards" : ""));
+            if (HasFailure()) break;
+          }
         }
         destroyAll(ctxs);
         if (HasFailure()) return;

@@ -11,6 +11,7 @@ class TapResult(unittest.TestResult):
     def __init__(self):
         super().__init__()
         self.number = 0
+        self.sub_failed = set()  # tests with a failed subTest: no addFailure comes for them
 
     def line(self, ok, test, directive=""):
         self.number += 1
@@ -33,6 +34,17 @@ class TapResult(unittest.TestResult):
         super().addError(test, err)
         self.line(False, test)
         self.diagnose(test, err)
+
+    def addSubTest(self, test, subtest, err):
+        super().addSubTest(test, subtest, err)
+        if err is not None:
+            self.sub_failed.add(test.id())
+            self.diagnose(subtest, err)
+
+    def stopTest(self, test):
+        super().stopTest(test)
+        if test.id() in self.sub_failed:
+            self.line(False, test)
 
     def addSkip(self, test, why):
         super().addSkip(test, why)

@@ -232,6 +232,48 @@ class Expectations(unittest.TestCase):
         rc, lines = self.log().tap("unit_py", ["passed"] * 3).run(expect="unit_a 3\nunit_ab 1\nunit_py 3\n")
         self.assertEqual(rc, 0, lines)
 
+    def test_binary_far_above_its_minimum_fails(self):
+        # 12 cases against a minimum of 5: more than 10% and more than 5 above.
+        log = Log().gtest("unit_a", {f"S.c{i}": "passed" for i in range(12)})
+        rc, lines = log.run(expect="unit_a 5\n")
+        self.assertEqual(rc, 1)
+        self.assertTrue(any("unit_a: 12 cases reported, its minimum 5 is stale" in l for l in lines), lines)
+
+    def test_a_few_above_the_minimum_pass(self):
+        # 5 above 100 (5%), and 5 above 6 (more than 10%, but only 5): both fine.
+        for n, minimum in ((105, 100), (11, 6)):
+            log = Log().gtest("unit_a", {f"S.c{i}": "passed" for i in range(n)})
+            rc, lines = log.run(expect=f"unit_a {minimum}\n")
+            self.assertEqual(rc, 0, (n, minimum, lines))
+        # 112 above 100: 12% and 12 cases.
+        rc, lines = Log().gtest("unit_a", {f"S.c{i}": "passed" for i in range(112)}).run(expect="unit_a 100\n")
+        self.assertEqual(rc, 1, lines)
+
+    def test_python_entries_are_not_meson_tests(self):
+        rc, lines = self.log().run(expect="unit_a 3\nunit_ab 1\npython_torchrun 300\n")
+        self.assertEqual(rc, 0, lines)
+
+    def test_as_counts_a_junit_file_as_one_binary(self):
+        log = Log().gtest("unit_a", {f"S.c{i}": "passed" for i in range(4)})
+        rc, lines = log.run("--as", "python_x", expect="python_x 4\n", write_json=False)
+        self.assertEqual(rc, 0, lines)
+        rc, lines = log.run("--as", "python_x", expect="python_x 5\n", write_json=False)
+        self.assertEqual(rc, 1)
+        self.assertIn("FAILED python_x: 4 cases reported, at least 5 expected", lines)
+        rc, lines = log.run("--as", "python_y", expect="python_x 4\n", write_json=False)
+        self.assertEqual(rc, 1)
+        self.assertTrue(any("python_y: no minimum case count listed" in l for l in lines), lines)
+        rc, lines = Log().gtest("unit_a", {"S.a": "passed", "S.b": "failed"}).run("--as", "python_x",
+                                                                              expect="python_x 2\n", write_json=False)
+        self.assertEqual(rc, 1, lines)
+        self.assertEqual(lines[-1], "1 passed, 1 failed")
+
+    def test_as_with_only_skips_fails(self):
+        log = Log().gtest("unit_a", {"S.a": "skipped", "S.b": "skipped"})
+        rc, lines = log.run("--as", "python_x", expect="python_x 2\n", write_json=False)
+        self.assertEqual(rc, 1, lines)
+        self.assertIn("FAILED no test case ran (every case was filtered out or skipped)", lines)
+
     def test_unlisted_binary_is_noted(self):
         rc, lines = self.log().run(expect="unit_a 3\n")
         self.assertEqual(rc, 0)

@@ -14,15 +14,22 @@ import io
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "plants"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
 sys.path.insert(0, HERE)
+import gtest_filters  # noqa: E402
 import plants  # noqa: E402
 import tap  # noqa: E402
+
+# The build directory (test/meson.build passes it): the GoogleTest binaries
+# whose tests the plants' filters must name. None when run by hand without.
+BUILD = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("DCP_BUILD_DIR")
 
 
 def built_binaries():
@@ -64,6 +71,61 @@ class PlantList(unittest.TestCase):
         with open(os.path.join(plants.ROOT, "test", "meson.build"), encoding="utf-8") as f:
             tap = set(re.findall(r"test\('(\w+)', python3, args: \[?files\('scripts/(\w+)\.py'\)", f.read()))
         self.assertEqual(set(plants.TAP_TESTS.items()), tap)
+
+
+class PlantFilters(unittest.TestCase):
+    """Every pattern of every plant's GoogleTest filter names a test of its
+    binary as built (`--gtest_list_tests`, no GPU needed): a renamed test
+    would otherwise leave a pattern that runs nothing, and a plant whose
+    other patterns still fail would look caught by a test that is gone.
+    The TAP filters name unittest cases of their module."""
+
+    def setUp(self):
+        if not BUILD:
+            self.skipTest("no build directory given (test/meson.build passes it)")
+
+    def test_every_gtest_pattern_names_a_built_test(self):
+        listed = {}
+        bad = []
+        for p in plants.PLANTS:
+            for binary, flt, _ in p.tests:
+                if binary in plants.TAP_TESTS or binary == plants.PYTEST:
+                    continue
+                if binary not in listed:
+                    path = os.path.join(BUILD, "test", binary)
+                    self.assertTrue(os.access(path, os.X_OK), f"plant {p.name}: {path} is not built")
+                    listed[binary] = gtest_filters.list_tests(path)
+                for pattern in gtest_filters.unmatched(flt, listed[binary]):
+                    bad.append(f"plant {p.name}: {binary} '{pattern}' names no test")
+        self.assertFalse(bad, "\n".join(bad))
+        self.assertGreater(len(listed), 5)
+
+    def test_every_tap_filter_names_a_case(self):
+        for p in plants.PLANTS:
+            for binary, flt, _ in p.tests:
+                if binary not in plants.TAP_TESTS:
+                    continue
+                module = __import__(plants.TAP_TESTS[binary])
+                names = {t.id().split(".", 1)[1] for t in _cases(unittest.defaultTestLoader.loadTestsFromModule(module))}
+                for name in flt.split(":"):
+                    self.assertIn(name, names, f"plant {p.name}: {binary} {name}")
+
+    def test_the_matcher(self):
+        names = ["A.b", "A.c", "P/S.t/x", "P/S.t/y"]
+        self.assertEqual(gtest_filters.unmatched("A.b:A.gone", names), ["A.gone"])
+        self.assertEqual(gtest_filters.unmatched("P/S.t/*:A.?", names), [])
+        self.assertEqual(gtest_filters.selected("A.*-A.c", names), ["A.b"])
+        self.assertEqual(gtest_filters.unmatched("A.*-A.*", names), ["A.*-A.*"], "a filter that selects nothing")
+        self.assertEqual(gtest_filters.parse_list("A.\n  b\n  c  # GetParam() = 3\nP/S.\n  t/x\n"),
+                         ["A.b", "A.c", "P/S.t/x"])
+
+
+def _cases(suite):
+    for t in suite:
+        if isinstance(t, unittest.TestSuite):
+            yield from _cases(t)
+        else:
+            yield t
 
 
 class CudaRebuild(unittest.TestCase):
@@ -130,6 +192,87 @@ class Judging(unittest.TestCase):
         ok, what = plants.judge(True, 1, out)
         self.assertFalse(ok)
         self.assertIn("matched no test", what)
+
+
+class Skipped(unittest.TestCase):
+    """A listed test needing more GPUs than the run has is shown and
+    written to the JUnit file as skipped, never dropped in silence."""
+
+    def test_tests_needing_more_gpus_are_listed_with_why(self):
+        p = plants.Plant("p", "src/x.cc", "a", "b", [("unit_x", "A.b", 0), ("gpu_x", "G.h", 1), ("multi_x", "M.n", 2)], "")
+        skipped = plants.skipped_tests([p], 1)
+        self.assertEqual([(r["binary"], r["filter"]) for r in skipped], [("multi_x", "M.n")])
+        self.assertIn("needs 2 GPU(s), this run has 1", skipped[0]["what"])
+        self.assertEqual(len(plants.skipped_tests([p], 0)), 2)
+
+    def test_junit_marks_them_skipped(self):
+        p = plants.Plant("p", "src/x.cc", "a", "b", [("multi_x", "M.n", 2)], "")
+        results = plants.skipped_tests([p], 1) + [{"plant": "p", "binary": "unit_x", "filter": "A.b", "ok": True,
+                                                   "what": "failed as it must", "seconds": 1.0}]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "plants.junit.xml")
+            plants.write_junit(path, results, "plants")
+            text = open(path, encoding="utf-8").read()
+        self.assertIn("<skipped", text)
+        self.assertIn('skipped="1"', text)
+        self.assertNotIn("<failure", text)
+
+
+class Trees(unittest.TestCase):
+    """A parallel job's copy: the sources and the build directory with
+    their times, build.ninja's absolute paths pointed at the copy, other
+    build directories, the jobs' own directory and the build's logs and
+    venvs left out."""
+
+    def test_prepare_tree(self):
+        with tempfile.TemporaryDirectory() as d:
+            root = os.path.join(d, "repo")
+            for rel, text in (("src/a.cc", "int a;"), ("build/build.ninja", f"command = x {root} {root}/build/p.so "
+                              f"-DX=\"{root}/test/data\" {root}-other\n"), ("build/meson-private/coredata.dat", ""),
+                              ("build/logs/big.log", "x"), ("build/pytest-venv/bin/python", ""),
+                              ("build2/meson-private/coredata.dat", ""), (".git/HEAD", "")):
+                os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+                with open(os.path.join(root, rel), "w", encoding="utf-8") as f:
+                    f.write(text)
+            os.utime(os.path.join(root, "src/a.cc"), (1000, 1000))
+            trees = os.path.join(root, "build.plant-trees")
+            os.makedirs(trees)
+            tree = os.path.join(trees, "0")
+            tree_build = plants.prepare_tree(root, os.path.join(root, "build"), tree, trees)
+            self.assertEqual(tree_build, os.path.join(tree, "build"))
+            self.assertEqual(os.stat(os.path.join(tree, "src/a.cc")).st_mtime, 1000)
+            ninja = open(os.path.join(tree_build, "build.ninja"), encoding="utf-8").read()
+            self.assertIn(f"x {tree} {tree}/build/p.so -DX=\"{tree}/test/data\" {root}-other", ninja)
+            for gone in ("build/logs", "build/pytest-venv", "build2", ".git", "build.plant-trees"):
+                self.assertFalse(os.path.exists(os.path.join(tree, gone)), gone)
+            self.assertTrue(os.path.exists(os.path.join(tree_build, "meson-private/coredata.dat")))
+
+
+class ParallelRun(unittest.TestCase):
+    """`run --jobs 2` on the build (the GPU stage's way, here with two
+    plants whose tests need no GPU): each job plants its own copy, both
+    plants are caught, and the tree and build given are left untouched."""
+
+    def setUp(self):
+        if not BUILD:
+            self.skipTest("no build directory given (test/meson.build passes it)")
+
+    def test_two_jobs_catch_two_plants_in_copies(self):
+        names = ["env_names_case_sensitive", "unknown_env_names_unwarned"]
+        before = {n: plants.source(plants.find(n)) for n in names}
+        with tempfile.TemporaryDirectory() as d:
+            r = subprocess.run([sys.executable, os.path.join(plants.ROOT, "test", "plants", "plants.py"), "run",
+                                "--build", os.path.abspath(BUILD), "--gpus", "0", "--jobs", "2", "--trees",
+                                os.path.join(d, "trees"), "--logs", os.path.join(d, "logs"), *names],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+            self.assertEqual(r.returncode, 0, r.stdout)
+            self.assertFalse(os.path.exists(os.path.join(d, "trees")), "the jobs' copies were not removed")
+        for n in names:
+            self.assertIn(f"PLANT ok {n}: ", r.stdout)
+            self.assertIn(f"planted {n} in ", r.stdout)
+            self.assertEqual(plants.source(plants.find(n)), before[n], "the tree given was planted")
+        self.assertIn("plants: 2 jobs, each a copy of the tree", r.stdout)
+        self.assertIn("plants: 2 of 2 planted breaks caught", r.stdout)
 
 
 @contextlib.contextmanager

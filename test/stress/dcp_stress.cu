@@ -22,7 +22,8 @@
  * rows over the two splits; the rows past its share must keep the poison.
  * The golden outputs come from one eager call per (set, split), checked
  * against the CPU reference (with the call's shape, and the poison past
- * each share) first.
+ * each share) and the fp64 oracle (test/common/oracle.h) first. NONE's
+ * line says which algorithm the workspace runs (two phases, or direct).
  * A wrong PDL ordering reads the other set's inputs or counts; a torn LL128
  * line (NVLink, without the Hopper re-read) merges stale data: both show as
  * mismatched words. Exit status 0 only with 0 mismatched words and no
@@ -51,9 +52,12 @@
 #include <string>
 #include <vector>
 
+#include "context.h"
 #include "enums.h"
+#include "handles.h"
 #include "loopback.h"
 #include "nccl_dcp.h"
+#include "oracle.h"
 #include "reference.h"
 #include "validate.h"
 
@@ -377,6 +381,35 @@ int main(int argc, char** argv) {
               wrongElements, first.c_str());
       return 4;
     }
+    // And against the fp64 oracle (test/common/oracle.h), which shares no
+    // code with the library: a break in merge.h or codec.h, which the
+    // reference includes too, shows there and not above.
+    oracle::Problem op;
+    op.cp = cp;
+    op.batch = a.batch;
+    op.localHeads = cfg.localHeads;
+    op.headDim = cfg.headDim;
+    op.dtype = cfg.dtype;
+    op.lseDtype = ncclFloat32;
+    op.base = oracle::Base::Two;  // c.lseBase above
+    op.mode = a.scatter == ncclDcpScatterHead ? oracle::Mode::Head
+              : a.scatter == ncclDcpScatterToken ? oracle::Mode::Token
+                                                 : oracle::Mode::None;
+    op.wire = a.wire == ncclDcpWireFp8E4m3 ? oracle::Wire::Fp8 : oracle::Wire::Native;
+    op.layout = {packed.inRow, packed.inPeer, packed.inHead, packed.lseRow, packed.lsePeer, packed.lseHead,
+                 packed.outRow, packed.outHead, packed.outLseRow, packed.outLseHead};
+    op.rowCounts = counts[s];  // -C: split s; else empty: the even split
+    std::vector<oracle::Output> outs(cp);
+    for (int r = 0; r < cp; r++) {
+      op.ranks.push_back({hostIn[s].data() + r * inBytes, hostLse[s].data() + r * lseCount});
+      outs[r] = {got.data() + r * outBytes, gotLse.data() + r * outLseCount, outBytes / cfg.eltSize, outLseCount};
+    }
+    const oracle::Report rep = oracle::check(op, outs);
+    if (rep.bad) {
+      fprintf(stderr, "dcp_stress: golden call of set %d differs from the fp64 oracle in %zu elements: %s\n", s, rep.bad,
+              rep.first.c_str());
+      return 4;
+    }
     for (int r = 0; r < cp; r++) {  // TOKEN: the rows past the rank's share hold the poison
       const size_t rows = outRowsOf(shape[s], r);
       if (!poisoned(got.data() + r * outBytes + rows * outRowBytes, (outRows - rows) * outRowBytes) ||
@@ -436,9 +469,13 @@ int main(int argc, char** argv) {
     else CHECK_DCP(ncclDcpGetAsyncError(ctxs[i], &e));
     if (e != ncclSuccess) async = e;
   }
-  printf("dcp_stress: %s cp %d %s scatter %s%s wire %s batch %d D %d Hl %d: %ld calls per rank in %.1f s, "
+  // NONE's algorithm as the workspace was laid out (NCCL_DCP_NONE_ALGO):
+  // a run meant for two phases must show it (scripts/gpu-check.sh checks).
+  const WorkspaceLayout& layout = loopback ? lb->engine().layout : contextOf(ctxs[0])->engine.layout;
+  const char* noneAlgo = a.scatter != ncclDcpScatterNone ? "" : layout.small.relayBytes ? " (two phases)" : " (direct)";
+  printf("dcp_stress: %s cp %d %s scatter %s%s%s wire %s batch %d D %d Hl %d: %ld calls per rank in %.1f s, "
          "producer delay %llu ns: %llu mismatched words, async error %s\n",
-         loopback ? "loopback" : "NCCL ranks", cp, protocolName(a.protocol), scatterName(a.scatter),
+         loopback ? "loopback" : "NCCL ranks", cp, protocolName(a.protocol), scatterName(a.scatter), noneAlgo,
          a.deviceCounts ? " (device counts)" : "", wireName(a.wire), a.batch, cfg.headDim, cfg.localHeads, replays * a.graphCalls,
          seconds, (unsigned long long)a.delayNs, wrong, async == ncclSuccess ? "none" : ncclGetErrorString(async));
   for (int i = 0; i < nBuffers; i++) {

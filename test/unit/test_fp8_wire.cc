@@ -1,5 +1,5 @@
 // fp8 (e4m3) on the wire (issue 28, DESIGN §15): the unit format of
-// src/device/fp8_wire.h (round trips, zeros, NaN / inf, saturation, the
+// src/device/codec.h (round trips, zeros, NaN / inf, saturation, the
 // per-element error bound, the word packing) and the CPU model of the
 // collective with fp8 partials (referenceA2aLseReduce(..., Wire::Fp8E4m3))
 // on attention-like partials: its error against the bf16 result and fp64,

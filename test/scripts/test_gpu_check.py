@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""scripts/gpu-check.sh cannot lie, shown on a CPU (GPU_CHECK_SELFTEST=1:
+no GPU is queried, the selftest-* stages exist): a stage killed by TERM,
+INT or HUP, or one the script leaves without recording its end, is named
+in the summary as not finished and the exit status is non-zero; a stage
+that records nothing fails; a sanitizer-style filter naming a test that no
+longer exists fails loudly; the children of a killed stage are stopped;
+and every filter the script runs names tests of the build (check-filters,
+against the build directory test/meson.build passes). Speaks TAP. By hand:
+python3 test/scripts/test_gpu_check.py [BUILD_DIR]
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import tap  # noqa: E402
+
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+SCRIPT = os.path.join(ROOT, "scripts", "gpu-check.sh")
+BUILD = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("DCP_BUILD_DIR")
+
+
+class GpuCheck(unittest.TestCase):
+    def setUp(self):
+        self.out = tempfile.TemporaryDirectory()
+        self.env = dict(os.environ, GPU_CHECK_SELFTEST="1", OUT=self.out.name)
+        if BUILD:
+            self.env["BUILD"] = os.path.abspath(BUILD)
+
+    def tearDown(self):
+        self.out.cleanup()
+
+    def run_script(self, *stages, env=None, timeout=120):
+        r = subprocess.run([SCRIPT, *stages], env=dict(self.env, **(env or {})), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        return r.returncode, r.stdout
+
+    def start(self, *stages, sleep=317):
+        """The script running selftest-sleep (SELFTEST_SLEEP=sleep), once
+        the sleep has started."""
+        proc = subprocess.Popen([SCRIPT, *stages], env=dict(self.env, SELFTEST_SLEEP=str(sleep)),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("== selftest-sleep: sleeping"):
+                break
+        self.assertIsNone(proc.poll(), "".join(lines))
+        time.sleep(0.5)
+        return proc, lines
+
+    def sleeps(self, seconds):
+        """Processes 'sleep <seconds>' (the stage's child) still alive."""
+        out = subprocess.run(["ps", "-eo", "args"], stdout=subprocess.PIPE, text=True).stdout
+        return sum(1 for line in out.splitlines() if line.strip() == f"sleep {seconds}")
+
+    def test_a_passing_stage_passes(self):
+        status, out = self.run_script("selftest-pass")
+        self.assertEqual(status, 0, out)
+        self.assertIn("==== every stage passed", out)
+
+    def test_a_failing_stage_fails(self):
+        status, out = self.run_script("selftest-pass", "selftest-fail")
+        self.assertEqual(status, 1, out)
+        self.assertIn("FAIL  selftest-fail", out)
+        self.assertNotIn("every stage passed", out)
+
+    def test_killed_in_a_stage_says_which_and_fails(self):
+        for sig, name, code in ((signal.SIGTERM, "SIGTERM", 143), (signal.SIGINT, "SIGINT", 130),
+                                (signal.SIGHUP, "SIGHUP", 129)):
+            with self.subTest(name):
+                sleep = 300 + code  # one child per signal, found by its arguments
+                proc, lines = self.start("selftest-pass", "selftest-sleep", sleep=sleep)
+                t0 = time.time()
+                proc.send_signal(sig)  # the script's process alone, as a time limit's TERM
+                rest, _ = proc.communicate(timeout=60)
+                out = "".join(lines) + rest
+                self.assertLess(time.time() - t0, 20, "the trap waited for the stage's command")
+                self.assertEqual(proc.returncode, code, out)
+                self.assertIn(f"stage 'selftest-sleep' did not finish: killed by {name}", out)
+                self.assertIn("ok    selftest-pass", out)
+                self.assertNotIn("every stage passed", out)
+                deadline = time.time() + 10  # the trap signals the group; a loaded machine takes a moment
+                while self.sleeps(sleep) and time.time() < deadline:
+                    time.sleep(0.2)
+                self.assertEqual(self.sleeps(sleep), 0, "the killed stage's child is still running")
+                summary = open(os.path.join(self.out.name, "summary.txt"), encoding="utf-8").read()
+                self.assertIn("stage selftest-sleep started", summary)
+                self.assertNotIn("stage selftest-sleep finished", summary)
+
+    def test_a_stage_the_script_leaves_did_not_finish(self):
+        status, out = self.run_script("selftest-pass", "selftest-exit")
+        self.assertNotEqual(status, 0, out)
+        self.assertIn("stage 'selftest-exit' did not finish", out)
+        self.assertNotIn("every stage passed", out)
+
+    def test_a_stage_that_records_nothing_fails(self):
+        status, out = self.run_script("selftest-norecord")
+        self.assertEqual(status, 1, out)
+        self.assertIn("stage 'selftest-norecord' recorded no result", out)
+
+    def test_an_unknown_stage_fails(self):
+        status, out = self.run_script("selftest-pass", "no-such-stage")
+        self.assertEqual(status, 1, out)
+        self.assertIn("unknown stage 'no-such-stage'", out)
+
+    def test_a_filter_naming_a_missing_test_fails_loudly(self):
+        if not BUILD:
+            self.skipTest("no build directory given (test/meson.build passes it)")
+        status, out = self.run_script("selftest-filters")
+        self.assertEqual(status, 1, out)
+        self.assertIn("'Gone.NoSuchTest' names no test", out)
+
+    def test_every_filter_of_the_script_names_built_tests(self):
+        if not BUILD:
+            self.skipTest("no build directory given (test/meson.build passes it)")
+        status, out = self.run_script("check-filters")
+        self.assertEqual(status, 0, out)
+        self.assertIn("every pattern of", out)
+
+
+if __name__ == "__main__":
+    sys.exit(tap.run_module(__name__))
