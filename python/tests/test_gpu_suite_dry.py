@@ -2,7 +2,9 @@
 stand-in for nccl_dcp.Context built on the PyTorch reference: its cases,
 inputs, comparisons and verdicts work, and they FAIL when the collective is
 wrong (a stand-in that ignores the LSEs), so a green GPU run means something.
-The CUDA-only cases (graphs, the library's own checks) are left to the GPU."""
+The engines' drop-ins (nccl_dcp.vllm, nccl_dcp.flashinfer) run their
+library path here, on the same stand-in. The CUDA-only cases (graphs, the
+library's own checks) are left to the GPU."""
 
 import os
 import socket
@@ -63,6 +65,7 @@ def worker(rank, port, broken, verdicts):
 
     import torch.distributed as dist
     import gpu_torchrun as suite_module
+    from nccl_dcp import _dropin
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
@@ -70,12 +73,15 @@ def worker(rank, port, broken, verdicts):
         ReferenceContext.broken = broken
         suite_module.DEVICE = "cpu"
         suite_module.nccl_dcp = types.SimpleNamespace(Context=ReferenceContext)
+        _dropin.Context = ReferenceContext  # the drop-ins' library path, on the stand-in
+        _dropin.uses_library = lambda tensor, group: True
         group = dist.group.WORLD
         suite = suite_module.Suite(group)
         suite_module.add_matrix(suite, group)
         suite_module.add_mla_shape(suite, group)
         suite_module.add_protocols(suite, group)
         suite_module.add_modes(suite, group)
+        suite_module.add_dropins(suite, group)
         results = suite.run()
         if rank == 0:
             for name, bad, detail, _, _ in results:
@@ -114,16 +120,17 @@ def run_suite(broken, attempts=2):
 def test_suite_passes_a_correct_collective():
     results = run_suite(broken=False)
     # 6 x (create + 9 calls + close), the MLA shape, 3 protocols; the modes: 3 x 2 LSE dtypes x (create + 6
-    # calls + close), TOKEN's 4 host-count cases per LSE dtype
-    assert len(results) == 70 + 6 * 8 + 2 * 4
+    # calls + close), TOKEN's 4 host-count cases per LSE dtype; the drop-ins: vLLM's 3 configurations x 3
+    # batches, FlashInfer's 2 x (a workspace + 3 batches), their close
+    assert len(results) == 70 + 6 * 8 + 2 * 4 + 9 + 2 * 4 + 1
     failed = [r for r in results if r[1]]
     assert not failed, failed
 
 
 def test_suite_fails_a_wrong_collective():
     results = run_suite(broken=True)
-    calls = [r for r in results if r[0].startswith(("matrix/", "mla/", "protocol/", "modes/"))
-             and not r[0].endswith(("/create", "/close"))]
+    calls = [r for r in results if r[0].startswith(("matrix/", "mla/", "protocol/", "modes/", "dropin/"))
+             and not r[0].endswith(("/create", "/close", "/create_workspace"))]
     passed = [r[0] for r in calls if not r[1]]
     # A batch of one row has no corner case and random LSEs: every call must catch the wrong weights.
     assert calls and not passed, passed
