@@ -1251,13 +1251,14 @@ TEST_F(PluginTest, AFailureInTheReportTurnsThePluginOffWithOneWarning) {
   EXPECT_EXIT(expectFailureTurnsThePluginOff("report"), ::testing::ExitedWithCode(0), "");
 }
 
-TEST(PluginEnv, EveryVariableIsDocumentedInTheReadme) {
-  std::ifstream in(std::string(DCP_SOURCE_ROOT) + "/README.md");
-  ASSERT_TRUE(in) << DCP_SOURCE_ROOT << "/README.md";
+TEST(PluginEnv, EveryVariableIsDocumentedInTheReadme) {  // the variables' page, docs/environment.md
+  std::ifstream in(std::string(DCP_SOURCE_ROOT) + "/docs/environment.md");
+  ASSERT_TRUE(in) << DCP_SOURCE_ROOT << "/docs/environment.md";
   std::stringstream text;
   text << in.rdbuf();
   for (const char* name : pluginEnvNames())
-    EXPECT_NE(text.str().find(std::string("`") + name + "`"), std::string::npos) << name << " is not in README.md";
+    EXPECT_NE(text.str().find(std::string("`") + name + "`"), std::string::npos)
+        << name << " is not in docs/environment.md";
 }
 
 // ---------------------------------------------------------------------------
