@@ -62,12 +62,14 @@ double idealBytes(int scatter, int nRanks, int64_t rows, int localHeads, int hea
   return cp * b * cp * hl * unit + 2.0 * cp * (cp - 1) * b * peer * wireUnit + cp * b * out * unit;
 }
 
+bool stepsBy(const Args& a) { return a.step > 0 && !a.factorGiven; }
+
 std::vector<int64_t> batchSweep(const Args& a) {
   std::vector<int64_t> sizes;
   int64_t b = a.minRows;
   while (b <= a.maxRows) {
     sizes.push_back(b);
-    int64_t next = a.step > 0 ? b + a.step : (int64_t)std::ceil(b * a.factor);
+    int64_t next = stepsBy(a) ? b + a.step : (int64_t)std::ceil(b * a.factor);
     if (next <= b) next = b + 1;  // -b 0 with a factor still advances
     b = next;
   }
@@ -130,6 +132,12 @@ Row makeRow(const Args& a, int64_t rows, int64_t bytes, int nRanks, const Sample
   r.peerWriteUs = aggregate(a.aggregate, s.peerWriteUs);
   r.copyEngineUs = aggregate(a.aggregate, s.copyEngineUs);
   r.base2Us = aggregate(a.aggregate, s.base2Us);
+  r.fusedMedianUs = aggregate(a.aggregate, s.fusedMedianUs);
+  r.baseMedianUs = aggregate(a.aggregate, s.baseMedianUs);
+  r.base2MedianUs = aggregate(a.aggregate, s.base2MedianUs);
+  r.fusedCpuUs = aggregate(a.aggregate, s.fusedCpuUs);
+  r.baseCpuUs = aggregate(a.aggregate, s.baseCpuUs);
+  r.base2CpuUs = aggregate(a.aggregate, s.base2CpuUs);
   r.fusedWrong = s.fusedWrong;
   r.baseWrong = s.baseWrong;
   r.base2Wrong = s.base2Wrong;
@@ -144,6 +152,7 @@ Columns columnsOf(const Args& a, bool loopback, bool floorsMeasured) {
   c.baseline2 = hasBaseline2(a);
   c.ideal = loopback;
   c.floor = floorsMeasured;
+  c.cpuTime = a.cpuTime != 0;
   return c;
 }
 
@@ -153,7 +162,7 @@ std::string tableHeader(const Args& a, int nRanks, const Columns& c) {
   // nccl-tests' settings line, sizes in bytes (rows beside them).
   const int64_t perRow = bytesPerRow(a, nRanks);
   char step[64];
-  if (a.step > 0) snprintf(step, sizeof(step), "%lld(bytes)", (long long)(a.step * perRow));
+  if (stepsBy(a)) snprintf(step, sizeof(step), "%lld(bytes)", (long long)(a.step * perRow));
   else snprintf(step, sizeof(step), "%g(factor)", a.factor);
   snprintf(line, sizeof(line),
            "# nThread %d nGpus %d minBytes %lld maxBytes %lld step: %s warmup iters: %d iters: %d agg iters: %d "
@@ -167,26 +176,35 @@ std::string tableHeader(const Args& a, int nRanks, const Columns& c) {
            a.lseBase ? "e" : "2", (long long)a.minRows, (long long)a.maxRows, baselineName(a.baseline, a.scatter),
            c.baseline2 ? "  baseline 2 " : "", c.baseline2 ? kBaseline2Name : "");
   h += line;
+  if (c.cpuTime)
+    snprintf(line, sizeof(line), "#  cputime: the host's time to issue one call (-C 1); median: the GPU's time per call "
+             "in the median of the %d iterations; bandwidths from the GPU's mean\n", a.iters);
+  else
+    snprintf(line, sizeof(line), "#  time: the mean per call over %d iterations (nccl-tests' statistic); median: per "
+             "call in the median iteration\n", a.iters);
+  h += line;
   const std::string base = std::string("baseline (") +
                            baselineName(a.baseline == kBaselineOff ? kBaselineFull : a.baseline, a.scatter) + ")";
   // NONE's second baseline: its time, #wrong and the speed-up against it.
   const char* base2 = c.baseline2 ? "   baseline 2 (HEAD + all-gather)" : "";
-  snprintf(line, sizeof(line), "#%10s %12s   %28s %7s   %28s %8s%s\n", "", "", "fused (nccl-dcp)", "", base.c_str(), "",
-           base2);
+  snprintf(line, sizeof(line), "#%10s %12s   %38s %7s   %38s %8s%s\n", "", "", "fused (nccl-dcp)", "", base.c_str(),
+           "", base2);
   h += line;
+  const char* time = c.cpuTime ? "cputime" : "time";
   const char* ideal = c.ideal ? "   xIdeal" : "";
   const char* floor = c.floor ? "   xFloor" : "";
   char names2[64] = "", units2[64] = "";
   if (c.baseline2) {
-    snprintf(names2, sizeof(names2), " %9s %7s %8s", "time", "#wrong", "speedup");
+    snprintf(names2, sizeof(names2), " %9s %7s %8s", time, "#wrong", "speedup");
     snprintf(units2, sizeof(units2), " %9s %7s %8s", "(us)", "", "(x)");
   }
-  snprintf(line, sizeof(line), "#%10s %12s %9s %8s %8s %7s %9s %8s %8s %7s %8s%s%s%s %13s\n", "rows", "size", "time",
-           "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "speedup", names2, ideal, floor, "protocol");
+  snprintf(line, sizeof(line), "#%10s %12s %9s %9s %8s %8s %7s %9s %9s %8s %8s %7s %8s%s%s%s %13s\n", "rows", "size",
+           time, "median", "algbw", "busbw", "#wrong", time, "median", "algbw", "busbw", "#wrong", "speedup", names2,
+           ideal, floor, "protocol");
   h += line;
-  snprintf(line, sizeof(line), "#%10s %12s %9s %8s %8s %7s %9s %8s %8s %7s %8s%s%s%s %13s\n", "", "(B)", "(us)", "(GB/s)",
-           "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(x)", units2, c.ideal ? "      (x)" : "",
-           c.floor ? "      (x)" : "", "(fused)");
+  snprintf(line, sizeof(line), "#%10s %12s %9s %9s %8s %8s %7s %9s %9s %8s %8s %7s %8s%s%s%s %13s\n", "", "(B)", "(us)",
+           "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(GB/s)", "(GB/s)", "", "(x)", units2,
+           c.ideal ? "      (x)" : "", c.floor ? "      (x)" : "", "(fused)");
   h += line;
   return h;
 }
@@ -199,23 +217,27 @@ std::string formatRow(const Row& r, const Columns& c) {
   };
   wrong(wrongF, r.fusedWrong);
   wrong(wrongB, r.baseWrong);
+  // -C 1: the time columns are the host's, the bandwidths stay the GPU's (as nccl-tests).
+  const double fused = c.cpuTime ? r.fusedCpuUs : r.fusedUs, base = c.cpuTime ? r.baseCpuUs : r.baseUs;
   char base2[64] = "";
   if (c.baseline2) {
     char wrong2[24];
     wrong(wrong2, r.base2Wrong);
-    snprintf(base2, sizeof(base2), " %9.2f %7s %8.2f", r.base2Us, wrong2, r.speedup2);
+    snprintf(base2, sizeof(base2), " %9.2f %7s %8.2f", c.cpuTime ? r.base2CpuUs : r.base2Us, wrong2, r.speedup2);
   }
   char ideal[32] = "", floor[32] = "";
   if (c.ideal) snprintf(ideal, sizeof(ideal), " %8.2f", r.idealUs > 0 ? r.fusedUs / r.idealUs : 0.0);
   if (c.floor) snprintf(floor, sizeof(floor), " %8.2f", r.xFloor);
   const char* proto = r.protocol.empty() ? "-" : r.protocol.c_str();
   if (c.baseline)
-    snprintf(line, sizeof(line), " %10lld %12lld %9.2f %8.2f %8.2f %7s %9.2f %8.2f %8.2f %7s %8.2f%s%s%s %13s\n",
-             (long long)r.rows, (long long)r.bytes, r.fusedUs, r.fusedAlgBw, r.fusedBusBw, wrongF, r.baseUs,
-             r.baseAlgBw, r.baseBusBw, wrongB, r.speedup, base2, ideal, floor, proto);
+    snprintf(line, sizeof(line),
+             " %10lld %12lld %9.2f %9.2f %8.2f %8.2f %7s %9.2f %9.2f %8.2f %8.2f %7s %8.2f%s%s%s %13s\n",
+             (long long)r.rows, (long long)r.bytes, fused, r.fusedMedianUs, r.fusedAlgBw, r.fusedBusBw, wrongF, base,
+             r.baseMedianUs, r.baseAlgBw, r.baseBusBw, wrongB, r.speedup, base2, ideal, floor, proto);
   else
-    snprintf(line, sizeof(line), " %10lld %12lld %9.2f %8.2f %8.2f %7s %9s %8s %8s %7s %8s%s%s%s %13s\n",
-             (long long)r.rows, (long long)r.bytes, r.fusedUs, r.fusedAlgBw, r.fusedBusBw, wrongF, "-", "-", "-", "-",
+    snprintf(line, sizeof(line),
+             " %10lld %12lld %9.2f %9.2f %8.2f %8.2f %7s %9s %9s %8s %8s %7s %8s%s%s%s %13s\n", (long long)r.rows,
+             (long long)r.bytes, fused, r.fusedMedianUs, r.fusedAlgBw, r.fusedBusBw, wrongF, "-", "-", "-", "-", "-",
              "-", base2, ideal, floor, proto);
   return line;
 }

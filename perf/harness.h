@@ -36,29 +36,35 @@ constexpr int kBaselineAllToAll = 2;  // the same all-to-all alone (compare with
 // ncclAllGather of every partial. NONE has a second baseline in the same
 // run: the HEAD call + ncclAllGather of the merged heads (baseline2).
 
-// A size flag (-b -e -i): batch rows, or bytes of one rank's partials
-// (rows * ranks * Hl * D * element size), turned into rows once the rank
+// A size flag: bytes of one rank's partials (-b -e -i, nccl-tests'
+// meaning: a plain number is bytes, K/M/G suffixes) or batch rows
+// (--min-rows --max-rows --step-rows), turned into rows once the rank
 // count is known (resolveSizes).
 struct Size {
   int64_t value = 0;
   bool bytes = false;
 };
 
-// The flags, nccl-tests' letters with nccl-tests' meanings, ours as long
-// options (usage() lists them).
+// The flags, nccl-tests' letters with nccl-tests' meanings and defaults,
+// ours as long options (usage() lists them).
 struct Args {
-  Size minSize{1, false}, maxSize{1024, false}, stepSize{0, false};  // -b -e -i as given
+  // -b -e -i as given; the default sweep is 1..1024 rows (the decode range:
+  // nccl-tests' own default, one size of 32 MiB, is a prefill's).
+  Size minSize{1, false}, maxSize{1024, false}, stepSize{0, false};
   int64_t minRows = 1, maxRows = 1024;  // -b -e in rows (resolveSizes)
   double factor = 2;                    // -f
-  int64_t step = 0;                     // -i in rows (overrides -f when > 0)
+  bool factorGiven = false;             // -f on the command line: it wins over -i, as in nccl-tests
+  int64_t step = 0;                     // -i in rows (used when > 0 and -f was not given)
   int gpusPerThread = 1;                // -g
   int threads = 1;                      // -t
-  int iters = 20;                       // -n timed samples per size (the median is reported)
-  int warmup = 5;                       // -w warm-up samples per size
-  int aggIters = 10;                    // -m calls per sample (captured in one graph with -G >= 1)
-  int graphLaunches = 1;                // -G launches of that graph per sample; 0 = eager calls
+  int iters = 20;                       // -n timed samples per size (the table reports their mean)
+  int warmup = 1;                       // -w warm-up samples per size
+  int aggIters = 1;                     // -m calls per sample (captured in one graph with -G >= 1)
+  int graphLaunches = 0;                // -G launches of that graph per sample; 0 = eager calls
   int check = 1;                        // -c checked calls per size against the CPU reference
   int aggregate = 1;                    // -a 0 rank 0, 1 avg, 2 min, 3 max across ranks
+  int cpuTime = 0;                      // -C 1: the time column is the host's time per call
+  int parallelInit = 0;                 // -p: accepted (and recorded in the JSON), changes nothing
   int timeoutS = -1;                    // -T seconds -> NCCL_DCP_TIMEOUT_MS (-1: as the environment says)
   ncclDataType_t dtype = ncclBfloat16;  // -d
   int headDim = 512;                    // --head-dim
@@ -88,20 +94,25 @@ std::string versionText(int dcpLoaded, int ncclLoaded);
 // "2.28.9" from NCCL_VERSION_CODE-style 22809 (nccl-dcp uses the same code).
 std::string versionString(int code);
 
-// A size as -b / -e / -i take it: a plain integer is rows (bytes when
-// plainIsBytes: --minbytes...); a B, K, M or G suffix (K = 1024, as
-// nccl-tests) makes it bytes: "32K", "1.5M", "4096B".
-bool parseSize(const char* text, bool plainIsBytes, Size* out);
+// A size in bytes as nccl-tests' -b / -e / -i take it: a plain integer is
+// bytes; a B, K, M or G suffix (K = 1024, as nccl-tests; "KB", "KiB" too)
+// multiplies it: "4096", "32K", "1.5M", "1G".
+bool parseBytes(const char* text, int64_t* bytes);
 // Bytes of one row of one rank's partials: ranks * Hl * D * element size.
 int64_t bytesPerRow(const Args& a, int nRanks);
 // Sizes given in bytes become rows (rounded down; at least 1 row for a
-// non-zero size); false with *error when the sweep is then empty or too large.
+// non-zero size: sizeNote says so); false with *error when the sweep is
+// then empty or too large.
 bool resolveSizes(Args* a, int nRanks, std::string* error);
-// Header line saying how the byte sizes became rows ("" when none was).
+// Header line saying how the byte sizes became rows, and which were less
+// than one row ("" when no size was in bytes).
 std::string sizeNote(const Args& a, int nRanks);
 
-// The batch sizes of the sweep: -b to -e by factor -f, or by step -i.
+// The batch sizes of the sweep: -b to -e by factor -f, or by step -i when
+// -i was given and -f was not (nccl-tests: a factor > 1 wins).
 std::vector<int64_t> batchSweep(const Args& a);
+// True when the sweep adds -i's rows (else it multiplies by -f).
+bool stepsBy(const Args& a);
 
 // ---- The scatter modes' bytes (even split), for the floors, the ideal
 // time and the buffers. Units are (row, head) pairs of D elements.
@@ -156,25 +167,40 @@ struct Placement {
 // 2 minimum, 3 maximum. Empty: 0.
 double aggregate(int how, const std::vector<double>& perRank);
 
+// One call's time on one rank, from -n timed samples of -m calls (x -G
+// graph launches) each: nccl-tests' statistic, the mean per call, and the
+// samples' median beside it (robust to a stray slow sample); and the host's
+// time per call to issue them (nccl-tests' -C cputime).
+struct Timing {
+  double meanUs = 0, medianUs = 0, cpuUs = 0;
+};
+
 // Every rank's measurements of one size, in rank order (empty: not
 // measured), and the wrong-element counts summed over the ranks (-1: not
-// checked).
+// checked). The *Us vectors are the means; *MedianUs and *CpuUs beside them.
 struct Samples {
   std::vector<double> fusedUs, baseUs, base2Us, peerWriteUs, copyEngineUs;
+  std::vector<double> fusedMedianUs, baseMedianUs, base2MedianUs;
+  std::vector<double> fusedCpuUs, baseCpuUs, base2CpuUs;
   int64_t fusedWrong = -1, baseWrong = -1, base2Wrong = -1;
 };
 
-// One line of the table. Times in microseconds; bandwidths in GB/s.
+// One line of the table. Times in microseconds (the mean per call, as
+// nccl-tests; *MedianUs the samples' median, *CpuUs the host's time per
+// call); bandwidths in GB/s, from the mean.
 struct Row {
   int64_t rows = 0;
   std::string protocol;  // what the fused call ran: "LL128", "LL128+SIMPLE" (chunks), "fallback", "-"
   int64_t bytes = 0;  // partial outputs each rank holds: rows * cp * Hl * D * elt
   double fusedUs = 0, fusedAlgBw = 0, fusedBusBw = 0;
+  double fusedMedianUs = 0, fusedCpuUs = 0;
   int64_t fusedWrong = -1;  // -1: not checked
   double baseUs = 0, baseAlgBw = 0, baseBusBw = 0;
+  double baseMedianUs = 0, baseCpuUs = 0;
   int64_t baseWrong = -1;
-  double speedup = 0;
+  double speedup = 0;       // baseUs / fusedUs
   double base2Us = 0;       // NONE's second baseline (HEAD + all-gather of the merged heads); 0: not run
+  double base2MedianUs = 0, base2CpuUs = 0;
   int64_t base2Wrong = -1;
   double speedup2 = 0;      // base2Us / fusedUs
   double idealUs = 0;       // loopback: ideal time at the measured copy bandwidth (0: n/a)
@@ -198,10 +224,12 @@ struct Columns {
   bool baseline2 = false;  // NONE's HEAD + all-gather
   bool ideal = false;    // loopback's xIdeal
   bool floor = false;    // xFloor
+  bool cpuTime = false;  // -C 1: the time columns show the host's time per call
 };
 Columns columnsOf(const Args& a, bool loopback, bool floorsMeasured);
 
-// The run's settings (nccl-tests' line) and the column names.
+// The run's settings (nccl-tests' line) and the column names; under -C 1
+// the time columns are "cputime", the host's time per call, as nccl-tests.
 std::string tableHeader(const Args& a, int nRanks, const Columns& c);
 std::string formatRow(const Row& r, const Columns& c);
 // The figures nccl-tests closes its table with, and ours.
@@ -261,10 +289,16 @@ struct RunInfo {
   std::vector<std::string> env;      // relevantEnvironment()
   std::vector<DeviceInfo> devices;   // every rank, in rank order
 };
-// Valid JSON (numbers finite, else null): nccl-tests' -J fields (version,
-// start_time, args, env, nccl_version, config, results, out_of_bounds,
-// average_bus_bandwidth, end_time) and ours beside them (rows[] with every
-// figure, the floors, the shape, the versions as strings).
+// Valid JSON (numbers finite, else null), every key snake_case:
+// nccl-tests' -J fields (version, start_time, args, env, nccl_version,
+// config, results, out_of_bounds, average_bus_bandwidth, end_time), each
+// results[] entry nccl-tests' size/count/type/out_of_place{time, alg_bw,
+// bus_bw, nwrong} (the fused call) with ours beside them (rows, protocol,
+// median_time, cpu_time, baseline{...}, the floors' times), and the run's
+// own fields (shape, versions, floors) at the top level. Fields that
+// nccl-tests has are not repeated under another name.
+// (Older files had a camelCase rows[] array instead; the readers,
+// scripts/plot_perf.py and the plugin's calibration, still take it.)
 std::string jsonReport(const Args& a, const RunInfo& run, const Floors& floors, const std::vector<Row>& rows);
 // The variables that shape a run (NCCL_*, CUDA_*, NVIDIA_*, launchers'
 // OMPI_* / PMIX_* / SLURM_* / UCX_*, LD_LIBRARY_PATH, LD_PRELOAD), sorted;

@@ -1,7 +1,10 @@
 /*************************************************************************
  * The perf binary's command line: nccl-tests' letters with nccl-tests'
- * meanings (its src/common.cu getopt_long table), ours as long options;
- * sizes in rows or bytes; --help and --version.
+ * meanings and defaults (its src/common.cu getopt_long table: -b -e -i in
+ * bytes, -n 20 -w 1 -m 1 -G 0 -c 1, the mean reported), ours as long
+ * options (rows: --min-rows --max-rows --step-rows); nccl-tests' options
+ * that change nothing here accepted at their default values; --help and
+ * --version.
  ************************************************************************/
 #include <getopt.h>
 #include <strings.h>
@@ -49,44 +52,49 @@ std::string usage(const char* program) {
     << "       mpirun -np <processes> " << program << " [options]   (built with MPI: meson -Dmpi)\n"
     << "One call: ncclDcpA2aLseReduce of a batch of rows on every rank. The baseline (NCCL's all-to-all of\n"
     << "the partials + a combine kernel) and the floors of the hardware run in the same run, same data.\n"
-    << "nccl-tests options (the same letters mean the same things):\n"
+    << "nccl-tests options (the same letters, meanings and defaults):\n"
     << "  -t, --nthreads <n>        threads per process (default 1); ranks = processes x threads x GPUs\n"
     << "  -g, --ngpus <n>           GPUs per thread (default 1)\n"
-    << "  -b <size>                 smallest batch (default 1 row)\n"
-    << "  -e <size>                 largest batch (default 1024 rows)\n"
-    << "  -i <size>                 add this between sizes instead of multiplying by -f (default 0: -f)\n"
-    << "                            A size is batch rows as a plain number, or bytes of one rank's partials\n"
-    << "                            with a suffix: B, K, M, G (K = 1024, as nccl-tests): rows = bytes /\n"
-    << "                            (ranks x Hl x D x element size), rounded down, at least 1. -b 32K -e 32M\n"
-    << "                            is 1..1024 rows at 2 ranks, Hl 16, D 512, bf16. The table shows both.\n"
-    << "  --minbytes, --maxbytes, --stepbytes <bytes>\n"
-    << "                            -b, -e, -i in bytes, nccl-tests' long names (a plain number is bytes)\n"
-    << "  -f, --stepfactor <x>      multiply the batch by x between sizes (default 2)\n"
-    << "  -n, --iters <n>           timed samples per size (default 20); the median sample is reported\n"
-    << "  -w, --warmup_iters <n>    untimed samples per size before them (default 5)\n"
-    << "  -m, --agg_iters <n>       calls per sample (default 10)\n"
-    << "  -G, --cudagraph <n>       launches of a CUDA graph per sample (default 1); 0: eager calls, no graph\n"
-    << "                            nccl-tests captures -n x -m calls in one graph, launches it -G times and\n"
-    << "                            reports the mean. Here each sample is -G launches of a graph of -m calls\n"
-    << "                            (-G 0: -m eager calls) between two CUDA events, and a call's time is the\n"
-    << "                            median sample / (m x G). The default, -m 10 -G 1, replays a graph of 10\n"
-    << "                            calls as a decode step does.\n"
+    << "  -b, --minbytes <size>     smallest size, bytes of one rank's partials (B x cp x Hl x D x element)\n"
+    << "  -e, --maxbytes <size>     largest size\n"
+    << "  -i, --stepbytes <size>    add this between sizes instead of multiplying by -f\n"
+    << "                            A size is bytes: a plain number, or with a suffix K, M, G (K = 1024, as\n"
+    << "                            nccl-tests; 1.5M, 32K). The sweep runs in whole rows: a size becomes\n"
+    << "                            bytes / (ranks x Hl x D x element size) rows, rounded down, at least 1;\n"
+    << "                            the table prints both. -b 32K -e 32M is 1..1024 rows at 2 ranks, Hl 16,\n"
+    << "                            D 512, bf16. Without a size option: 1..1024 rows.\n"
+    << "  -f, --stepfactor <x>      multiply the size by x between sizes (default 2; given, it wins over -i)\n"
+    << "  -n, --iters <n>           timed iterations per size (default 20)\n"
+    << "  -w, --warmup_iters <n>    untimed iterations per size before them (default 1)\n"
+    << "  -m, --agg_iters <n>       calls per iteration (default 1)\n"
+    << "  -G, --cudagraph <n>       each iteration replays a CUDA graph of its -m calls n times (default 0:\n"
+    << "                            eager calls)\n"
+    << "                            time = the mean per call over the -n iterations, as nccl-tests reports\n"
+    << "                            it (iteration time / (m x G)); the median iteration is the column beside\n"
+    << "                            it. A decode step replays a graph: -m 10 -G 1 measures that.\n"
     << "  -c, --check <n>           check n calls per size against the CPU reference (default 1; 0: none)\n"
     << "  -a, --average <0-3>       across ranks: 0 rank 0, 1 average, 2 minimum, 3 maximum (default 1)\n"
     << "  -d, --datatype <type>     bfloat16 | half | float (or bf16 | fp16 | fp32; default bfloat16)\n"
+    << "  -C, --report_cputime <0|1>  1: the time columns are the host's time to issue one call (default 0)\n"
     << "  -T, --timeout <s>         a device-side wait gives up after s seconds, 0: never (sets\n"
     << "                            NCCL_DCP_TIMEOUT_MS; default: as the environment says, else 60 s)\n"
     << "  -J, --output_file <file>  write the results as JSON (nccl-tests' fields, and ours beside them)\n"
     << "  -h, --help                this help\n"
+    << "  -p, --parallel_init <0|1>   accepted; ranks are set up one thread each anyway\n"
+    << "  at their default value, accepted and changing nothing: -z 0 -y 0 -N 1 -r 0 -S 0 -u 0 -M 0 -I 0\n"
+    << "                            -K 0 -R 0 -x -1 -D 0 (other values are refused: they have no meaning here)\n"
     << "nccl-dcp options:\n"
+    << "  --min-rows, --max-rows, --step-rows <rows>\n"
+    << "                            the sweep in batch rows instead of bytes (as -b, -e, -i)\n"
     << "  -H, --local-heads <n>     local heads per rank, Hl (default 16)\n"
     << "  --head-dim <n>            head dim, D (default 512)\n"
     << "  -P, --protocol <p>        AUTO | LL | LL128 | SIMPLE (default AUTO; the table's last column and the\n"
-    << "                            JSON's protocolChosen say what each size ran)\n"
+    << "                            JSON's results[].protocol say what each size ran)\n"
     << "  -L, --lse-base <2|e>      base of the LSEs (default 2)\n"
     << "  --virtual-ranks <n>       loopback: n virtual ranks on one GPU, one thread, one process\n"
     << "                            (default 0: real ranks)\n"
-    << "  --max-batch <rows>        workspace capacity in rows (default: -e); larger batches run in chunks\n"
+    << "  --max-batch <rows>        workspace capacity in rows (default: the largest size); larger batches\n"
+    << "                            run in chunks\n"
     << "  -B, --baseline <0|1|2>    baseline in the same run: 0 none, 1 ncclAlltoAll + combine, 2 the\n"
     << "                            partials' all-to-all alone, to compare with nccl-tests' alltoall_perf\n"
     << "                            (default 1)\n"
@@ -115,7 +123,8 @@ std::string usage(const char* program) {
     << "  --provider <p>            the fused path's workspace: auto | nccl-window | cuda-ipc | fallback\n"
     << "                            (sets NCCL_DCP_PROVIDER; default: as the environment says, else auto)\n"
     << "  --version                 the versions of nccl-dcp and NCCL, then exit\n"
-    << "nccl-tests options with no meaning here are refused: -N -p -o -r -z -y -C -S -R -x -D -V -M -u -I -K.\n"
+    << "Refused: -o (the reduction is always the LSE-weighted merge), -V (nccl-tests' device CTA count;\n"
+    << "virtual ranks are --virtual-ranks).\n"
     << "Exit codes: 0 ok, 2 bad arguments, 3 no GPU, 4 wrong results, 5 a call failed.\n";
   return o.str();
 }
@@ -133,9 +142,9 @@ bool toInt(const char* s, int64_t lo, int64_t hi, int64_t* out) {
 
 // Long-only options: getopt_long's codes past every character.
 enum LongOnly {
-  kOptMinBytes = 256,
-  kOptMaxBytes,
-  kOptStepBytes,
+  kOptMinRows = 256,
+  kOptMaxRows,
+  kOptStepRows,
   kOptHeadDim,
   kOptVirtualRanks,
   kOptMaxBatch,
@@ -150,21 +159,40 @@ const struct option kLongOptions[] = {
     // nccl-tests' names
     {"nthreads", required_argument, nullptr, 't'},
     {"ngpus", required_argument, nullptr, 'g'},
-    {"minbytes", required_argument, nullptr, kOptMinBytes},
-    {"maxbytes", required_argument, nullptr, kOptMaxBytes},
-    {"stepbytes", required_argument, nullptr, kOptStepBytes},
+    {"minbytes", required_argument, nullptr, 'b'},
+    {"maxbytes", required_argument, nullptr, 'e'},
+    {"stepbytes", required_argument, nullptr, 'i'},
     {"stepfactor", required_argument, nullptr, 'f'},
     {"iters", required_argument, nullptr, 'n'},
     {"agg_iters", required_argument, nullptr, 'm'},
     {"warmup_iters", required_argument, nullptr, 'w'},
+    {"run_cycles", required_argument, nullptr, 'N'},
+    {"parallel_init", required_argument, nullptr, 'p'},
     {"check", required_argument, nullptr, 'c'},
+    {"op", required_argument, nullptr, 'o'},
     {"datatype", required_argument, nullptr, 'd'},
+    {"root", required_argument, nullptr, 'r'},
+    {"blocking", required_argument, nullptr, 'z'},
+    {"stream_null", required_argument, nullptr, 'y'},
     {"timeout", required_argument, nullptr, 'T'},
     {"cudagraph", required_argument, nullptr, 'G'},
+    {"report_cputime", required_argument, nullptr, 'C'},
+    {"report_timestamps", required_argument, nullptr, 'S'},
     {"output_file", required_argument, nullptr, 'J'},
     {"average", required_argument, nullptr, 'a'},
+    {"local_register", required_argument, nullptr, 'R'},
+    {"cta_policy", required_argument, nullptr, 'x'},
+    {"device_implementation", required_argument, nullptr, 'D'},
+    {"device_cta_count", required_argument, nullptr, 'V'},
+    {"memory", required_argument, nullptr, 'M'},
+    {"unalign", required_argument, nullptr, 'u'},
+    {"per_iter_timing", required_argument, nullptr, 'I'},
+    {"per_iter_skip", required_argument, nullptr, 'K'},
     {"help", no_argument, nullptr, 'h'},
     // ours
+    {"min-rows", required_argument, nullptr, kOptMinRows},
+    {"max-rows", required_argument, nullptr, kOptMaxRows},
+    {"step-rows", required_argument, nullptr, kOptStepRows},
     {"local-heads", required_argument, nullptr, 'H'},
     {"head-dim", required_argument, nullptr, kOptHeadDim},
     {"protocol", required_argument, nullptr, 'P'},
@@ -181,9 +209,11 @@ const struct option kLongOptions[] = {
     {nullptr, 0, nullptr, 0},
 };
 // ':' first: a missing value comes back as ':', an unknown option as '?'.
-const char kShortOptions[] = ":t:g:b:e:i:f:n:m:w:c:d:T:G:J:a:hH:P:L:B:F:";
+// Every nccl-tests letter is known, so that the messages can say what it
+// means there.
+const char kShortOptions[] = ":t:g:b:e:i:f:n:m:w:N:p:c:o:d:r:z:y:T:G:C:S:J:a:R:x:D:V:M:u:I:K:hH:P:L:B:F:";
 
-// How the messages name an option: "-n" or "--head-dim".
+// How the messages name an option: "-n/--iters" or "--head-dim".
 std::string optionName(int code) {
   std::string name = code < 256 ? std::string("-") + (char)code : "";
   for (const struct option* o = kLongOptions; o->name; o++)
@@ -191,27 +221,44 @@ std::string optionName(int code) {
   return name.empty() ? "?" : name;
 }
 
-// nccl-tests' letters this binary has no use for, and what they mean there.
-const char* ncclTestsOnly(int c) {
-  switch (c) {
-    case 'N': return "--run_cycles";
-    case 'p': return "--parallel_init";
-    case 'o': return "--op (the reduction here is always the LSE-weighted merge)";
-    case 'r': return "--root (an all-to-all has none)";
-    case 'z': return "--blocking";
-    case 'y': return "--stream_null";
-    case 'C': return "--report_cputime";
-    case 'S': return "--report_timestamps";
-    case 'R': return "--local_register (the workspace: --provider)";
-    case 'x': return "--cta_policy";
-    case 'D': return "--device_implementation (the head dim: --head-dim)";
-    case 'V': return "--device_cta_count (loopback ranks: --virtual-ranks)";
-    case 'M': return "--memory";
-    case 'u': return "--unalign";
-    case 'I': return "--per_iter_timing";
-    case 'K': return "--per_iter_skip";
-    default: return nullptr;
+// nccl-tests' options whose default is what this binary always does: that
+// value is accepted and changes nothing (scripts written for nccl-tests
+// pass them); any other is refused with what the option means there.
+struct NcclTestsDefault {
+  int code;
+  const char* accepted;  // the value that changes nothing; nullptr: none
+  const char* meaning;   // what it is in nccl-tests, and what to use here
+};
+
+const NcclTestsDefault kNcclTestsDefaults[] = {
+    {'N', "1", "--run_cycles: this binary runs the sweep once"},
+    {'o', nullptr, "--op: the reduction here is always the LSE-weighted merge"},
+    {'r', "0", "--root: an all-to-all has none"},
+    {'z', "0", "--blocking: the calls here never block the host"},
+    {'y', "0", "--stream_null: the calls run on a stream of their own"},
+    {'S', "0", "--report_timestamps"},
+    {'R', "0", "--local_register: the workspace is --provider's"},
+    {'x', "-1", "--cta_policy"},
+    {'D', "0", "--device_implementation (the head dim is --head-dim)"},
+    {'V', nullptr, "--device_cta_count (virtual ranks are --virtual-ranks)"},
+    {'M', "0", "--memory"},
+    {'u', "0", "--unalign: the API needs 16-byte aligned rows"},
+    {'I', "0", "--per_iter_timing: the median column is there anyway"},
+    {'K', "0", "--per_iter_skip"},
+};
+
+// true when c is one of kNcclTestsDefaults: *error set unless v is its default.
+bool ncclTestsDefault(int c, const char* v, std::string* error, bool* ok) {
+  for (const NcclTestsDefault& d : kNcclTestsDefaults) {
+    if (d.code != c) continue;
+    *ok = d.accepted && !strcmp(v, d.accepted);
+    if (!*ok)
+      *error = std::string("option -") + (char)c + " " + v + " is nccl-tests' " + d.meaning + "; " +
+               (d.accepted ? std::string("only its default, -") + (char)c + " " + d.accepted + ", is accepted here"
+                           : "this binary does not have it");
+    return true;
   }
+  return false;
 }
 
 // The integer options: range and where the value goes.
@@ -230,6 +277,8 @@ const IntOption kIntOptions[] = {
     {'G', 0, 10000, [](Args* a, int64_t v) { a->graphLaunches = (int)v; }},
     {'c', 0, 1000, [](Args* a, int64_t v) { a->check = (int)v; }},
     {'a', 0, 3, [](Args* a, int64_t v) { a->aggregate = (int)v; }},
+    {'C', 0, 1, [](Args* a, int64_t v) { a->cpuTime = (int)v; }},
+    {'p', 0, 1, [](Args* a, int64_t v) { a->parallelInit = (int)v; }},
     {'T', 0, 86400, [](Args* a, int64_t v) { a->timeoutS = (int)v; }},
     {'H', 1, NCCL_DCP_MAX_LOCAL_HEADS, [](Args* a, int64_t v) { a->localHeads = (int)v; }},
     {kOptHeadDim, 1, NCCL_DCP_MAX_HEAD_DIM, [](Args* a, int64_t v) { a->headDim = (int)v; }},
@@ -252,26 +301,29 @@ bool parseWordOption(int code, const char* v, Args* a, std::string* error) {
   switch (code) {
     case 'b':
     case 'e':
-    case 'i':
-    case kOptMinBytes:
-    case kOptMaxBytes:
-    case kOptStepBytes: {
-      Size z;
-      const bool plainBytes = code >= 256;
-      if (!parseSize(v, plainBytes, &z))
-        return bad(plainBytes ? "a size in bytes (4096, 32K, 1.5M, 1G)"
-                              : "a size: rows (64), or bytes with a suffix (4096B, 32K, 1.5M, 1G)");
-      const int64_t hi = z.bytes ? kMaxSizeBytes : (code == 'i' ? NCCL_DCP_MAX_BATCH_CAPACITY : kMaxSweepRows);
-      if (z.value > hi) return bad(("at most " + std::to_string(hi) + (z.bytes ? " bytes" : " rows")).c_str());
-      if (code == 'b' || code == kOptMinBytes) a->minSize = z;
-      if (code == 'e' || code == kOptMaxBytes) a->maxSize = z;
-      if (code == 'i' || code == kOptStepBytes) a->stepSize = z;
+    case 'i': {
+      Size z{0, true};
+      if (!parseBytes(v, &z.value)) return bad("a size in bytes (4096, 32K, 1.5M, 1G)");
+      if (z.value > kMaxSizeBytes) return bad(("at most " + std::to_string(kMaxSizeBytes) + " bytes").c_str());
+      (code == 'b' ? a->minSize : code == 'e' ? a->maxSize : a->stepSize) = z;
+      return true;
+    }
+    case kOptMinRows:
+    case kOptMaxRows:
+    case kOptStepRows: {
+      const int64_t hi = code == kOptStepRows ? NCCL_DCP_MAX_BATCH_CAPACITY : kMaxSweepRows;
+      Size z{0, false};
+      if (!toInt(v, code == kOptStepRows ? 1 : 0, hi, &z.value))
+        return bad(("a whole number of rows in [" + std::to_string(code == kOptStepRows ? 1 : 0) + ", " +
+                    std::to_string(hi) + "]").c_str());
+      (code == kOptMinRows ? a->minSize : code == kOptMaxRows ? a->maxSize : a->stepSize) = z;
       return true;
     }
     case 'f': {
       char* end = nullptr;
       a->factor = strtod(v, &end);
       if (end == v || *end != '\0' || !(a->factor > 1.0) || !std::isfinite(a->factor)) return bad("a factor > 1");
+      a->factorGiven = true;
       return true;
     }
     case 'd':
@@ -314,15 +366,20 @@ bool rowsOf(const Size& z, int64_t* rows) {
   return true;
 }
 
-// Combinations no single option can judge.
+// How the messages name a size option: by the unit it was given in.
+const char* sizeFlag(const Size& z, char letter) {
+  if (letter == 'b') return z.bytes ? "-b" : "--min-rows";
+  if (letter == 'e') return z.bytes ? "-e" : "--max-rows";
+  return z.bytes ? "-i" : "--step-rows";
+}
+
+// Combinations no single option can judge (sizes in two units are judged
+// once the rank count is known: resolveSizes).
 bool checkCombination(const Args& a, std::string* error) {
-  if (!a.minSize.bytes && !a.maxSize.bytes && a.minSize.value > a.maxSize.value) {
-    *error = "-b " + std::to_string(a.minSize.value) + " is larger than -e " + std::to_string(a.maxSize.value);
-    return false;
-  }
-  if (a.minSize.bytes && a.maxSize.bytes && a.minSize.value > a.maxSize.value) {
-    *error = "-b / --minbytes " + std::to_string(a.minSize.value) + " B is larger than -e / --maxbytes " +
-             std::to_string(a.maxSize.value) + " B";
+  if (a.minSize.bytes == a.maxSize.bytes && a.minSize.value > a.maxSize.value) {
+    const char* unit = a.minSize.bytes ? " B" : " rows";
+    *error = std::string(sizeFlag(a.minSize, 'b')) + " " + std::to_string(a.minSize.value) + unit +
+             " is larger than " + sizeFlag(a.maxSize, 'e') + " " + std::to_string(a.maxSize.value) + unit;
     return false;
   }
   if (a.virtualRanks > 0 && (a.threads > 1 || a.gpusPerThread > 1)) {
@@ -336,34 +393,26 @@ bool checkCombination(const Args& a, std::string* error) {
 
 }  // namespace
 
-bool parseSize(const char* text, bool plainIsBytes, Size* out) {
+bool parseBytes(const char* text, int64_t* bytes) {
   const char* s = text;
-  while (*s == ' ') s++;
-  if (!*s || *s == '-' || *s == '+') return false;
+  if (!*s || *s == '-' || *s == '+' || *s == ' ') return false;
   char* end = nullptr;
   const double v = strtod(s, &end);
   if (end == s || !std::isfinite(v) || v < 0) return false;
-  const bool integral = v == std::floor(v);
+  // Only decimal digits, a point and the suffix: no hex, no exponent.
+  for (const char* c = s; c < end; c++)
+    if (!isdigit((unsigned char)*c) && *c != '.') return false;
   std::string suffix(end);
   for (char& ch : suffix) ch = (char)toupper((unsigned char)ch);
   double unit = 0;
-  if (suffix.empty()) unit = plainIsBytes ? 1 : 0;
-  else if (suffix == "B") unit = 1;
+  if (suffix.empty() || suffix == "B") unit = 1;
   else if (suffix == "K" || suffix == "KB" || suffix == "KIB") unit = 1024.0;
   else if (suffix == "M" || suffix == "MB" || suffix == "MIB") unit = 1024.0 * 1024;
   else if (suffix == "G" || suffix == "GB" || suffix == "GIB") unit = 1024.0 * 1024 * 1024;
   else return false;
-  // Only decimal digits, a point and the suffix: no hex, no exponent.
-  for (const char* c = s; c < end; c++)
-    if (!isdigit((unsigned char)*c) && *c != '.') return false;
-  if (unit == 0) {  // rows
-    if (!integral || v > 1e15) return false;
-    *out = {(int64_t)v, false};
-    return true;
-  }
-  const double bytes = v * unit;
-  if (bytes > 9e15 || (unit == 1 && !integral)) return false;
-  *out = {(int64_t)bytes, true};
+  const double b = v * unit;
+  if (b > 9e15 || b != std::floor(b)) return false;  // whole bytes: 1.5 is not a size, 1.5K is
+  *bytes = (int64_t)b;
   return true;
 }
 
@@ -372,27 +421,37 @@ int64_t bytesPerRow(const Args& a, int nRanks) {
   return (int64_t)std::max(nRanks, 1) * a.localHeads * a.headDim * elt;
 }
 
+namespace {
+
+// Rows of a size: rows as given, bytes rounded down to whole rows, at
+// least one for a non-zero size.
+int64_t rowsOfSize(const Size& z, int64_t perRow) {
+  if (!z.bytes) return z.value;
+  return z.value == 0 ? 0 : std::max<int64_t>(z.value / perRow, 1);
+}
+
+}  // namespace
+
 bool resolveSizes(Args* a, int nRanks, std::string* error) {
   const int64_t perRow = bytesPerRow(*a, nRanks);
-  auto rows = [&](const Size& z) {
-    if (!z.bytes) return z.value;
-    return z.value == 0 ? 0 : std::max<int64_t>(z.value / perRow, 1);
-  };
-  a->minRows = rows(a->minSize);
-  a->maxRows = rows(a->maxSize);
-  a->step = rows(a->stepSize);
+  a->minRows = rowsOfSize(a->minSize, perRow);
+  a->maxRows = rowsOfSize(a->maxSize, perRow);
+  a->step = rowsOfSize(a->stepSize, perRow);
   const std::string unit = " rows (one row = " + std::to_string(perRow) + " B at " + std::to_string(nRanks) +
                            " ranks)";
   if (a->minRows > a->maxRows) {
-    *error = "-b is " + std::to_string(a->minRows) + " rows, more than -e's " + std::to_string(a->maxRows) + unit;
+    *error = std::string(sizeFlag(a->minSize, 'b')) + " is " + std::to_string(a->minRows) + " rows, more than " +
+             sizeFlag(a->maxSize, 'e') + "'s " + std::to_string(a->maxRows) + unit;
     return false;
   }
   if (a->maxRows > kMaxSweepRows) {
-    *error = "-e is " + std::to_string(a->maxRows) + unit + ": at most " + std::to_string(kMaxSweepRows);
+    *error = std::string(sizeFlag(a->maxSize, 'e')) + " is " + std::to_string(a->maxRows) + unit + ": at most " +
+             std::to_string(kMaxSweepRows);
     return false;
   }
   if (a->step > NCCL_DCP_MAX_BATCH_CAPACITY) {
-    *error = "-i is " + std::to_string(a->step) + unit + ": at most " + std::to_string(NCCL_DCP_MAX_BATCH_CAPACITY);
+    *error = std::string(sizeFlag(a->stepSize, 'i')) + " is " + std::to_string(a->step) + unit + ": at most " +
+             std::to_string(NCCL_DCP_MAX_BATCH_CAPACITY);
     return false;
   }
   return true;
@@ -400,15 +459,24 @@ bool resolveSizes(Args* a, int nRanks, std::string* error) {
 
 std::string sizeNote(const Args& a, int nRanks) {
   if (!a.minSize.bytes && !a.maxSize.bytes && !a.stepSize.bytes) return "";
+  const int64_t perRow = bytesPerRow(a, nRanks);
   std::ostringstream o;
   o << "# sizes in bytes -> rows: one row = " << nRanks << " ranks x Hl " << a.localHeads << " x D " << a.headDim
-    << " x " << (a.dtype == ncclFloat32 ? 4 : 2) << " B = " << bytesPerRow(a, nRanks) << " B:";
+    << " x " << (a.dtype == ncclFloat32 ? 4 : 2) << " B = " << perRow << " B:";
   const std::pair<const char*, std::pair<Size, int64_t>> sizes[] = {
       {"-b", {a.minSize, a.minRows}}, {"-e", {a.maxSize, a.maxRows}}, {"-i", {a.stepSize, a.step}}};
+  bool below = false;
   for (const auto& [flag, z] : sizes)
-    if (z.first.bytes) o << " " << flag << " " << z.first.value << " B = " << z.second << " rows;";
+    if (z.first.bytes) {
+      const bool lessThanARow = z.first.value > 0 && z.first.value < perRow;
+      below = below || lessThanARow;
+      o << " " << flag << " " << z.first.value << " B = " << z.second << " rows" << (lessThanARow ? " (less than one row)" : "")
+        << ";";
+    }
   std::string s = o.str();
   s.back() = '\n';
+  // A plain number is bytes, as in nccl-tests; a sweep meant in rows says so.
+  if (below) s += "# (sizes are bytes, as in nccl-tests: a sweep in rows is --min-rows / --max-rows)\n";
   return s;
 }
 
@@ -421,9 +489,7 @@ ParseResult parseArgs(int argc, char** argv, Args* a, std::string* error) {
     if (c == -1) break;
     const std::string given = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
     if (c == '?') {
-      const char* there = optopt > 0 && optopt < 256 ? ncclTestsOnly(optopt) : nullptr;
-      if (there) *error = std::string("option -") + (char)optopt + " is nccl-tests' " + there + ", which this binary does not have";
-      else if (optopt > 0 && optopt < 256) *error = std::string("unknown option -") + (char)optopt;
+      if (optopt > 0 && optopt < 256) *error = std::string("unknown option -") + (char)optopt;
       else *error = "unknown option '" + given + "'";
       return ParseResult::Error;
     }
@@ -433,6 +499,11 @@ ParseResult parseArgs(int argc, char** argv, Args* a, std::string* error) {
     }
     if (c == 'h') return ParseResult::Help;
     if (c == kOptVersion) return ParseResult::Version;
+    bool accepted = false;
+    if (ncclTestsDefault(c, optarg, error, &accepted)) {
+      if (!accepted) return ParseResult::Error;
+      continue;
+    }
     if (c == kOptTimeline) {
 #ifdef NCCL_DCP_TIMELINE
       a->timeline = 1;

@@ -1,8 +1,9 @@
 /*************************************************************************
  * The perf binary's JSON report (-J): nccl-tests' fields (its src/util.cu
- * writer, JSON_FILE_VERSION 3) and ours beside them. Strings and numbers go
- * through plugin/json.h, so the file is valid JSON whatever it holds: a
- * NaN or an infinity is written null.
+ * writer, JSON_FILE_VERSION 3) and ours beside them, every key snake_case
+ * as nccl-tests' are; a figure nccl-tests has is written once, under its
+ * name. Strings and numbers go through plugin/json.h, so the file is valid
+ * JSON whatever it holds: a NaN or an infinity is written null.
  ************************************************************************/
 #include <time.h>
 
@@ -82,8 +83,10 @@ class JsonWriter {
   bool keyed_ = false;
 };
 
-// nccl-tests' {time, alg_bw, bus_bw, nwrong} of one call.
-void writeTiming(JsonWriter& w, double us, double algBw, double busBw, int64_t wrong) {
+// nccl-tests' {time, alg_bw, bus_bw, nwrong} of one call (nwrong null:
+// not checked), our median and host time beside them.
+void writeTiming(JsonWriter& w, double us, double medianUs, double cpuUs, double algBw, double busBw,
+                 int64_t wrong) {
   w.open('{', true);
   w.key("time").num(us);
   w.key("alg_bw").num(algBw);
@@ -91,6 +94,49 @@ void writeTiming(JsonWriter& w, double us, double algBw, double busBw, int64_t w
   w.key("nwrong");
   if (wrong >= 0) w.num((double)wrong);
   else w.null();
+  w.key("median_time").num(medianUs);
+  w.key("cpu_time").num(cpuUs);
+  w.close();
+}
+
+// One results[] entry: nccl-tests' fields (the fused call is the
+// out-of-place operation; there is no in-place one), then ours.
+void writeResult(JsonWriter& w, const Args& a, const Row& r, int nRanks) {
+  const int elt = a.dtype == ncclFloat32 ? 4 : 2;
+  w.open('{', true);
+  w.key("size").integer(r.bytes);
+  w.key("count").integer(r.bytes / elt);
+  w.key("type").str(dtypeNcclTestsName(a.dtype));
+  w.key("redop").str("lse");
+  w.key("root").str("-1");
+  w.key("out_of_place");
+  writeTiming(w, r.fusedUs, r.fusedMedianUs, r.fusedCpuUs, r.fusedAlgBw, r.fusedBusBw, r.fusedWrong);
+  w.key("in_place").null();
+  w.key("actual_iterations").integer(a.iters);
+  w.key("experiment_name").str("fused");
+  w.key("rows").integer(r.rows);
+  w.key("protocol").str(r.protocol);
+  w.key("baseline");
+  if (a.baseline != kBaselineOff)
+    writeTiming(w, r.baseUs, r.baseMedianUs, r.baseCpuUs, r.baseAlgBw, r.baseBusBw, r.baseWrong);
+  else
+    w.null();
+  w.key("speedup").num(r.speedup);
+  w.key("baseline2");  // NONE's HEAD + all-gather (same size: bandwidths as the others')
+  if (hasBaseline2(a)) {
+    Row b2 = r;
+    b2.fusedUs = r.base2Us;
+    fillBandwidths(&b2, nRanks);
+    writeTiming(w, r.base2Us, r.base2MedianUs, r.base2CpuUs, b2.fusedAlgBw, b2.fusedBusBw, r.base2Wrong);
+  } else {
+    w.null();
+  }
+  w.key("speedup2").num(r.speedup2);
+  w.key("ideal_time").num(r.idealUs);
+  w.key("peer_write_time").num(r.peerWriteUs);
+  w.key("copy_engine_time").num(r.copyEngineUs);
+  w.key("floor_time").num(r.floorUs);
+  w.key("x_floor").num(r.xFloor);
   w.close();
 }
 
@@ -121,8 +167,8 @@ std::vector<std::string> relevantEnvironment(char** envp) {
 
 std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const std::vector<Row>& rows) {
   const int64_t perRow = bytesPerRow(a, run.nRanks);
-  const int elt = a.dtype == ncclFloat32 ? 4 : 2;
   const Summary sum = summarize(rows);
+  const int dcpVersion = run.dcpVersion ? run.dcpVersion : NCCL_DCP_VERSION_CODE;
   JsonWriter w;
   w.open('{');
   // ---- nccl-tests' fields (its -J writer, JSON_FILE_VERSION 3), in its order.
@@ -140,7 +186,7 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
   w.key("ngpus").integer(a.gpusPerThread);
   w.key("minimum_bytes").integer(a.minRows * perRow);
   w.key("maximum_bytes").integer(a.maxRows * perRow);
-  if (a.step > 0) w.key("step_bytes").integer(a.step * perRow);
+  if (stepsBy(a)) w.key("step_bytes").integer(a.step * perRow);
   else w.key("step_factor").num(a.factor);
   w.key("warmup_iters").integer(a.warmup);
   w.key("iterations").integer(a.iters);
@@ -150,7 +196,9 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
   w.key("blocking_collectives").boolean(false);
   w.key("per_iter_timing").boolean(false);
   w.key("per_iter_skip").integer(0);
-  w.key("parallel_init").boolean(false);
+  w.key("parallel_init").boolean(a.parallelInit != 0);
+  w.key("report_cputime").boolean(a.cpuTime != 0);
+  w.key("average").integer(a.aggregate);
   w.key("devices").open('[');
   for (const DeviceInfo& d : run.devices) {
     w.open('{', true);
@@ -165,37 +213,8 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
   }
   w.close();
   w.close();  // config
-  // One result per size: the fused call is nccl-tests' out-of-place
-  // operation (there is no in-place one); the baseline beside it.
   w.key("results").open('[');
-  for (const Row& r : rows) {
-    w.open('{', true);
-    w.key("size").integer(r.bytes);
-    w.key("count").integer(r.bytes / elt);
-    w.key("type").str(dtypeNcclTestsName(a.dtype));
-    w.key("redop").str("lse");
-    w.key("root").str("-1");
-    w.key("out_of_place");
-    writeTiming(w, r.fusedUs, r.fusedAlgBw, r.fusedBusBw, r.fusedWrong);
-    w.key("in_place").null();
-    w.key("actual_iterations").integer(a.iters);
-    w.key("experiment_name").str("fused");
-    w.key("rows").integer(r.rows);
-    w.key("protocol").str(r.protocol);
-    w.key("baseline");
-    if (a.baseline != kBaselineOff) writeTiming(w, r.baseUs, r.baseAlgBw, r.baseBusBw, r.baseWrong);
-    else w.null();
-    w.key("baseline2");  // NONE's HEAD + all-gather (same bytes column: bandwidths as the others')
-    if (hasBaseline2(a)) {
-      Row b2 = r;
-      b2.fusedUs = r.base2Us;
-      fillBandwidths(&b2, run.nRanks);
-      writeTiming(w, r.base2Us, b2.fusedAlgBw, b2.fusedBusBw, r.base2Wrong);
-    } else {
-      w.null();
-    }
-    w.close();
-  }
+  for (const Row& r : rows) writeResult(w, a, r, run.nRanks);
   w.close();
   w.key("out_of_bounds").open('{', true);
   w.key("count").integer(sum.wrong);
@@ -204,86 +223,55 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
   w.key("average_bus_bandwidth").open('{', true);
   w.key("bandwidth").num(sum.busBw);
   w.key("okay").str("unchecked");
+  w.key("baseline").num(sum.baseBusBw);
   w.close();
-  // ---- ours.
+  // ---- ours: what nccl-tests has no field for.
   w.key("tool").str("dcp_a2a_lse_reduce_perf");
-  w.key("ncclDcpVersion").integer(run.dcpVersion ? run.dcpVersion : NCCL_DCP_VERSION_CODE);
-  w.key("ncclDcpVersionString").str(versionString(run.dcpVersion ? run.dcpVersion : NCCL_DCP_VERSION_CODE));
-  w.key("ncclDcpHeadersVersionString").str(versionString(NCCL_DCP_VERSION_CODE));
-  w.key("ncclVersion").integer(run.ncclVersion);
-  w.key("ncclVersionString").str(versionString(run.ncclVersion));
-  w.key("ncclHeadersVersionString").str(versionString(NCCL_VERSION_CODE));
+  w.key("nccl_dcp_version").integer(dcpVersion);
+  w.key("nccl_dcp_version_string").str(versionString(dcpVersion));
+  w.key("nccl_dcp_headers_version_string").str(versionString(NCCL_DCP_VERSION_CODE));
+  w.key("nccl_version_string").str(versionString(run.ncclVersion));
+  w.key("nccl_headers_version_string").str(versionString(NCCL_VERSION_CODE));
   w.key("host").str(run.host);
   w.key("mode").str(run.mode);
   w.key("device").str(run.device);
-  w.key("nRanks").integer(run.nRanks);
+  w.key("n_ranks").integer(run.nRanks);
   w.key("processes").integer(run.placement.processes);
-  w.key("threads").integer(run.placement.threads);
-  w.key("gpusPerThread").integer(run.placement.gpusPerThread);
-  w.key("virtualRanks").integer(a.virtualRanks);
+  w.key("virtual_ranks").integer(a.virtualRanks);
   w.key("scatter").str(scatterName(a.scatter));
-  w.key("noneAlgo");  // NONE's algorithm (NCCL_DCP_NONE_ALGO, src/types.h noneRelays)
+  w.key("none_algo");  // NONE's algorithm (NCCL_DCP_NONE_ALGO, src/types.h noneRelays)
   if (run.noneAlgo.empty()) w.null();
   else w.str(run.noneAlgo);
   w.key("wire").str(wireName(a.wire));
   w.key("dtype").str(dtypeName(a.dtype));
-  w.key("headDim").integer(a.headDim);
-  w.key("localHeads").integer(a.localHeads);
-  w.key("bytesPerRow").integer(perRow);
+  w.key("head_dim").integer(a.headDim);
+  w.key("local_heads").integer(a.localHeads);
+  w.key("bytes_per_row").integer(perRow);
+  w.key("min_rows").integer(a.minRows);
+  w.key("max_rows").integer(a.maxRows);
   w.key("protocol").str(protocolName(a.protocol));
   w.key("provider").str(run.provider);
-  w.key("lseBase").str(a.lseBase ? "e" : "2");
-  w.key("maxBatch").integer(capacityOf(a));
-  w.key("aggIters").integer(a.aggIters);
-  w.key("graphLaunches").integer(a.graphLaunches);
-  w.key("iters").integer(a.iters);
-  w.key("warmup").integer(a.warmup);
-  w.key("aggregate").integer(a.aggregate);
-  w.key("timeoutS");
+  w.key("lse_base").str(a.lseBase ? "e" : "2");
+  w.key("max_batch").integer(capacityOf(a));
+  w.key("time_statistic").str("mean");  // results[].*.time; median_time beside it
+  w.key("timeout_s");
   if (a.timeoutS >= 0) w.integer(a.timeoutS);
   else w.null();
   w.key("baseline").str(baselineName(a.baseline, a.scatter));
   w.key("baseline2");
   if (hasBaseline2(a)) w.str(kBaseline2Name);
   else w.null();
-  w.key("copyGBps").num(run.copyGBps);
-  w.key("averageBusBwBaseline").num(sum.baseBusBw);
-  w.key("speedupGeomean").num(sum.speedup);
-  w.key("speedup2Geomean").num(sum.speedup2);
+  w.key("copy_bandwidth").num(run.copyGBps);
+  w.key("speedup_geomean").num(sum.speedup);
+  w.key("speedup2_geomean").num(sum.speedup2);
   w.key("floors").open('{', true);
   w.key("measured").boolean(f.measured);
   w.key("why").str(f.why);
   w.key("where").str(f.where);
   w.key("local").boolean(f.local);
   w.key("sms").integer(f.sms);
-  w.key("roundTripUs").num(f.roundTripUs);
-  w.key("roundTrip").str(f.roundTrip);
-  w.close();
-  w.key("rows").open('[');
-  for (const Row& r : rows) {
-    w.open('{', true);
-    w.key("rows").integer(r.rows);
-    w.key("bytes").integer(r.bytes);
-    w.key("protocolChosen").str(r.protocol);
-    w.key("fusedUs").num(r.fusedUs);
-    w.key("fusedAlgBw").num(r.fusedAlgBw);
-    w.key("fusedBusBw").num(r.fusedBusBw);
-    w.key("fusedWrong").integer(r.fusedWrong);
-    w.key("baseUs").num(r.baseUs);
-    w.key("baseAlgBw").num(r.baseAlgBw);
-    w.key("baseBusBw").num(r.baseBusBw);
-    w.key("baseWrong").integer(r.baseWrong);
-    w.key("speedup").num(r.speedup);
-    w.key("base2Us").num(r.base2Us);
-    w.key("base2Wrong").integer(r.base2Wrong);
-    w.key("speedup2").num(r.speedup2);
-    w.key("idealUs").num(r.idealUs);
-    w.key("peerWriteUs").num(r.peerWriteUs);
-    w.key("copyEngineUs").num(r.copyEngineUs);
-    w.key("floorUs").num(r.floorUs);
-    w.key("xFloor").num(r.xFloor);
-    w.close();
-  }
+  w.key("round_trip_time").num(f.roundTripUs);
+  w.key("round_trip").str(f.roundTrip);
   w.close();
   w.key("end_time").str(run.endTime);  // last, as nccl-tests writes it
   w.close();

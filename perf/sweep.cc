@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
 
 #include "checks.h"
 #include "floors.h"
@@ -18,6 +20,10 @@ namespace {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
+}
+
+double mean(const std::vector<double>& v) {
+  return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / v.size();
 }
 
 // c once on every rank, outside any capture, and every rank waits for all:
@@ -73,13 +79,15 @@ void launch(const Args& a, const std::vector<cudaGraphExec_t>& execs, Mode& m, C
     }
 }
 
-// Microseconds per call of c on each slot: the median of -n samples after
-// -w, each sample -m calls x -G graph launches (-G 0: -m eager calls).
-// The samples are queued back to back, an event pair around each, and the
-// host waits only after the last (as nccl-tests' -G does): a sample's time
-// is then the GPU's, not the host's latency to start a graph on an idle GPU
-// nor one GPU waiting for the next one's launch (-g 2).
-std::vector<double> timeCall(const Args& a, Team& team, int thread, Mode& m, Call c, int64_t rows) {
+// The time per call of c on each slot, from -n iterations after -w, each
+// -m calls x -G graph launches (-G 0: -m eager calls): their mean, as
+// nccl-tests reports, and their median. The iterations are queued back to
+// back, an event pair around each, and the host waits only after the last
+// (as nccl-tests' -G does): an iteration's time is then the GPU's, not the
+// host's latency to start a graph on an idle GPU nor one GPU waiting for
+// the next one's launch (-g 2). The host's own time per call (-C) is that
+// of issuing the -n iterations, before the wait.
+std::vector<Timing> timeCall(const Args& a, Team& team, int thread, Mode& m, Call c, int64_t rows) {
   warmUp(team, thread, m, c, rows);
   const std::vector<cudaGraphExec_t> execs =
       a.graphLaunches > 0 ? capture(m, [&] {
@@ -98,6 +106,8 @@ std::vector<double> timeCall(const Args& a, Team& team, int thread, Mode& m, Cal
     }
   }
   for (int w = 0; w < a.warmup; w++) launch(a, execs, m, c, rows);
+  const double callsPerIteration = (double)a.aggIters * std::max(a.graphLaunches, 1);
+  const auto issued = std::chrono::steady_clock::now();
   for (int it = 0; it < a.iters; it++) {
     for (size_t i = 0; i < slots.size(); i++) {
       CUDA_OR_DIE(cudaSetDevice(slots[i].dev));
@@ -109,7 +119,10 @@ std::vector<double> timeCall(const Args& a, Team& team, int thread, Mode& m, Cal
       CUDA_OR_DIE(cudaEventRecord(stop[i][it], slots[i].stream));
     }
   }
-  std::vector<double> us;
+  const double hostUs =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - issued).count() /
+      (a.iters * callsPerIteration);
+  std::vector<Timing> times;
   for (size_t i = 0; i < slots.size(); i++) {
     CUDA_OR_DIE(cudaSetDevice(slots[i].dev));
     CUDA_OR_DIE(cudaEventSynchronize(stop[i][a.iters - 1]));
@@ -117,19 +130,33 @@ std::vector<double> timeCall(const Args& a, Team& team, int thread, Mode& m, Cal
     for (int it = 0; it < a.iters; it++) {
       float ms = 0;
       CUDA_OR_DIE(cudaEventElapsedTime(&ms, start[i][it], stop[i][it]));
-      samples.push_back(ms * 1e3 / ((double)a.aggIters * std::max(a.graphLaunches, 1)));
+      samples.push_back(ms * 1e3 / callsPerIteration);
       CUDA_OR_DIE(cudaEventDestroy(start[i][it]));
       CUDA_OR_DIE(cudaEventDestroy(stop[i][it]));
     }
-    us.push_back(median(samples));
+    times.push_back({mean(samples), median(samples), hostUs});
     if (i < execs.size()) CUDA_OR_DIE(cudaGraphExecDestroy(execs[i]));
   }
-  return us;
+  return times;
 }
 
-// Every rank's time of c, in rank order.
-std::vector<double> timeEveryRank(const Args& a, Team& team, int thread, Mode& m, Call c, int64_t rows) {
-  return team.allGather(thread, timeCall(a, team, thread, m, c, rows));
+// Every rank's times of c, in rank order: the means, the medians, the host's.
+struct RankTimes {
+  std::vector<double> mean, median, cpu;
+};
+
+RankTimes timeEveryRank(const Args& a, Team& team, int thread, Mode& m, Call c, int64_t rows) {
+  const std::vector<Timing> mine = timeCall(a, team, thread, m, c, rows);
+  std::vector<double> flat;
+  for (const Timing& t : mine) flat.insert(flat.end(), {t.meanUs, t.medianUs, t.cpuUs});
+  const std::vector<double> all = team.allGather(thread, flat);
+  RankTimes r;
+  for (size_t k = 0; k + 2 < all.size(); k += 3) {
+    r.mean.push_back(all[k]);
+    r.median.push_back(all[k + 1]);
+    r.cpu.push_back(all[k + 2]);
+  }
+  return r;
 }
 
 // The wrong elements of -c checked calls of c, summed over every rank.
@@ -154,10 +181,11 @@ Floors measureFloors(const Args& a, Team& team, int thread, Mode& m, const std::
     return f;
   }
   for (size_t k = 0; k < sizes.size(); k++) {
-    (*samples)[k].peerWriteUs = timeEveryRank(a, team, thread, m, Call::PeerWrite, sizes[k]);
-    (*samples)[k].copyEngineUs = timeEveryRank(a, team, thread, m, Call::CopyEngine, sizes[k]);
+    (*samples)[k].peerWriteUs = timeEveryRank(a, team, thread, m, Call::PeerWrite, sizes[k]).mean;
+    (*samples)[k].copyEngineUs = timeEveryRank(a, team, thread, m, Call::CopyEngine, sizes[k]).mean;
   }
-  f.roundTripUs = aggregate(a.aggregate, timeEveryRank(a, team, thread, m, Call::RoundTrip, 0)) / kRoundTripsPerLaunch;
+  f.roundTripUs =
+      aggregate(a.aggregate, timeEveryRank(a, team, thread, m, Call::RoundTrip, 0).mean) / kRoundTripsPerLaunch;
   if (team.sum(thread, m.roundTripTimedOut() ? 1 : 0) > 0) {
     f.roundTripUs = -1;
     f.roundTrip += " (timed out: a partner never answered)";
@@ -300,10 +328,17 @@ int runSweep(const Args& a, Team& team, int thread, Mode& m) {
     const int64_t b = sizes[k];
     Samples& s = samples[k];
     m.prepare(b);
-    s.fusedUs = timeEveryRank(a, team, thread, m, Call::Fused, b);
-    if (a.baseline != kBaselineOff)
-      s.baseUs = timeEveryRank(a, team, thread, m, a.baseline == kBaselineAllToAll ? Call::BaselineAllToAll : Call::Baseline, b);
-    if (hasBaseline2(a)) s.base2Us = timeEveryRank(a, team, thread, m, Call::Baseline2, b);
+    const RankTimes fused = timeEveryRank(a, team, thread, m, Call::Fused, b);
+    s.fusedUs = fused.mean, s.fusedMedianUs = fused.median, s.fusedCpuUs = fused.cpu;
+    if (a.baseline != kBaselineOff) {
+      const RankTimes base = timeEveryRank(
+          a, team, thread, m, a.baseline == kBaselineAllToAll ? Call::BaselineAllToAll : Call::Baseline, b);
+      s.baseUs = base.mean, s.baseMedianUs = base.median, s.baseCpuUs = base.cpu;
+    }
+    if (hasBaseline2(a)) {
+      const RankTimes base2 = timeEveryRank(a, team, thread, m, Call::Baseline2, b);
+      s.base2Us = base2.mean, s.base2MedianUs = base2.median, s.base2CpuUs = base2.cpu;
+    }
     if (a.check > 0 && b > 0) {
       s.fusedWrong = checkEveryRank(a, team, thread, m, Call::Fused, b);
       if (a.baseline != kBaselineOff) s.baseWrong = checkEveryRank(a, team, thread, m, Call::Baseline, b);

@@ -21,6 +21,12 @@ std::string stringField(const json::Value& v, const char* key) {
   return f && f->type == json::Value::String ? f->string : std::string();
 }
 
+// The time of a results[] entry's timing object (out_of_place, baseline), or null.
+const json::Value* timeOf(const json::Value& result, const char* timing) {
+  const json::Value* t = result.find(timing);
+  return t && t->type == json::Value::Object ? t->find("time") : nullptr;
+}
+
 int intField(const json::Value& v, const char* key) {
   const json::Value* f = v.find(key);
   return f && f->isNumber() && f->number >= 0 && f->number <= INT_MAX ? (int)f->number : 0;
@@ -73,33 +79,42 @@ Calibration parseCalibration(const std::string& text, const std::string& path) {
     c.error = "not JSON (" + why + ")";
     return c;
   }
+  // Today's perf -J files are nccl-tests' JSON: results[] with size and
+  // out_of_place.time (the fused call) and baseline.time, the shape in
+  // snake_case; older ones had a camelCase rows[] (bytes, fusedUs, baseUs).
+  const json::Value* results = doc.find("results");
   const json::Value* rows = doc.find("rows");
+  const bool current = results != nullptr && results->type == json::Value::Array &&
+                       !(rows != nullptr && rows->type == json::Value::Array);
+  if (current) rows = results;
   if (rows == nullptr || rows->type != json::Value::Array) {
-    c.error = "no rows[] array: not a dcp_a2a_lse_reduce_perf -J file";
+    c.error = "no results[] (nor an older rows[]) array: not a dcp_a2a_lse_reduce_perf -J file";
     return c;
   }
   c.mode = stringField(doc, "mode");
   c.dtype = stringField(doc, "dtype");
   c.protocol = stringField(doc, "protocol");
   c.device = stringField(doc, "device");
-  c.nRanks = intField(doc, "nRanks");
-  c.headDim = intField(doc, "headDim");
-  c.localHeads = intField(doc, "localHeads");
+  c.nRanks = intField(doc, current ? "n_ranks" : "nRanks");
+  c.headDim = intField(doc, current ? "head_dim" : "headDim");
+  c.localHeads = intField(doc, current ? "local_heads" : "localHeads");
+  const char* const array = current ? "results" : "rows";
   for (size_t i = 0; i < rows->array.size(); i++) {
     const json::Value& r = rows->array[i];
-    const json::Value* bytes = r.find("bytes");
-    const json::Value* fused = r.find("fusedUs");
-    const json::Value* base = r.find("baseUs");
+    const json::Value* bytes = r.find(current ? "size" : "bytes");
+    const json::Value* fused = current ? timeOf(r, "out_of_place") : r.find("fusedUs");
+    const json::Value* base = current ? timeOf(r, "baseline") : r.find("baseUs");
     if (!bytes || !fused || !base || !bytes->isNumber() || !fused->isNumber() || !base->isNumber() ||
         bytes->number <= 0 || fused->number <= 0 || base->number <= 0) {
-      // baseUs is 0 when the perf binary ran with -B 0: no baseline, no saving to estimate.
-      c.error = "rows[" + std::to_string(i) + "] lacks a positive bytes, fusedUs or baseUs (-B 0 run?)";
+      // No baseline time when the perf binary ran with -B 0: no saving to estimate.
+      c.error = std::string(array) + "[" + std::to_string(i) + "] lacks a positive " +
+                (current ? "size, out_of_place.time or baseline.time" : "bytes, fusedUs or baseUs") + " (-B 0 run?)";
       return c;
     }
     c.points.push_back({bytes->number, fused->number, base->number});
   }
-  if (c.points.empty()) c.error = "rows[] is empty";
-  if (c.nRanks <= 0 && c.error.empty()) c.error = "no nRanks";
+  if (c.points.empty()) c.error = std::string(array) + "[] is empty";
+  if (c.nRanks <= 0 && c.error.empty()) c.error = current ? "no n_ranks" : "no nRanks";
   std::sort(c.points.begin(), c.points.end(),
             [](const Calibration::Point& a, const Calibration::Point& b) { return a.bytes < b.bytes; });
   return c;

@@ -1,8 +1,9 @@
 /*************************************************************************
  * The fused path's expected time for a size, from the table the perf
- * binary writes with -J (perf/harness.cc jsonReport): rows[] of
- * {rows, bytes, fusedUs, baseUs}, measured in one run for one shape
- * (nRanks, dtype, headDim, localHeads). `bytes` is what each rank's
+ * binary writes with -J (perf/report.cc jsonReport): nccl-tests' results[]
+ * of {size, out_of_place.time (the fused call), baseline.time}, measured
+ * in one run for one shape (n_ranks, dtype, head_dim, local_heads); older
+ * files' rows[] of {bytes, fusedUs, baseUs} too. `size` is what each rank's
  * partial outputs weigh: the size of the all-to-all the fused call
  * replaces, so an all-to-all seen in a job is looked up by its bytes.
  ************************************************************************/

@@ -6,19 +6,21 @@
 ALLTOALL_PERF_OUTPUT is the text nccl-tests' alltoall_perf printed (its
 out-of-place time is the 8th field from the end of a row: then come the
 out-of-place algbw busbw #wrong and the in-place time algbw busbw #wrong).
-OUR_JSON is what dcp_a2a_lse_reduce_perf -B 2 -J wrote (baseUs: the
-ncclAlltoAll of the data and of the LSEs, no combine). Sizes are matched by
+OUR_JSON is what dcp_a2a_lse_reduce_perf -B 2 -J wrote (results[].baseline:
+the ncclAlltoAll of the data and of the LSEs, no combine; older files'
+rows[].baseUs too: scripts/perf_json.py). Sizes are matched by
 bytes per rank. Prints one line per common size with the ratio ours / NCCL's
 and exits 1 when a ratio is off by more than the tolerance (issue 9: the
 baseline is honest when it is within 10% at every size), when no size is
 common to both, or when the two ran on different NCCL libraries
-(alltoall_perf's "nccl-library=" against the JSON's ncclVersion: without
+(alltoall_perf's "nccl-library=" against the JSON's nccl_version: without
 LD_LIBRARY_PATH a GPU machine's older system NCCL loads).
 """
 
 import argparse
-import json
 import sys
+
+import perf_json
 
 
 def alltoall_perf_times(path):
@@ -50,17 +52,15 @@ def alltoall_perf_nccl(path):
 
 
 def our_nccl(path):
-    with open(path, encoding="utf-8") as f:
-        return json.load(f).get("ncclVersion")
+    return perf_json.load(path)[0]["nccl_version"]
 
 
 def our_times(path):
     """{bytes: (rows, us)} of the baseline's all-to-all alone."""
-    with open(path, encoding="utf-8") as f:
-        report = json.load(f)
-    if report.get("baseline") != "a2a alone":
-        sys.exit(f"{path}: baseline is '{report.get('baseline')}', not 'a2a alone' (run the perf binary with -B 2)")
-    return {r["bytes"]: (r["rows"], r["baseUs"]) for r in report["rows"] if r["baseUs"] > 0}
+    meta, rows = perf_json.load(path)
+    if meta["baseline"] != "a2a alone":
+        sys.exit(f"{path}: baseline is '{meta['baseline']}', not 'a2a alone' (run the perf binary with -B 2)")
+    return {r["bytes"]: (r["rows"], r["base_us"]) for r in rows if r["base_us"] > 0}
 
 
 def main():

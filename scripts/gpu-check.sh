@@ -249,7 +249,7 @@ check_filters() {  # check_filters <stage> binary:filter...
 }
 
 PERF=$BUILD/perf/dcp_a2a_lse_reduce_perf
-PERF_SHAPE=(-H 16 --head-dim 512 -d bf16 -b 1 -e 1024 -f 2 -m 10 -c 1)
+PERF_SHAPE=(-H 16 --head-dim 512 -d bf16 --min-rows 1 --max-rows 1024 -f 2 -w 5 -m 10 -G 1 -c 1)
 PERF_ARGS=(--virtual-ranks 8 "${PERF_SHAPE[@]}")  # loopback: cp 8 on one GPU
 
 # With 2 GPUs required, the perf binary's MPI launch must be tested too
@@ -469,11 +469,11 @@ if has timeline; then
   status=$?
   if [ "$status" -eq 0 ]; then
     for P in LL128 SIMPLE; do
-      bgrun build-timeline/perf/dcp_a2a_lse_reduce_perf --virtual-ranks 8 -H 16 --head-dim 512 -d bf16 -b 1 -e 1024 -f 32 \
-        -m 10 -c 0 -B 0 -F 0 --timeline -P $P > "$LOGS/timeline-loopback-$P.txt" 2>&1 || status=$?
+      bgrun build-timeline/perf/dcp_a2a_lse_reduce_perf --virtual-ranks 8 -H 16 --head-dim 512 -d bf16 --min-rows 1 --max-rows 1024 -f 32 \
+        -w 5 -m 10 -G 1 -c 0 -B 0 -F 0 --timeline -P $P > "$LOGS/timeline-loopback-$P.txt" 2>&1 || status=$?
     done
-    bgrun build-timeline/perf/dcp_a2a_lse_reduce_perf -g "$NCCL_DCP_REQUIRE_GPU" -H 16 --head-dim 512 -d bf16 -b 1 -e 1024 \
-      -f 32 -m 10 -c 0 -B 0 -F 0 --timeline > "$LOGS/timeline-ranks.txt" 2>&1 || status=$?
+    bgrun build-timeline/perf/dcp_a2a_lse_reduce_perf -g "$NCCL_DCP_REQUIRE_GPU" -H 16 --head-dim 512 -d bf16 --min-rows 1 --max-rows 1024 \
+      -f 32 -w 5 -m 10 -G 1 -c 0 -B 0 -F 0 --timeline > "$LOGS/timeline-ranks.txt" 2>&1 || status=$?
   fi
   record "$status" "timeline (timeline-*.txt)"
   grep -h "timeline rows" "$LOGS"/timeline-*.txt
@@ -625,7 +625,7 @@ if has baseline; then
     # machine's older system NCCL (compare_alltoall.py checks the versions).
     LD_LIBRARY_PATH="$nt/nccl-home/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
       "$nt/alltoall_perf" -g "$g" -G 10 -d bfloat16 -b $row -e $((row * 1024)) -f 2 > "$LOGS/alltoall_perf.txt" 2>&1
-    "$PERF" -g "$g" -H 16 --head-dim 512 -d bf16 -b 1 -e 1024 -f 2 -m 10 -B 2 -F 0 \
+    "$PERF" -g "$g" -H 16 --head-dim 512 -d bf16 --min-rows 1 --max-rows 1024 -f 2 -w 5 -m 10 -G 1 -B 2 -F 0 \
       -J "$LOGS/perf-a2a-alone.json" > "$LOGS/perf-a2a-alone.txt" 2>&1
     python3 scripts/compare_alltoall.py "$LOGS/alltoall_perf.txt" "$LOGS/perf-a2a-alone.json" > "$LOGS/baseline.txt" 2>&1
     record $? "baseline all-to-all vs alltoall_perf (-g $g): $(tail -1 "$LOGS/baseline.txt")"
@@ -655,7 +655,7 @@ if has plugin; then
     profile=("${nccl_lib[@]}" NCCL_PROFILER_PLUGIN="$plugin_so")
     report=(NCCL_DEBUG=INFO NCCL_DEBUG_FILE="$LOGS/plugin-nccl-%p.log")
     if [ "$g" -ge 2 ]; then  # the fused path's times for the estimate, same rank count
-      "$BUILD/perf/dcp_a2a_lse_reduce_perf" -g "$g" -H 16 --head-dim 512 -d bf16 -b 1 -e 1024 -f 2 \
+      "$BUILD/perf/dcp_a2a_lse_reduce_perf" -g "$g" -H 16 --head-dim 512 -d bf16 --min-rows 1 --max-rows 1024 -f 2 -w 5 -m 10 -G 1 \
         -J "$LOGS/plugin-calibration.json" > "$LOGS/plugin-calibration.txt" 2>&1
       report+=(NCCL_DCP_PROFILE_CALIBRATION="$LOGS/plugin-calibration.json")
     fi
@@ -683,7 +683,7 @@ if has plugin; then
     record $? "plugin overhead (alltoall_perf -g $g, out-of-place us; table in plugin-overhead.md)"
     cat "$LOGS/plugin-overhead.md"
     env "${profile[@]}" "${report[@]}" NCCL_DCP_PROFILE_FILE="$LOGS/plugin-dcp-%p.json" \
-      "$BUILD/perf/dcp_a2a_lse_reduce_perf" -g "$g" -b 1 -e 16 -f 4 > "$LOGS/plugin-dcp.txt" 2>&1
+      "$BUILD/perf/dcp_a2a_lse_reduce_perf" -g "$g" --min-rows 1 --max-rows 16 -f 4 > "$LOGS/plugin-dcp.txt" 2>&1
     rc=$?
     python3 scripts/check_plugin_report.py dcp "$LOGS"/plugin-dcp-*.json > "$LOGS/plugin-dcp-check.txt" 2>&1
     check=$?

@@ -3,10 +3,11 @@
 # over every local GPU (real NCCL ranks when there are several, loopback
 # with 8 virtual ranks when there is one), the baseline and the floors in
 # the same run. Results: build-main/perf.txt, build-main/perf.json (+
-# perf.png with matplotlib). Without a GPU the perf binary says so and
-# exits with 3.
+# perf.png with matplotlib). Without a GPU it says so and exits with 3 at
+# once, before installing or building anything. Only what it runs is
+# built: the perf binary and the library (-Dtests=false).
 #
-#   scripts/main-job.sh [extra perf flags, e.g. -P LL128 -e 256]
+#   scripts/main-job.sh [extra perf flags, e.g. -P LL128 --max-rows 256]
 #   LAUNCH=mpi scripts/main-job.sh    one process per GPU (mpirun -np <GPUs>):
 #                                     installs Open MPI if missing, builds with -Dmpi=enabled
 # GPUs: every one CUDA_VISIBLE_DEVICES leaves visible.
@@ -18,6 +19,27 @@ export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 
 launch=${LAUNCH:-threads}
 case $launch in threads | mpi) ;; *) echo "LAUNCH=$launch: use threads or mpi"; exit 2 ;; esac
+
+# The GPUs this job may use (the driver's, cut to CUDA_VISIBLE_DEVICES):
+# none -> say so and stop before a build that could only end the same way.
+gpus=$(scripts/visible-gpus.sh)
+if [ "$gpus" -eq 0 ] && ! command -v nvidia-smi > /dev/null && compgen -G '/dev/nvidia[0-9]*' > /dev/null; then
+  # A container with the devices but not the tool: let CUDA count them.
+  gpus=$(compgen -G '/dev/nvidia[0-9]*' | wc -l)
+  echo "== nvidia-smi not found; $gpus /dev/nvidia* device(s): the perf binary will say what CUDA sees"
+fi
+if [ "$gpus" -eq 0 ]; then
+  if ! command -v nvidia-smi > /dev/null; then
+    why="nvidia-smi is not installed (no NVIDIA driver)"
+  elif [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
+    why="CUDA_VISIBLE_DEVICES='$CUDA_VISIBLE_DEVICES' leaves none of them visible"
+  else
+    why="nvidia-smi lists none"
+  fi
+  echo "main-job: no GPU on this machine: $why. The main job runs the perf binary on NVIDIA GPUs (sm_90:" \
+    "H100 / H200); .ci/run runs the tests without one." >&2
+  exit 3
+fi
 
 # Packages: the build's, and Open MPI (headers and mpirun) for LAUNCH=mpi.
 # Another apt (unattended-upgrades, cloud-init) may hold the locks: wait,
@@ -61,10 +83,10 @@ if [ ! -f "$BUILD/build.ninja" ]; then
 elif [ "$mpi" = enabled ]; then
   meson configure "$BUILD" -Dmpi=enabled
 fi
+start=$SECONDS
 ninja -C "$BUILD" perf/dcp_a2a_lse_reduce_perf
+echo "== built $BUILD/perf/dcp_a2a_lse_reduce_perf in $((SECONDS - start)) s"
 
-# The GPUs this job may use: CUDA_VISIBLE_DEVICES counts.
-gpus=$(scripts/visible-gpus.sh)
 launcher=()
 if [ "$gpus" -gt 1 ] && [ "$launch" = mpi ]; then
   command -v mpirun >/dev/null || { echo "LAUNCH=mpi: mpirun not found (openmpi-bin)"; exit 1; }
@@ -77,8 +99,11 @@ else
   ranks=(--virtual-ranks 8)     # one GPU (or none: the binary reports it)
 fi
 set +e
-"${launcher[@]}" "$BUILD/perf/dcp_a2a_lse_reduce_perf" "${ranks[@]}" -H 16 --head-dim 512 -d bf16 -b 1 -e 1024 -f 2 -m 10 -c 1 \
-  -J "$BUILD/perf.json" "$@" | tee "$BUILD/perf.txt"
+# The decode sweep, 1..1024 rows, each iteration a CUDA graph of 10 calls
+# replayed once (as a decode step runs), nccl-tests' mean per call with the
+# median beside it; the caller's flags after ours win.
+"${launcher[@]}" "$BUILD/perf/dcp_a2a_lse_reduce_perf" "${ranks[@]}" -H 16 --head-dim 512 -d bf16 \
+  --min-rows 1 --max-rows 1024 -f 2 -w 5 -m 10 -G 1 -c 1 -J "$BUILD/perf.json" "$@" | tee "$BUILD/perf.txt"
 rc=${PIPESTATUS[0]}
 set -e
 if [ "$rc" -eq 0 ] && python3 -c 'import matplotlib' 2>/dev/null; then

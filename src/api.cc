@@ -30,8 +30,8 @@ void logVersion() {
   static std::once_flag once;
   std::call_once(once, [] {
     for (const std::string& name : unknownVariables(environ))
-      WARN("%s is set but nothing of nccl-dcp reads it (misspelt? README.md lists the NCCL_DCP_* variables)",
-           name.c_str());
+      WARN("%s is set but nothing of nccl-dcp reads it (misspelt? docs/environment.md lists the NCCL_DCP_* "
+           "variables)", name.c_str());
     int nccl = 0;
     if (ncclGetVersion(&nccl) != ncclSuccess) nccl = 0;
     NCCL_DCP_LOG(LogLevel::Version, "nccl-dcp version %d.%d.%d (NCCL headers %d.%d.%d, library %d.%d.%d)",

@@ -1,5 +1,5 @@
 /*************************************************************************
- * Every NCCL_DCP_* variable, parsed in one place (listed in README.md).
+ * Every NCCL_DCP_* variable, parsed in one place (listed in docs/environment.md).
  * The bottom of the host layers: includes nothing of ours, so logging
  * (log.h) sits on top of it and never the other way round.
  ************************************************************************/
@@ -48,7 +48,8 @@ void setEnvForTesting(const Env* e);
 // with its own environment, as separate processes would have.
 void setThreadEnvForTesting(const Env* e);
 
-// Names of every variable the library or its tests read, for the README test.
+// Names of every variable the library or its tests read, for the test that
+// docs/environment.md lists them.
 const std::vector<const char*>& envVariableNames();
 
 // The NCCL_DCP_* names in `environ` (NAME=value entries, NULL-terminated)

@@ -12,11 +12,26 @@
         only one that takes device counts (row_counts_device: the host
         cannot size out for them).
 
-ctx_id is Context.op_id: an int naming an open Context of this process
-(never a pointer, so a stale id is refused, not dereferenced). Both ops run
-on the current CUDA stream, do no host synchronization and allocate only
-their outputs, so they are safe under torch.compile(fullgraph=True) and in
-CUDA graphs (mode="reduce-overhead", torch.cuda.graph). Their fake
+Registered when nccl_dcp is imported with torch importable (no library is
+loaded, no GPU needed until a call runs).
+
+ctx_id is Context.op_id: a plain int naming an open Context of this
+process in a registry (never a pointer, nor a Python object in the graph).
+That is what keeps the handle safe in torch.compile's caches: a traced
+graph holds only the int; Dynamo guards on the attribute it read it from,
+so another Context recompiles rather than reusing the graph; an id is never
+reused within a process, so a graph kept past its context's close() finds
+no context and raises ValueError instead of reaching a freed one; and a
+graph from the FX cache in a new process is only reused when tracing gave
+the same id there, that is for the context the trace itself read.
+
+Both ops run on the current CUDA stream, do no host synchronization and
+allocate only their outputs, so they are safe under
+torch.compile(fullgraph=True) and in CUDA graphs (mode="reduce-overhead",
+torch.cuda.graph). a2a_lse_reduce_out declares out and out_lse mutated
+(mutates_args); the functional a2a_lse_reduce returns new tensors and is
+marked as having a side effect (it is a collective: every rank must run it,
+in the same order), so a graph whose outputs go unused keeps it. Their fake
 implementations give the output shapes from the context's head_dim,
 local_heads, scatter mode, rank and the call's host row_counts, with no GPU
 and no library call.
@@ -55,6 +70,10 @@ def unregister(op_id):
 
 
 def lookup(op_id):
+    # Under torch.compile a context id that changed between calls can come
+    # as a SymInt (automatic dynamic): int() specializes the graph on its
+    # value, a guard, so each context keeps a graph of its own.
+    op_id = op_id if type(op_id) is int else int(op_id)
     ctx = _contexts.get(op_id)
     if ctx is None:
         raise ValueError(f"ctx_id {op_id} names no open nccl_dcp.Context of this process (closed, aborted, or "
@@ -91,6 +110,18 @@ def a2a_lse_reduce(ctx_id: int, partial_out: torch.Tensor, partial_lse: torch.Te
 @a2a_lse_reduce.register_fake
 def _(ctx_id, partial_out, partial_lse, row_counts=None, seq_lens=None, query_start_loc=None):
     return _outputs(lookup(ctx_id), partial_out, partial_lse, row_counts)
+
+
+def _keep_in_graphs():
+    """A collective is never dead code: FX's eliminate_dead_code (and so
+    Inductor) keeps the functional op even when its outputs go unused (the
+    out= op is kept anyway: it mutates its arguments)."""
+    has_side_effect = getattr(torch.fx.node, "has_side_effect", None)
+    if has_side_effect is not None:  # PyTorch >= 2.1
+        has_side_effect(torch.ops.nccl_dcp.a2a_lse_reduce.default)
+
+
+_keep_in_graphs()
 
 
 def _counts(row_counts, row_counts_device):

@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import nccl_dcp  # noqa: E402
-from nccl_dcp import reference  # noqa: E402
+from nccl_dcp import flashinfer, reference, vllm  # noqa: E402  (the drop-ins)
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 INF = float("inf")
@@ -930,6 +930,109 @@ def add_mode_graphs(suite, group):
     suite.case("modes/poison/device_counts_not_summing_to_batch", bad_device_counts)
 
 
+# ---- the engines' drop-ins (nccl_dcp.vllm, nccl_dcp.flashinfer, issue 35)
+
+def lse_mismatches(lse, want_lse):
+    """A merged LSE in a low-precision dtype (vLLM returns it in its input's)
+    against the float64 one: within the dtype's rounding, or both -inf."""
+    eps = {torch.bfloat16: 1.0 / 128, torch.float16: 1.0 / 1024, torch.float32: 1e-5}[lse.dtype]
+    got = lse.double()
+    both_inf = torch.isinf(want_lse) & (got == want_lse)
+    close = torch.isfinite(got) & ((got - want_lse).abs() <= eps * (1 + want_lse.abs()))
+    return int((~(both_inf | close)).sum())
+
+
+VLLM_DROPIN = ((torch.bfloat16, torch.float32), (torch.bfloat16, torch.bfloat16), (torch.float16, torch.float32))
+FLASHINFER_DROPIN = ((torch.bfloat16, 2), (torch.float16, "e"))
+DROPIN_BATCHES = (1, 37, 150)  # 150 > the workspace's 64 rows: chunks
+
+
+def add_dropins(suite, group):
+    """vLLM's call ([B, H, D] + [B, H] -> [B, H/cp, D] and the merged LSE
+    in the input's dtype, base e) and FlashInfer's ([B, heads, cp, D] +
+    [B, heads, cp] fp32 -> [B, heads, D], base 2 or e), each against the
+    float64 reference, with the header's corner cases; then the contexts
+    they cached (one per configuration) and their close."""
+    hl, d = 4, 128
+    workspaces = {}
+    for dtype, lse_dtype in VLLM_DROPIN:
+        for batch in DROPIN_BATCHES:
+            def call(dtype=dtype, lse_dtype=lse_dtype, batch=batch):
+                x = Inputs("packed", batch, suite.cp, hl, d, dtype, seed=5000 + batch, rank=suite.rank,
+                           lse_dtype=lse_dtype)
+                if suite.cp == 1:  # as vLLM: one rank has nothing to exchange, its inputs come back
+                    out, lse = vllm.dcp_a2a_lse_reduce(x.po, x.pl, group, return_lse=True)
+                    return int(out is not x.po or lse is not x.pl)
+                want, want_lse = x.reference("e", group)
+                out = vllm.dcp_a2a_lse_reduce(x.po, x.pl, group)
+                bad = reference.count_mismatches(out, None, want, None).item()
+                out, lse = vllm.dcp_a2a_lse_reduce(x.po, x.pl, group, return_lse=True, is_lse_base_on_e=True)
+                if tuple(out.shape) != (batch, hl, d) or lse.dtype != lse_dtype:
+                    raise AssertionError(f"out {tuple(out.shape)}, lse {lse.dtype}")
+                return bad + reference.count_mismatches(out, None, want, None).item() + lse_mismatches(lse, want_lse)
+            suite.case(f"dropin/vllm/{str(dtype).split('.')[-1]}/lse_{str(lse_dtype).split('.')[-1]}/B{batch}", call)
+    for dtype, base in FLASHINFER_DROPIN:
+        def create(dtype=dtype):
+            workspaces[dtype] = flashinfer.decode_cp_a2a_lse_reduce_create_workspace(64, hl, suite.cp, d, dtype, group)
+            return 0
+        suite.case(f"dropin/flashinfer/{str(dtype).split('.')[-1]}/create_workspace", create)
+        for batch in DROPIN_BATCHES:
+            def call(dtype=dtype, base=base, batch=batch):
+                # The attention kernel's [B, heads, cp, D] and [B, heads, cp]: Inputs' transposed storage.
+                x = Inputs("transposed", batch, suite.cp, hl, d, dtype, seed=5100 + batch, rank=suite.rank)
+                po, pl = x.po.transpose(1, 2), x.pl.transpose(1, 2)
+                out = flashinfer.decode_cp_a2a_lse_reduce(po, pl, workspaces[dtype], suite.rank, suite.cp,
+                                                          is_lse_base_on_e=base == "e")
+                if tuple(out.shape) != (batch, hl, d) or out.dtype != dtype:
+                    raise AssertionError(f"out {tuple(out.shape)} {out.dtype}")
+                want, _ = x.reference(base, group)
+                return reference.count_mismatches(out, None, want, None).item()
+            suite.case(f"dropin/flashinfer/{str(dtype).split('.')[-1]}/base{base}/B{batch}", call)
+
+    def close():
+        cached = len(vllm._contexts)
+        vllm.close_contexts()
+        for ws in workspaces.values():
+            ws.close()
+        if cached != (len(VLLM_DROPIN) if suite.cp > 1 else 0):
+            raise AssertionError(f"vLLM's drop-in cached {cached} contexts for {len(VLLM_DROPIN)} configurations")
+        return 0
+    suite.case("dropin/close", close)
+
+
+def add_dropin_graphs(suite, group):
+    """FlashInfer's drop-in captured in a CUDA graph, as an engine captures
+    a decode step (an eager warm-up first: it makes the context), replayed
+    with fresh inputs. (vLLM's runs the same context; on one rank it passes
+    its inputs through, so FlashInfer's is the one that runs everywhere.)"""
+    hl, d = 4, 128
+
+    def run():
+        bad = 0
+        ws = flashinfer.decode_cp_a2a_lse_reduce_create_workspace(64, hl, suite.cp, d, torch.bfloat16, group)
+        x = Inputs("transposed", 24, suite.cp, hl, d, torch.bfloat16, seed=5200, rank=suite.rank)
+        po, pl = x.po.transpose(1, 2), x.pl.transpose(1, 2)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            flashinfer.decode_cp_a2a_lse_reduce(po, pl, ws, suite.rank, suite.cp)  # warm-up: makes the context
+        side.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=side):
+            out = flashinfer.decode_cp_a2a_lse_reduce(po, pl, ws, suite.rank, suite.cp)
+        for i in range(3):
+            x.refill(5300 + i, suite.rank)
+            poison(out)
+            graph.replay()
+            torch.cuda.synchronize()
+            want, _ = x.reference(2, group)
+            bad += reference.count_mismatches(out, None, want, None).item()
+        del graph
+        ws.close()
+        return bad
+    suite.case("dropin/flashinfer/graph_replays", run)
+
+
 # ---- main
 
 def add_all(suite, group):
@@ -945,6 +1048,8 @@ def add_all(suite, group):
     add_modes(suite, group)
     add_mode_graphs(suite, group)
     add_wire(suite, group)
+    add_dropins(suite, group)
+    add_dropin_graphs(suite, group)
     add_failures(suite, group)  # last: it leaves aborted contexts behind
 
 

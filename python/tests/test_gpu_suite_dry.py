@@ -3,9 +3,11 @@ stand-in for nccl_dcp.Context built on the PyTorch reference: its cases,
 inputs, comparisons and verdicts work, and they FAIL when the collective is
 wrong (a stand-in that ignores the LSEs; for fp8 on the wire, one that loses
 the unit scale, or does not narrow at all), so a green GPU run means
-something. The CUDA-only cases (graphs, the library's own checks) are left
-to the GPU. The gloo ranks meet on a FileStore (a file of a fresh temporary
-directory): no port to race for."""
+something. The engines' drop-ins (nccl_dcp.vllm, nccl_dcp.flashinfer) run
+their library path here, on the same stand-in. The CUDA-only cases
+(graphs, the library's own checks) are left to the GPU. The gloo ranks meet
+on a FileStore (a file of a fresh temporary directory): no port to race
+for."""
 
 import os
 import sys
@@ -87,7 +89,7 @@ class ReferenceContext:
         pass
 
 
-ADDS = ("add_matrix", "add_mla_shape", "add_protocols", "add_modes", "add_wire")
+ADDS = ("add_matrix", "add_mla_shape", "add_protocols", "add_modes", "add_wire", "add_dropins")
 
 
 def worker(rank, store_path, broken, fp8, adds, verdicts):
@@ -95,6 +97,7 @@ def worker(rank, store_path, broken, fp8, adds, verdicts):
 
     import torch.distributed as dist
     import gpu_torchrun as suite_module
+    from nccl_dcp import _dropin
 
     store = dist.FileStore(store_path, WORLD)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=WORLD)
@@ -103,6 +106,8 @@ def worker(rank, store_path, broken, fp8, adds, verdicts):
         ReferenceContext.fp8 = fp8
         suite_module.DEVICE = "cpu"
         suite_module.nccl_dcp = types.SimpleNamespace(Context=ReferenceContext)
+        _dropin.Context = ReferenceContext  # the drop-ins' library path, on the stand-in
+        _dropin.uses_library = lambda tensor, group: True
         group = dist.group.WORLD
         suite = suite_module.Suite(group)
         for add in adds:
@@ -143,16 +148,17 @@ def test_suite_passes_a_correct_collective():
     results = run_suite(broken=False)
     # 6 x (create + 9 calls + close), the MLA shape, 3 protocols; the modes: 3 x 2 LSE dtypes x (create + 6
     # calls + close), TOKEN's 4 host-count cases per LSE dtype; the fp8 wire: 2 dtypes x 3 protocols x
-    # (create + 3 calls + close)
-    assert len(results) == 70 + 6 * 8 + 2 * 4 + 6 * 5
+    # (create + 3 calls + close); the drop-ins: vLLM's 3 configurations x 3 batches, FlashInfer's 2 x (a
+    # workspace + 3 batches), their close
+    assert len(results) == 70 + 6 * 8 + 2 * 4 + 6 * 5 + 9 + 2 * 4 + 1
     failed = [r for r in results if r[1]]
     assert not failed, failed
 
 
 def test_suite_fails_a_wrong_collective():
     results = run_suite(broken=True)
-    calls = [r for r in results if r[0].startswith(("matrix/", "mla/", "protocol/", "modes/", "wire/"))
-             and not r[0].endswith(("/create", "/close"))]
+    calls = [r for r in results if r[0].startswith(("matrix/", "mla/", "protocol/", "modes/", "wire/", "dropin/"))
+             and not r[0].endswith(("/create", "/close", "/create_workspace"))]
     passed = [r[0] for r in calls if not r[1]]
     # A batch of one row has no corner case and random LSEs: every call must catch the wrong weights.
     assert calls and not passed, passed

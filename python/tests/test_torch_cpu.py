@@ -553,6 +553,69 @@ def test_compile_fullgraph_gives_the_eager_result(cpu_context, backend):
         assert torch.equal(got_out, want_out) and not torch.isnan(got_out).any()
 
 
+def test_compiled_graphs_hold_the_context_as_an_int(cpu_context):
+    """What torch.compile's caches keep: the context's op_id, an int (a
+    constant of the graph, or once Dynamo has seen it change, an int input
+    read from the context at each call), never the Context object nor a
+    pointer; each context's call merges with that context; and a graph
+    called for a closed context raises ValueError rather than reaching it."""
+    from nccl_dcp import Context
+    ctx_a, ctx_b = cpu_context(), cpu_context()
+    torch._dynamo.reset()
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    holder = {"ctx": ctx_a}
+
+    def step(po, pl):
+        return holder["ctx"](po, pl, return_lse=True)
+
+    compiled = torch.compile(step, fullgraph=True, backend=keep)
+    po, pl = random_inputs(4, seed=1)
+    for ctx in (ctx_a, ctx_b, ctx_a):
+        holder["ctx"] = ctx
+        before = len(ctx._lib.calls)
+        got = compiled(po, pl)
+        assert len(ctx._lib.calls) == before + 1, "the call went to another context"
+        want = expected(po, pl)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    for gm in graphs:
+        ops = [n for n in gm.graph.nodes if n.op == "call_function" and "nccl_dcp" in str(n.target)]
+        assert len(ops) == 1, gm.graph
+        op_id = ops[0].args[0]
+        assert type(op_id) is int or isinstance(op_id, torch.fx.Node), op_id
+        for node in gm.graph.nodes:
+            assert not any(isinstance(a, Context) for a in node.args), node
+    ctx_a._detach()  # closed: its id names nothing any more, and is never given out again
+    holder["ctx"] = ctx_a
+    # (under fullgraph, Dynamo raises its own error around the ValueError: the message is kept)
+    with pytest.raises(Exception, match=r"the context is closed|names no open nccl_dcp.Context"):
+        compiled(po, pl)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_graph_keeps_a_call_whose_result_is_unused(cpu_context, backend):
+    """A collective is not dead code: every rank must run it, so a compiled
+    graph that drops the merged result still makes the call."""
+    ctx = cpu_context()
+    torch._dynamo.reset()
+    torch._inductor.config.compile_threads = 1
+
+    def step(po, pl):
+        ctx(po, pl, return_lse=True)  # result unused
+        return po.float() * 2
+
+    compiled = torch.compile(step, fullgraph=True, backend=backend)
+    po, pl = random_inputs(3, seed=2)
+    before = len(ctx._lib.calls)
+    compiled(po, pl)
+    compiled(po, pl)
+    assert len(ctx._lib.calls) - before == 2, ctx._lib.calls[before:]
+
+
 # ---- ProcessGroup helpers on a one-rank gloo group
 
 def test_group_timeout_and_liveness(tmp_path):

@@ -34,7 +34,15 @@ def alltoall_perf_text(library, times):
 
 
 def perf_json(library, times):
-    """dcp_a2a_lse_reduce_perf -B 2 -J: rows of {bytes: (rows, us)}."""
+    """dcp_a2a_lse_reduce_perf -B 2 -J: nccl-tests' results[] of {bytes: (rows, us)}, the baseline beside the
+    fused call."""
+    return {"nccl_version": library, "baseline": "a2a alone",
+            "results": [{"size": b, "rows": r, "out_of_place": {"time": us / 2, "nwrong": 0},
+                         "baseline": {"time": us, "nwrong": None}} for b, (r, us) in times.items()]}
+
+
+def old_perf_json(library, times):
+    """The same as the files of docs/data wrote it: a camelCase rows[] array."""
     return {"ncclVersion": library, "baseline": "a2a alone",
             "rows": [{"bytes": b, "rows": r, "baseUs": us} for b, (r, us) in times.items()]}
 
@@ -62,6 +70,14 @@ class Compare(unittest.TestCase):
                                    perf_json(22809, {32768: (1, 8.4), 65536: (2, 8.5)}))
         self.assertEqual(rc, 0, out)
         self.assertIn("2 of 2 sizes within 10%", out)
+
+    def test_older_files_are_read_too(self):
+        rc, out = self.run_compare(alltoall_perf_text(22809, {32768: 8.0, 65536: 9.0}),
+                                   old_perf_json(22809, {32768: (1, 8.4), 65536: (2, 12.0)}))
+        self.assertEqual(rc, 1, out)
+        self.assertIn("1 of 2 sizes within 10%", out)
+        rc, out = self.run_compare(alltoall_perf_text(22803, {32768: 8.0}), old_perf_json(22809, {32768: (1, 8.0)}))
+        self.assertIn("NCCL 22803, ours on 22809", out)
 
     def test_a_size_off_by_more_than_the_tolerance_fails(self):
         rc, out = self.run_compare(alltoall_perf_text(22809, {32768: 8.0, 65536: 9.0}),

@@ -1,7 +1,7 @@
 // NCCL_DCP_* parsing (src/env.h) through a table-driven getter: valid
 // values of every variable, invalid ones ignored with a warning that names
-// the variable, defaults when unset; and every variable documented in the
-// README.
+// the variable, defaults when unset; and every variable documented in
+// docs/environment.md.
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
@@ -314,7 +314,7 @@ TEST_F(EnvParse, WarningsMayBeDiscarded) {
 
 TEST_F(EnvParse, EveryVariableReadIsListed) {
   // The names parseEnv asks for, as the getter saw them, are all in
-  // envVariableNames() (which the README test checks against the README).
+  // envVariableNames() (which the README test checks against docs/environment.md).
   parseEnv(tableGet, &warnings);
   ASSERT_FALSE(gAsked.empty());
   const std::vector<const char*>& listed = envVariableNames();
@@ -335,7 +335,7 @@ TEST(EnvNames, UniqueAndPrefixed) {
 }
 
 // ---------------------------------------------------------------------------
-// README.
+// docs/environment.md (the README links to it).
 
 namespace fs = std::filesystem;
 
@@ -385,7 +385,7 @@ TEST(EnvReadme, EveryVariableIsDocumented) {
   if (root.empty())
     GTEST_SKIP() << "source root not found from " << fs::current_path()
                  << ": set NCCL_DCP_SOURCE_ROOT to the nccl-dcp checkout";
-  const fs::path readme = root / "README.md";
+  const fs::path readme = root / "docs" / "environment.md";
   std::ifstream in(readme);
   if (!in) GTEST_SKIP() << readme << " does not exist yet: nothing to check the variables against";
   std::stringstream text;

@@ -929,6 +929,31 @@ TEST(PluginCalibration, InterpolatesInsideAndRefusesOutside) {
   EXPECT_FALSE(c.at(3001, &fused, &base));
 }
 
+// What the perf binary writes today: nccl-tests' results[] (the fused call
+// is out_of_place, the baseline beside it), the shape in snake_case.
+TEST(PluginCalibration, ReadsNcclTestsResults) {
+  const std::string doc =
+      "{\"version\": 3, \"nccl_version\": 22809, \"results\": ["
+      "{\"size\": 3000, \"rows\": 2, \"out_of_place\": {\"time\": 7, \"nwrong\": 0}, \"baseline\": {\"time\": 19}},"
+      "{\"size\": 1000, \"rows\": 1, \"out_of_place\": {\"time\": 5, \"nwrong\": 0}, \"baseline\": {\"time\": 9}}],"
+      "\"tool\": \"dcp_a2a_lse_reduce_perf\", \"mode\": \"ranks\", \"n_ranks\": 2, \"dtype\": \"bf16\", "
+      "\"head_dim\": 512, \"local_heads\": 16, \"protocol\": \"AUTO\"}";
+  const Calibration c = parseCalibration(doc, "mem");
+  ASSERT_TRUE(c.usable()) << c.error;
+  EXPECT_EQ(c.nRanks, 2);
+  EXPECT_EQ(c.headDim, 512);
+  EXPECT_EQ(c.localHeads, 16);
+  double fused = 0, base = 0;
+  ASSERT_TRUE(c.at(2000, &fused, &base));
+  EXPECT_DOUBLE_EQ(fused, 6);
+  EXPECT_DOUBLE_EQ(base, 14);
+  const std::string noBaseline =
+      "{\"results\": [{\"size\": 1000, \"out_of_place\": {\"time\": 5}, \"baseline\": null}], \"n_ranks\": 2}";
+  EXPECT_NE(parseCalibration(noBaseline, "f").error.find("results[0] lacks a positive size, out_of_place.time or "
+                                                         "baseline.time (-B 0 run?)"),
+            std::string::npos);
+}
+
 TEST(PluginCalibration, BadTablesSayWhy) {
   EXPECT_NE(parseCalibration("{\"rows\": [", "f").error.find("not JSON"), std::string::npos);
   EXPECT_NE(parseCalibration("{}", "f").error.find("rows[]"), std::string::npos);
@@ -1251,13 +1276,14 @@ TEST_F(PluginTest, AFailureInTheReportTurnsThePluginOffWithOneWarning) {
   EXPECT_EXIT(expectFailureTurnsThePluginOff("report"), ::testing::ExitedWithCode(0), "");
 }
 
-TEST(PluginEnv, EveryVariableIsDocumentedInTheReadme) {
-  std::ifstream in(std::string(DCP_SOURCE_ROOT) + "/README.md");
-  ASSERT_TRUE(in) << DCP_SOURCE_ROOT << "/README.md";
+TEST(PluginEnv, EveryVariableIsDocumentedInTheReadme) {  // the variables' page, docs/environment.md
+  std::ifstream in(std::string(DCP_SOURCE_ROOT) + "/docs/environment.md");
+  ASSERT_TRUE(in) << DCP_SOURCE_ROOT << "/docs/environment.md";
   std::stringstream text;
   text << in.rdbuf();
   for (const char* name : pluginEnvNames())
-    EXPECT_NE(text.str().find(std::string("`") + name + "`"), std::string::npos) << name << " is not in README.md";
+    EXPECT_NE(text.str().find(std::string("`") + name + "`"), std::string::npos)
+        << name << " is not in docs/environment.md";
 }
 
 // ---------------------------------------------------------------------------
