@@ -259,8 +259,9 @@ def test_wire_reaches_the_library(lib):
     # The library's refusals, named by the argument.
     with pytest.raises(ValueError, match=r"^wire: .*config->wire fp8 needs dtype bf16 or fp16, not fp32"):
         make_config(**dict(fp8, dtype="float32"), wire="fp8")
-    with pytest.raises(ValueError, match=r"^wire: .*config->wire fp8 supports scatter HEAD only, not token"):
-        make_config(**fp8, wire="fp8", scatter="token")
+    # fp8 narrows every scatter mode's units (0.5's codec layer): TOKEN and NONE are accepted.
+    for scatter in ("token", "none"):
+        assert make_config(**fp8, wire="fp8", scatter=scatter).wire == 1
     with pytest.raises(ValueError, match=r"^wire: .*config->wire fp8 needs headDim % 16 == 0, not 520"):
         make_config(**dict(fp8, head_dim=520), wire="fp8")
 
