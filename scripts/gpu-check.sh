@@ -148,14 +148,31 @@ bgrun() {
   CHILD=""
   return "$status"
 }
+# Every process below this script, by ps's parent links. A signal that lands
+# between bgrun's fork and `CHILD=$!` runs the trap with CHILD unset, and the
+# forked subshell may then start the command a level further down (seen on a
+# loaded 2-core machine): the tree finds what the group misses.
+descendants() {
+  ps -eo pid=,ppid= | awk -v root=$$ '{ kids[$2] = kids[$2] " " $1 }
+    END { n = split(kids[root], q, " "); for (i = 1; i <= n; i++) { m = split(kids[q[i]], c, " ");
+          for (j = 1; j <= m; j++) q[++n] = c[j]; print q[i] } }'
+}
 stop_child() {
-  [ -n "$CHILD" ] || return 0
-  kill -TERM -- "-$CHILD" 2> /dev/null || kill -TERM "$CHILD" 2> /dev/null
+  local pids alive pid
+  pids=$(descendants)
+  [ -n "$CHILD" ] || [ -n "$pids" ] || return 0
+  [ -z "$CHILD" ] || kill -TERM -- "-$CHILD" 2> /dev/null || kill -TERM "$CHILD" 2> /dev/null
+  # shellcheck disable=SC2086  # a list of pids
+  [ -z "$pids" ] || kill -TERM $pids 2> /dev/null
   for _ in 1 2 3 4 5 6 7 8 9 10; do
-    kill -0 "$CHILD" 2> /dev/null || break
+    alive=0
+    for pid in $CHILD $pids; do kill -0 "$pid" 2> /dev/null && alive=1; done
+    [ "$alive" -eq 1 ] || break
     sleep 0.5
   done
-  kill -KILL -- "-$CHILD" 2> /dev/null
+  [ -z "$CHILD" ] || kill -KILL -- "-$CHILD" 2> /dev/null
+  # shellcheck disable=SC2086
+  [ -z "$pids" ] || kill -KILL $pids 2> /dev/null
   CHILD=""
 }
 killed_by=""

@@ -21,6 +21,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 
+import oracle64  # noqa: E402 (needs torch)
+
 WORLD, HL, D = 2, 3, 16
 CASES = [
     "vllm/cpu/float32/base_e/lse", "vllm/cpu/float32/base_2/no_lse", "vllm/cpu/bfloat16/base_e/lse",
@@ -41,29 +43,6 @@ def fill(t, g, rank):
     t[rows % 4 == 1, :, 0] = -math.inf
     t[rows % 4 == 2, :, 1 + rank] = math.nan if rank == 0 else math.inf  # one rank's share of a head empty
     t[rows % 4 == 3] += 80
-
-
-def oracle(parts, lses, base):
-    """The header's merge in float64 loops. parts[s] [B, J, D] and lses[s]
-    [B, J] are what source s holds for this rank's J merged heads."""
-    exp = (lambda x: 2.0**x) if base == 2 else math.exp
-    log = math.log2 if base == 2 else math.log
-    batch, heads, d = parts[0].shape
-    out = torch.zeros(batch, heads, d, dtype=torch.float64)
-    lse = torch.zeros(batch, heads, dtype=torch.float64)
-    for b in range(batch):
-        for j in range(heads):
-            ls = [float(pl[b, j]) for pl in lses]
-            ls = [-math.inf if (math.isnan(x) or x == math.inf) else x for x in ls]
-            m = max(ls)
-            m = 0.0 if m == -math.inf else m
-            w = [exp(x - m) for x in ls]
-            total = sum(w)
-            lse[b, j] = m + log(total) if total > 0 else -math.inf
-            for s, ws in enumerate(w):
-                if total > 0 and ws > 0:
-                    out[b, j] += ws / total * parts[s][b, j].double()
-    return out, lse
 
 
 def gathered(t):
@@ -101,7 +80,7 @@ def vllm_inputs(batch, dtype, lse_dtype, rank, seed):
 def vllm_oracle(po, pl, rank, base):
     """Rank `rank`'s heads [rank*Hl, (rank+1)*Hl) merged over every rank's partials."""
     heads = slice(rank * HL, (rank + 1) * HL)
-    return oracle([p[:, heads] for p in gathered(po)], [l.float()[:, heads] for l in gathered(pl)], base)
+    return oracle64.merge([p[:, heads] for p in gathered(po)], [l.float()[:, heads] for l in gathered(pl)], base)
 
 
 def flashinfer_inputs(batch, dtype, rank, seed):
@@ -117,7 +96,7 @@ def flashinfer_inputs(batch, dtype, rank, seed):
 
 def flashinfer_oracle(po, pl, rank, base):
     """Rank `rank` merges every rank's partial_o[:, :, rank]."""
-    return oracle([p[:, :, rank] for p in gathered(po)], [l[:, :, rank] for l in gathered(pl)], base)
+    return oracle64.merge([p[:, :, rank] for p in gathered(po)], [l[:, :, rank] for l in gathered(pl)], base)
 
 
 class StandIn:

@@ -12,30 +12,15 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 
+import oracle64  # noqa: E402 (needs torch)
+
 WORLD, HL, D = 2, 3, 16
 
 
 def oracle(sources_po, sources_pl, rank, lse_base):
-    """include/nccl_dcp.h's merge for `rank`, in float64 loops: sources_po[s]
+    """include/nccl_dcp.h's merge for `rank` (oracle64): sources_po[s]
     [B, cp, Hl, D], sources_pl[s] [B, cp, Hl]."""
-    batch = sources_po[0].shape[0]
-    exp = (lambda x: 2.0**x) if lse_base == 2 else math.exp
-    log = math.log2 if lse_base == 2 else math.log
-    out = torch.zeros(batch, HL, D, dtype=torch.float64)
-    lse = torch.zeros(batch, HL, dtype=torch.float64)
-    for b in range(batch):
-        for j in range(HL):
-            ls = [float(pl[b, rank, j]) for pl in sources_pl]
-            ls = [-math.inf if (math.isnan(x) or x == math.inf) else x for x in ls]
-            m = max(ls)
-            m = 0.0 if m == -math.inf else m
-            w = [exp(x - m) for x in ls]
-            total = sum(w)
-            lse[b, j] = m + log(total) if total > 0 else -math.inf
-            for s, ws in enumerate(w):
-                if total > 0 and ws > 0:
-                    out[b, j] += ws / total * sources_po[s][b, rank, j].double()
-    return out, lse
+    return oracle64.merge([po[:, rank] for po in sources_po], [pl[:, rank] for pl in sources_pl], lse_base)
 
 
 def logical(inputs):

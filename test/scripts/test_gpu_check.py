@@ -95,6 +95,24 @@ class GpuCheck(unittest.TestCase):
                 self.assertIn("stage selftest-sleep started", summary)
                 self.assertNotIn("stage selftest-sleep finished", summary)
 
+    def test_a_signal_at_the_stages_start_leaves_no_child(self):
+        """The signal lands while bgrun forks (before `CHILD=$!`): the trap
+        finds the command by the process tree, not by CHILD."""
+        sleep = 461
+        for _ in range(10):
+            proc = subprocess.Popen([SCRIPT, "selftest-sleep"], env=dict(self.env, SELFTEST_SLEEP=str(sleep)),
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for line in proc.stdout:
+                if line.startswith("== selftest-sleep: sleeping"):
+                    break
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=60)
+            self.assertNotEqual(proc.returncode, 0, out)
+            deadline = time.time() + 10
+            while self.sleeps(sleep) and time.time() < deadline:
+                time.sleep(0.2)
+            self.assertEqual(self.sleeps(sleep), 0, "the stage's child outlived the script")
+
     def test_a_stage_the_script_leaves_did_not_finish(self):
         status, out = self.run_script("selftest-pass", "selftest-exit")
         self.assertNotEqual(status, 0, out)
