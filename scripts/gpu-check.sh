@@ -148,28 +148,30 @@ bgrun() {
   CHILD=""
   return "$status"
 }
-# Every process below this script, by ps's parent links. A signal that lands
-# between bgrun's fork and `CHILD=$!` runs the trap with CHILD unset, and the
-# forked subshell may then start the command a level further down (seen on a
-# loaded 2-core machine): the tree finds what the group misses.
+# Every process below this script, by ps's parent links (the subshell that
+# lists them left out). A signal that lands while bgrun forks runs the trap
+# before `CHILD=$!`, and the forked subshell, holding the handler it
+# inherited, can outlive a TERM and start the command a level further down
+# (seen on a loaded 2-core machine): the tree finds what the group misses.
 descendants() {
-  ps -eo pid=,ppid= | awk -v root=$$ '{ kids[$2] = kids[$2] " " $1 }
-    END { n = split(kids[root], q, " "); for (i = 1; i <= n; i++) { m = split(kids[q[i]], c, " ");
-          for (j = 1; j <= m; j++) q[++n] = c[j]; print q[i] } }'
+  ps -eo pid=,ppid= | awk -v root=$$ -v self="$BASHPID" '{ kids[$2] = kids[$2] " " $1 }
+    END { n = split(kids[root], q, " "); for (i = 1; i <= n; i++) { if (q[i] == self) continue;
+          m = split(kids[q[i]], c, " "); for (j = 1; j <= m; j++) q[++n] = c[j]; print q[i] } }'
 }
+# TERM to the command's group and to everything below the script, listed
+# again each half second (a subshell that survived a TERM may have started
+# its child since); KILL to what is left after five seconds.
 stop_child() {
-  local pids alive pid
-  pids=$(descendants)
-  [ -n "$CHILD" ] || [ -n "$pids" ] || return 0
-  [ -z "$CHILD" ] || kill -TERM -- "-$CHILD" 2> /dev/null || kill -TERM "$CHILD" 2> /dev/null
-  # shellcheck disable=SC2086  # a list of pids
-  [ -z "$pids" ] || kill -TERM $pids 2> /dev/null
+  local pids
+  [ -z "$CHILD" ] || kill -TERM -- "-$CHILD" 2> /dev/null
   for _ in 1 2 3 4 5 6 7 8 9 10; do
-    alive=0
-    for pid in $CHILD $pids; do kill -0 "$pid" 2> /dev/null && alive=1; done
-    [ "$alive" -eq 1 ] || break
+    pids=$(descendants)
+    [ -n "$pids" ] || break
+    # shellcheck disable=SC2086  # a list of pids
+    kill -TERM $pids 2> /dev/null
     sleep 0.5
   done
+  pids=$(descendants)
   [ -z "$CHILD" ] || kill -KILL -- "-$CHILD" 2> /dev/null
   # shellcheck disable=SC2086
   [ -z "$pids" ] || kill -KILL $pids 2> /dev/null

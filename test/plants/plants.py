@@ -759,7 +759,10 @@ def prepare_tree(root, build, tree, trees):
     .deps left out) with a copy of `build` at the same place inside it,
     modification times kept (ninja sees everything up to date), and the
     absolute paths of `root` in build.ninja pointed at the copy (the
-    regeneration rule, the plugin's and the test data's paths)."""
+    regeneration rule, the plugin's and the test data's paths), except
+    those into .deps, which is not copied: a -Dnccl_home there (CI's newest
+    NCCL) stays where it is, and so does every compile command that names
+    it (a command changed is a command ninja runs again: every kernel)."""
     rel = os.path.relpath(build, root)
     shutil.copytree(root, tree, symlinks=True, ignore=_copy_ignore(trees), copy_function=shutil.copy2)
     shutil.copytree(build, os.path.join(tree, rel), symlinks=True, ignore=shutil.ignore_patterns(*BUILD_SKIP),
@@ -768,7 +771,7 @@ def prepare_tree(root, build, tree, trees):
     with open(ninja, encoding="utf-8") as f:
         text = f.read()
     stat = os.stat(ninja)
-    text = re.sub(re.escape(root) + r"(?=[/\"' \n:,]|$)", lambda _: tree, text)
+    text = re.sub(re.escape(root) + r"(?!/\.deps/)(?=[/\"' \n:,]|$)", lambda _: tree, text)
     with open(ninja, "w", encoding="utf-8") as f:
         f.write(text)
     # Newer than what it is made from (no regeneration), as the original was.

@@ -228,7 +228,8 @@ class Trees(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             root = os.path.join(d, "repo")
             for rel, text in (("src/a.cc", "int a;"), ("build/build.ninja", f"command = x {root} {root}/build/p.so "
-                              f"-DX=\"{root}/test/data\" {root}-other\n"), ("build/meson-private/coredata.dat", ""),
+                              f"-DX=\"{root}/test/data\" {root}-other -I{root}/.deps/nccl/include\n"),
+                              ("build/meson-private/coredata.dat", ""),
                               ("build/logs/big.log", "x"), ("build/pytest-venv/bin/python", ""),
                               ("build2/meson-private/coredata.dat", ""), (".git/HEAD", "")):
                 os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
@@ -242,7 +243,8 @@ class Trees(unittest.TestCase):
             self.assertEqual(tree_build, os.path.join(tree, "build"))
             self.assertEqual(os.stat(os.path.join(tree, "src/a.cc")).st_mtime, 1000)
             ninja = open(os.path.join(tree_build, "build.ninja"), encoding="utf-8").read()
-            self.assertIn(f"x {tree} {tree}/build/p.so -DX=\"{tree}/test/data\" {root}-other", ninja)
+            self.assertIn(f"x {tree} {tree}/build/p.so -DX=\"{tree}/test/data\" {root}-other -I{root}/.deps/nccl/include",
+                          ninja)
             for gone in ("build/logs", "build/pytest-venv", "build2", ".git", "build.plant-trees"):
                 self.assertFalse(os.path.exists(os.path.join(tree, gone)), gone)
             self.assertTrue(os.path.exists(os.path.join(tree_build, "meson-private/coredata.dat")))
