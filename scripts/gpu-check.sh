@@ -738,9 +738,9 @@ fi
 
 # Planted breaks (test/plants/plants.py run): each breaks the library in
 # one place; the tests listed with it must fail against it (having run at
-# least one case). PLANT_JOBS at a time (default: cores + 2, so that the 33
-# plants that rebuild launch.cu -- one core, ~2 min each -- take two waves
-# on 16 cores, not three), each job in
+# least one case). PLANT_JOBS at a time (default: cores + 2, so that the
+# plants that rebuild kernel families -- a device header planted -- take
+# two waves on 16 cores, not three), each job in
 # its own copy of the tree and of $BUILD (made once; $BUILD itself is never
 # planted), ninja -j cores/jobs each, PLANT_GPU_SLOTS (4) GPU tests at a
 # time on the GPUs, PLANT_TIMEOUT (300) s per test. Only plants whose tests

@@ -3,7 +3,8 @@
  * (name, bytes, rounding unit, and the one host-side dispatch to the C++
  * element type) and the wire protocols: the C++ side's one table of each,
  * which perf and the tests use too.
- * Kernels dispatch on the dtype in launch.cu (withElementType).
+ * Kernels dispatch on the dtype through the dispatch table (kernel_table.h)
+ * and, for the fallback's kernels, withElementType (device/params.h).
  ************************************************************************/
 #ifndef NCCL_DCP_ENUMS_H_
 #define NCCL_DCP_ENUMS_H_
