@@ -478,9 +478,10 @@ ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* partialOut,
  *    (ncclDcpGetAsyncError: ncclInvalidArgument). Such counts give no
  *    rows, so the call that finds them, and every later call while they
  *    stay invalid, writes NaN over the rows of the last split the kernels
- *    accepted on this context -- what the previous replay wrote -- and
- *    nothing before the first accepted one. The host cannot know n_r: out
- *    must hold the rows the counts give this rank.
+ *    accepted on this context -- what the previous replay wrote -- cut at
+ *    this call's batch (never past it), and nothing before the first
+ *    accepted one. The host cannot know n_r: out must hold the rows the
+ *    counts give this rank.
  *  Every rank passes the same counts. Counts that differ between ranks
  *  (or valid on some ranks only) never mix the splits: TOKEN's flags carry
  *  a tag of each rank's split, so every protocol's waits time out alike

@@ -49,9 +49,10 @@ __device__ __forceinline__ float partialLseOf(const CallShape& shape, const Stri
 // caller's device counts summed into `scratch` (kMaxRanks + 1 ints of
 // shared memory). Every thread of the block calls it. Device counts that
 // are negative or do not sum to the batch make no split: *valid is false
-// and the split returned is the last valid one (RowSplit::lastValid), the
-// rows the refused call writes NaN over (nothing sent, the error
-// recorded); a valid one is kept there for the next call (by block 0).
+// and the split returned is the last valid one (RowSplit::lastValid)
+// clamped to this call's batch, the rows the refused call writes NaN over
+// (nothing sent, the error recorded); a valid one is kept there for the
+// next call (by block 0).
 template <class Args>
 __device__ const int* loadSplit(const Args& p, int* scratch, bool* valid) {
   *valid = true;
@@ -75,7 +76,9 @@ __device__ const int* loadSplit(const Args& p, int* scratch, bool* valid) {
   *valid = ok;
   if (threadIdx.x <= p.nRanks) {
     if (ok && last && blockIdx.x == 0) last[threadIdx.x] = scratch[threadIdx.x];
-    if (!ok) scratch[threadIdx.x] = last ? last[threadIdx.x] : 0;
+    // Clamped to this call's batch: the last split may be a larger call's,
+    // and this call's out holds no more than its own rows.
+    if (!ok) scratch[threadIdx.x] = last ? min(last[threadIdx.x], p.shape.batch) : 0;
   }
   if (!ok) __syncthreads();  // block-uniform
   return scratch;

@@ -597,6 +597,57 @@ TEST_P(TokenSplit, RefusedReplayOverwritesThePreviousSliceWithNaN) {
   }
 }
 
+// The last accepted split is a larger call's: a refused call with a
+// smaller batch writes NaN over that split cut at its own batch, never past
+// it (its out holds no more rows). Valid counts at batch 2 kCap + 5 give
+// rank 0 kCap + 3 rows; then batch 5 with counts that make no split on the
+// same buffers: rank 0's rows [0, 5) NaN, every other row of every rank as
+// the valid call left it.
+TEST_P(TokenSplit, RefusedSmallerCallStaysWithinItsBatch) {
+  const int cp = 4, batch = 2 * kCap + 5, small = 5;
+  const ncclDcpConfig_t c = config();
+  const Config cfg = resolved(c);
+  auto lb = makeLoopback(c, cp);
+  ASSERT_TRUE(lb);
+  DeviceProblem p(cfg, cp, batch, LseMix::Normal, freshSeed(), CallSpec{{}, true, false, nullptr});
+  const ncclDcpStrides_t s = p.apiStrides();
+  const std::vector<CallBuffers> b = p.allBuffers();
+  p.setCounts({kCap + 3, 0, 5, kCap - 3});
+  DCP_ASSERT(lb->call(b.data(), batch, &s, nullptr, p.args(0)));
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  DCP_ASSERT(lb->asyncError());
+  const Mismatch m = p.checkAll();
+  ASSERT_EQ(m.count, 0u) << m.first;
+  std::vector<RankTensors> before;
+  for (int r = 0; r < cp; r++) before.push_back(p.outputs(r));
+
+  p.setCounts({small, 0, 0, 1});  // sums to small + 1
+  DCP_ASSERT(lb->call(b.data(), small, &s, nullptr, p.args(0)));
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  EXPECT_EQ(lb->asyncError(), ncclInvalidArgument);
+  const Strides& st = p.strides();
+  const int H = cp * cfg.localHeads;
+  for (int r = 0; r < cp; r++) {
+    SCOPED_TRACE(testing::Message() << "rank " << r);
+    const RankTensors got = p.outputs(r);
+    const int outRows = (int)(got.outLse.size() / std::max<int64_t>(st.outLseRow, 1));
+    for (int row = 0; row < outRows; row++)
+      for (int h = 0; h < H; h++) {
+        const int64_t li = row * st.outLseRow + h * st.outLseHead;
+        if (r == 0 && row < small) {
+          ASSERT_TRUE(std::isnan(got.outLse[li])) << "outLse[" << row << "][" << h << "] = " << got.outLse[li];
+          const float v = loadElement(cfg.dtype, got.out.data(), row * st.outRow + h * st.outHead);
+          ASSERT_TRUE(std::isnan(v)) << "out[" << row << "][" << h << "][0] = " << v;
+        } else {
+          ASSERT_EQ(memcmp(&got.outLse[li], &before[r].outLse[li], 4), 0) << "outLse[" << row << "][" << h << "]";
+          const size_t at = (size_t)(row * st.outRow + h * st.outHead) * cfg.eltSize;
+          ASSERT_EQ(memcmp(got.out.data() + at, before[r].out.data() + at, (size_t)cfg.headDim * cfg.eltSize), 0)
+              << "out[" << row << "][" << h << "]";
+        }
+      }
+  }
+}
+
 // Device counts that make no split (a sum above or below the batch, a
 // negative count): the kernels refuse the call, the context reports
 // ncclInvalidArgument, every output byte is still poisoned; the next call
