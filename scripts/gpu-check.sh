@@ -37,6 +37,9 @@
 #     --plant-failure: the tests stage adds one failing case to every test
 #       binary (test_main.cc's --dcp_plant_failure), to show that a failing
 #       case makes the whole run exit non-zero.
+#   GPU_CHECK_TAR=FILE: the logs ($OUT) packed into one tar.gz at the end,
+#     e.g. `OUT=/tmp/gc GPU_CHECK_TAR=$OUT/gpu-check.tgz scripts/gpu-check.sh`
+#     under the device tool, whose $OUT brings back 8 files at most.
 #   TEST_SUITES="unit gpu": the tests stage runs only these meson suites
 #     (default: every suite), without the minimum case counts per binary.
 #   STRESS_CALLS (1000000), STRESS_MODE_CALLS (200000): calls per rank of
@@ -188,6 +191,13 @@ on_signal() {
 trap 'on_signal SIGTERM 143' TERM
 trap 'on_signal SIGINT 130' INT
 trap 'on_signal SIGHUP 129' HUP
+# GPU_CHECK_TAR=<file>: every log of the run in one tar.gz at the end,
+# whatever happened (the device tool brings back 8 files at most).
+pack_logs() {
+  [ -n "${GPU_CHECK_TAR:-}" ] || return 0
+  tar czf "$GPU_CHECK_TAR" -C "$(dirname "$LOGS")" "$(basename "$LOGS")" 2> /dev/null ||
+    echo "== GPU_CHECK_TAR: could not write $GPU_CHECK_TAR"
+}
 finish() {
   local status=$?
   stop_child
@@ -202,6 +212,7 @@ finish() {
   echo
   echo "==== summary"
   printf '%s\n' "${summary[@]}"
+  pack_logs
   if [ "$failures" -gt 0 ]; then
     local code=1  # a signal's own status (128 + n) when one ended the run
     [ "$status" -le 1 ] || code=$status

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import unittest
@@ -66,6 +67,18 @@ class GpuCheck(unittest.TestCase):
         self.assertEqual(status, 0, out)
         self.assertIn("==== every stage passed", out)
 
+    def test_the_logs_packed_into_one_file(self):
+        with tempfile.TemporaryDirectory() as d:
+            tar = os.path.join(d, "logs.tgz")
+            status, out = self.run_script("selftest-pass", "selftest-fail", env={"GPU_CHECK_TAR": tar})
+            self.assertEqual(status, 1, out)
+            names = subprocess.run(["tar", "tzf", tar], stdout=subprocess.PIPE, text=True, check=True).stdout.split()
+            base = os.path.basename(self.out.name)
+            self.assertIn(f"{base}/summary.txt", names)
+            with tarfile.open(tar) as t:
+                summary = t.extractfile(f"{base}/summary.txt").read().decode()
+            self.assertIn("stage selftest-fail finished", summary)
+
     def test_a_failing_stage_fails(self):
         status, out = self.run_script("selftest-pass", "selftest-fail")
         self.assertEqual(status, 1, out)
@@ -76,7 +89,7 @@ class GpuCheck(unittest.TestCase):
         for sig, name, code in ((signal.SIGTERM, "SIGTERM", 143), (signal.SIGINT, "SIGINT", 130),
                                 (signal.SIGHUP, "SIGHUP", 129)):
             with self.subTest(name):
-                sleep = 300 + code  # one child per signal, found by its arguments
+                sleep = f"{300 + code}.{os.getpid()}"  # one child per signal and run, found by its arguments
                 proc, lines = self.start("selftest-pass", "selftest-sleep", sleep=sleep)
                 t0 = time.time()
                 proc.send_signal(sig)  # the script's process alone, as a time limit's TERM
@@ -98,7 +111,7 @@ class GpuCheck(unittest.TestCase):
     def test_a_signal_at_the_stages_start_leaves_no_child(self):
         """The signal lands while bgrun forks (before `CHILD=$!`): the trap
         finds the command by the process tree, not by CHILD."""
-        sleep = 461
+        sleep = f"461.{os.getpid()}"  # this run's child alone (another run may be sleeping beside it)
         for _ in range(10):
             proc = subprocess.Popen([SCRIPT, "selftest-sleep"], env=dict(self.env, SELFTEST_SLEEP=str(sleep)),
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
