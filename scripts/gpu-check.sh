@@ -157,7 +157,8 @@ bgrun() {
 # inherited, can outlive a TERM and start the command a level further down
 # (seen on a loaded 2-core machine): the tree finds what the group misses.
 descendants() {
-  ps -eo pid=,ppid= | awk -v root=$$ -v self="$BASHPID" '{ kids[$2] = kids[$2] " " $1 }
+  local self=$BASHPID  # the subshell running this (in the pipeline, BASHPID would be ps's or awk's own)
+  ps -eo pid=,ppid= | awk -v root=$$ -v self="$self" '{ kids[$2] = kids[$2] " " $1 }
     END { n = split(kids[root], q, " "); for (i = 1; i <= n; i++) { if (q[i] == self) continue;
           m = split(kids[q[i]], c, " "); for (j = 1; j <= m; j++) q[++n] = c[j]; print q[i] } }'
 }
