@@ -28,6 +28,14 @@ SCRIPT = os.path.join(ROOT, "scripts", "gpu-check.sh")
 BUILD = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("DCP_BUILD_DIR")
 
 
+def default_signals():
+    """The script starts with TERM, INT and HUP at their defaults: bash
+    cannot trap a signal ignored when it started (a run under nohup, as a
+    CI job may be, ignores HUP), and the script's traps are the subject."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 class GpuCheck(unittest.TestCase):
     def setUp(self):
         self.out = tempfile.TemporaryDirectory()
@@ -39,15 +47,15 @@ class GpuCheck(unittest.TestCase):
         self.out.cleanup()
 
     def run_script(self, *stages, env=None, timeout=120):
-        r = subprocess.run([SCRIPT, *stages], env=dict(self.env, **(env or {})), stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        r = subprocess.run([SCRIPT, *stages], env=dict(self.env, **(env or {})), preexec_fn=default_signals,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
         return r.returncode, r.stdout
 
     def start(self, *stages, sleep=317):
         """The script running selftest-sleep (SELFTEST_SLEEP=sleep), once
         the sleep has started."""
         proc = subprocess.Popen([SCRIPT, *stages], env=dict(self.env, SELFTEST_SLEEP=str(sleep)),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                preexec_fn=default_signals, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines = []
         for line in proc.stdout:
             lines.append(line)
@@ -114,6 +122,7 @@ class GpuCheck(unittest.TestCase):
         sleep = f"461.{os.getpid()}"  # this run's child alone (another run may be sleeping beside it)
         for _ in range(10):
             proc = subprocess.Popen([SCRIPT, "selftest-sleep"], env=dict(self.env, SELFTEST_SLEEP=str(sleep)),
+                                    preexec_fn=default_signals,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for line in proc.stdout:
                 if line.startswith("== selftest-sleep: sleeping"):
