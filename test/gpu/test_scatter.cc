@@ -535,6 +535,35 @@ TEST_P(TokenSplit, DeviceCountsGraphReplays) {
   }
 }
 
+// After a refused call: rank r's first nanRows[r] out rows (of the first
+// `rows`) are NaN in out and outLse, every other row bitwise as `before`.
+void expectRefusedOutputs(const DeviceProblem& p, const Config& cfg, int cp, const std::vector<RankTensors>& before,
+                          const std::vector<int>& nanRows, int rows) {
+  const Strides& st = p.strides();
+  const int H = cp * cfg.localHeads;
+  for (int r = 0; r < cp; r++) {
+    SCOPED_TRACE(testing::Message() << "rank " << r);
+    const RankTensors got = p.outputs(r);
+    const int outRows = (int)(got.outLse.size() / std::max<int64_t>(st.outLseRow, 1));
+    for (int row = 0; row < std::min(outRows, rows); row++)
+      for (int h = 0; h < H; h++) {
+        const int64_t li = row * st.outLseRow + h * st.outLseHead;
+        if (row < nanRows[r]) {
+          ASSERT_TRUE(std::isnan(got.outLse[li])) << "outLse[" << row << "][" << h << "] = " << got.outLse[li];
+          for (int d = 0; d < cfg.headDim; d++) {
+            const float v = loadElement(cfg.dtype, got.out.data(), row * st.outRow + h * st.outHead + d);
+            ASSERT_TRUE(std::isnan(v)) << "out[" << row << "][" << h << "][" << d << "] = " << v;
+          }
+        } else {  // outside the poisoned rows: as the valid call left it
+          ASSERT_EQ(memcmp(&got.outLse[li], &before[r].outLse[li], 4), 0) << "outLse[" << row << "][" << h << "]";
+          const size_t at = (size_t)(row * st.outRow + h * st.outHead) * cfg.eltSize;
+          ASSERT_EQ(memcmp(got.out.data() + at, before[r].out.data() + at, (size_t)cfg.headDim * cfg.eltSize), 0)
+              << "out[" << row << "][" << h << "]";
+        }
+      }
+  }
+}
+
 // A graph replayed with valid device counts, then with counts that make no
 // split (a sum of batch + 1): the refused replay writes NaN over every row
 // the last valid split gave each rank -- the rows the previous replay
@@ -572,29 +601,7 @@ TEST_P(TokenSplit, RefusedReplayOverwritesThePreviousSliceWithNaN) {
   CUDA_ASSERT(cudaGraphLaunch(exec, stream));
   CUDA_ASSERT(cudaStreamSynchronize(stream));
   EXPECT_EQ(lb->asyncError(), ncclInvalidArgument);
-  const Strides& st = p.strides();
-  const int H = cp * cfg.localHeads;
-  for (int r = 0; r < cp; r++) {
-    SCOPED_TRACE(testing::Message() << "rank " << r);
-    const RankTensors got = p.outputs(r);
-    const int outRows = (int)(got.outLse.size() / std::max<int64_t>(st.outLseRow, 1));
-    for (int row = 0; row < std::min(outRows, batch); row++)
-      for (int h = 0; h < H; h++) {
-        const int64_t li = row * st.outLseRow + h * st.outLseHead;
-        if (row < valid[r]) {
-          ASSERT_TRUE(std::isnan(got.outLse[li])) << "outLse[" << row << "][" << h << "] = " << got.outLse[li];
-          for (int d = 0; d < cfg.headDim; d++) {
-            const float v = loadElement(cfg.dtype, got.out.data(), row * st.outRow + h * st.outHead + d);
-            ASSERT_TRUE(std::isnan(v)) << "out[" << row << "][" << h << "][" << d << "] = " << v;
-          }
-        } else {  // outside the slice: as the valid replay left it
-          ASSERT_EQ(memcmp(&got.outLse[li], &before[r].outLse[li], 4), 0) << "outLse[" << row << "][" << h << "]";
-          const size_t at = (size_t)(row * st.outRow + h * st.outHead) * cfg.eltSize;
-          ASSERT_EQ(memcmp(got.out.data() + at, before[r].out.data() + at, (size_t)cfg.headDim * cfg.eltSize), 0)
-              << "out[" << row << "][" << h << "]";
-        }
-      }
-  }
+  expectRefusedOutputs(p, cfg, cp, before, valid, batch);
 }
 
 // The last accepted split is a larger call's: a refused call with a
@@ -625,27 +632,7 @@ TEST_P(TokenSplit, RefusedSmallerCallStaysWithinItsBatch) {
   DCP_ASSERT(lb->call(b.data(), small, &s, nullptr, p.args(0)));
   CUDA_ASSERT(cudaDeviceSynchronize());
   EXPECT_EQ(lb->asyncError(), ncclInvalidArgument);
-  const Strides& st = p.strides();
-  const int H = cp * cfg.localHeads;
-  for (int r = 0; r < cp; r++) {
-    SCOPED_TRACE(testing::Message() << "rank " << r);
-    const RankTensors got = p.outputs(r);
-    const int outRows = (int)(got.outLse.size() / std::max<int64_t>(st.outLseRow, 1));
-    for (int row = 0; row < outRows; row++)
-      for (int h = 0; h < H; h++) {
-        const int64_t li = row * st.outLseRow + h * st.outLseHead;
-        if (r == 0 && row < small) {
-          ASSERT_TRUE(std::isnan(got.outLse[li])) << "outLse[" << row << "][" << h << "] = " << got.outLse[li];
-          const float v = loadElement(cfg.dtype, got.out.data(), row * st.outRow + h * st.outHead);
-          ASSERT_TRUE(std::isnan(v)) << "out[" << row << "][" << h << "][0] = " << v;
-        } else {
-          ASSERT_EQ(memcmp(&got.outLse[li], &before[r].outLse[li], 4), 0) << "outLse[" << row << "][" << h << "]";
-          const size_t at = (size_t)(row * st.outRow + h * st.outHead) * cfg.eltSize;
-          ASSERT_EQ(memcmp(got.out.data() + at, before[r].out.data() + at, (size_t)cfg.headDim * cfg.eltSize), 0)
-              << "out[" << row << "][" << h << "]";
-        }
-      }
-  }
+  expectRefusedOutputs(p, cfg, cp, before, {small, 0, 0, 0}, batch);
 }
 
 // Device counts that make no split (a sum above or below the batch, a

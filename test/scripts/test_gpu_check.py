@@ -51,9 +51,10 @@ class GpuCheck(unittest.TestCase):
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
         return r.returncode, r.stdout
 
-    def start(self, *stages, sleep=317):
-        """The script running selftest-sleep (SELFTEST_SLEEP=sleep), once
-        the sleep has started."""
+    def start(self, *stages, sleep=317, settle=0.5):
+        """The script running selftest-sleep (SELFTEST_SLEEP=sleep), once it
+        has said so and `settle` seconds more (0: at once, bgrun may still
+        be forking)."""
         proc = subprocess.Popen([SCRIPT, *stages], env=dict(self.env, SELFTEST_SLEEP=str(sleep)),
                                 preexec_fn=default_signals, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines = []
@@ -62,8 +63,16 @@ class GpuCheck(unittest.TestCase):
             if line.startswith("== selftest-sleep: sleeping"):
                 break
         self.assertIsNone(proc.poll(), "".join(lines))
-        time.sleep(0.5)
+        time.sleep(settle)
         return proc, lines
+
+    def assertNoSleeps(self, seconds, why):
+        """No 'sleep <seconds>' left within 10 s (the trap signals them; a
+        loaded machine takes a moment)."""
+        deadline = time.time() + 10
+        while self.sleeps(seconds) and time.time() < deadline:
+            time.sleep(0.2)
+        self.assertEqual(self.sleeps(seconds), 0, why)
 
     def sleeps(self, seconds):
         """Processes 'sleep <seconds>' (the stage's child) still alive."""
@@ -108,10 +117,7 @@ class GpuCheck(unittest.TestCase):
                 self.assertIn(f"stage 'selftest-sleep' did not finish: killed by {name}", out)
                 self.assertIn("ok    selftest-pass", out)
                 self.assertNotIn("every stage passed", out)
-                deadline = time.time() + 10  # the trap signals the group; a loaded machine takes a moment
-                while self.sleeps(sleep) and time.time() < deadline:
-                    time.sleep(0.2)
-                self.assertEqual(self.sleeps(sleep), 0, "the killed stage's child is still running")
+                self.assertNoSleeps(sleep, "the killed stage's child is still running")
                 summary = open(os.path.join(self.out.name, "summary.txt"), encoding="utf-8").read()
                 self.assertIn("stage selftest-sleep started", summary)
                 self.assertNotIn("stage selftest-sleep finished", summary)
@@ -121,19 +127,11 @@ class GpuCheck(unittest.TestCase):
         finds the command by the process tree, not by CHILD."""
         sleep = f"461.{os.getpid()}"  # this run's child alone (another run may be sleeping beside it)
         for _ in range(10):
-            proc = subprocess.Popen([SCRIPT, "selftest-sleep"], env=dict(self.env, SELFTEST_SLEEP=str(sleep)),
-                                    preexec_fn=default_signals,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for line in proc.stdout:
-                if line.startswith("== selftest-sleep: sleeping"):
-                    break
+            proc, _ = self.start("selftest-sleep", sleep=sleep, settle=0)
             proc.send_signal(signal.SIGTERM)
             out, _ = proc.communicate(timeout=60)
             self.assertNotEqual(proc.returncode, 0, out)
-            deadline = time.time() + 10
-            while self.sleeps(sleep) and time.time() < deadline:
-                time.sleep(0.2)
-            self.assertEqual(self.sleeps(sleep), 0, "the stage's child outlived the script")
+            self.assertNoSleeps(sleep, "the stage's child outlived the script")
 
     def test_a_stage_the_script_leaves_did_not_finish(self):
         status, out = self.run_script("selftest-pass", "selftest-exit")
