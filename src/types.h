@@ -16,10 +16,11 @@ namespace nccl_dcp {
 // NONE's algorithm (NCCL_DCP_NONE_ALGO; the values parseEnv gives).
 enum class NoneAlgo : int { Auto = 0, Direct = 1, TwoPhase = 2 };
 
-// NONE's algorithm when NCCL_DCP_NONE_ALGO is unset: direct, the one that
-// has run on a GPU, until the two-phase kernels (written without one) have
-// passed the GPU suite and been measured; then Auto (docs/perf.md, 0.4).
-constexpr NoneAlgo kDefaultNoneAlgo = NoneAlgo::Direct;
+// NONE's algorithm when NCCL_DCP_NONE_ALGO is unset: Auto (two phases from
+// 3 ranks, noneRelays). Measured on one H200, loopback cp 8: two phases
+// 1.1x faster than direct at one row and 3.5x at 1024 (docs/perf.md 0.5);
+// at cp 2 the bytes are equal and direct saves a hop.
+constexpr NoneAlgo kDefaultNoneAlgo = NoneAlgo::Auto;
 
 // A config with every default applied and every field checked: the public
 // config's fields, then the inputs that come from the environment alone.

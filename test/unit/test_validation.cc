@@ -1797,7 +1797,7 @@ TEST(DeviceArrays, WithoutADriverNothingPassesAsDeviceMemory) {
 }
 
 // ---------------------------------------------------------------------------
-// ncclDcpWorkspaceSize per mode: TOKEN and NONE (direct) hold every head of
+// ncclDcpWorkspaceSize per mode: TOKEN and NONE direct hold every head of
 // a row (cp times HEAD's), HEAD its Hl; one rank is the same in every mode.
 // (NONE in two phases: test_layout.cc's WorkspaceSize.NoneFollowsItsAlgorithm.)
 
@@ -1816,10 +1816,13 @@ TEST(WorkspaceSizePerMode, TokenAndNoneHoldMoreThanHead) {
       SCOPED_TRACE("protocol " + std::to_string(proto) + " cp " + std::to_string(cp));
       const size_t head = workspaceOf(ncclDcpScatterHead, cp, proto);
       const size_t token = workspaceOf(ncclDcpScatterToken, cp, proto);
+      Env direct;
+      direct.noneAlgo = (int)NoneAlgo::Direct;
+      test::ScopedEnv env(direct);
       const size_t none = workspaceOf(ncclDcpScatterNone, cp, proto);
       EXPECT_GT(token, head);
       EXPECT_GT(none, head);
-      EXPECT_EQ(token, none) << "both hold every head of a row (NONE direct, the default)";
+      EXPECT_EQ(token, none) << "both hold every head of a row (NONE direct)";
     }
 }
 
