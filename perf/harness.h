@@ -75,6 +75,7 @@ struct Args {
   int maxBatch = 0;                     // --max-batch workspace rows (0: = -e); larger batches run in chunks
   int baseline = kBaselineFull;         // --baseline (-B) 0|1|2
   int scatter = ncclDcpScatterHead;     // --scatter head|token|none: the config's scatter mode
+  int stagedGather = 0;                 // --staged-gather 1: loopback NONE's baseline 2 all-gathers through a staging buffer
   int wire = ncclDcpWireNative;         // --wire native|fp8: the config's wire (the baselines stay native)
   int floors = 1;                       // --floors (-F) 0 skips the floors
   int timeline = 0;                     // --timeline: the in-kernel timeline per size (-Dtimeline=true builds)
@@ -244,7 +245,7 @@ struct Summary {
 Summary summarize(const std::vector<Row>& rows);
 // After the table, as nccl-tests closes it: the wrong values, the average
 // bus bandwidth (fused; the baseline's and the speed-up beside it).
-std::string tableFooter(const std::vector<Row>& rows, bool baseline, bool baseline2 = false);
+std::string tableFooter(const std::vector<Row>& rows, bool baseline, const char* baseline2 = nullptr);
 
 // The protocol(s) the fused call runs a batch of `rows` with: rounds of at
 // most `capacity` rows, each SIMPLE from simpleMinRows rows (0: never),
@@ -310,10 +311,12 @@ std::string nowString();
 // What the baseline (-B) runs in a scatter mode: "a2a + combine",
 // "token a2a + combine", "all-gather + combine", "... alone", "none".
 const char* baselineName(int baseline, int scatter = ncclDcpScatterHead);
-// NONE's second baseline, in every header and the JSON.
-constexpr const char* kBaseline2Name = "HEAD + all-gather of the merged heads";
-// True when the run has it: NONE with -B 1.
+// True when the run has NONE's second baseline: NONE with -B 1.
 bool hasBaseline2(const Args& a);
+// What that baseline is, in every header and the JSON. Loopback's
+// all-gather is a copy kernel: written straight into every output (which
+// real ranks cannot do with unregistered buffers) unless --staged-gather 1.
+const char* baseline2Name(const Args& a);
 
 }  // namespace perf
 }  // namespace nccl_dcp

@@ -8,7 +8,10 @@
  * the all-to-all of each peer's rows in token layout (blocks of ceil(B/cp)
  * rows), NONE the all-gather of every partial; NONE's baseline 2 is the
  * HEAD call (a second loopback in HEAD mode) + the all-gather of its merged
- * heads, as copies. The floors are local copies of the mode's traffic, and
+ * heads, as copies: one copy straight into every rank's output (which real
+ * ranks cannot do with unregistered buffers), or with --staged-gather 1 two,
+ * through a staging buffer, as NCCL's all-gather moves unregistered
+ * buffers (into the peer's staging FIFO, then out of it). The floors are local copies of the mode's traffic, and
  * the ideal time is the bytes the op must move at the measured copy
  * bandwidth.
  ************************************************************************/
@@ -38,8 +41,8 @@ struct LoopbackTensors {
   size_t inBytes, lseBytes, outBytes, outLseBytes;  // one rank's, for the largest batch
   // NONE's baseline 2: the HEAD call's outputs, and the all-gather of them
   // ([cp][B][Hl] on every rank).
-  char *outHead, *gather;
-  float *outLseHead, *gatherLse;
+  char *outHead, *gather, *stage;  // stage: --staged-gather's copy of gather's layout
+  float *outLseHead, *gatherLse, *stageLse;
   size_t outHeadBytes, outLseHeadBytes;
 };
 
@@ -75,14 +78,15 @@ Exchange partialsExchange(const Config& cfg, int cp, int rows, const LoopbackTen
 }
 
 // NONE's baseline 2 after the HEAD call: every rank's merged heads and
-// their LSEs to every rank, [src][rows][Hl] (rank-major: no transpose).
-Exchange mergedHeadsGather(const Config& cfg, int cp, int rows, const LoopbackTensors& t) {
+// their LSEs to every rank, [src][rows][Hl] (rank-major: no transpose),
+// into `to` (t.gather, or t.stage when staged).
+Exchange mergedHeadsGather(const Config& cfg, int cp, int rows, const LoopbackTensors& t, bool toStage) {
   Exchange x = {};
   x.ranks = cp;
   x.planes = 2;
   const int64_t bytes[2] = {(int64_t)rows * cfg.localHeads * cfg.headDim * cfg.eltSize, (int64_t)rows * cfg.localHeads * 4};
   const char* src[2] = {t.outHead, (const char*)t.outLseHead};
-  char* dst[2] = {t.gather, (char*)t.gatherLse};
+  char* dst[2] = {toStage ? t.stage : t.gather, toStage ? (char*)t.stageLse : (char*)t.gatherLse};
   const int64_t srcRank[2] = {(int64_t)t.outHeadBytes, (int64_t)t.outLseHeadBytes};
   for (int k = 0; k < 2; k++) {
     ExchangePlane& p = x.plane[k];
@@ -92,6 +96,20 @@ Exchange mergedHeadsGather(const Config& cfg, int cp, int rows, const LoopbackTe
     p.dstSlot = bytes[k];
     p.dstRank = cp * bytes[k];
     for (int d = 0; d < cp; d++) p.bytes[d] = bytes[k];
+  }
+  return x;
+}
+
+// --staged-gather's second copy: each rank's staged blocks into its own
+// output, the same (source, destination) pairs and layout as the first.
+Exchange unstageGather(const Config& cfg, int cp, int rows, const LoopbackTensors& t) {
+  Exchange x = mergedHeadsGather(cfg, cp, rows, t, false);
+  const char* stage[2] = {t.stage, (const char*)t.stageLse};
+  for (int k = 0; k < 2; k++) {
+    ExchangePlane& p = x.plane[k];
+    p.src = stage[k];
+    p.srcRank = p.dstSlot;  // block (s -> d) staged at d * dstRank + s * dstSlot
+    for (int d = 0; d < cp; d++) p.srcOff[d] = d * p.dstRank;
   }
   return x;
 }
@@ -164,7 +182,8 @@ double measureCopyGBps(cudaStream_t stream) {
 class LoopbackMode : public Mode {
  public:
   LoopbackMode(const Args& a, Inputs& inputs, std::unique_ptr<Loopback> lb, std::unique_ptr<Loopback> lbHead)
-      : Mode(lb->config()), cp_(a.virtualRanks), baseline_(a.baseline != kBaselineOff), inputs_(inputs),
+      : Mode(lb->config()), cp_(a.virtualRanks), baseline_(a.baseline != kBaselineOff), staged_(a.stagedGather != 0),
+        baseline2Name_(baseline2Name(a)), inputs_(inputs),
         lb_(std::move(lb)), lbHead_(std::move(lbHead)) {
     CUDA_OR_DIE(cudaGetDevice(&dev_));
     CUDA_OR_DIE(cudaGetDeviceProperties(&prop_, dev_));
@@ -179,7 +198,8 @@ class LoopbackMode : public Mode {
   ~LoopbackMode() override {
     for (void* p : {(void*)t_.in, (void*)t_.lse, (void*)t_.out, (void*)t_.outLse, (void*)t_.outBase,
                     (void*)t_.outLseBase, (void*)t_.recv, (void*)t_.recvLse, (void*)t_.outHead,
-                    (void*)t_.outLseHead, (void*)t_.gather, (void*)t_.gatherLse, (void*)floorSrc_, (void*)floorDst_,
+                    (void*)t_.outLseHead, (void*)t_.gather, (void*)t_.gatherLse, (void*)t_.stage, (void*)t_.stageLse,
+                    (void*)floorSrc_, (void*)floorDst_,
                     (void*)flagLines_, (void*)rig_.state})
       cudaFree(p);
     cudaStreamDestroy(slots_[0].stream);
@@ -191,15 +211,14 @@ class LoopbackMode : public Mode {
     char s[1024];
     snprintf(s, sizeof(s),
              "# nccl-dcp %d  NCCL %d  loopback: %d virtual ranks on %s; device-to-device copy %.0f GB/s (read + write)\n"
-             "# scatter %s%s; baseline: one copy kernel doing every virtual rank's %s + one combine kernel for all%s",
+             "# scatter %s%s; baseline: one copy kernel doing every virtual rank's %s + one combine kernel for all%s%s",
              NCCL_DCP_VERSION_CODE, ncclVersion(), cp_, prop_.name, copyGBps_, scatterName((int)cfg_.scatter),
              cfg_.scatter != Scatter::None ? "" : noneRelays(cfg_, cp_) ? " (two phases)" : " (direct)",
              cfg_.scatter == Scatter::Head    ? "all-to-all"
              : cfg_.scatter == Scatter::Token ? "all-to-all in token layout (blocks of ceil(B/cp) rows)"
                                               : "all-gather of every partial",
-             lbHead_ ? "\n# baseline 2: the HEAD call (a second loopback in HEAD mode) + one copy kernel doing every "
-                       "virtual rank's all-gather of the merged heads"
-                     : "");
+             lbHead_ ? "\n# baseline 2: the HEAD call (a second loopback in HEAD mode) + " : "",
+             lbHead_ ? baseline2Name_ : "");
     return s;
   }
 
@@ -264,7 +283,8 @@ class LoopbackMode : public Mode {
       case Call::BaselineAllToAll: launchLoopbackBaseline(cfg_, cp_, (int)rows, t_, true, s); break;
       case Call::Baseline2:
         NCCL_OR_DIE(lbHead_->call(headCalls_.data(), (int)rows, nullptr, s));
-        CUDA_OR_DIE(launchExchange(mergedHeadsGather(cfg_, cp_, (int)rows, t_), s));
+        CUDA_OR_DIE(launchExchange(mergedHeadsGather(cfg_, cp_, (int)rows, t_, staged_), s));
+        if (staged_) CUDA_OR_DIE(launchExchange(unstageGather(cfg_, cp_, (int)rows, t_), s));
         break;
       default: enqueueFloor(rig_, c, rows, s);
     }
@@ -371,6 +391,10 @@ class LoopbackMode : public Mode {
       CUDA_OR_DIE(cudaMalloc(&t_.outLseHead, cp_ * t_.outLseHeadBytes));
       CUDA_OR_DIE(cudaMalloc(&t_.gather, (size_t)cp_ * cp_ * t_.outHeadBytes));
       CUDA_OR_DIE(cudaMalloc(&t_.gatherLse, (size_t)cp_ * cp_ * t_.outLseHeadBytes));
+      if (staged_) {
+        CUDA_OR_DIE(cudaMalloc(&t_.stage, (size_t)cp_ * cp_ * t_.outHeadBytes));
+        CUDA_OR_DIE(cudaMalloc(&t_.stageLse, (size_t)cp_ * cp_ * t_.outLseHeadBytes));
+      }
     }
     for (int r = 0; r < cp_; r++) {
       CUDA_OR_DIE(cudaMemcpy(t_.in + r * t_.inBytes, inputs_.partialOut(r).data(), t_.inBytes, cudaMemcpyHostToDevice));
@@ -405,7 +429,8 @@ class LoopbackMode : public Mode {
   }
 
   int cp_, dev_ = 0;
-  bool baseline_;
+  bool baseline_, staged_;
+  const char* baseline2Name_;
   Inputs& inputs_;
   std::unique_ptr<Loopback> lb_;
   std::unique_ptr<Loopback> lbHead_;  // NONE's baseline 2: the same ranks in HEAD mode (else null)

@@ -118,7 +118,13 @@ std::string usage(const char* program) {
     << "                                   rows) + combine of its rows\n"
     << "                            none:  every rank gets everything; baseline ncclAllGather of every\n"
     << "                                   partial + combine of every row, and baseline 2: the head call +\n"
-    << "                                   ncclAllGather of the merged heads (rank-major, no transpose)\n"
+    << "                                   ncclAllGather of the merged heads (rank-major, no transpose);\n"
+    << "                                   on loopback that all-gather is one copy kernel writing straight\n"
+    << "                                   into every rank's output, which real ranks cannot do with\n"
+    << "                                   unregistered buffers (NCCL stages them)\n"
+    << "  --staged-gather <0|1>     loopback NONE: 1 stages baseline 2's all-gather as NCCL does for\n"
+    << "                            unregistered buffers (each rank's merged heads copied into a staging\n"
+    << "                            buffer, then from it into every output: twice the copies; default 0)\n"
     << "                            The size columns stay the partials each rank holds, in every mode.\n"
     << "  --provider <p>            the fused path's workspace: auto | nccl-window | cuda-ipc | fallback\n"
     << "                            (sets NCCL_DCP_PROVIDER; default: as the environment says, else auto)\n"
@@ -153,6 +159,7 @@ enum LongOnly {
   kOptVersion,
   kOptScatter,
   kOptWire,
+  kOptStagedGather,
 };
 
 const struct option kLongOptions[] = {
@@ -205,6 +212,7 @@ const struct option kLongOptions[] = {
     {"provider", required_argument, nullptr, kOptProvider},
     {"scatter", required_argument, nullptr, kOptScatter},
     {"wire", required_argument, nullptr, kOptWire},
+    {"staged-gather", required_argument, nullptr, kOptStagedGather},
     {"version", no_argument, nullptr, kOptVersion},
     {nullptr, 0, nullptr, 0},
 };
@@ -286,6 +294,7 @@ const IntOption kIntOptions[] = {
     {kOptMaxBatch, 0, NCCL_DCP_MAX_BATCH_CAPACITY, [](Args* a, int64_t v) { a->maxBatch = (int)v; }},
     {'B', 0, 2, [](Args* a, int64_t v) { a->baseline = (int)v; }},
     {'F', 0, 1, [](Args* a, int64_t v) { a->floors = (int)v; }},
+    {kOptStagedGather, 0, 1, [](Args* a, int64_t v) { a->stagedGather = (int)v; }},
 };
 
 constexpr int64_t kMaxSweepRows = NCCL_DCP_MAX_BATCH_CAPACITY * 64LL;
@@ -380,6 +389,11 @@ bool checkCombination(const Args& a, std::string* error) {
     const char* unit = a.minSize.bytes ? " B" : " rows";
     *error = std::string(sizeFlag(a.minSize, 'b')) + " " + std::to_string(a.minSize.value) + unit +
              " is larger than " + sizeFlag(a.maxSize, 'e') + " " + std::to_string(a.maxSize.value) + unit;
+    return false;
+  }
+  if (a.stagedGather && (a.virtualRanks == 0 || a.scatter != ncclDcpScatterNone || a.baseline != kBaselineFull)) {
+    *error = "--staged-gather 1 stages loopback NONE's baseline 2: it needs --virtual-ranks, --scatter none and -B 1 "
+             "(on real ranks ncclAllGather stages by itself)";
     return false;
   }
   if (a.virtualRanks > 0 && (a.threads > 1 || a.gpusPerThread > 1)) {

@@ -243,6 +243,7 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
   if (run.noneAlgo.empty()) w.null();
   else w.str(run.noneAlgo);
   w.key("wire").str(wireName(a.wire));
+  w.key("staged_gather").boolean(a.stagedGather != 0);
   w.key("dtype").str(dtypeName(a.dtype));
   w.key("head_dim").integer(a.headDim);
   w.key("local_heads").integer(a.localHeads);
@@ -259,7 +260,7 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
   else w.null();
   w.key("baseline").str(baselineName(a.baseline, a.scatter));
   w.key("baseline2");
-  if (hasBaseline2(a)) w.str(kBaseline2Name);
+  if (hasBaseline2(a)) w.str(baseline2Name(a));
   else w.null();
   w.key("copy_bandwidth").num(run.copyGBps);
   w.key("speedup_geomean").num(sum.speedup);

@@ -17,7 +17,8 @@
 #       stages check theirs before they run, and fail when one does not.
 #     perf: the loopback cp 8 table per protocol (perf-<P>.json) and per
 #       scatter mode (AUTO: perf-scatter-token.json, perf-scatter-none-direct.json,
-#       perf-scatter-none-two_phase.json (NCCL_DCP_NONE_ALGO);
+#       perf-scatter-none-two_phase.json (NCCL_DCP_NONE_ALGO), and
+#       perf-scatter-none-two_phase-staged.json (baseline 2 staged);
 #       HEAD's is perf-AUTO.json), wire fp8 (perf-wire-fp8.json), and with
 #       2+ GPUs every mode and both wires on the real ranks, one thread per
 #       GPU (perf-scatter-<mode>-ranks.json, perf-wire-<wire>-ranks.json).
@@ -435,12 +436,16 @@ if has perf; then
   # Each scatter mode beside its baselines (docs/perf.md "Scatter modes"):
   # loopback cp 8 (HEAD's table is perf-AUTO's), then with 2+ GPUs every
   # mode on the real ranks, one thread per GPU.
-  # NONE once per algorithm (NCCL_DCP_NONE_ALGO; docs/perf.md 0.4).
-  for run in token none:direct none:two_phase; do
-    mode=${run%%:*} algo=${run#*:} name=${run/:/-}
+  # NONE once per algorithm (NCCL_DCP_NONE_ALGO; docs/perf.md 0.4), and
+  # two phases once more against baseline 2 staged as NCCL stages
+  # unregistered buffers (--staged-gather 1; loopback's default writes
+  # straight into every output).
+  for run in token none:direct none:two_phase none:two_phase:staged; do
+    mode=${run%%:*} algo=${run#*:} name=${run//:/-} staged=0
     [ "$algo" != "$run" ] || algo=""
+    [ "${algo%:staged}" = "$algo" ] || { algo=${algo%:staged} staged=1; }
     bgrun env ${algo:+NCCL_DCP_NONE_ALGO=$algo} "$PERF" "${PERF_ARGS[@]}" -P AUTO --scatter "$mode" \
-      -J "$LOGS/perf-scatter-$name.json" > "$LOGS/perf-scatter-$name.txt" 2>&1
+      --staged-gather $staged -J "$LOGS/perf-scatter-$name.json" > "$LOGS/perf-scatter-$name.txt" 2>&1
     record $? "perf scatter $name, loopback cp 8 AUTO (table in perf-scatter-$name.txt)"
     tail -14 "$LOGS/perf-scatter-$name.txt"
   done

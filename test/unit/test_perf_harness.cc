@@ -130,6 +130,16 @@ TEST(PerfArgs, ScatterModeSetsTheConfig) {
   a.baseline = kBaselineFull;
   a.scatter = ncclDcpScatterToken;
   EXPECT_FALSE(hasBaseline2(a));
+  // Its name says what it is: real ranks' ncclAllGather stages by itself;
+  // loopback's copy writes straight into every output unless staged.
+  Args staged;
+  ASSERT_EQ(parse({"--virtual-ranks", "8", "--scatter", "none", "--staged-gather", "1"}, &staged, &err), ParseResult::Ok)
+      << err;
+  EXPECT_NE(std::string(baseline2Name(staged)).find("staged"), std::string::npos);
+  staged.stagedGather = 0;
+  EXPECT_NE(std::string(baseline2Name(staged)).find("loopback only"), std::string::npos);
+  staged.virtualRanks = 0;
+  EXPECT_STREQ(baseline2Name(staged), "HEAD + all-gather of the merged heads");
   EXPECT_STREQ(baselineName(kBaselineFull), "a2a + combine");  // HEAD: the names of 0.2
   EXPECT_STREQ(baselineName(kBaselineAllToAll, ncclDcpScatterHead), "a2a alone");
   EXPECT_STREQ(baselineName(kBaselineFull, ncclDcpScatterToken), "token a2a + combine");
@@ -346,6 +356,10 @@ TEST(PerfArgs, ErrorsNameTheOption) {
       {{"extra"}, "extra"},
       {{"--virtual-ranks", "8", "-t", "2"}, "--virtual-ranks"},
       {{"--virtual-ranks", "4", "-g", "2"}, "-t and -g"},
+      {{"--staged-gather", "1", "--scatter", "none"}, "--staged-gather 1 stages loopback NONE's"},
+      {{"--staged-gather", "1", "--virtual-ranks", "8"}, "--scatter none"},
+      {{"--staged-gather", "1", "--virtual-ranks", "8", "--scatter", "none", "-B", "0"}, "-B 1"},
+      {{"--staged-gather", "2"}, "--staged-gather"},
       // nccl-tests' options at a value other than their default (or with
       // no meaning here at all): refused, pointing at nccl-tests' meaning
       // and at our long option.
@@ -705,7 +719,7 @@ TEST(PerfTable, HeaderNamesTheBaselineAndTheSettings) {
   const std::string n = tableHeader(a, 2, columnsOf(a, false, false));
   EXPECT_NE(n.find("scatter none"), std::string::npos) << n;
   EXPECT_NE(n.find("baseline all-gather + combine"), std::string::npos) << n;
-  EXPECT_NE(n.find(std::string("baseline 2 ") + kBaseline2Name), std::string::npos) << n;
+  EXPECT_NE(n.find(std::string("baseline 2 ") + baseline2Name(a)), std::string::npos) << n;
 }
 
 // NONE's second baseline: three more columns (time, #wrong, speed-up
@@ -736,10 +750,10 @@ TEST(PerfTable, BaselineTwoColumnsLineUp) {
       EXPECT_NE(h.find("baseline 2 (HEAD + all-gather)"), std::string::npos) << h;
     }
   std::vector<Row> rows = {r};
-  const std::string f = tableFooter(rows, true, true);
+  const std::string f = tableFooter(rows, true, "HEAD + all-gather");
   EXPECT_NE(f.find("# Out of bounds values : 7 FAILED"), std::string::npos) << f;  // baseline 2's wrong count too
   EXPECT_NE(f.find("2.5 (geometric mean, against baseline 2"), std::string::npos) << f;
-  EXPECT_EQ(tableFooter(rows, true, false).find("baseline 2"), std::string::npos);
+  EXPECT_EQ(tableFooter(rows, true).find("baseline 2"), std::string::npos);
   Samples s;  // makeRow aggregates baseline 2 as the rest
   s.fusedUs = {10, 20};
   s.base2Us = {30, 50};
@@ -1015,7 +1029,7 @@ TEST(PerfJson, ScatterModeAndBaselineTwo) {
       EXPECT_EQ(at(r2, "baseline2").type, json::Value::Null);
       continue;
     }
-    EXPECT_EQ(at(doc, "baseline2").string, kBaseline2Name);
+    EXPECT_EQ(at(doc, "baseline2").string, baseline2Name(c.a));
     EXPECT_EQ(at(at(r2, "baseline2"), "time").number, 9);  // 2 x the fused 4.5 us
     EXPECT_EQ(at(at(r2, "baseline2"), "nwrong").number, 0);
     EXPECT_GT(at(at(r2, "baseline2"), "alg_bw").number, 0);
