@@ -85,7 +85,12 @@ size_t countMismatches(const Config& cfg, int nRanks, int batch, const Strides& 
       for (int d = 0; d < cfg.headDim; d++) {
         const int64_t i = row * s.outRow + head * s.outHead + d;
         const float g = loadElement(cfg.dtype, got[r].out, i), w = loadElement(cfg.dtype, want[r].out, i);
-        if (!(std::isfinite(g) && std::fabs(g - w) <= 1e-5f + eps * std::fabs(w))) note(r, "out", row, head, d, g, w);
+        // A non-finite want (a NaN or an infinity in a source of weight)
+        // needs the same: a NaN any NaN, an infinity itself.
+        const bool ok = std::isnan(w)   ? std::isnan(g)
+                        : std::isinf(w) ? g == w
+                                        : std::isfinite(g) && std::fabs(g - w) <= 1e-5f + eps * std::fabs(w);
+        if (!ok) note(r, "out", row, head, d, g, w);
       }
       if (want[r].outLse) {
         const int64_t i = row * s.outLseRow + head * s.outLseHead;

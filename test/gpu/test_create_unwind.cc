@@ -194,33 +194,31 @@ TEST_F(CreateUnwind, LocalFailuresBeforeACollectiveStepGoThroughTheGather) {
   }
 }
 
-// Create inside the caller's ncclGroupStart/End (issue 34, item 5): NCCL
-// defers create's all-gather to the caller's ncclGroupEnd, so its records
-// are read before it ran. Create fails on the spot, saying why, instead of
-// reading uninitialised scratch ("ranks disagree on ...") or going on; it
-// frees nothing the queued all-gather still uses, so the caller's
-// ncclGroupEnd runs it into live memory (no illegal address), and the
-// communicator and the GPU stay good.
-TEST_F(CreateUnwind, CreateInsideTheCallersGroupFailsAndFreesNothingInUse) {
+// Create inside the caller's ncclGroupStart/End on a one-rank
+// communicator: NCCL runs a one-rank collective at once, group or not (a
+// local copy; measured on one H200, NCCL 2.28.9), so nothing is deferred
+// and create works, on every provider, and so do the context and the
+// communicator after the caller's ncclGroupEnd. On 2+ ranks NCCL defers
+// create's all-gather to that ncclGroupEnd and create fails on the spot,
+// saying why: test_multi.cc's Ranks.CreateInsideTheCallersGroupFailsOnEveryRank.
+TEST_F(CreateUnwind, CreateInsideTheCallersGroupOnOneRankRunsAtOnce) {
   const ncclDcpConfig_t c = makeConfig(256, 8, ncclBfloat16, ncclDcpLseBase2, 16);
   for (int provider : {ncclDcpProviderAuto, ncclDcpProviderCudaIpc, ncclDcpProviderFallback}) {
     SCOPED_TRACE(providerName(provider));
     Env e;
     e.provider = provider;
     setEnvForTesting(&e);
-    createWorks(c);
-    if (HasFatalFailure()) return;
     NCCL_TEST_ASSERT(ncclGroupStart());
     ncclDcpContext_t ctx = nullptr;
     const ncclResult_t r = ncclDcpContextCreate(comm_, &c, &ctx);
     const std::string msg = ncclDcpGetLastError();
-    NCCL_TEST_ASSERT(ncclGroupEnd());  // runs the deferred all-gather
+    NCCL_TEST_ASSERT(ncclGroupEnd());
     CUDA_ASSERT(cudaDeviceSynchronize());
     CUDA_ASSERT(cudaGetLastError());
-    EXPECT_EQ(r, ncclInvalidUsage) << msg;
-    EXPECT_EQ(ctx, nullptr);
-    EXPECT_NE(msg.find("called inside ncclGroupStart/End?"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("create step 'arguments' failed on rank 0"), std::string::npos) << msg;
+    EXPECT_EQ(r, ncclSuccess) << msg;
+    ASSERT_NE(ctx, nullptr);
+    callAndCheck(ctx, c, 5);
+    DCP_ASSERT(ncclDcpContextDestroy(ctx));
     createWorks(c);
     if (HasFatalFailure()) return;
   }

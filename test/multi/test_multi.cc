@@ -609,6 +609,39 @@ TEST_P(Ranks, OneThreadDrivesEveryGpu) {
   for (int r = 0; r < nRanks_; r++) ncclCommDestroy(comms[r]);
 }
 
+// Create inside the caller's ncclGroupStart/End (issue 34, item 5), one
+// thread per rank: NCCL defers create's all-gather to the caller's
+// ncclGroupEnd, so its records would be read before it ran. Every rank
+// fails on the spot, saying why, instead of reading uninitialised scratch
+// ("ranks disagree on ...") or going on; it frees nothing the queued
+// all-gather still uses, so each ncclGroupEnd runs it into live memory (no
+// illegal address), and the communicators and GPUs stay good: a create
+// after it works. (One rank defers nothing: test_create_unwind.cc.)
+TEST_P(Ranks, CreateInsideTheCallersGroupFailsOnEveryRank) {
+  const ncclDcpConfig_t c = makeConfig(256, 8, ncclBfloat16, ncclDcpLseBase2, 16);
+  std::vector<ncclResult_t> res(nRanks_, ncclInternalError);
+  std::vector<std::string> msg(nRanks_);
+  threads_.run(nRanks_, [&](int r) {
+    CUDA_OR_FAIL(r, cudaSetDevice(r));
+    ncclDcpContext_t ctx = nullptr;
+    if (ncclGroupStart() != ncclSuccess) return threads_.addFailure(r, "ncclGroupStart failed");
+    res[r] = ncclDcpContextCreate(comms_[r], &c, &ctx);
+    msg[r] = ncclDcpGetLastError();
+    if (ncclGroupEnd() != ncclSuccess) return threads_.addFailure(r, "ncclGroupEnd failed");  // runs the all-gather
+    CUDA_OR_FAIL(r, cudaDeviceSynchronize());
+    if (ctx != nullptr) threads_.addFailure(r, "create inside a group gave a context");
+  });
+  for (int r = 0; r < nRanks_; r++) {
+    EXPECT_EQ(res[r], ncclInvalidUsage) << "rank " << r << ": " << msg[r];
+    EXPECT_NE(msg[r].find("called inside ncclGroupStart/End?"), std::string::npos) << msg[r];
+    EXPECT_NE(msg[r].find("create step 'arguments' failed"), std::string::npos) << msg[r];
+  }
+  auto ctxs = createAll([&](int) { return c; });
+  if (HasFailure()) return;
+  callAndCheck(ctxs, c, 5);
+  destroyAll(ctxs);
+}
+
 // One thread calls every GPU's context inside ncclDcpGroupStart/End, on the
 // fused and on the forced fallback path (whose all-to-alls must be grouped),
 // eagerly and captured (each GPU's stream its own capture).

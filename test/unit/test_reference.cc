@@ -432,6 +432,25 @@ TEST_P(CountMismatches, NanAndInfinityAreWrong) {
   EXPECT_EQ(count(), 3u);
 }
 
+// Where the model itself is NaN or infinite (a non-finite element of a
+// source of weight), the kernel must give the same: any NaN for a NaN, the
+// infinity itself for an infinity; a finite value is wrong either way.
+TEST_P(CountMismatches, NonFiniteWantsNeedTheSame) {
+  storeElement(cfg.dtype, want[0].out.data(), outIndex(0, 0, 0), std::nanf(""));
+  storeElement(cfg.dtype, want[1].out.data(), outIndex(1, 0, 1), INFINITY);
+  storeElement(cfg.dtype, want[2].out.data(), outIndex(0, 1, 2), -INFINITY);
+  setOut(0, 0, 0, 0, -std::nanf(""));  // another NaN: accepted
+  setOut(1, 1, 0, 1, INFINITY);
+  setOut(2, 0, 1, 2, -INFINITY);
+  EXPECT_EQ(count(), 0u);
+  setOut(0, 0, 0, 0, 0.5f);
+  setOut(1, 1, 0, 1, -INFINITY);
+  setOut(2, 0, 1, 2, std::nanf(""));
+  std::string first;
+  EXPECT_EQ(count(&first), 3u);
+  EXPECT_NE(first.find("rank 0 out[0][0][0] = 0.5, want nan"), std::string::npos) << first;
+}
+
 TEST_P(CountMismatches, PoisonedOutputsAreAllWrong) {
   // What a call that never wrote its output leaves behind: 0xff bytes.
   memset(got[1].out.data(), 0xff, got[1].out.size());
