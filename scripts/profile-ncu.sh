@@ -17,7 +17,7 @@ for c in "${cases[@]}"; do
   IFS=: read -r P wire scatter rows <<< "$c"
   name=ncu-$P-$wire-$scatter-$rows
   "$ncu" --clock-control none --set full -k 'regex:[aA]2aLseReduce' --launch-skip 12 --launch-count 1 \
-    -o "$logs/$name" -f "$perf" --virtual-ranks 8 -H 16 --head-dim 512 -d bf16 -b "$rows" -e "$rows" -P "$P" \
+    -o "$logs/$name" -f "$perf" --virtual-ranks 8 -H 16 --head-dim 512 -d bf16 --min-rows "$rows" --max-rows "$rows" -P "$P" \
     --wire "$wire" --scatter "$scatter" -G 0 -n 2 -w 1 -m 10 -c 0 -B 0 -F 0 > "$logs/$name.log" 2>&1 || status=1
   "$ncu" --import "$logs/$name.ncu-rep" --page details > "$logs/$name.txt" 2>&1 || status=1
   rm -f "$logs/$name.ncu-rep"

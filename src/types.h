@@ -18,8 +18,8 @@ enum class NoneAlgo : int { Auto = 0, Direct = 1, TwoPhase = 2 };
 
 // NONE's algorithm when NCCL_DCP_NONE_ALGO is unset: Auto (two phases from
 // 3 ranks, noneRelays). Measured on one H200, loopback cp 8: two phases
-// 1.1x faster than direct at one row and 3.5x at 1024 (docs/perf.md 0.5);
-// at cp 2 the bytes are equal and direct saves a hop.
+// 1.07x faster than direct at one row and 3.2x at 1024 (docs/perf.md,
+// 2026-12-03); at cp 2 the bytes are equal and direct saves a hop.
 constexpr NoneAlgo kDefaultNoneAlgo = NoneAlgo::Auto;
 
 // A config with every default applied and every field checked: the public

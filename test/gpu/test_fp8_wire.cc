@@ -185,9 +185,13 @@ class Fp8Wire : public testing::TestWithParam<ProtoDtype> {
   }
 };
 
+// Batch 1000 (16 chunks) at cp 2 and 8 only: the CPU model and the fp64
+// oracle grow as cp^2 x batch, and all of it cost 25 s a case (one H200,
+// 2026-12-03), most of the 1-GPU suite's time.
 TEST_P(Fp8Wire, MatchesModelBitwise) {
   for (int cp : {2, 3, 4, 8, 16})
-    for (int batch : {1, 7, 97, 1000}) check(cp, batch, 128, 2, false);
+    for (int batch : {1, 7, 97, 1000})
+      if (batch < 1000 || cp == 2 || cp == 8) check(cp, batch, 128, 2, false);
 }
 
 TEST_P(Fp8Wire, WideHeads) {
