@@ -26,8 +26,9 @@ bool hasBaseline2(const Args& a) { return a.scatter == ncclDcpScatterNone && a.b
 
 const char* baseline2Name(const Args& a) {
   if (a.virtualRanks == 0) return "HEAD + all-gather of the merged heads";
-  return a.stagedGather ? "HEAD + all-gather of the merged heads, staged (a copy into a staging buffer, then into every output)"
-                        : "HEAD + all-gather of the merged heads, direct (one copy into every output: loopback only)";
+  return a.stagedGather
+             ? "HEAD + all-gather of the merged heads, staged (a copy into a staging buffer, then into every output)"
+             : "HEAD + all-gather of the merged heads, direct (one copy into every output: loopback only)";
 }
 
 int headsOf(int scatter, int nRanks, int localHeads) {

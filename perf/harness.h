@@ -75,7 +75,7 @@ struct Args {
   int maxBatch = 0;                     // --max-batch workspace rows (0: = -e); larger batches run in chunks
   int baseline = kBaselineFull;         // --baseline (-B) 0|1|2
   int scatter = ncclDcpScatterHead;     // --scatter head|token|none: the config's scatter mode
-  int stagedGather = 0;                 // --staged-gather 1: loopback NONE's baseline 2 all-gathers through a staging buffer
+  int stagedGather = 0;                 // --staged-gather 1: loopback NONE's baseline 2 staged (options.cc)
   int wire = ncclDcpWireNative;         // --wire native|fp8: the config's wire (the baselines stay native)
   int floors = 1;                       // --floors (-F) 0 skips the floors
   int timeline = 0;                     // --timeline: the in-kernel timeline per size (-Dtimeline=true builds)

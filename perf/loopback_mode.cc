@@ -11,9 +11,9 @@
  * heads, as copies: one copy straight into every rank's output (which real
  * ranks cannot do with unregistered buffers), or with --staged-gather 1 two,
  * through a staging buffer, as NCCL's all-gather moves unregistered
- * buffers (into the peer's staging FIFO, then out of it). The floors are local copies of the mode's traffic, and
- * the ideal time is the bytes the op must move at the measured copy
- * bandwidth.
+ * buffers (into the peer's staging FIFO, then out of it). The floors are
+ * local copies of the mode's traffic, and the ideal time is the bytes the
+ * op must move at the measured copy bandwidth.
  ************************************************************************/
 #include <unistd.h>
 
@@ -79,7 +79,7 @@ Exchange partialsExchange(const Config& cfg, int cp, int rows, const LoopbackTen
 
 // NONE's baseline 2 after the HEAD call: every rank's merged heads and
 // their LSEs to every rank, [src][rows][Hl] (rank-major: no transpose),
-// into `to` (t.gather, or t.stage when staged).
+// into t.gather, or into t.stage (the same layout) when toStage.
 Exchange mergedHeadsGather(const Config& cfg, int cp, int rows, const LoopbackTensors& t, bool toStage) {
   Exchange x = {};
   x.ranks = cp;

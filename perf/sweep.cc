@@ -357,7 +357,8 @@ int runSweep(const Args& a, Team& team, int thread, Mode& m) {
     }
   }
   m.checkAsyncErrors();
-  if (leader) printf("%s", tableFooter(rows, a.baseline != kBaselineOff, hasBaseline2(a) ? baseline2Name(a) : nullptr).c_str());
+  const char* base2 = hasBaseline2(a) ? baseline2Name(a) : nullptr;
+  if (leader) printf("%s", tableFooter(rows, a.baseline != kBaselineOff, base2).c_str());
   if (!a.json.empty()) run.devices = gatherDevices(team, thread, m);
   if (leader && !a.json.empty()) writeJson(a, m, run, floors, rows);
   team.barrier(thread);
