@@ -47,7 +47,7 @@ def main():
                         label="baseline: " + (run["baseline"] or "?"))
             if run["baseline2"] and any(r["base2_us"] > 0 for r in rows):
                 ax.plot(batch, [r["base2_us"] for r in rows], marker="^", color=line.get_color(), linestyle=":",
-                        label="baseline 2: " + run["baseline2"])
+                        label="baseline 2: " + run["baseline2"].split(" (")[0])
             continue
         # One baseline curve: every run measured it on the same data.
         if not baseline_drawn and any(r["base_us"] > 0 for r in rows):
@@ -69,9 +69,9 @@ def main():
     ax.set_ylabel("time per call (us, {})".format(" / ".join(sorted(statistics))))
     title = args.title or "{} {} ranks, {} D={} Hl={} on {}".format(
         meta["mode"], meta["n_ranks"], meta["dtype"], meta["head_dim"], meta["local_heads"], meta["device"])
-    ax.set_title(title)
+    ax.set_title(title, fontsize="medium")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize="small", loc="upper left")
     fig.tight_layout()
     fig.savefig(args.output, dpi=120)
     print("wrote", args.output)
