@@ -38,6 +38,12 @@
 #     --plant-failure: the tests stage adds one failing case to every test
 #       binary (test_main.cc's --dcp_plant_failure), to show that a failing
 #       case makes the whole run exit non-zero.
+#   Under the device tool (30 minutes a session, each machine start
+#   counted: about 6 minutes on 2026-12-03), chain the stages over four
+#   calls, each at once after the last (a machine goes back 30 s after a
+#   call): `build tests topology` (52 + 449 s on 2026-12-03, before the fp8
+#   suite was trimmed), `sanitize stress-short python`, `perf` (about
+#   370 s), `plants` (target 600 s).
 #   GPU_CHECK_TAR=FILE: the logs ($OUT) packed into one tar.gz at the end,
 #     e.g. `OUT=/tmp/gc GPU_CHECK_TAR=$OUT/gpu-check.tgz scripts/gpu-check.sh`
 #     under the device tool, whose $OUT brings back 8 files at most.
