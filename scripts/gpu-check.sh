@@ -22,7 +22,9 @@
 #       HEAD's is perf-AUTO.json), wire fp8 (perf-wire-fp8.json), and with
 #       2+ GPUs every mode and both wires on the real ranks, one thread per
 #       GPU (perf-scatter-<mode>-ranks.json, perf-wire-<wire>-ranks.json).
-#     also: nopdl reread (LL128 variants), timeline (-Dtimeline=true
+#     also: perf-cp (the loopback tables of HEAD, TOKEN, NONE and fp8 at
+#       cp PERF_CPS, default "2 4 16": perf-cp<N>-<mode>.json),
+#       nopdl reread (LL128 variants), timeline (-Dtimeline=true
 #       build, perf -T), stress (PDL / LL128 re-read stress, HEAD, then each
 #       scatter mode once: TOKEN, TOKEN with device counts, NONE direct and
 #       in two phases; and HEAD with fp8 on the wire), soak,
@@ -474,6 +476,30 @@ if has perf; then
     done
   fi
   echo "== perf took $((SECONDS - start)) s"
+  stage_end
+fi
+
+# The loopback tables at other rank counts (issues 39 and 41: cp 2, 4 and
+# 16): HEAD, TOKEN, NONE (its default algorithm) and fp8, AUTO, each
+# beside its baselines; fp8 beside HEAD's native table of the same cp.
+# Not a default stage (about 4 minutes): chain it after perf.
+if has perf-cp; then
+  stage_begin perf-cp
+  start=$SECONDS
+  for cp in ${PERF_CPS:-2 4 16}; do
+    for run in head token none fp8; do
+      flags=(--scatter "$run")
+      [ "$run" != fp8 ] || flags=(--wire fp8)
+      # NONE's baseline receives every partial on every rank: cp^2 x the
+      # inputs (cp 16 at 1024 rows: 69 GB), so its sweep stops at 256 rows there.
+      [ "$run" != none ] || [ "$cp" -lt 16 ] || flags+=(--max-rows 256)
+      name=perf-cp$cp-$run
+      bgrun "$PERF" --virtual-ranks "$cp" "${PERF_SHAPE[@]}" -P AUTO "${flags[@]}" -J "$LOGS/$name.json" \
+        > "$LOGS/$name.txt" 2>&1
+      record $? "perf loopback cp $cp $run (table in $name.txt)"
+    done
+  done
+  echo "== perf-cp took $((SECONDS - start)) s"
   stage_end
 fi
 
