@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "checks.h"
 #include "reference.h"
@@ -54,26 +55,31 @@ Inputs::Inputs(const Config& cfg, int nRanks, int64_t maxRows) : cfg_(cfg), nRan
 }
 
 // The reference of every rank for `rows` rows in the config's mode (even
-// split), rank r's output rows x the mode's heads each. NONE's outputs are
-// the same on every rank: one buffer, written by each rank's turn.
+// split), rank r's output rows x the mode's heads each, a thread per rank.
+// NONE's outputs on the native wire are the same on every rank: rank 0's
+// alone (on fp8 each rank's own share stays exact, so each rank has its own).
 void Inputs::computeReference(int64_t rows, Wire wire) {
-  NCCL_OR_DIE(resolveCallArgs(nullptr, cfg_, nRanks_, (int)rows, &shape_));
-  const bool shared = cfg_.scatter == Scatter::None;
+  CallShape& shape = shape_[(int)wire];
+  NCCL_OR_DIE(resolveCallArgs(nullptr, cfg_, nRanks_, (int)rows, &shape));
   std::vector<std::vector<uint8_t>>& outs = refOut_[(int)wire];
   std::vector<std::vector<float>>& lses = refLse_[(int)wire];
-  outs.assign(nRanks_, std::vector<uint8_t>());
-  lses.assign(nRanks_, std::vector<float>());
-  std::vector<CallBuffers> bufs(nRanks_);
-  for (int r = 0; r < nRanks_; r++) {
-    const size_t units = (size_t)outRowsOf(shape_, r) * shape_.heads;
-    if (!shared || r == 0) {
-      outs[r].resize(units * cfg_.headDim * cfg_.eltSize);
-      lses[r].resize(units);
-    }
-    const int k = shared ? 0 : r;
-    bufs[r] = {out_[r].data(), lse_[r].data(), outs[k].data(), lses[k].data()};
+  const int computed = sharedReference(wire) ? 1 : nRanks_;
+  outs.assign(computed, std::vector<uint8_t>());
+  lses.assign(computed, std::vector<float>());
+  std::vector<std::thread> threads;
+  for (int r = 0; r < computed; r++) {
+    const size_t units = (size_t)outRowsOf(shape, r) * shape.heads;
+    outs[r].resize(units * cfg_.headDim * cfg_.eltSize);
+    lses[r].resize(units);
+    threads.emplace_back([&, r] {
+      std::vector<CallBuffers> bufs(nRanks_);
+      for (int s = 0; s < nRanks_; s++) bufs[s] = {out_[s].data(), lse_[s].data(), nullptr, nullptr};
+      bufs[r].out = outs[r].data();
+      bufs[r].outLse = lses[r].data();
+      referenceA2aLseReduce(cfg_, nRanks_, (int)rows, packedStrides(cfg_, nRanks_), bufs.data(), &shape, wire);
+    });
   }
-  referenceA2aLseReduce(cfg_, nRanks_, (int)rows, packedStrides(cfg_, nRanks_), bufs.data(), &shape_, wire);
+  for (std::thread& t : threads) t.join();
   refRows_[(int)wire] = rows;
 }
 
@@ -97,29 +103,70 @@ CallShape oneRankView(const CallShape& shape, int nRanks, int r) {
 
 }  // namespace
 
-int64_t Inputs::countWrong(int rank, int64_t rows, const uint8_t* out, const float* outLse, Wire wire) {
-  std::lock_guard<std::mutex> l(mutex_);
-  if (refRows_[(int)wire] != rows) computeReference(rows, wire);
-  const int k = cfg_.scatter == Scatter::None ? 0 : rank;
+std::shared_lock<std::shared_mutex> Inputs::referenceOf(int64_t rows, Wire wire) {
+  for (;;) {
+    std::shared_lock<std::shared_mutex> held(mutex_);
+    if (refRows_[(int)wire] == rows) return held;
+    held.unlock();
+    std::unique_lock<std::shared_mutex> writing(mutex_);
+    if (refRows_[(int)wire] != rows) computeReference(rows, wire);
+  }
+}
+
+int64_t Inputs::countRank(int rank, const uint8_t* out, const float* outLse, Wire wire) const {
+  const int k = sharedReference(wire) ? 0 : rank;
   const CallBuffers got = {nullptr, nullptr, const_cast<uint8_t*>(out), const_cast<float*>(outLse)};
-  const CallBuffers want = {nullptr, nullptr, refOut_[(int)wire][k].data(), refLse_[(int)wire][k].data()};
-  const CallShape view = oneRankView(shape_, nRanks_, rank);
+  const CallBuffers want = {nullptr, nullptr, const_cast<uint8_t*>(refOut_[(int)wire][k].data()),
+                            const_cast<float*>(refLse_[(int)wire][k].data())};
+  const CallShape view = oneRankView(shape_[(int)wire], nRanks_, rank);
   return (int64_t)countMismatches(cfg_, 1, view.batch, packedStrides(cfg_, nRanks_), &got, &want, nullptr, &view);
 }
 
-int64_t Inputs::countWrongGathered(int rank, int64_t rows, const uint8_t* gathered, const float* gatheredLse) {
+namespace {
+
+// f(i) for every i < n, each on a thread of its own; their sum.
+template <typename F>
+int64_t sumOnThreads(size_t n, F f) {
+  std::vector<int64_t> counts(n, 0);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < n; i++) threads.emplace_back([&, i] { counts[i] = f(i); });
+  for (std::thread& t : threads) t.join();
+  int64_t sum = 0;
+  for (int64_t c : counts) sum += c;
+  return sum;
+}
+
+}  // namespace
+
+int64_t Inputs::countWrong(int64_t rows, const std::vector<RankOutputs>& outs, Wire wire) {
+  const std::shared_lock<std::shared_mutex> held = referenceOf(rows, wire);
+  return sumOnThreads(outs.size(), [&](size_t i) {
+    return countRank(outs[i].rank, outs[i].out.data(), outs[i].outLse.data(), wire);
+  });
+}
+
+void Inputs::ungather(int64_t rows, const RankOutputs& gathered, RankOutputs* out) const {
   const int Hl = cfg_.localHeads, H = nRanks_ * Hl;
   const size_t headBytes = (size_t)cfg_.headDim * cfg_.eltSize;
-  std::vector<uint8_t> out((size_t)rows * H * headBytes);
-  std::vector<float> outLse((size_t)rows * H);
+  out->rank = gathered.rank;
+  out->out.resize((size_t)rows * H * headBytes);
+  out->outLse.resize((size_t)rows * H);
   for (int s = 0; s < nRanks_; s++)
     for (int64_t b = 0; b < rows; b++)
       for (int j = 0; j < Hl; j++) {
         const size_t from = ((size_t)s * rows + b) * Hl + j, to = (size_t)b * H + s * Hl + j;
-        memcpy(&out[to * headBytes], gathered + from * headBytes, headBytes);
-        outLse[to] = gatheredLse[from];
+        memcpy(&out->out[to * headBytes], &gathered.out[from * headBytes], headBytes);
+        out->outLse[to] = gathered.outLse[from];
       }
-  return countWrong(rank, rows, out.data(), outLse.data());
+}
+
+int64_t Inputs::countWrongGathered(int64_t rows, const std::vector<RankOutputs>& gathered) {
+  const std::shared_lock<std::shared_mutex> held = referenceOf(rows, Wire::Native);
+  return sumOnThreads(gathered.size(), [&](size_t i) {
+    RankOutputs mine;
+    ungather(rows, gathered[i], &mine);
+    return countRank(mine.rank, mine.out.data(), mine.outLse.data(), Wire::Native);
+  });
 }
 
 }  // namespace perf

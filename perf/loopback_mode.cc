@@ -303,19 +303,18 @@ class LoopbackMode : public Mode {
     syncSlots();
     CallShape shape;
     NCCL_OR_DIE(resolveCallArgs(nullptr, cfg_, cp_, (int)rows, &shape));
-    int64_t wrong = 0;
+    std::vector<Inputs::RankOutputs> outs;
     for (int r = 0; r < cp_; r++) {
       // Rank r's output rows in the mode: [B][Hl], TOKEN [n_r][H], NONE [B][H].
       const size_t units = (size_t)outRowsOf(shape, r) * shape.heads;
-      std::vector<uint8_t> got(units * cfg_.headDim * cfg_.eltSize);
-      std::vector<float> gotLse(units);
       if (units == 0) continue;  // TOKEN: a rank of no rows (B < cp)
-      CUDA_OR_DIE(cudaMemcpy(got.data(), out + r * t_.outBytes, got.size(), cudaMemcpyDeviceToHost));
-      CUDA_OR_DIE(cudaMemcpy(gotLse.data(), (char*)outLse + r * t_.outLseBytes, gotLse.size() * 4,
+      outs.push_back({r, std::vector<uint8_t>(units * cfg_.headDim * cfg_.eltSize), std::vector<float>(units)});
+      CUDA_OR_DIE(cudaMemcpy(outs.back().out.data(), out + r * t_.outBytes, outs.back().out.size(),
                              cudaMemcpyDeviceToHost));
-      wrong += inputs_.countWrong(r, rows, got.data(), gotLse.data(), base ? Wire::Native : cfg_.wire);
+      CUDA_OR_DIE(cudaMemcpy(outs.back().outLse.data(), (char*)outLse + r * t_.outLseBytes, units * 4,
+                             cudaMemcpyDeviceToHost));
     }
-    return wrong;
+    return inputs_.countWrong(rows, outs, base ? Wire::Native : cfg_.wire);
   }
 
   // Baseline 2: each rank's all-gathered merged heads [cp][B][Hl].
@@ -326,16 +325,14 @@ class LoopbackMode : public Mode {
     CUDA_OR_DIE(cudaMemsetAsync(t_.gatherLse, 0xff, (size_t)cp_ * cp_ * t_.outLseHeadBytes, slots_[0].stream));
     enqueue(Call::Baseline2, rows);
     syncSlots();
-    std::vector<uint8_t> got(bytes);
-    std::vector<float> gotLse(lseBytes / 4);
-    int64_t wrong = 0;
+    std::vector<Inputs::RankOutputs> gathered;
     for (int r = 0; r < cp_; r++) {
-      CUDA_OR_DIE(cudaMemcpy(got.data(), t_.gather + (size_t)r * bytes, bytes, cudaMemcpyDeviceToHost));
-      CUDA_OR_DIE(cudaMemcpy(gotLse.data(), (char*)t_.gatherLse + (size_t)r * lseBytes, lseBytes,
+      gathered.push_back({r, std::vector<uint8_t>(bytes), std::vector<float>(lseBytes / 4)});
+      CUDA_OR_DIE(cudaMemcpy(gathered.back().out.data(), t_.gather + (size_t)r * bytes, bytes, cudaMemcpyDeviceToHost));
+      CUDA_OR_DIE(cudaMemcpy(gathered.back().outLse.data(), (char*)t_.gatherLse + (size_t)r * lseBytes, lseBytes,
                              cudaMemcpyDeviceToHost));
-      wrong += inputs_.countWrongGathered(r, rows, got.data(), gotLse.data());
     }
-    return wrong;
+    return inputs_.countWrongGathered(rows, gathered);
   }
 
   // Every rank's inputs read, the payload written into and read out of the

@@ -224,19 +224,19 @@ class RankMode : public Mode {
     }
     enqueue(c, rows);
     syncSlots();
-    int64_t wrong = 0;
+    std::vector<Inputs::RankOutputs> outs;
     for (Rank& r : ranks_) {
       // The rank's output rows in the mode: [B][Hl], TOKEN [n_r][H], NONE [B][H].
       const size_t units = (size_t)outRowsOf(shape, r.rank) * shape.heads;
-      std::vector<uint8_t> got(units * cfg_.headDim * cfg_.eltSize);
-      std::vector<float> gotLse(units);
       if (units == 0) continue;  // TOKEN: a rank of no rows (B < cp)
+      outs.push_back({r.rank, std::vector<uint8_t>(units * cfg_.headDim * cfg_.eltSize), std::vector<float>(units)});
       CUDA_OR_DIE(cudaSetDevice(r.dev));
-      CUDA_OR_DIE(cudaMemcpy(got.data(), base ? r.outBase : r.out, got.size(), cudaMemcpyDeviceToHost));
-      CUDA_OR_DIE(cudaMemcpy(gotLse.data(), base ? r.outLseBase : r.outLse, units * 4, cudaMemcpyDeviceToHost));
-      wrong += inputs_.countWrong(r.rank, rows, got.data(), gotLse.data(), base ? Wire::Native : cfg_.wire);
+      CUDA_OR_DIE(cudaMemcpy(outs.back().out.data(), base ? r.outBase : r.out, outs.back().out.size(),
+                             cudaMemcpyDeviceToHost));
+      CUDA_OR_DIE(cudaMemcpy(outs.back().outLse.data(), base ? r.outLseBase : r.outLse, units * 4,
+                             cudaMemcpyDeviceToHost));
     }
-    return wrong;
+    return inputs_.countWrong(rows, outs, base ? Wire::Native : cfg_.wire);
   }
 
   // Baseline 2: each rank's all-gathered merged heads [cp][B][Hl].
@@ -249,16 +249,15 @@ class RankMode : public Mode {
     }
     enqueue(Call::Baseline2, rows);
     syncSlots();
-    std::vector<uint8_t> got(units * cfg_.headDim * cfg_.eltSize);
-    std::vector<float> gotLse(units);
-    int64_t wrong = 0;
+    std::vector<Inputs::RankOutputs> gathered;
     for (Rank& r : ranks_) {
+      gathered.push_back({r.rank, std::vector<uint8_t>(units * cfg_.headDim * cfg_.eltSize), std::vector<float>(units)});
       CUDA_OR_DIE(cudaSetDevice(r.dev));
-      CUDA_OR_DIE(cudaMemcpy(got.data(), r.gather, got.size(), cudaMemcpyDeviceToHost));
-      CUDA_OR_DIE(cudaMemcpy(gotLse.data(), r.gatherLse, units * 4, cudaMemcpyDeviceToHost));
-      wrong += inputs_.countWrongGathered(r.rank, rows, got.data(), gotLse.data());
+      CUDA_OR_DIE(cudaMemcpy(gathered.back().out.data(), r.gather, gathered.back().out.size(),
+                             cudaMemcpyDeviceToHost));
+      CUDA_OR_DIE(cudaMemcpy(gathered.back().outLse.data(), r.gatherLse, units * 4, cudaMemcpyDeviceToHost));
     }
-    return wrong;
+    return inputs_.countWrongGathered(rows, gathered);
   }
 
   bool roundTripTimedOut() override {

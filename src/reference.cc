@@ -34,6 +34,7 @@ void referenceTyped(const Config& cfg, int nRanks, const Strides& s, const CallB
   std::vector<uint8_t> wireUnit((size_t)nRanks * D);
   for (int r = 0; r < nRanks; r++) {
     T* out = (T*)ranks[r].out;
+    if (out == nullptr) continue;  // not asked for
     forEachOutput(shape, nRanks, r, [&](int b, int h, int row, int head) {
       for (int src = 0; src < nRanks; src++) weight[src] = partialLseOf(cfg, s, shape, ranks[src], b, h);
       const float merged = mergeWeights(weight.data(), nRanks, cfg.lseBase, weight.data());

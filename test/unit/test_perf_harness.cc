@@ -18,7 +18,9 @@
 
 #include "enums.h"
 #include "harness.h"
+#include "inputs.h"
 #include "json.h"
+#include "reference.h"
 #include "team.h"
 #include "test_util.h"
 
@@ -1122,6 +1124,112 @@ TEST(PerfTeam, OneProcessWithoutALauncher) {
     EXPECT_NE(err.find("-Dmpi"), std::string::npos) << err;
     unsetenv("OMPI_COMM_WORLD_SIZE");
   }
+}
+
+// ---- -c's check (perf/inputs.h): every rank's outputs counted on a thread
+// of its own against the reference of the mode.
+
+// Every rank's outputs of a `rows`-row call as the reference computes them
+// from the perf inputs, in the layout countWrong takes.
+std::vector<Inputs::RankOutputs> referenceOutputs(const Inputs& in, int rows) {
+  const Config& cfg = in.config();
+  const int n = in.nRanks();
+  CallShape shape;
+  EXPECT_EQ(resolveCallArgs(nullptr, cfg, n, rows, &shape), ncclSuccess);
+  std::vector<Inputs::RankOutputs> outs(n);
+  std::vector<CallBuffers> bufs(n);
+  for (int r = 0; r < n; r++) {
+    const size_t units = (size_t)outRowsOf(shape, r) * shape.heads;
+    outs[r] = {r, std::vector<uint8_t>(units * cfg.headDim * cfg.eltSize), std::vector<float>(units)};
+    bufs[r] = {const_cast<uint8_t*>(in.partialOut(r).data()), const_cast<float*>(in.partialLse(r).data()),
+               outs[r].out.data(), outs[r].outLse.data()};
+  }
+  referenceA2aLseReduce(cfg, n, rows, packedStrides(cfg, n), bufs.data(), &shape);
+  return outs;
+}
+
+// fp8 on the wire with NONE: each rank's own share stays exact, so each
+// rank has a reference of its own (one shared by all counted millions of
+// elements wrong on every rank but the last).
+TEST(PerfInputs, NoneOnTheFp8WireHasAReferencePerRank) {
+  ncclDcpConfig_t c = test::withScatter(test::makeConfig(64, 2, ncclBfloat16, ncclDcpLseBase2), ncclDcpScatterNone);
+  c.wire = ncclDcpWireFp8E4m3;
+  Inputs in(test::resolved(c), 4, 9);
+  const Config& cfg = in.config();
+  CallShape shape;
+  ASSERT_EQ(resolveCallArgs(nullptr, cfg, 4, 9, &shape), ncclSuccess);
+  std::vector<Inputs::RankOutputs> outs(4);
+  std::vector<CallBuffers> bufs(4);
+  for (int r = 0; r < 4; r++) {
+    const size_t units = (size_t)outRowsOf(shape, r) * shape.heads;
+    outs[r] = {r, std::vector<uint8_t>(units * cfg.headDim * cfg.eltSize), std::vector<float>(units)};
+    bufs[r] = {in.partialOut(r).data(), in.partialLse(r).data(), outs[r].out.data(), outs[r].outLse.data()};
+  }
+  referenceA2aLseReduce(cfg, 4, 9, packedStrides(cfg, 4), bufs.data(), &shape, Wire::Fp8E4m3);
+  ASSERT_NE(outs[0].out, outs[3].out) << "the ranks' fp8 outputs are alike: the test shows nothing";
+  EXPECT_EQ(in.countWrong(9, outs, Wire::Fp8E4m3), 0);
+  EXPECT_EQ(in.countWrong(9, referenceOutputs(in, 9)), 0);  // the native wire: one reference
+}
+
+// 2.0 at element i of a bf16 output whose merges lie in [-1, 1]: wrong.
+void spoil(Inputs::RankOutputs* o, size_t i) {
+  const uint16_t two = 0x4000;
+  memcpy(&o->out[i * 2], &two, 2);
+}
+
+Config perfConfig(int scatter) {
+  return test::resolved(test::withScatter(test::makeConfig(64, 2, ncclBfloat16, ncclDcpLseBase2), scatter));
+}
+
+TEST(PerfInputs, EveryRanksWrongElementsAreCountedOnce) {
+  for (int scatter : {(int)ncclDcpScatterHead, (int)ncclDcpScatterToken, (int)ncclDcpScatterNone}) {
+    SCOPED_TRACE(scatterName(scatter));
+    Inputs in(perfConfig(scatter), 4, 13);
+    std::vector<Inputs::RankOutputs> outs = referenceOutputs(in, 11);
+    EXPECT_EQ(in.countWrong(11, outs), 0);
+    spoil(&outs[1], 0);
+    spoil(&outs[3], outs[3].out.size() / 2 - 1);  // the last element
+    outs[2].outLse[1] += 1.f;
+    EXPECT_EQ(in.countWrong(11, outs), 3);
+    // Another size: its own reference, not the last one.
+    EXPECT_EQ(in.countWrong(5, referenceOutputs(in, 5)), 0);
+  }
+}
+
+TEST(PerfInputs, ThreadsOfAProcessCheckTogether) {
+  Inputs in(perfConfig(ncclDcpScatterHead), 4, 16);
+  const std::vector<Inputs::RankOutputs> right = referenceOutputs(in, 16);
+  std::vector<Inputs::RankOutputs> wrong = right;
+  spoil(&wrong[0], 3);
+  int64_t counts[4] = {-1, -1, -1, -1};
+  std::vector<std::thread> threads;  // as rank mode's team threads: one rank each
+  for (int t = 0; t < 4; t++)
+    threads.emplace_back([&, t] { counts[t] = in.countWrong(16, {(t == 0 ? wrong : right)[t]}); });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(counts[0], 1);
+  EXPECT_EQ(counts[1] + counts[2] + counts[3], 0);
+}
+
+// NONE's baseline 2: rank-major [cp][B][Hl] heads, compared with [B][H].
+TEST(PerfInputs, GatheredHeadsAreComparedInTheirOwnOrder) {
+  const int n = 4, rows = 7, Hl = 2, D = 64;
+  Inputs in(perfConfig(ncclDcpScatterNone), n, rows);
+  const std::vector<Inputs::RankOutputs> outs = referenceOutputs(in, rows);
+  std::vector<Inputs::RankOutputs> gathered(n);
+  for (int r = 0; r < n; r++) {
+    gathered[r] = {r, std::vector<uint8_t>(outs[r].out.size()), std::vector<float>(outs[r].outLse.size())};
+    for (int s = 0; s < n; s++)
+      for (int b = 0; b < rows; b++)
+        for (int j = 0; j < Hl; j++) {
+          const size_t from = (size_t)b * n * Hl + s * Hl + j, to = ((size_t)s * rows + b) * Hl + j;
+          memcpy(&gathered[r].out[to * D * 2], &outs[r].out[from * D * 2], D * 2);
+          gathered[r].outLse[to] = outs[r].outLse[from];
+        }
+  }
+  EXPECT_EQ(in.countWrongGathered(rows, gathered), 0);
+  EXPECT_GT(in.countWrongGathered(rows, outs), 0) << "the [B][H] order passed as gathered";
+  spoil(&gathered[2], 5);
+  EXPECT_EQ(in.countWrongGathered(rows, gathered), 1);
 }
 
 // Run by the test below under mpirun: 2 processes x 2 threads, the same

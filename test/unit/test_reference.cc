@@ -356,6 +356,31 @@ TEST_P(ReferenceLayout, NullOutLseLeavesOutUnchanged) {
   for (int r = 0; r < cp; r++) EXPECT_EQ(with[r].out, without[r].out) << "rank " << r;
 }
 
+// A rank of null out is skipped and the others' outputs are those of the
+// whole call (the perf binary's -c computes a rank per thread this way).
+TEST_P(ReferenceLayout, RanksComputedOneAtATimeEqualTheWholeCall) {
+  const uint64_t seed = test::freshSeed();
+  std::mt19937_64 rng(seed);
+  const int cp = 4, Hl = 2, batch = 5, D = GetParam() == ncclFloat32 ? 8 : 16;
+  const Config cfg = makeResolvedConfig(D, Hl, GetParam(), ncclDcpLseBaseE);
+  const Strides s = packedStrides(cfg, cp);
+  std::vector<RankTensors> whole = test::makeInputs(cfg, cp, batch, s, LseMix::Special, rng);
+  std::vector<RankTensors> alone = whole;
+  runReference(cfg, cp, batch, s, whole);
+  for (int r = 0; r < cp; r++) {
+    std::vector<CallBuffers> buffers;
+    for (RankTensors& t : alone) buffers.push_back(t.buffers());
+    for (int other = 0; other < cp; other++)
+      if (other != r) buffers[other].out = nullptr, buffers[other].outLse = nullptr;
+    const std::vector<uint8_t> untouched = alone[(r + 1) % cp].out;
+    referenceA2aLseReduce(cfg, cp, batch, s, buffers.data());
+    EXPECT_EQ(alone[(r + 1) % cp].out, untouched) << "rank " << (r + 1) % cp << " written while skipped";
+    EXPECT_EQ(alone[r].out, whole[r].out) << "rank " << r;
+    EXPECT_EQ(memcmp(alone[r].outLse.data(), whole[r].outLse.data(), whole[r].outLse.size() * sizeof(float)), 0)
+        << "rank " << r;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTypes, ReferenceLayout, ::testing::Values(ncclBfloat16, ncclFloat16, ncclFloat32),
                          [](const ::testing::TestParamInfo<ncclDataType_t>& info) { return dtypeParamName(info.param); });
 
