@@ -55,9 +55,9 @@ Inputs::Inputs(const Config& cfg, int nRanks, int64_t maxRows) : cfg_(cfg), nRan
 }
 
 // The reference of every rank for `rows` rows in the config's mode (even
-// split), rank r's output rows x the mode's heads each, a thread per rank.
-// NONE's outputs on the native wire are the same on every rank: rank 0's
-// alone (on fp8 each rank's own share stays exact, so each rank has its own).
+// split), rank r's output rows x the mode's heads each. NONE's outputs on
+// the native wire are the same on every rank: rank 0's alone (on fp8 each
+// rank's own share stays exact, so each rank has its own).
 void Inputs::computeReference(int64_t rows, Wire wire) {
   CallShape& shape = shape_[(int)wire];
   NCCL_OR_DIE(resolveCallArgs(nullptr, cfg_, nRanks_, (int)rows, &shape));
@@ -66,20 +66,17 @@ void Inputs::computeReference(int64_t rows, Wire wire) {
   const int computed = sharedReference(wire) ? 1 : nRanks_;
   outs.assign(computed, std::vector<uint8_t>());
   lses.assign(computed, std::vector<float>());
-  std::vector<std::thread> threads;
-  for (int r = 0; r < computed; r++) {
+  std::vector<CallBuffers> bufs(nRanks_);
+  for (int r = 0; r < nRanks_; r++) {
+    bufs[r] = {out_[r].data(), lse_[r].data(), nullptr, nullptr};  // null out: not computed
+    if (r >= computed) continue;
     const size_t units = (size_t)outRowsOf(shape, r) * shape.heads;
     outs[r].resize(units * cfg_.headDim * cfg_.eltSize);
     lses[r].resize(units);
-    threads.emplace_back([&, r] {
-      std::vector<CallBuffers> bufs(nRanks_);
-      for (int s = 0; s < nRanks_; s++) bufs[s] = {out_[s].data(), lse_[s].data(), nullptr, nullptr};
-      bufs[r].out = outs[r].data();
-      bufs[r].outLse = lses[r].data();
-      referenceA2aLseReduce(cfg_, nRanks_, (int)rows, packedStrides(cfg_, nRanks_), bufs.data(), &shape, wire);
-    });
+    bufs[r].out = outs[r].data();
+    bufs[r].outLse = lses[r].data();
   }
-  for (std::thread& t : threads) t.join();
+  referenceA2aLseReduce(cfg_, nRanks_, (int)rows, packedStrides(cfg_, nRanks_), bufs.data(), &shape, wire);
   refRows_[(int)wire] = rows;
 }
 

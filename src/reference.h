@@ -19,8 +19,8 @@ namespace nccl_dcp {
 // model of fp8 on the wire -- every remote source's unit is encoded and
 // decoded (codec.h) before the same fp32 merge; a rank's own share and
 // every LSE stay exact, so outLse is the same as Native's. A rank whose
-// out is null is skipped (its inputs are still read): a caller can split
-// the ranks' outputs over threads.
+// out is null is skipped (its inputs are still read). A large call
+// computes each rank's outputs on a thread of its own.
 void referenceA2aLseReduce(const Config& cfg, int nRanks, int batch, const Strides& strides,
                            const CallBuffers* ranks, const CallShape* shape = nullptr, Wire wire = Wire::Native);
 

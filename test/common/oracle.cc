@@ -2,10 +2,12 @@
 // Nothing of src/ is included here, by design.
 #include "oracle.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <thread>
 
 namespace oracle {
 
@@ -240,25 +242,31 @@ double lseTolerance(const Problem& p, const Merge& m) {
   return 0x1p-23 * (2 * (1 + std::fabs(m.lse)) + p.cp + 2) + 0x1p-23 * m.lseSlack;
 }
 
-Report check(const Problem& p, const std::vector<Output>& got, const CheckOptions& o) {
-  Report rep;
-  std::ostringstream first;
-  int noted = 0;
-  auto note = [&](const std::string& what) {
-    rep.bad++;
-    if (noted++ < 5) first << (noted > 1 ? "\n  " : "") << what;
-  };
-  const int D = p.headDim, H = p.cp * p.localHeads, e = elementSize(p.dtype);
-  const bool fp8 = p.wire == Wire::Fp8;
-  const std::vector<int> start = rowStarts(p);
-  const Layout& s = p.layout;
-  std::vector<std::vector<bool>> outWritten(p.cp), lseWritten(p.cp);
-  for (int r = 0; r < p.cp; r++) {
-    if (!got[r].out) continue;
-    outWritten[r].assign(got[r].outElements, false);
-    lseWritten[r].assign(got[r].outLse ? got[r].outLseElements : 0, false);
+namespace {
+
+// Which output elements of each rank hold a merge (1): the rest must stay
+// poisoned. Bytes, not bits: threads write their rows' elements at once.
+struct Written {
+  std::vector<std::vector<uint8_t>> out, lse;
+};
+
+// The verdicts of rows [first, second): bad elements counted, the first five
+// described.
+struct Part {
+  size_t bad = 0, checked = 0;
+  std::vector<std::string> notes;
+  void note(const std::string& what) {
+    if (bad++ < 5) notes.push_back(what);
   }
-  for (int b = 0; b < p.batch; b++)
+};
+
+void checkRows(const Problem& p, const std::vector<Output>& got, const CheckOptions& o, const std::vector<int>& start,
+               std::pair<int, int> rows, Written* written, Part* part) {
+  auto note = [part](const std::string& what) { part->note(what); };
+  const int D = p.headDim, H = p.cp * p.localHeads;
+  const bool fp8 = p.wire == Wire::Fp8;
+  const Layout& s = p.layout;
+  for (int b = rows.first; b < rows.second; b++)
     for (int h = 0; h < H; h++) {
       Merge m;
       bool merged = false;
@@ -281,8 +289,8 @@ Report check(const Problem& p, const std::vector<Output>& got, const CheckOption
             note(where("out", d) + " lies outside the rank's out buffer (a test bug)");
             continue;
           }
-          outWritten[r][i] = true;
-          rep.checked++;
+          written->out[r][i] = 1;
+          part->checked++;
           const double g = decode(p.dtype, got[r].out, i);
           const bool model = fp8 && o.fp8Model;
           const double ref = model ? m.fp8[d] : m.out[d];
@@ -313,8 +321,8 @@ Report check(const Problem& p, const std::vector<Output>& got, const CheckOption
           note(where("outLse", -1) + " lies outside the rank's outLse buffer (a test bug)");
           continue;
         }
-        lseWritten[r][li] = true;
-        rep.checked++;
+        written->lse[r][li] = 1;
+        part->checked++;
         const double g = got[r].outLse[li];
         const bool ok = m.empty ? g == -kInf : finite(g) && std::fabs(g - m.lse) <= lseTolerance(p, m);
         if (!ok) {
@@ -325,13 +333,63 @@ Report check(const Problem& p, const std::vector<Output>& got, const CheckOption
         }
       }
     }
+}
+
+// Row blocks on threads once a call is large enough to pay for them (the
+// GPU tests' checks are most of their time): verdicts in row order, as one
+// thread would give them.
+std::vector<Part> checkAllRows(const Problem& p, const std::vector<Output>& got, const CheckOptions& o,
+                               Written* written) {
+  constexpr double kWorkPerThread = 1 << 18;  // elements x sources
+  const std::vector<int> start = rowStarts(p);
+  const double work = (double)p.batch * p.cp * p.localHeads * p.headDim * p.cp;
+  const int cores = (int)std::max(1u, std::thread::hardware_concurrency());
+  const int threads = (int)std::min<double>({(double)cores, std::max(1.0, work / kWorkPerThread), (double)p.batch});
+  std::vector<Part> parts(std::max(threads, 1));
+  if (threads <= 1) {
+    checkRows(p, got, o, start, {0, p.batch}, written, &parts[0]);
+    return parts;
+  }
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; t++) {
+    const std::pair<int, int> rows = {(int)((int64_t)p.batch * t / threads), (int)((int64_t)p.batch * (t + 1) / threads)};
+    pool.emplace_back([&, rows, t] { checkRows(p, got, o, start, rows, written, &parts[t]); });
+  }
+  for (std::thread& t : pool) t.join();
+  return parts;
+}
+
+}  // namespace
+
+Report check(const Problem& p, const std::vector<Output>& got, const CheckOptions& o) {
+  Report rep;
+  std::ostringstream first;
+  int noted = 0;
+  auto note = [&](const std::string& what) {
+    rep.bad++;
+    if (noted++ < 5) first << (noted > 1 ? "\n  " : "") << what;
+  };
+  const int e = elementSize(p.dtype);
+  Written written;
+  written.out.resize(p.cp);
+  written.lse.resize(p.cp);
+  for (int r = 0; r < p.cp; r++) {
+    if (!got[r].out) continue;
+    written.out[r].assign(got[r].outElements, 0);
+    written.lse[r].assign(got[r].outLse ? got[r].outLseElements : 0, 0);
+  }
+  for (const Part& part : checkAllRows(p, got, o, &written)) {
+    for (const std::string& what : part.notes) note(what);
+    rep.bad += part.bad - part.notes.size();  // note() counted the described ones
+    rep.checked += part.checked;
+  }
   if (o.untouched) {
     for (int r = 0; r < p.cp; r++) {
       if (!got[r].out) continue;
       size_t touched = 0, at = 0;
       const uint8_t* out = (const uint8_t*)got[r].out;
-      for (size_t i = 0; i < outWritten[r].size(); i++) {
-        if (outWritten[r][i]) continue;
+      for (size_t i = 0; i < written.out[r].size(); i++) {
+        if (written.out[r][i]) continue;
         for (int k = 0; k < e; k++)
           if (out[i * e + k] != 0xff) {
             if (touched++ == 0) at = i;
@@ -340,8 +398,8 @@ Report check(const Problem& p, const std::vector<Output>& got, const CheckOption
       }
       const uint8_t* lse = (const uint8_t*)got[r].outLse;
       size_t lseTouched = 0, lseAt = 0;
-      for (size_t i = 0; i < lseWritten[r].size(); i++) {
-        if (lseWritten[r][i]) continue;
+      for (size_t i = 0; i < written.lse[r].size(); i++) {
+        if (written.lse[r][i]) continue;
         for (int k = 0; k < 4; k++)
           if (lse[i * 4 + k] != 0xff) {
             if (lseTouched++ == 0) lseAt = i;

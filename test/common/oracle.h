@@ -46,7 +46,9 @@
  *           infinity (fp8: any non-finite: e4m3 has no infinity); never a
  *           non-finite output where the exact merge is finite.
  * Outside the elements a rank holds, its out and outLse bytes must still
- * be the tests' poison (0xff).
+ * be the tests' poison (0xff). A large call's rows are checked in blocks
+ * on threads (most of a GPU test's time is this check); the verdict is the
+ * one a single thread gives, the first mismatches in row order.
  *
  * A tolerance loose enough to pass a wrong base (e vs 2), a wrong NaN rule
  * or a lost fp8 scale is a defect: test/unit/test_oracle.cc shows each of

@@ -304,6 +304,27 @@ TEST(OracleRejects, NothingWhenNothingIsBroken) {
         }
 }
 
+// A call large enough that the check runs its rows on several threads: the
+// verdict is one thread's -- every wrong element counted once, the first
+// ones described in row order, the poison outside checked on every rank.
+TEST(OracleRejects, RowsCheckedOnThreadsGiveOneVerdict) {
+  for (int m : kModes) {
+    SCOPED_TRACE(scatterName(m));
+    const Call call = makeCall(m, ncclBfloat16, ncclFloat32, ncclDcpLseBase2, 8, 256, LseMix::Normal, false,
+                               false, ncclDcpWireNative, 128);
+    std::vector<RankTensors> got = render(call, call.problem());
+    ASSERT_EQ(checked(call, got).count, 0u);
+    // One wrong element in the last row rank 5 holds, one in row 1 of rank 2.
+    const int64_t lastRow = m == ncclDcpScatterToken ? 256 / 8 - 1 : 255;
+    storeElement(ncclBfloat16, got[5].out.data(), lastRow * call.s.outRow + 5, 7.f);
+    storeElement(ncclBfloat16, got[2].out.data(), call.s.outRow + 3, 7.f);
+    got[1].outLse.push_back(0.f);  // written past its elements: outside
+    const Mismatch bad = checked(call, got);
+    EXPECT_EQ(bad.count, 3u) << bad.first;
+    EXPECT_LT(bad.first.find("rank 2 (row"), bad.first.find("rank 5 (row")) << bad.first;
+  }
+}
+
 // lse_base_e_weighed_as_base_2: natural-log LSEs weighed as base 2.
 TEST(OracleRejects, BaseEWeighedAsBase2) {
   for (int m : kModes) {
