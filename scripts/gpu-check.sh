@@ -441,10 +441,10 @@ if has perf; then
     record $? "perf $P (table in perf-$P.txt)"
     tail -14 "$LOGS/perf-$P.txt"
   done
-  # Each scatter mode beside its baselines (docs/perf.md "Scatter modes"):
+  # Each scatter mode beside its baselines (docs/perf.md, the current tables):
   # loopback cp 8 (HEAD's table is perf-AUTO's), then with 2+ GPUs every
   # mode on the real ranks, one thread per GPU.
-  # NONE once per algorithm (NCCL_DCP_NONE_ALGO; docs/perf.md 0.4), and
+  # NONE once per algorithm (NCCL_DCP_NONE_ALGO; docs/perf-history.md 0.4), and
   # two phases once more against baseline 2 staged as NCCL stages
   # unregistered buffers (--staged-gather 1; loopback's default writes
   # straight into every output).
@@ -457,7 +457,7 @@ if has perf; then
     record $? "perf scatter $name, loopback cp 8 AUTO (table in perf-scatter-$name.txt)"
     tail -14 "$LOGS/perf-scatter-$name.txt"
   done
-  # fp8 on the wire (docs/perf.md 0.4), beside perf-AUTO.json's native.
+  # fp8 on the wire (docs/perf.md), beside perf-AUTO.json's native.
   bgrun "$PERF" "${PERF_ARGS[@]}" -P AUTO --wire fp8 -J "$LOGS/perf-wire-fp8.json" > "$LOGS/perf-wire-fp8.txt" 2>&1
   record $? "perf wire fp8, loopback cp 8 AUTO (table in perf-wire-fp8.txt)"
   tail -14 "$LOGS/perf-wire-fp8.txt"

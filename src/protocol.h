@@ -47,7 +47,8 @@ bool ll128Proven(const LinkSummary& links);
 
 // AUTO's switch to SIMPLE, in rows per round (0: never), measured at the
 // reference shape (bf16, D 512, Hl 16: 16 KiB per row and peer);
-// NCCL_DCP_SIMPLE_MIN_ROWS overrides them. Set from the sweeps in docs/perf.md.
+// NCCL_DCP_SIMPLE_MIN_ROWS overrides them. Set from the sweeps in docs/perf.md and
+// docs/perf-history.md (v8: one GPU).
 // NVLink (and one GPU): LL128 -> SIMPLE. v10, 2 x H200 (cp 2): LL128 is
 // faster up to 64 rows (10.2 vs 11.3 us at 64), SIMPLE from 128 (with
 // 4 KiB chunks and one send step per block there; docs/perf.md).

@@ -67,7 +67,7 @@ TEST(ChooseProtocols, AutoSwitchesAtTheMeasuredCrossoverByDefault) {
     int rows;
     const char* why;
   } crossovers[] = {{kAllNvlink, 128, "docs/perf.md v10: on 2 x H200 LL128 wins up to 64 rows"},
-                    {kOneGpu, 8, "docs/perf.md v8: in loopback SIMPLE wins from 8 rows"}};
+                    {kOneGpu, 8, "docs/perf-history.md v8: in loopback SIMPLE wins from 8 rows"}};
   for (const auto& c : crossovers) {
     const ProtocolPolicy p = chooseProtocols(ncclDcpProtoAuto, c.links, kEnvUnset);
     EXPECT_TRUE(p.simpleForLarge);
