@@ -14,6 +14,7 @@
 #include "harness.h"
 #include "json.h"
 #include "nccl_dcp.h"
+#include "source_commit.h"
 
 namespace nccl_dcp {
 namespace perf {
@@ -227,6 +228,7 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
   w.close();
   // ---- ours: what nccl-tests has no field for.
   w.key("tool").str("dcp_a2a_lse_reduce_perf");
+  w.key("commit").str(NCCL_DCP_SOURCE_COMMIT);
   w.key("nccl_dcp_version").integer(dcpVersion);
   w.key("nccl_dcp_version_string").str(versionString(dcpVersion));
   w.key("nccl_dcp_headers_version_string").str(versionString(NCCL_DCP_VERSION_CODE));

@@ -49,6 +49,8 @@
 #   GPU_CHECK_TAR=FILE: the logs ($OUT) packed into one tar.gz at the end,
 #     e.g. `OUT=/tmp/gc GPU_CHECK_TAR=$OUT/gpu-check.tgz scripts/gpu-check.sh`
 #     under the device tool, whose $OUT brings back 8 files at most.
+#   COMMIT=<hash>: the source commit the perf JSON records where the tree
+#     has no .git (the device tool copies the working tree alone).
 #   TEST_SUITES="unit gpu": the tests stage runs only these meson suites
 #     (default: every suite), without the minimum case counts per binary.
 #   STRESS_CALLS (1000000), STRESS_MODE_CALLS (200000): calls per rank of
@@ -302,10 +304,11 @@ if has build; then
   start=$SECONDS
   status=0
   if [ ! -f "$BUILD/build.ninja" ]; then
-    bgrun meson setup "$BUILD" --buildtype=release -Dmpi=$mpi > "$LOGS/configure.log" 2>&1 ||
+    bgrun meson setup "$BUILD" --buildtype=release -Dmpi=$mpi -Dcommit="${COMMIT:-}" > "$LOGS/configure.log" 2>&1 ||
       { status=$?; cat "$LOGS/configure.log"; }
-  elif [ "$mpi" = enabled ]; then  # a build directory of an earlier run: the next ninja reconfigures
-    meson configure "$BUILD" -Dmpi=enabled > "$LOGS/configure.log" 2>&1 || { status=$?; cat "$LOGS/configure.log"; }
+  elif [ "$mpi" = enabled ] || [ -n "${COMMIT:-}" ]; then  # an earlier run's build directory: ninja reconfigures
+    meson configure "$BUILD" -Dmpi=$mpi ${COMMIT:+-Dcommit="$COMMIT"} > "$LOGS/configure.log" 2>&1 ||
+      { status=$?; cat "$LOGS/configure.log"; }
   fi
   grep -E "^Message: NCCL" "$LOGS/configure.log" 2>/dev/null
   if [ "$status" -eq 0 ]; then

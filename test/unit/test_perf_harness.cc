@@ -968,6 +968,8 @@ TEST(PerfJson, IsValidJsonWithNcclTestsFieldsAndOurs) {
   EXPECT_EQ(at(doc, "processes").number, 2);
   EXPECT_EQ(at(doc, "nccl_version_string").string, "2.28.9");
   EXPECT_EQ(at(doc, "nccl_dcp_version_string").string, "0.2.0");
+  // The source commit: git describe's (hex, maybe -dirty), -Dcommit's or "unknown".
+  EXPECT_FALSE(at(doc, "commit").string.empty());
   EXPECT_EQ(at(doc, "nccl_headers_version_string").string, versionString(NCCL_VERSION_CODE));
   EXPECT_EQ(at(doc, "host").string, "node\t1");
   EXPECT_EQ(at(doc, "device").string, "NVIDIA \"H200\"\n");
