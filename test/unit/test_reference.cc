@@ -356,12 +356,13 @@ TEST_P(ReferenceLayout, NullOutLseLeavesOutUnchanged) {
   for (int r = 0; r < cp; r++) EXPECT_EQ(with[r].out, without[r].out) << "rank " << r;
 }
 
-// A rank of null out is skipped and the others' outputs are those of the
-// whole call (the perf binary's -c computes a rank per thread this way).
+// A rank of null out is skipped (the perf binary computes NONE's shared
+// reference for rank 0 alone), and a call large enough to run its ranks on
+// threads gives each rank the outputs it computes alone.
 TEST_P(ReferenceLayout, RanksComputedOneAtATimeEqualTheWholeCall) {
   const uint64_t seed = test::freshSeed();
   std::mt19937_64 rng(seed);
-  const int cp = 4, Hl = 2, batch = 5, D = GetParam() == ncclFloat32 ? 8 : 16;
+  const int cp = 8, Hl = 4, batch = 64, D = 128;  // 2^18 elements x ranks: threads
   const Config cfg = makeResolvedConfig(D, Hl, GetParam(), ncclDcpLseBaseE);
   const Strides s = packedStrides(cfg, cp);
   std::vector<RankTensors> whole = test::makeInputs(cfg, cp, batch, s, LseMix::Special, rng);
