@@ -16,9 +16,17 @@ status=0
 for c in "${cases[@]}"; do
   IFS=: read -r P wire scatter rows <<< "$c"
   name=ncu-$P-$wire-$scatter-$rows
-  "$ncu" --clock-control none --set full -k 'regex:[aA]2aLseReduce' --launch-skip 12 --launch-count 1 \
+  # The fused kernel is nccl_dcp::fusedKernel<Protocol, Mode, Codec, Peers>
+  # (src/device/kernel.h) since 0.5: a filter naming 0.4's kernels matches
+  # nothing, and ncu then profiles nothing without failing.
+  "$ncu" --clock-control none --set full -k 'regex:fusedKernel' --launch-skip 12 --launch-count 1 \
     -o "$logs/$name" -f "$perf" --virtual-ranks 8 -H 16 --head-dim 512 -d bf16 --min-rows "$rows" --max-rows "$rows" -P "$P" \
     --wire "$wire" --scatter "$scatter" -G 0 -n 2 -w 1 -m 10 -c 0 -B 0 -F 0 > "$logs/$name.log" 2>&1 || status=1
+  if grep -q "No kernels were profiled" "$logs/$name.log" || [ ! -f "$logs/$name.ncu-rep" ]; then
+    echo "$name: ncu profiled no kernel (see $name.log)"
+    status=1
+    continue
+  fi
   "$ncu" --import "$logs/$name.ncu-rep" --page details > "$logs/$name.txt" 2>&1 || status=1
   rm -f "$logs/$name.ncu-rep"
   grep -E "^  [a-zA-Z]|Duration|Registers Per|Achieved Occupancy|Compute \(SM\) Throughput|DRAM Throughput|Issue Slots Busy|No Eligible|Local Memory Spill" "$logs/$name.txt" | head -20
