@@ -24,7 +24,8 @@
 #       GPU (perf-scatter-<mode>-ranks.json, perf-wire-<wire>-ranks.json).
 #     also: perf-cp (the loopback tables of HEAD, TOKEN, NONE and fp8 at
 #       cp PERF_CPS, default "2 4 16": perf-cp<N>-<mode>.json),
-#       nopdl reread (LL128 variants), timeline (-Dtimeline=true
+#       ncu (scripts/profile-ncu.sh: Nsight Compute on the loopback kernel,
+#       NCU_CASES), nopdl reread (LL128 variants), timeline (-Dtimeline=true
 #       build, perf -T), stress (PDL / LL128 re-read stress, HEAD, then each
 #       scatter mode once: TOKEN, TOKEN with device counts, NONE direct and
 #       in two phases; and HEAD with fp8 on the wire), soak,
@@ -503,6 +504,18 @@ if has perf-cp; then
     done
   done
   echo "== perf-cp took $((SECONDS - start)) s"
+  stage_end
+fi
+
+# Nsight Compute on the loopback fused kernel (issues 39 and 41: SM
+# throughput, issue slots, registers, spills), scripts/profile-ncu.sh's
+# cases or NCU_CASES ("P:wire:scatter:rows ..."); details under ncu/.
+if has ncu; then
+  stage_begin ncu
+  # shellcheck disable=SC2086  # the cases are words
+  bgrun scripts/profile-ncu.sh "$PERF" "$LOGS/ncu" ${NCU_CASES:-} > "$LOGS/ncu.log" 2>&1
+  record $? "ncu on the loopback kernel (figures in ncu.log, details in ncu/)"
+  cat "$LOGS/ncu.log"
   stage_end
 fi
 
