@@ -7,7 +7,7 @@ per call. Files written before (docs/data/*.json) had a camelCase rows[]
 array (fusedUs, baseUs, ...) whose times were the median. Both come back as
 
     meta: mode, n_ranks, dtype, head_dim, local_heads, device, protocol,
-          scatter, baseline, baseline2, nccl_version, statistic
+          scatter, wire, baseline, baseline2, nccl_version, statistic, commit
     rows: [{rows, bytes, protocol, fused_us, base_us, base2_us, ideal_us,
             floor_us, fused_wrong, base_wrong}]  (0 / -1 where not measured)
 """
@@ -47,10 +47,12 @@ def parse(report):
     meta = {"mode": report.get("mode"), "n_ranks": get("n_ranks", "nRanks"), "dtype": report.get("dtype"),
             "head_dim": get("head_dim", "headDim"), "local_heads": get("local_heads", "localHeads"),
             "device": report.get("device"), "protocol": report.get("protocol"),
-            "scatter": report.get("scatter", "head"), "baseline": report.get("baseline"),
+            "scatter": report.get("scatter", "head"), "wire": report.get("wire", "native"),
+            "baseline": report.get("baseline"),
             "baseline2": report.get("baseline2"),
             "nccl_version": report.get("ncclVersion") if old else report.get("nccl_version"),
-            "statistic": "median" if old else report.get("time_statistic", "mean")}
+            "statistic": "median" if old else report.get("time_statistic", "mean"),
+            "commit": report.get("commit", "")}
     return meta, _old_rows(report) if old else _new_rows(report)
 
 

@@ -8,6 +8,7 @@ today's files (nccl-tests' results[]) and the older ones of docs/data
 
     scripts/plot_perf.py -o docs/perf-loopback.png perf-LL128.json perf-LL.json ...
     scripts/plot_perf.py -o docs/perf-scatter.png scatter-head.json scatter-token.json ...
+    scripts/plot_perf.py -o docs/perf-cp.png perf-cp2-head.json perf-cp16-head.json ...   (curves "cp N MODE")
 """
 import argparse
 import sys
@@ -32,7 +33,8 @@ def main():
     baseline_drawn = floor_drawn = False
     meta = None
     runs = [perf_json.load(path) for path in args.json]
-    by_mode = len({m["scatter"] for m, _ in runs}) > 1
+    by_mode = len({(m["scatter"], m["wire"]) for m, _ in runs}) > 1 or len({m["n_ranks"] for m, _ in runs}) > 1
+    by_ranks = len({m["n_ranks"] for m, _ in runs}) > 1  # perf-cp's tables side by side
     statistics = set()
     for run, all_rows in runs:
         meta = meta or run
@@ -40,6 +42,10 @@ def main():
         rows = [r for r in all_rows if r["rows"] > 0]
         batch = [r["rows"] for r in rows]
         name = run["scatter"].upper() if by_mode else run["protocol"]
+        if by_mode and run["wire"] != "native":
+            name += " " + run["wire"]
+        if by_ranks:
+            name = "cp {} {}".format(run["n_ranks"], name)
         line, = ax.plot(batch, [r["fused_us"] for r in rows], marker="o", label="nccl-dcp " + name)
         if by_mode:  # each mode's baselines are its own exchanges
             if any(r["base_us"] > 0 for r in rows):
@@ -67,8 +73,9 @@ def main():
     ax.set_yscale("log")
     ax.set_xlabel("batch (rows)")
     ax.set_ylabel("time per call (us, {})".format(" / ".join(sorted(statistics))))
-    title = args.title or "{} {} ranks, {} D={} Hl={} on {}".format(
-        meta["mode"], meta["n_ranks"], meta["dtype"], meta["head_dim"], meta["local_heads"], meta["device"])
+    ranks = "cp " + ", ".join(str(n) for n in sorted({m["n_ranks"] for m, _ in runs}))
+    title = args.title or "{} {}, {} D={} Hl={} on {}".format(
+        meta["mode"], ranks, meta["dtype"], meta["head_dim"], meta["local_heads"], meta["device"])
     ax.set_title(title, fontsize="medium")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small", loc="upper left")
