@@ -1133,7 +1133,7 @@ TEST(PerfTeam, OneProcessWithoutALauncher) {
 
 // Every rank's outputs of a `rows`-row call as the reference computes them
 // from the perf inputs, in the layout countWrong takes.
-std::vector<Inputs::RankOutputs> referenceOutputs(const Inputs& in, int rows) {
+std::vector<Inputs::RankOutputs> referenceOutputs(const Inputs& in, int rows, Wire wire = Wire::Native) {
   const Config& cfg = in.config();
   const int n = in.nRanks();
   CallShape shape;
@@ -1146,7 +1146,7 @@ std::vector<Inputs::RankOutputs> referenceOutputs(const Inputs& in, int rows) {
     bufs[r] = {const_cast<uint8_t*>(in.partialOut(r).data()), const_cast<float*>(in.partialLse(r).data()),
                outs[r].out.data(), outs[r].outLse.data()};
   }
-  referenceA2aLseReduce(cfg, n, rows, packedStrides(cfg, n), bufs.data(), &shape);
+  referenceA2aLseReduce(cfg, n, rows, packedStrides(cfg, n), bufs.data(), &shape, wire);
   return outs;
 }
 
@@ -1157,17 +1157,7 @@ TEST(PerfInputs, NoneOnTheFp8WireHasAReferencePerRank) {
   ncclDcpConfig_t c = test::withScatter(test::makeConfig(64, 2, ncclBfloat16, ncclDcpLseBase2), ncclDcpScatterNone);
   c.wire = ncclDcpWireFp8E4m3;
   Inputs in(test::resolved(c), 4, 9);
-  const Config& cfg = in.config();
-  CallShape shape;
-  ASSERT_EQ(resolveCallArgs(nullptr, cfg, 4, 9, &shape), ncclSuccess);
-  std::vector<Inputs::RankOutputs> outs(4);
-  std::vector<CallBuffers> bufs(4);
-  for (int r = 0; r < 4; r++) {
-    const size_t units = (size_t)outRowsOf(shape, r) * shape.heads;
-    outs[r] = {r, std::vector<uint8_t>(units * cfg.headDim * cfg.eltSize), std::vector<float>(units)};
-    bufs[r] = {in.partialOut(r).data(), in.partialLse(r).data(), outs[r].out.data(), outs[r].outLse.data()};
-  }
-  referenceA2aLseReduce(cfg, 4, 9, packedStrides(cfg, 4), bufs.data(), &shape, Wire::Fp8E4m3);
+  const std::vector<Inputs::RankOutputs> outs = referenceOutputs(in, 9, Wire::Fp8E4m3);
   ASSERT_NE(outs[0].out, outs[3].out) << "the ranks' fp8 outputs are alike: the test shows nothing";
   EXPECT_EQ(in.countWrong(9, outs, Wire::Fp8E4m3), 0);
   EXPECT_EQ(in.countWrong(9, referenceOutputs(in, 9)), 0);  // the native wire: one reference
