@@ -45,8 +45,10 @@
 #   counted: about 6 minutes on 2026-12-03), chain the stages over four
 #   calls, each at once after the last (a machine goes back 30 s after a
 #   call): `build tests topology` (52 + 449 s on 2026-12-03, before the fp8
-#   suite was trimmed), `sanitize stress-short python`, `perf` (about
-#   370 s), `plants` (target 600 s).
+#   suite was trimmed and the CPU reference and oracle ran on every core),
+#   `sanitize stress-short python`, `perf` (about 330 s before its checks
+#   ran on every core), `plants` (target 600 s); then, with time left,
+#   `perf-cp ncu`. COMMIT=<hash> in each (the copied tree has no .git).
 #   GPU_CHECK_TAR=FILE: the logs ($OUT) packed into one tar.gz at the end,
 #     e.g. `OUT=/tmp/gc GPU_CHECK_TAR=$OUT/gpu-check.tgz scripts/gpu-check.sh`
 #     under the device tool, whose $OUT brings back 8 files at most.
