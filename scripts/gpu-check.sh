@@ -46,7 +46,7 @@
 #   calls, each at once after the last (a machine goes back 30 s after a
 #   call): `build tests topology` (52 + 449 s on 2026-12-03, before the fp8
 #   suite was trimmed and the CPU reference and oracle ran on every core),
-#   `sanitize stress-short python`, `perf` (about 330 s before its checks
+#   `sanitize stress-short python`, `perf` (about 370 s before its checks
 #   ran on every core), `plants` (target 600 s); then, with time left,
 #   `perf-cp ncu`. COMMIT=<hash> in each (the copied tree has no .git).
 #   GPU_CHECK_TAR=FILE: the logs ($OUT) packed into one tar.gz at the end,
