@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
-#include <thread>
 
 #include "checks.h"
 #include "reference.h"
@@ -80,26 +79,6 @@ void Inputs::computeReference(int64_t rows, Wire wire) {
   refRows_[(int)wire] = rows;
 }
 
-namespace {
-
-// Rank r's outputs as those of a one-rank call with the same elements:
-// forEachOutput(view, 1, 0) visits (row, head) of r's output, each once.
-CallShape oneRankView(const CallShape& shape, int nRanks, int r) {
-  CallShape v = shape;
-  if (shape.scatter == Scatter::Head) return v;  // rank 0's heads: j < Hl of every row
-  v.localHeads = nRanks * shape.localHeads;     // every head h < H
-  v.heads = v.localHeads;
-  if (shape.scatter == Scatter::Token) {
-    v.batch = shape.split.start[r + 1] - shape.split.start[r];
-    v.split.deviceCounts = nullptr;
-    v.split.start[0] = 0;
-    v.split.start[1] = v.batch;
-  }
-  return v;
-}
-
-}  // namespace
-
 std::shared_lock<std::shared_mutex> Inputs::referenceOf(int64_t rows, Wire wire) {
   for (;;) {
     std::shared_lock<std::shared_mutex> held(mutex_);
@@ -110,36 +89,20 @@ std::shared_lock<std::shared_mutex> Inputs::referenceOf(int64_t rows, Wire wire)
   }
 }
 
-int64_t Inputs::countRank(int rank, const uint8_t* out, const float* outLse, Wire wire) const {
-  const int k = sharedReference(wire) ? 0 : rank;
-  const CallBuffers got = {nullptr, nullptr, const_cast<uint8_t*>(out), const_cast<float*>(outLse)};
-  const CallBuffers want = {nullptr, nullptr, const_cast<uint8_t*>(refOut_[(int)wire][k].data()),
-                            const_cast<float*>(refLse_[(int)wire][k].data())};
-  const CallShape view = oneRankView(shape_[(int)wire], nRanks_, rank);
-  return (int64_t)countMismatches(cfg_, 1, view.batch, packedStrides(cfg_, nRanks_), &got, &want, nullptr, &view);
-}
-
-namespace {
-
-// f(i) for every i < n, each on a thread of its own; their sum.
-template <typename F>
-int64_t sumOnThreads(size_t n, F f) {
-  std::vector<int64_t> counts(n, 0);
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < n; i++) threads.emplace_back([&, i] { counts[i] = f(i); });
-  for (std::thread& t : threads) t.join();
-  int64_t sum = 0;
-  for (int64_t c : counts) sum += c;
-  return sum;
-}
-
-}  // namespace
-
+// Every entry's outputs against the reference (countMismatches compares the
+// ranks on threads of their own; a rank without an entry is skipped).
 int64_t Inputs::countWrong(int64_t rows, const std::vector<RankOutputs>& outs, Wire wire) {
   const std::shared_lock<std::shared_mutex> held = referenceOf(rows, wire);
-  return sumOnThreads(outs.size(), [&](size_t i) {
-    return countRank(outs[i].rank, outs[i].out.data(), outs[i].outLse.data(), wire);
-  });
+  std::vector<CallBuffers> got(nRanks_, CallBuffers{nullptr, nullptr, nullptr, nullptr}), want = got;
+  for (const RankOutputs& o : outs) {
+    const int k = sharedReference(wire) ? 0 : o.rank;
+    got[o.rank].out = const_cast<uint8_t*>(o.out.data());
+    got[o.rank].outLse = const_cast<float*>(o.outLse.data());
+    want[o.rank].out = refOut_[(int)wire][k].data();
+    want[o.rank].outLse = refLse_[(int)wire][k].data();
+  }
+  return (int64_t)countMismatches(cfg_, nRanks_, (int)rows, packedStrides(cfg_, nRanks_), got.data(), want.data(),
+                                  nullptr, &shape_[(int)wire]);
 }
 
 void Inputs::ungather(int64_t rows, const RankOutputs& gathered, RankOutputs* out) const {
@@ -158,12 +121,9 @@ void Inputs::ungather(int64_t rows, const RankOutputs& gathered, RankOutputs* ou
 }
 
 int64_t Inputs::countWrongGathered(int64_t rows, const std::vector<RankOutputs>& gathered) {
-  const std::shared_lock<std::shared_mutex> held = referenceOf(rows, Wire::Native);
-  return sumOnThreads(gathered.size(), [&](size_t i) {
-    RankOutputs mine;
-    ungather(rows, gathered[i], &mine);
-    return countRank(mine.rank, mine.out.data(), mine.outLse.data(), Wire::Native);
-  });
+  std::vector<RankOutputs> outs(gathered.size());
+  for (size_t i = 0; i < gathered.size(); i++) ungather(rows, gathered[i], &outs[i]);
+  return countWrong(rows, outs, Wire::Native);
 }
 
 }  // namespace perf

@@ -43,8 +43,8 @@ class Inputs {
   // Elements of the outputs that differ from the reference of the mode
   // (referenceA2aLseReduce with the call's CallShape and `wire`: the fused
   // call's is the config's, the baselines' native; the tests' tolerance),
-  // summed over the entries, each counted on a thread of its own.
-  // Thread-safe.
+  // summed over the entries (one per rank at most; countMismatches takes
+  // each on a thread of its own). Thread-safe.
   int64_t countWrong(int64_t rows, const std::vector<RankOutputs>& outs, Wire wire = Wire::Native);
   // NONE's second baseline: each entry's gathered heads compared with the
   // NONE reference [B][H] they hold in another order.
@@ -57,8 +57,6 @@ class Inputs {
   void computeReference(int64_t rows, Wire wire);  // under mutex_, exclusive
   // One reference serves every rank: NONE on the native wire.
   bool sharedReference(Wire wire) const { return cfg_.scatter == Scatter::None && wire == Wire::Native; }
-  // One rank's count against the reference held by referenceOf.
-  int64_t countRank(int rank, const uint8_t* out, const float* outLse, Wire wire) const;
   // [cp][B][Hl] -> [B][H], the NONE output order.
   void ungather(int64_t rows, const RankOutputs& gathered, RankOutputs* out) const;
 

@@ -308,11 +308,8 @@ class LoopbackMode : public Mode {
       // Rank r's output rows in the mode: [B][Hl], TOKEN [n_r][H], NONE [B][H].
       const size_t units = (size_t)outRowsOf(shape, r) * shape.heads;
       if (units == 0) continue;  // TOKEN: a rank of no rows (B < cp)
-      outs.push_back({r, std::vector<uint8_t>(units * cfg_.headDim * cfg_.eltSize), std::vector<float>(units)});
-      CUDA_OR_DIE(cudaMemcpy(outs.back().out.data(), out + r * t_.outBytes, outs.back().out.size(),
-                             cudaMemcpyDeviceToHost));
-      CUDA_OR_DIE(cudaMemcpy(outs.back().outLse.data(), (char*)outLse + r * t_.outLseBytes, units * 4,
-                             cudaMemcpyDeviceToHost));
+      outs.push_back(download(r, out + r * t_.outBytes, units * cfg_.headDim * cfg_.eltSize,
+                              (const float*)((const char*)outLse + r * t_.outLseBytes), units));
     }
     return inputs_.countWrong(rows, outs, base ? Wire::Native : cfg_.wire);
   }
@@ -327,10 +324,8 @@ class LoopbackMode : public Mode {
     syncSlots();
     std::vector<Inputs::RankOutputs> gathered;
     for (int r = 0; r < cp_; r++) {
-      gathered.push_back({r, std::vector<uint8_t>(bytes), std::vector<float>(lseBytes / 4)});
-      CUDA_OR_DIE(cudaMemcpy(gathered.back().out.data(), t_.gather + (size_t)r * bytes, bytes, cudaMemcpyDeviceToHost));
-      CUDA_OR_DIE(cudaMemcpy(gathered.back().outLse.data(), (char*)t_.gatherLse + (size_t)r * lseBytes, lseBytes,
-                             cudaMemcpyDeviceToHost));
+      gathered.push_back(download(r, t_.gather + (size_t)r * bytes, bytes,
+                                  (const float*)((const char*)t_.gatherLse + (size_t)r * lseBytes), lseBytes / 4));
     }
     return inputs_.countWrongGathered(rows, gathered);
   }

@@ -32,6 +32,13 @@ RoundTripState* Mode::newRoundTripState() const {
   return st;
 }
 
+Inputs::RankOutputs Mode::download(int rank, const void* out, size_t outBytes, const float* outLse, size_t lseCount) {
+  Inputs::RankOutputs o = {rank, std::vector<uint8_t>(outBytes), std::vector<float>(lseCount)};
+  CUDA_OR_DIE(cudaMemcpy(o.out.data(), out, outBytes, cudaMemcpyDeviceToHost));
+  CUDA_OR_DIE(cudaMemcpy(o.outLse.data(), outLse, lseCount * sizeof(float), cudaMemcpyDeviceToHost));
+  return o;
+}
+
 void appendTopologyLines(const ncclDcpTopology_t& t, const std::string& pinning, std::vector<std::string>* lines) {
   std::istringstream report(formatTopology(t, "#    "));
   for (std::string line; std::getline(report, line);) lines->push_back(line);

@@ -96,6 +96,10 @@ class Mode {
   // Zeroed, on the current device; call it last in the floors' setup: it
   // waits for the device (the setup's memsets) before returning.
   RoundTripState* newRoundTripState() const;
+  // Rank `rank`'s outputs copied from the current device (outBytes of out,
+  // lseCount of outLse), as Inputs::countWrong takes them.
+  static Inputs::RankOutputs download(int rank, const void* out, size_t outBytes, const float* outLse,
+                                      size_t lseCount);
 
   Config cfg_;
   std::vector<Slot> slots_;

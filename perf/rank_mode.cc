@@ -229,12 +229,9 @@ class RankMode : public Mode {
       // The rank's output rows in the mode: [B][Hl], TOKEN [n_r][H], NONE [B][H].
       const size_t units = (size_t)outRowsOf(shape, r.rank) * shape.heads;
       if (units == 0) continue;  // TOKEN: a rank of no rows (B < cp)
-      outs.push_back({r.rank, std::vector<uint8_t>(units * cfg_.headDim * cfg_.eltSize), std::vector<float>(units)});
       CUDA_OR_DIE(cudaSetDevice(r.dev));
-      CUDA_OR_DIE(cudaMemcpy(outs.back().out.data(), base ? r.outBase : r.out, outs.back().out.size(),
-                             cudaMemcpyDeviceToHost));
-      CUDA_OR_DIE(cudaMemcpy(outs.back().outLse.data(), base ? r.outLseBase : r.outLse, units * 4,
-                             cudaMemcpyDeviceToHost));
+      outs.push_back(download(r.rank, base ? r.outBase : r.out, units * cfg_.headDim * cfg_.eltSize,
+                              base ? r.outLseBase : r.outLse, units));
     }
     return inputs_.countWrong(rows, outs, base ? Wire::Native : cfg_.wire);
   }
@@ -251,11 +248,8 @@ class RankMode : public Mode {
     syncSlots();
     std::vector<Inputs::RankOutputs> gathered;
     for (Rank& r : ranks_) {
-      gathered.push_back({r.rank, std::vector<uint8_t>(units * cfg_.headDim * cfg_.eltSize), std::vector<float>(units)});
       CUDA_OR_DIE(cudaSetDevice(r.dev));
-      CUDA_OR_DIE(cudaMemcpy(gathered.back().out.data(), r.gather, gathered.back().out.size(),
-                             cudaMemcpyDeviceToHost));
-      CUDA_OR_DIE(cudaMemcpy(gathered.back().outLse.data(), r.gatherLse, units * 4, cudaMemcpyDeviceToHost));
+      gathered.push_back(download(r.rank, r.gather, units * cfg_.headDim * cfg_.eltSize, r.gatherLse, units));
     }
     return inputs_.countWrongGathered(rows, gathered);
   }

@@ -138,7 +138,7 @@ size_t countMismatches(const Config& cfg, int nRanks, int batch, const Strides& 
   std::vector<size_t> counts(nRanks, 0);
   std::vector<std::string> firsts(nRanks);
   forEachRank(nRanks, workOf(cfg, nRanks, c), [&](int r) {
-    counts[r] = countRankMismatches(cfg, nRanks, s, got[r], want[r], c, r, &firsts[r]);
+    if (got[r].out) counts[r] = countRankMismatches(cfg, nRanks, s, got[r], want[r], c, r, &firsts[r]);
   });
   size_t count = 0;
   for (int r = 0; r < nRanks; r++) {

@@ -26,8 +26,9 @@ void referenceA2aLseReduce(const Config& cfg, int nRanks, int batch, const Strid
 
 // Compares every rank's outputs (out, and outLse where want has it) with
 // the reference's: within one unit of rounding of dtype, LSEs within 1e-5
-// relative, -inf exactly, NaN never. Returns the mismatch count; *first
-// (if given) describes the first one.
+// relative, -inf exactly, NaN never. A rank whose got.out is null is not
+// compared. Returns the mismatch count; *first (if given) describes the
+// first one.
 size_t countMismatches(const Config& cfg, int nRanks, int batch, const Strides& strides, const CallBuffers* got,
                        const CallBuffers* want, std::string* first, const CallShape* shape = nullptr);
 
