@@ -33,22 +33,27 @@
 #       alltoall_perf), plugin (the profiler plugin in alltoall_perf),
 #       nccl-latest (NCCL 2.30.7 from source, the suites against it).
 #     plants: each planted break of test/plants/plants.py whose tests fit
-#       this machine's GPUs must make them fail: PLANT_JOBS (cores + 2) at a
-#       time, each job in a copy of the tree and the build, PLANT_GPU_SLOTS
-#       (4) GPU tests at a time, PLANT_TIMEOUT (300) s per test; tests that
-#       need more GPUs are listed as skipped. baseline, plugin and nccl-latest need the
+#       this machine's GPUs must make them fail: PLANT_JOBS (cores / 2) at a
+#       time, each plant in a fresh copy of the tree and the build that
+#       rebuilds only what its tests run, PLANT_GPU_SLOTS (4) GPU tests at a
+#       time, PLANT_TIMEOUT (300) s per test; tests that need more GPUs are
+#       listed as skipped. baseline, plugin and nccl-latest need the
 #       sources carried in .deps/ (scripts/build-nccl-tests.sh, scripts/build-nccl.sh).
 #     --plant-failure: the tests stage adds one failing case to every test
 #       binary (test_main.cc's --dcp_plant_failure), to show that a failing
 #       case makes the whole run exit non-zero.
-#   Under the device tool (30 minutes a session, each machine start
-#   counted: about 6 minutes on 2026-12-03), chain the stages over four
-#   calls, each at once after the last (a machine goes back 30 s after a
-#   call): `build tests topology` (52 + 449 s on 2026-12-03, before the fp8
-#   suite was trimmed and the CPU reference and oracle ran on every core),
-#   `sanitize stress-short python`, `perf` (about 370 s before its checks
-#   ran on every core), `plants` (target 600 s); then, with time left,
-#   `perf-cp ncu`. COMMIT=<hash> in each (the copied tree has no .git).
+#   Under the device tool (30 minutes a session; a fresh machine's start
+#   counted about 67 s on 2026-12-03), chain the stages over four calls,
+#   each at once after the last (a machine goes back 30 s after a call),
+#   each under `timeout -s TERM <the call's limit - 20>` so that a stage
+#   cut short still records, packs and returns its logs (the device tool's
+#   own limit kills the script before it can): `build tests topology`
+#   (48 + 231 + 2 s on 2026-12-03), `sanitize stress-short python` (about
+#   190 + 25 + 260 s), `perf` (about 370 s before its checks ran on every
+#   core), `plants` (more than 600 s with every kernel family rebuilt per
+#   plant; predicted about 300 s since each plant rebuilds what its tests
+#   run); then, with time left, `perf-cp ncu`. COMMIT=<hash> in each (the
+#   copied tree has no .git).
 #   GPU_CHECK_TAR=FILE: the logs ($OUT) packed into one tar.gz at the end,
 #     e.g. `OUT=/tmp/gc GPU_CHECK_TAR=$OUT/gpu-check.tgz scripts/gpu-check.sh`
 #     under the device tool, whose $OUT brings back 8 files at most.
@@ -374,7 +379,7 @@ fi
 
 # The sanitizers on every path (SANITIZE_TARGETS), each filter checked
 # against the binaries first (a pattern naming no test fails the stage).
-sanitize() {  # sanitize <stage> <log prefix> <report API errors: yes|no> binary:filter...
+sanitize() {  # sanitize <stage> <log prefix> <report API errors: all|explicit|no> binary:filter...
   local stage=$1 prefix=$2 api=$3 tool target bin log status errs passed
   shift 3
   check_filters "$stage" "$@" || return 0
@@ -398,7 +403,7 @@ sanitize() {  # sanitize <stage> <log prefix> <report API errors: yes|no> binary
 
 if has sanitize; then
   stage_begin sanitize
-  sanitize sanitize sanitize yes "${SANITIZE_TARGETS[@]}"
+  sanitize sanitize sanitize explicit "${SANITIZE_TARGETS[@]}"
   stage_end
 fi
 
@@ -805,18 +810,20 @@ fi
 
 # Planted breaks (test/plants/plants.py run): each breaks the library in
 # one place; the tests listed with it must fail against it (having run at
-# least one case). PLANT_JOBS at a time (default: cores + 2, so that the
-# plants that rebuild kernel families -- a device header planted -- take
-# two waves on 16 cores, not three), each job in
-# its own copy of the tree and of $BUILD (made once; $BUILD itself is never
-# planted), ninja -j cores/jobs each, PLANT_GPU_SLOTS (4) GPU tests at a
-# time on the GPUs, PLANT_TIMEOUT (300) s per test. Only plants whose tests
+# least one case). PLANT_JOBS at a time (default: cores / 2, ninja -j2
+# each: the plants that rebuild the most kernel families -- a device header
+# planted, up to 15 CUDA files at about 13 s of a core each -- start first
+# and end within the run's first half), each plant in a fresh copy of the
+# tree and of $BUILD that rebuilds only the header's includers and the
+# kernel families its GPU tests name ($BUILD itself is never planted),
+# PLANT_GPU_SLOTS (4) GPU tests at a time on the GPUs, PLANT_TIMEOUT (300)
+# s per test. Only plants whose tests
 # fit this machine's GPUs run; the tests needing more are listed (skip).
 if has plants; then
   stage_begin plants
   start=$SECONDS
   bgrun python3 test/plants/plants.py run --build "$BUILD" --gpus "$NCCL_DCP_REQUIRE_GPU" \
-    --jobs "${PLANT_JOBS:-$(($(nproc) + 2))}" --gpu-slots "${PLANT_GPU_SLOTS:-4}" --timeout "${PLANT_TIMEOUT:-300}" \
+    --jobs "${PLANT_JOBS:-$(( $(nproc) > 3 ? $(nproc) / 2 : 2 ))}" --gpu-slots "${PLANT_GPU_SLOTS:-4}" --timeout "${PLANT_TIMEOUT:-300}" \
     --logs "$LOGS/plants" --junit "$LOGS/plants.junit.xml" > "$LOGS/plants.log" 2>&1
   status=$?
   while read -r verdict what; do

@@ -19,10 +19,12 @@ scripts/gpu-check.sh's `plants` stage runs every plant its GPUs allow,
                                           A test needing more than N GPUs is a
                                           'PLANT skip' line (and a skipped JUnit case),
                                           never dropped in silence. --jobs J > 1: J
-                                          plants at a time, each job in a copy of the
-                                          tree and of DIR (BUILD.plant-trees/K, made once),
-                                          ninja -j(cores / J) each, S GPU tests at a time
-                                          (default 1); DIR itself is never planted.
+                                          plants at a time, each in a fresh copy of the
+                                          tree and of DIR (BUILD.plant-trees/K-NAME) that
+                                          rebuilds only what its tests run (a header's
+                                          includers; the kernel families its GPU tests
+                                          name), ninja -j(cores / J) each, S GPU tests
+                                          at a time (default 1); DIR is never planted.
   test/plants/plants.py apply NAME        edits the source (a backup is kept)
   test/plants/plants.py revert NAME       restores it
   test/plants/plants.py revert-all        restores every file left planted (a run killed
@@ -569,6 +571,116 @@ def touch_cuda_sources(root=None):
                 os.utime(os.path.join(dirpath, f))
 
 
+# ---- a job's plant rebuilds what its tests run, not every kernel.
+#
+# In a job's fresh copy of the tree (run --jobs J > 1) a planted header keeps
+# its old modification time, so neither ninja's depfiles nor a missing one
+# (nvcc under meson 1.0.1) rebuild what includes it; what must see the plant
+# is touched instead: every host source that includes the header (cheap),
+# and of the fused kernel families (src/kernels/fused_<protocol>_<wire>_
+# <peers>.cu, one translation unit each, about 13 s of a core apiece) only
+# those the plant's GPU tests run. A family left out holds the real code:
+# a test that needed it passes, and the plant is reported FAIL -- never
+# caught by mistake. The copy is thrown away after the plant, so nothing
+# half-planted outlives it.
+
+INCLUDE_DIRS = ("src", "include", "test/common", "perf", "plugin")
+_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
+SOURCE_SUFFIXES = (".cc", ".cu", ".cpp", ".c")
+FUSED_FAMILY = re.compile(r"^src/kernels/fused_(ll128|ll|simple)_(native|fp8)_(lsa|loopback)\.cu$")
+_PROTOCOL = re.compile(r"(?<![A-Za-z0-9])(LL128|LL|SIMPLE)(?![A-Za-z0-9])")
+
+
+def _direct_includes(rel, root):
+    """The repository files `rel` names in an #include."""
+    with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+        names = _INCLUDE.findall(f.read())
+    found = []
+    for name in names:
+        for base in (os.path.dirname(rel),) + INCLUDE_DIRS:
+            candidate = os.path.normpath(os.path.join(base, name))
+            if os.path.isfile(os.path.join(root, candidate)):
+                found.append(candidate)
+                break
+    return found
+
+
+def includes_of(rel, root=None, direct=None):
+    """The repository files `rel` includes, directly or not (itself too).
+    direct: a cache of _direct_includes shared between calls."""
+    root = _root(root)
+    direct = {} if direct is None else direct
+    seen, todo = set(), [rel]
+    while todo:
+        cur = todo.pop()
+        if cur not in seen:
+            seen.add(cur)
+            if cur not in direct:
+                direct[cur] = _direct_includes(cur, root)
+            todo += direct[cur]
+    return seen
+
+
+def sources_including(header, root=None):
+    """Every compiled source of the tree whose includes reach `header`."""
+    root = _root(root)
+    found, direct = [], {}
+    for top in ("src", "test", "perf", "plugin", "examples"):
+        for dirpath, dirnames, files in os.walk(os.path.join(root, top)):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            for f in files:
+                if f.endswith(SOURCE_SUFFIXES):
+                    rel = os.path.relpath(os.path.join(dirpath, f), root)
+                    if header in includes_of(rel, root, direct):
+                        found.append(rel)
+    return sorted(found)
+
+
+def kernel_families(binary, flt):
+    """(protocols, wires) of the fused families a GPU test runs, read from
+    its name: the protocols it names (LL, LL128, SIMPLE as a word of the
+    filter) or all three; fp8 and native for gpu_fp8_wire or a filter
+    naming fp8 (fp8 tests compare with native), else native. Both peer
+    kinds: a test on one GPU may run loopback ranks or a real context."""
+    protocols = {p.lower() for p in _PROTOCOL.findall(flt)} or {"ll", "ll128", "simple"}
+    wires = {"native", "fp8"} if binary == "gpu_fp8_wire" or "fp8" in flt.lower() else {"native"}
+    return protocols, wires
+
+
+def focused_sources(plant, gpus, root=None):
+    """What a plant in a header touches in a job's copy: the sources that
+    include it, less the fused families none of its runnable GPU tests run
+    (and no CUDA source at all when none of its tests runs a kernel)."""
+    gpu_tests = [(binary, flt) for binary, flt, need in plant.tests if 0 < need <= gpus]
+    wanted = set()
+    for binary, flt in gpu_tests:
+        protocols, wires = kernel_families(binary, flt)
+        wanted |= {(p, w) for p in protocols for w in wires}
+    keep = []
+    for rel in sources_including(plant.path, root):
+        family = FUSED_FAMILY.match(rel)
+        if rel.endswith(".cu") and not gpu_tests:
+            continue  # no kernel runs: CPU tests only
+        if family is None or (family.group(1), family.group(2)) in wanted:
+            keep.append(rel)
+    return keep
+
+
+def apply_focused(plant, gpus, root):
+    """apply() in a job's copy, the header's time kept and what must see
+    the plant touched (see above). A plant in a source file is plain apply."""
+    if not plant.path.endswith(".h"):
+        return apply(plant, root)
+    path = os.path.join(root, plant.path)
+    before = os.stat(path)
+    status = apply(plant, root)
+    if status == 0:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        for rel in focused_sources(plant, gpus, root):
+            os.utime(os.path.join(root, rel))
+    return status
+
+
 def needs_cuda_rebuild(plant, gpus):
     """A header planted for tests that run kernels (any needing a GPU)."""
     return plant.path.endswith(".h") and any(0 < need <= gpus for _, _, need in plant.tests)
@@ -710,7 +822,12 @@ class Interrupted(Exception):
     pass
 
 
+# Set once a signal stops the run: a test killed by the stop proves nothing.
+_stopping = threading.Event()
+
+
 def _interrupt(signum, _frame):
+    _stopping.set()
     raise Interrupted(f"signal {signum}")
 
 
@@ -740,7 +857,7 @@ def skipped_tests(plants, gpus):
 # ---- parallel runs: one copy of the source tree and of the build per job.
 
 # Build-directory entries a job's copy does without (big, or per run).
-BUILD_SKIP = ("logs", "pytest-venv", "py-ext", "py-ext-tmp", "nccl-tests", "plants", "*.plant-trees")
+BUILD_SKIP = ("logs", "pytest-venv*", "py-ext", "py-ext-tmp", "nccl-tests", "plants", "*.plant-trees")
 
 
 def _is_build_dir(path):
@@ -787,10 +904,11 @@ def prepare_tree(root, build, tree, trees):
 def run(args):
     """Every plant (or those named) with its tests runnable on args.gpus:
     apply, build and run each test, revert (on any exit, signals included).
-    --jobs N > 1: N workers, each with its own copy of the tree and the
-    build, take the plants in turn (those that rebuild the kernels first);
-    tests needing a GPU run --gpu-slots at a time. The build given is
-    never planted then, so nothing is rebuilt after."""
+    --jobs N > 1: N workers take the plants in turn (those that rebuild the
+    most kernels first), each plant in a fresh copy of the tree and the
+    build, thrown away after it (apply_focused: only what its tests run is
+    rebuilt); tests needing a GPU run --gpu-slots at a time. The build
+    given is never planted then, so nothing is rebuilt after."""
     chosen = [find(n) for n in args.names] if args.names else PLANTS
     logs = os.path.abspath(args.logs or os.path.join(args.build, "meson-logs", "plants"))
     os.makedirs(logs, exist_ok=True)
@@ -812,9 +930,12 @@ def run(args):
         tests = [(b, f) for b, f, need in plant.tests if need <= args.gpus]
         needs = {(b, f): need for b, f, need in plant.tests}
         start = time.time()
-        planted = apply(plant, None if root == ROOT else root) == 0
-        if planted and needs_cuda_rebuild(plant, args.gpus):
-            touch_cuda_sources(root)
+        if root == ROOT:
+            planted = apply(plant) == 0
+            if planted and needs_cuda_rebuild(plant, args.gpus):
+                touch_cuda_sources(root)
+        else:  # a fresh copy of its own: only what the tests run is rebuilt
+            planted = apply_focused(plant, args.gpus, root) == 0
         try:
             for i, (binary, flt) in enumerate(tests):
                 t0 = time.time()
@@ -824,6 +945,8 @@ def run(args):
                                         ninja_jobs=ninja_jobs, gpu=gpu if needs[(binary, flt)] > 0 else None)
                 else:
                     ok, what = False, f"the plant does not apply to {plant.path}: update test/plants/plants.py"
+                if _stopping.is_set():
+                    ok, what = False, "the run was stopped: not judged"
                 lines = [f"PLANT {'ok' if ok else 'FAIL'} {plant.name}: {binary} {flt}: {what}"]
                 if not ok and planted:
                     with open(log, encoding="utf-8", errors="replace") as f:
@@ -835,7 +958,7 @@ def run(args):
         finally:
             if planted:
                 revert(plant, None if root == ROOT else root)
-                if needs_cuda_rebuild(plant, args.gpus):
+                if root == ROOT and needs_cuda_rebuild(plant, args.gpus):
                     touch_cuda_sources(root)
         with lock:
             print(f"  ({plant.name}: {time.time() - start:.0f} s)", flush=True)
@@ -851,42 +974,31 @@ def run(args):
         else:
             shutil.rmtree(trees, ignore_errors=True)
             os.makedirs(trees)
-            t0 = time.time()
-            copies = [None] * jobs
-            errors = []
-
-            def copy(k):
-                try:
-                    copies[k] = prepare_tree(ROOT, build, os.path.join(trees, str(k)), trees)
-                except OSError as e:
-                    errors.append(f"tree {k}: {e}")
-            threads = [threading.Thread(target=copy, args=(k,), daemon=True) for k in range(jobs)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            if errors:
-                print(f"plants: the job trees could not be made: {errors}", flush=True)
-                return 1
-            print(f"plants: {jobs} jobs, each a copy of the tree and of {os.path.relpath(build, ROOT)} under {trees} "
-                  f"({time.time() - t0:.0f} s), ninja -j{ninja_jobs} each, {max(1, args.gpu_slots)} GPU test(s) at a "
-                  "time", flush=True)
-            # The plants that rebuild the kernels first: they take longest.
-            queue = sorted(runnable, key=lambda p: (not needs_cuda_rebuild(p, args.gpus), -len(p.tests)))
+            print(f"plants: {jobs} jobs, each plant in a fresh copy of the tree and of {os.path.relpath(build, ROOT)} "
+                  f"under {trees}, ninja -j{ninja_jobs} each, {max(1, args.gpu_slots)} GPU test(s) at a time",
+                  flush=True)
+            # The plants that rebuild the most kernels first: they take longest.
+            def kernels_rebuilt(p):
+                if not p.path.endswith(".h"):
+                    return 0
+                return sum(1 for rel in focused_sources(p, args.gpus) if rel.endswith(".cu"))
+            queue = sorted(runnable, key=lambda p: (-kernels_rebuilt(p), -len(p.tests)))
             failures = []
 
             def work(k):
-                tree = os.path.join(trees, str(k))
                 while True:
                     with lock:
-                        if not queue:
+                        if not queue or _stopping.is_set():
                             return
                         plant = queue.pop(0)
+                    tree = os.path.join(trees, f"{k}-{plant.name}")
                     try:
-                        run_plant(plant, tree, copies[k])
+                        run_plant(plant, tree, prepare_tree(ROOT, build, tree, trees))
                     except Exception as e:  # noqa: BLE001 -- a job's error is a failed plant, not a hang
                         with lock:
                             failures.append(f"{plant.name}: {type(e).__name__}: {e}")
+                    finally:
+                        shutil.rmtree(tree, ignore_errors=True)
             workers = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(jobs)]
             for w in workers:
                 w.start()

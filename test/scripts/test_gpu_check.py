@@ -11,6 +11,7 @@ python3 test/scripts/test_gpu_check.py [BUILD_DIR]
 """
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -162,6 +163,22 @@ class GpuCheck(unittest.TestCase):
         status, out = self.run_script("check-filters")
         self.assertEqual(status, 0, out)
         self.assertIn("every pattern of", out)
+
+
+class SanitizerArguments(unittest.TestCase):
+    """compute-sanitizer refuses an option value it does not know, prints
+    its help and runs nothing: on 2026-12-03 `--report-api-errors yes`
+    failed all nine sanitizer runs that way. CI has no compute-sanitizer,
+    so the values are checked against what CUDA 13.0's accepts."""
+
+    REPORT_API_ERRORS = {"all", "explicit", "no"}  # compute-sanitizer --help, CUDA 13.0
+
+    def test_every_sanitize_call_reports_api_errors_by_a_known_value(self):
+        with open(SCRIPT, encoding="utf-8") as f:
+            calls = re.findall(r"^\s*sanitize (\S+) (\S+) (\S+) ", f.read(), re.M)
+        self.assertGreaterEqual(len(calls), 2, "the sanitize and sanitize-context stages")
+        for stage, _, api in calls:
+            self.assertIn(api, self.REPORT_API_ERRORS, f"stage {stage}: --report-api-errors {api}")
 
 
 if __name__ == "__main__":

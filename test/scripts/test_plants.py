@@ -141,6 +141,67 @@ class CudaRebuild(unittest.TestCase):
         self.assertFalse(plants.needs_cuda_rebuild(source, 1))
 
 
+class FocusedRebuild(unittest.TestCase):
+    """In a job's copy a header plant rebuilds what its tests run: the
+    sources that include the header, and of the fused kernel families
+    only those its GPU tests name (a family left out would make a test
+    pass, and the plant FAIL: never a false catch)."""
+
+    def test_kernel_families_read_from_the_test_name(self):
+        fam = plants.kernel_families
+        self.assertEqual(fam("gpu_loopback", "Transports/LoopbackMatrix.MatchesReference/LL128_bf16_baseE"),
+                         ({"ll128"}, {"native"}))
+        self.assertEqual(fam("gpu_scatter", "Modes/ScatterMatrix.MatchesReference/head_LL"), ({"ll"}, {"native"}))
+        self.assertEqual(fam("gpu_scatter", "A/B.C/SIMPLE_fp16:A/B.C/LL_fp32"), ({"simple", "ll"}, {"native"}))
+        self.assertEqual(fam("gpu_fp8_wire", "Protocols/Fp8Wire.MatchesModelBitwise/*"),
+                         ({"ll", "ll128", "simple"}, {"native", "fp8"}), "no protocol named: all; fp8 with native")
+        self.assertEqual(fam("gpu_scatter", "Types/NoneTwoPhaseMatrix.X/AUTO_bf16_lse_bf16")[0],
+                         {"ll", "ll128", "simple"}, "AUTO may pick any protocol")
+        self.assertEqual(fam("gpu_context", "OneRankContext.ALLGather")[0], {"ll", "ll128", "simple"},
+                         "LL inside a word is no protocol")
+
+    def test_sources_including_follow_includes_through_headers(self):
+        found = plants.sources_including("src/device/merge.h")
+        self.assertIn("src/reference.cc", found)
+        self.assertIn("src/kernels/fused_ll_native_lsa.cu", found, "through kernels/fused.cuh and device/kernel.h")
+        self.assertNotIn("src/env.cc", found)
+
+    def test_only_the_families_the_gpu_tests_run(self):
+        plant = plants.Plant("p", "src/device/merge.h", "a", "b",
+                             [("unit_reference", "A.b", 0),
+                              ("gpu_loopback", "Transports/LoopbackMatrix.MatchesReference/LL128_bf16_baseE", 1),
+                              ("multi_ranks", "Cp/Ranks.X/cp2", 2)], "")
+        kernels = {r for r in plants.focused_sources(plant, 1) if r.startswith("src/kernels/fused_")}
+        self.assertEqual(kernels, {"src/kernels/fused_ll128_native_loopback.cu",
+                                   "src/kernels/fused_ll128_native_lsa.cu"})
+        self.assertIn("src/reference.cc", plants.focused_sources(plant, 1))
+        self.assertFalse([r for r in plants.focused_sources(plant, 0) if r.endswith(".cu")],
+                         "no GPU test runs: no CUDA source is rebuilt")
+        everything = plants.focused_sources(plant, 2)
+        self.assertEqual(len([r for r in everything if r.startswith("src/kernels/fused_")]), 6,
+                         "a test naming no protocol runs every protocol's (native) families")
+
+    def test_apply_focused_keeps_the_headers_time_and_touches_its_includers(self):
+        plant = plants.find("nan_lse_not_sanitized")
+        with tempfile.TemporaryDirectory() as root:
+            for top in ("src", "include", "test", "perf", "plugin"):
+                shutil.copytree(os.path.join(plants.ROOT, top), os.path.join(root, top),
+                                ignore=shutil.ignore_patterns("*.plant-orig"))
+            for dirpath, _, files in os.walk(root):
+                for f in files:
+                    os.utime(os.path.join(dirpath, f), (1000, 1000))
+            with contextlib.redirect_stdout(io.StringIO()):
+                self.assertEqual(plants.apply_focused(plant, 1, root), 0)
+            header = os.path.join(root, plant.path)
+            self.assertIn(plant.new, open(header, encoding="utf-8").read())
+            self.assertEqual(os.stat(header).st_mtime, 1000, "the planted header looks unchanged to ninja")
+            touched = {os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs
+                       if not f.endswith(plants.BACKUP) and os.stat(os.path.join(d, f)).st_mtime > 1000}
+            self.assertEqual(touched, set(plants.focused_sources(plant, 1, root)))
+            self.assertIn("src/kernels/fused_ll128_native_loopback.cu", touched)
+            self.assertNotIn("src/kernels/fused_simple_native_loopback.cu", touched)
+
+
 class Judging(unittest.TestCase):
     """A listed test catches its plant only when it ran a case and failed."""
 
@@ -252,29 +313,60 @@ class Trees(unittest.TestCase):
 
 class ParallelRun(unittest.TestCase):
     """`run --jobs 2` on the build (the GPU stage's way, here with two
-    plants whose tests need no GPU): each job plants its own copy, both
-    plants are caught, and the tree and build given are left untouched."""
+    plants in src/device/merge.h whose tests need no GPU): each plant in a
+    fresh copy of its own, both caught, the tree and build given left
+    untouched. The copies keep the header's time, so the library's
+    includers are rebuilt because they were touched (one left out: its
+    test passes, the plant FAILs), and no CUDA source is (no test runs a
+    kernel)."""
 
     def setUp(self):
         if not BUILD:
             self.skipTest("no build directory given (test/meson.build passes it)")
 
-    def test_two_jobs_catch_two_plants_in_copies(self):
-        names = ["env_names_case_sensitive", "unknown_env_names_unwarned"]
+    def test_two_jobs_catch_two_header_plants_in_copies(self):
+        names = ["nan_lse_not_sanitized", "lse_base_e_weighed_as_base_2"]
         before = {n: plants.source(plants.find(n)) for n in names}
         with tempfile.TemporaryDirectory() as d:
+            logs = os.path.join(d, "logs")
             r = subprocess.run([sys.executable, os.path.join(plants.ROOT, "test", "plants", "plants.py"), "run",
                                 "--build", os.path.abspath(BUILD), "--gpus", "0", "--jobs", "2", "--trees",
-                                os.path.join(d, "trees"), "--logs", os.path.join(d, "logs"), *names],
+                                os.path.join(d, "trees"), "--logs", logs, *names],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
             self.assertEqual(r.returncode, 0, r.stdout)
             self.assertFalse(os.path.exists(os.path.join(d, "trees")), "the jobs' copies were not removed")
+            built = "".join(open(os.path.join(logs, f), encoding="utf-8").read() for f in os.listdir(logs))
         for n in names:
             self.assertIn(f"PLANT ok {n}: ", r.stdout)
             self.assertIn(f"planted {n} in ", r.stdout)
             self.assertEqual(plants.source(plants.find(n)), before[n], "the tree given was planted")
-        self.assertIn("plants: 2 jobs, each a copy of the tree", r.stdout)
-        self.assertIn("plants: 2 of 2 planted breaks caught", r.stdout)
+        self.assertIn("plants: 2 jobs, each plant in a fresh copy of the tree", r.stdout)
+        self.assertRegex(r.stdout, r"plants: (\d+) of \1 planted breaks caught")
+        self.assertIn("src_reference.cc.o", built)
+        self.assertNotIn("Compiling Cuda", built)
+
+    def test_a_stopped_run_judges_nothing_it_killed(self):
+        """SIGINT while a job builds: the killed build is no catch."""
+        with tempfile.TemporaryDirectory() as d:
+            proc = subprocess.Popen([sys.executable, "-u", os.path.join(plants.ROOT, "test", "plants", "plants.py"),
+                                     "run", "--build", os.path.abspath(BUILD), "--gpus", "0", "--jobs", "2",
+                                     "--trees", os.path.join(d, "trees"), "--logs", os.path.join(d, "logs"),
+                                     "nan_lse_not_sanitized", "lse_base_e_weighed_as_base_2"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            out = []
+            for line in proc.stdout:
+                out.append(line)
+                if line.startswith("planted "):
+                    proc.send_signal(2)
+                    break
+            out += proc.stdout.readlines()
+            rc = proc.wait(timeout=120)
+            text = "".join(out)
+            self.assertEqual(rc, 1, text)
+            self.assertIn("plants run interrupted", text)
+            self.assertNotIn("PLANT ok", text)
+            self.assertFalse(os.path.exists(os.path.join(d, "trees")), "the jobs' copies were not removed")
+        self.assertEqual(plants.applies(plants.find("nan_lse_not_sanitized")), True, "the tree given was planted")
 
 
 @contextlib.contextmanager
