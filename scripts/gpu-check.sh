@@ -48,8 +48,9 @@
 #   each under `timeout -s TERM <the call's limit - 20>` so that a stage
 #   cut short still records, packs and returns its logs (the device tool's
 #   own limit kills the script before it can): `build tests topology`
-#   (48 + 231 + 2 s on 2026-12-03), `sanitize stress-short python` (about
-#   190 + 25 + 260 s), `perf` (about 370 s before its checks ran on every
+#   (48 + 231 + 2 s on 2026-12-03), `sanitize stress-short python` (16 + 25 +
+#   260 s; python predicted about 110 s now that its CPU pytest runs beside
+#   the GPU runs), `perf` (about 370 s before its checks ran on every
 #   core), `plants` (more than 600 s with every kernel family rebuilt per
 #   plant; predicted about 300 s since each plant rebuilds what its tests
 #   run); then, with time left, `perf-cp ncu`. COMMIT=<hash> in each (the
@@ -668,10 +669,14 @@ if has python; then
   helper=$("${py_env[@]}" "$torch_python" -c \
     'import nccl_dcp.context as c; print("built" if c._fastcall else "not built (ctypes fallback)")' 2>&1 | tail -1)
   record "$([ "$helper" = built ] && echo 0 || echo 1)" "python eager-call helper: $helper (python-ext.log)"
+  # The CPU suite (about 150 s) runs beside the GPU runs below, on other
+  # cores, and is waited for before the host-cost timing. A signal stops
+  # it with the rest (stop_child stops every process below the script).
+  pytest_pid=""
   if "$torch_python" -c 'import pytest' 2> /dev/null; then
-    bgrun "${py_env[@]}" "$torch_python" -m pytest python/tests -q -rs -p no:cacheprovider \
-      --ignore=python/tests/test_gpu.py --junitxml="$LOGS/python-pytest.junit.xml" > "$LOGS/python-pytest.log" 2>&1
-    record $? "python pytest ($torch_python): $(tail -1 "$LOGS/python-pytest.log")"
+    setsid "${py_env[@]}" "$torch_python" -m pytest python/tests -q -rs -p no:cacheprovider \
+      --ignore=python/tests/test_gpu.py --junitxml="$LOGS/python-pytest.junit.xml" > "$LOGS/python-pytest.log" 2>&1 &
+    pytest_pid=$!
   else
     record 1 "python pytest: pytest is not importable in $torch_python (install it there)"
   fi
@@ -697,6 +702,10 @@ if has python; then
   bgrun "${torchrun[@]}" examples/torch_dcp_engine.py > "$LOGS/python-engine.log" 2>&1
   record $? "python example torch_dcp_engine.py: $(grep -E '^check' "$LOGS/python-engine.log" | tail -1)"
   tail -6 "$LOGS/python-engine.log"
+  if [ -n "$pytest_pid" ]; then
+    wait "$pytest_pid"
+    record $? "python pytest ($torch_python): $(tail -1 "$LOGS/python-pytest.log")"
+  fi
   bgrun "${py_env[@]}" "$torch_python" -m torch.distributed.run --standalone --nproc-per-node 1 \
     python/bench_host_cost.py > "$LOGS/python-host-cost.log" 2>&1
   record $? "python host cost (python-host-cost.log): $(grep -E '^ratio' "$LOGS/python-host-cost.log" | tail -1)"
