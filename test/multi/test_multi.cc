@@ -629,7 +629,12 @@ TEST_P(Ranks, CreateInsideTheCallersGroupFailsOnEveryRank) {
     msg[r] = ncclDcpGetLastError();
     if (ncclGroupEnd() != ncclSuccess) return threads_.addFailure(r, "ncclGroupEnd failed");  // runs the all-gather
     CUDA_OR_FAIL(r, cudaDeviceSynchronize());
-    if (ctx != nullptr) threads_.addFailure(r, "create inside a group gave a context");
+    if (ctx != nullptr) {
+      threads_.addFailure(r, "create inside a group gave a context");
+      // Abandoned locally: destroy agrees across ranks and would wait for
+      // a rank that holds no context.
+      if (ncclDcpContextAbort(ctx) != ncclSuccess) threads_.addFailure(r, "abort of that context failed");
+    }
   });
   for (int r = 0; r < nRanks_; r++) {
     EXPECT_EQ(res[r], ncclInvalidUsage) << "rank " << r << ": " << msg[r];
