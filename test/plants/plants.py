@@ -669,7 +669,7 @@ def focused_sources(plant, gpus, root=None):
 def apply_focused(plant, gpus, root):
     """apply() in a job's copy, the header's time kept and what must see
     the plant touched (see above). A plant in a source file is plain apply."""
-    if not plant.path.endswith(".h"):
+    if plant.path.endswith(SOURCE_SUFFIXES):
         return apply(plant, root)
     path = os.path.join(root, plant.path)
     before = os.stat(path)
@@ -979,8 +979,8 @@ def run(args):
                   flush=True)
             # The plants that rebuild the most kernels first: they take longest.
             def kernels_rebuilt(p):
-                if not p.path.endswith(".h"):
-                    return 0
+                if p.path.endswith(SOURCE_SUFFIXES):
+                    return int(p.path.endswith(".cu"))
                 return sum(1 for rel in focused_sources(p, args.gpus) if rel.endswith(".cu"))
             queue = sorted(runnable, key=lambda p: (-kernels_rebuilt(p), -len(p.tests)))
             failures = []
