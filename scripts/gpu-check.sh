@@ -53,7 +53,8 @@
 #   the GPU runs), `perf` (about 370 s before its checks ran on every
 #   core), `plants` (more than 600 s with every kernel family rebuilt per
 #   plant; predicted about 300 s since each plant rebuilds what its tests
-#   run); then, with time left, `perf-cp ncu`. COMMIT=<hash> in each (the
+#   run); then, with time left, `ncu timeline` (where the time goes, before
+#   any kernel change for speed) and `perf-cp`. COMMIT=<hash> in each (the
 #   copied tree has no .git).
 #   GPU_CHECK_TAR=FILE: the logs ($OUT) packed into one tar.gz at the end,
 #     e.g. `OUT=/tmp/gc GPU_CHECK_TAR=$OUT/gpu-check.tgz scripts/gpu-check.sh`
