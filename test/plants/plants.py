@@ -717,13 +717,19 @@ def revert_all(root=None):
 # stops them instead of leaving them to finish.
 _children = set()
 _children_lock = threading.Lock()
+# Set once a signal stops the run: nothing starts after it, and a test
+# killed by the stop proves nothing.
+_stopping = threading.Event()
 
 
 def _run(cmd, timeout=None, **kwargs):
     """subprocess.run's returncode, the child registered while it runs;
-    None when it timed out (it is killed then)."""
-    proc = subprocess.Popen(cmd, start_new_session=True, **kwargs)
+    None when it timed out (it is killed then). Once the run is stopping
+    nothing starts (as if killed): _kill_children has run or waits."""
     with _children_lock:
+        if _stopping.is_set():
+            return -signal.SIGKILL
+        proc = subprocess.Popen(cmd, start_new_session=True, **kwargs)
         _children.add(proc)
     try:
         return proc.wait(timeout=timeout)
@@ -820,10 +826,6 @@ def judge(tap, status, out, timeout=600):
 
 class Interrupted(Exception):
     pass
-
-
-# Set once a signal stops the run: a test killed by the stop proves nothing.
-_stopping = threading.Event()
 
 
 def _interrupt(signum, _frame):
@@ -966,6 +968,7 @@ def run(args):
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, _interrupt)
     trees = os.path.abspath(args.trees or build + ".plant-trees")
+    workers = []
     t_start = time.time()
     try:
         if not parallel:
@@ -999,7 +1002,7 @@ def run(args):
                             failures.append(f"{plant.name}: {type(e).__name__}: {e}")
                     finally:
                         shutil.rmtree(tree, ignore_errors=True)
-            workers = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(jobs)]
+            workers += [threading.Thread(target=work, args=(k,), daemon=True) for k in range(jobs)]
             for w in workers:
                 w.start()
             while any(w.is_alive() for w in workers):
@@ -1011,6 +1014,11 @@ def run(args):
                                 "seconds": 0.0})
     except Interrupted as e:
         _kill_children()
+        # A job may be copying its tree (no child to kill): it finds the run
+        # stopping, starts nothing, and removes its copy; then the trees go.
+        deadline = time.time() + 120
+        for w in workers:
+            w.join(timeout=max(0.0, deadline - time.time()))
         print(f"plants run interrupted ({e}): the plant in place was reverted", flush=True)
         return 1
     finally:
