@@ -52,7 +52,7 @@
 #   260 s; python predicted about 110 s now that its CPU pytest runs beside
 #   the GPU runs), `perf` (about 370 s before its checks ran on every
 #   core), `plants` (more than 600 s with every kernel family rebuilt per
-#   plant; predicted about 300 s since each plant rebuilds what its tests
+#   plant; predicted 300-400 s now that each plant rebuilds what its tests
 #   run); then, with time left, `ncu timeline` (where the time goes, before
 #   any kernel change for speed) and `perf-cp`. COMMIT=<hash> in each (the
 #   copied tree has no .git).
@@ -827,8 +827,8 @@ fi
 # tree and of $BUILD that rebuilds only the header's includers and the
 # kernel families its GPU tests name ($BUILD itself is never planted),
 # PLANT_GPU_SLOTS (4) GPU tests at a time on the GPUs, PLANT_TIMEOUT (300)
-# s per test. Only plants whose tests
-# fit this machine's GPUs run; the tests needing more are listed (skip).
+# s per test. Only plants whose tests fit this machine's GPUs run; the
+# tests needing more are listed (skip).
 if has plants; then
   stage_begin plants
   start=$SECONDS

@@ -574,9 +574,10 @@ def touch_cuda_sources(root=None):
 # ---- a job's plant rebuilds what its tests run, not every kernel.
 #
 # In a job's fresh copy of the tree (run --jobs J > 1) a planted header keeps
-# its old modification time, so neither ninja's depfiles nor a missing one
-# (nvcc under meson 1.0.1) rebuild what includes it; what must see the plant
-# is touched instead: every host source that includes the header (cheap),
+# its old modification time, so neither ninja's depfiles (nvcc's too from
+# meson 1.x: checked with 1.9, a header rewritten with its old time rebuilds
+# nothing, a touched .cu only itself) nor a missing one (nvcc under meson
+# 1.0.1) rebuild what includes it; what must see the plant is touched instead: every host source that includes the header (cheap),
 # and of the fused kernel families (src/kernels/fused_<protocol>_<wire>_
 # <peers>.cu, one translation unit each, about 13 s of a core apiece) only
 # those the plant's GPU tests run. A family left out holds the real code:
