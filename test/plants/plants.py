@@ -577,10 +577,12 @@ def touch_cuda_sources(root=None):
 # its old modification time, so neither ninja's depfiles (nvcc's too from
 # meson 1.x: checked with 1.9, a header rewritten with its old time rebuilds
 # nothing, a touched .cu only itself) nor a missing one (nvcc under meson
-# 1.0.1) rebuild what includes it; what must see the plant is touched instead: every host source that includes the header (cheap),
-# and of the fused kernel families (src/kernels/fused_<protocol>_<wire>_
-# <peers>.cu, one translation unit each, about 13 s of a core apiece) only
-# those the plant's GPU tests run. A family left out holds the real code:
+# 1.0.1) rebuild what includes it; what must see the plant is touched
+# instead: every host source that includes the header (cheap), and of the
+# fused kernel families (src/kernels/fused_<protocol>_<wire>_<peers>.cu, one
+# translation unit each, about 13 s of a core apiece) only those the
+# plant's GPU tests run. run() works the list out once per plant, over the
+# tree given (its copies hold the same includes). A family left out holds the real code:
 # a test that needed it passes, and the plant is reported FAIL -- never
 # caught by mistake. The copy is thrown away after the plant, so nothing
 # half-planted outlives it.
@@ -667,9 +669,10 @@ def focused_sources(plant, gpus, root=None):
     return keep
 
 
-def apply_focused(plant, gpus, root):
-    """apply() in a job's copy, the header's time kept and what must see
-    the plant touched (see above). A plant in a source file is plain apply."""
+def apply_focused(plant, root, touched):
+    """apply() in a job's copy, the header's time kept and `touched` (its
+    focused_sources, paths relative to the tree) touched. A plant in a
+    source file is plain apply."""
     if plant.path.endswith(SOURCE_SUFFIXES):
         return apply(plant, root)
     path = os.path.join(root, plant.path)
@@ -677,7 +680,7 @@ def apply_focused(plant, gpus, root):
     status = apply(plant, root)
     if status == 0:
         os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-        for rel in focused_sources(plant, gpus, root):
+        for rel in touched:
             os.utime(os.path.join(root, rel))
     return status
 
@@ -927,6 +930,7 @@ def run(args):
         print(f"plants: {build} is not inside {ROOT}: one job, in place", flush=True)
         parallel, jobs = False, 1
     gpu = threading.Semaphore(max(1, args.gpu_slots))
+    touched = {}  # plant name -> focused_sources (parallel runs, header plants)
     ninja_jobs = max(1, (os.cpu_count() or 1) // jobs) if parallel else 0
 
     def run_plant(plant, root, tree_build):
@@ -938,7 +942,7 @@ def run(args):
             if planted and needs_cuda_rebuild(plant, args.gpus):
                 touch_cuda_sources(root)
         else:  # a fresh copy of its own: only what the tests run is rebuilt
-            planted = apply_focused(plant, args.gpus, root) == 0
+            planted = apply_focused(plant, root, touched.get(plant.name, [])) == 0
         try:
             for i, (binary, flt) in enumerate(tests):
                 t0 = time.time()
@@ -981,11 +985,14 @@ def run(args):
             print(f"plants: {jobs} jobs, each plant in a fresh copy of the tree and of {os.path.relpath(build, ROOT)} "
                   f"under {trees}, ninja -j{ninja_jobs} each, {max(1, args.gpu_slots)} GPU test(s) at a time",
                   flush=True)
-            # The plants that rebuild the most kernels first: they take longest.
+            # What each header plant touches (the copies hold the same
+            # includes), and those that rebuild the most kernels first.
+            touched.update({p.name: focused_sources(p, args.gpus) for p in runnable
+                            if not p.path.endswith(SOURCE_SUFFIXES)})
+
             def kernels_rebuilt(p):
-                if p.path.endswith(SOURCE_SUFFIXES):
-                    return int(p.path.endswith(".cu"))
-                return sum(1 for rel in focused_sources(p, args.gpus) if rel.endswith(".cu"))
+                files = touched.get(p.name, [p.path])
+                return sum(1 for rel in files if rel.endswith(".cu"))
             queue = sorted(runnable, key=lambda p: (-kernels_rebuilt(p), -len(p.tests)))
             failures = []
 

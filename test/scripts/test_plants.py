@@ -191,7 +191,7 @@ class FocusedRebuild(unittest.TestCase):
                 for f in files:
                     os.utime(os.path.join(dirpath, f), (1000, 1000))
             with contextlib.redirect_stdout(io.StringIO()):
-                self.assertEqual(plants.apply_focused(plant, 1, root), 0)
+                self.assertEqual(plants.apply_focused(plant, root, plants.focused_sources(plant, 1, root)), 0)
             header = os.path.join(root, plant.path)
             self.assertIn(plant.new, open(header, encoding="utf-8").read())
             self.assertEqual(os.stat(header).st_mtime, 1000, "the planted header looks unchanged to ninja")
