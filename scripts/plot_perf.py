@@ -33,8 +33,8 @@ def main():
     baseline_drawn = floor_drawn = False
     meta = None
     runs = [perf_json.load(path) for path in args.json]
-    by_mode = len({(m["scatter"], m["wire"]) for m, _ in runs}) > 1 or len({m["n_ranks"] for m, _ in runs}) > 1
     by_ranks = len({m["n_ranks"] for m, _ in runs}) > 1  # perf-cp's tables side by side
+    by_mode = by_ranks or len({(m["scatter"], m["wire"]) for m, _ in runs}) > 1
     statistics = set()
     for run, all_rows in runs:
         meta = meta or run
