@@ -445,6 +445,26 @@ DeviceBuffer::DeviceBuffer(size_t n) : bytes(n) {
   if (n && cudaMalloc(&ptr, n) != cudaSuccess) ptr = nullptr;
 }
 
+DeviceBuffer hostResidentBuffer(size_t n) {
+  DeviceBuffer b;
+  int dev = 0;
+  if (n == 0 || cudaGetDevice(&dev) != cudaSuccess || cudaMallocManaged(&b.ptr, n) != cudaSuccess) {
+    b.ptr = nullptr;
+    return b;
+  }
+  b.bytes = n;
+  cudaMemLocation host = {}, gpu = {};
+  host.type = cudaMemLocationTypeHost;
+  gpu.type = cudaMemLocationTypeDevice;
+  gpu.id = dev;
+  if (cudaMemAdvise(b.ptr, n, cudaMemAdviseSetPreferredLocation, host) != cudaSuccess ||
+      cudaMemAdvise(b.ptr, n, cudaMemAdviseSetAccessedBy, gpu) != cudaSuccess) {
+    cudaGetLastError();
+    return DeviceBuffer();  // b frees the allocation
+  }
+  return b;
+}
+
 DeviceBuffer::~DeviceBuffer() {
   if (ptr) cudaFree(ptr);
 }

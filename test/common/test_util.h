@@ -330,6 +330,12 @@ struct DeviceBuffer {
   T* as() const { return (T*)ptr; }
 };
 
+// n bytes of managed memory that the driver keeps in host memory and the
+// GPU reads over PCIe (preferred location: host; accessed by the current
+// device). A virtual rank whose partials live there sends well after the
+// others: the late peer of a race test on one GPU. ptr is null on failure.
+DeviceBuffer hostResidentBuffer(size_t n);
+
 // One rank's tensors on its GPU, sized for t.
 struct RankBuffers {
   DeviceBuffer in, lse, out, outLse;

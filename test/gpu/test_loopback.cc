@@ -35,8 +35,9 @@ struct DeviceRank {
 // Inputs for cp virtual ranks, on host and device, and the reference.
 class Problem {
  public:
+  // lateRank: that rank's partial outputs in host memory (hostResidentBuffer).
   Problem(const Config& cfg, int nRanks, int batch, const Strides& strides, LseMix mix, uint64_t seed,
-          bool withOutLse = true)
+          bool withOutLse = true, int lateRank = -1)
       : cfg_(cfg), nRanks_(nRanks), batch_(batch), strides_(strides) {
     std::mt19937_64 rng(seed);
     std::vector<RankTensors> inputs = makeInputs(cfg, nRanks, batch, strides, mix, rng);
@@ -44,7 +45,8 @@ class Problem {
       for (RankTensors& t : inputs) t.outLse.clear();
     for (RankTensors& t : inputs) {
       DeviceRank d;
-      d.partialOut = DeviceBuffer(t.partialOut.size());
+      const bool late = (int)dev_.size() == lateRank;
+      d.partialOut = late ? hostResidentBuffer(t.partialOut.size()) : DeviceBuffer(t.partialOut.size());
       d.partialLse = DeviceBuffer(t.partialLse.size() * sizeof(float));
       d.out = DeviceBuffer(t.out.size());
       d.outLse = DeviceBuffer(t.outLse.size() * sizeof(float));
@@ -393,6 +395,49 @@ TEST_P(LoopbackProto, TenThousandRandomBatches) {
     }
   }
   DCP_ASSERT(lb->asyncError());
+  uint32_t round = 0;
+  DCP_ASSERT(lb->getRound(cp - 1, &round));
+  EXPECT_EQ(round, (uint32_t)rounds);
+}
+
+// A late peer on one GPU: the last rank's partials live in host memory, so
+// its sends trail every other rank's and the receivers find its lines and
+// chunks not yet flagged -- the waits that a skipped flag wait
+// (flag_wait_skipped_*) or a dropped grid-dependency wait (pdl_wait_dropped:
+// the next call's blocks taking the round counter early) get wrong. Bursts
+// of calls over two sets, back to back; each set's last outputs against its
+// golden call, and the round counter against the rounds launched.
+TEST_P(LoopbackProto, LateRankFromHostMemory) {
+  const int cp = 8, batch = 2 * kCap + 3, bursts = 20, callsPerBurst = 16;
+  const ncclDcpConfig_t c = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, kCap, GetParam());
+  const Config cfg = resolved(c);
+  auto lb = makeLoopback(c, cp);
+  ASSERT_TRUE(lb);
+  Problem sets[2] = {
+      Problem(cfg, cp, batch, packedStrides(cfg, cp), LseMix::Normal, freshSeed(), true, cp - 1),
+      Problem(cfg, cp, batch, packedStrides(cfg, cp), LseMix::Normal, freshSeed(), true, cp - 1)};
+  std::vector<std::vector<RankTensors>> golden;
+  uint64_t rounds = 0;
+  for (Problem& p : sets) {
+    ASSERT_NE(p.buffers()[cp - 1].partialOut, nullptr) << "host-resident managed memory";
+    DCP_ASSERT(lb->call(p.buffers().data(), batch, nullptr, nullptr));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    const Mismatch m = p.check();
+    ASSERT_EQ(m.count, 0u) << m.first;
+    golden.push_back(p.download());
+    rounds += (batch + kCap - 1) / kCap;
+  }
+  for (int b = 0; b < bursts; b++) {
+    for (Problem& p : sets) p.poison(nullptr);
+    for (int i = 0; i < callsPerBurst; i++) {
+      DCP_ASSERT(lb->call(sets[i % 2].buffers().data(), batch, nullptr, nullptr));
+      rounds += (batch + kCap - 1) / kCap;
+    }
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    DCP_ASSERT(lb->asyncError());
+    for (int k = 0; k < 2; k++)
+      ASSERT_EQ(rowsDiffer(cfg, batch, golden[k], sets[k].download()), "") << "burst " << b << ", set " << k;
+  }
   uint32_t round = 0;
   DCP_ASSERT(lb->getRound(cp - 1, &round));
   EXPECT_EQ(round, (uint32_t)rounds);

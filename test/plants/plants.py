@@ -359,8 +359,8 @@ PLANTS = [
     Plant("flag_wait_skipped_line", "src/device/proto_lines.h",
           "      if (waitingFor < 0) break;\n",
           "      if (waitingFor < 0 || true) break;\n",
-          [("gpu_loopback", "Transports/LoopbackProto.TenThousandRandomBatches/LL", 1),
-           ("gpu_loopback", "Transports/LoopbackProto.TenThousandRandomBatches/LL128", 1),
+          [("gpu_loopback", "Transports/LoopbackProto.LateRankFromHostMemory/LL", 1),
+           ("gpu_loopback", "Transports/LoopbackProto.LateRankFromHostMemory/LL128", 1),
            ("multi_ranks", "Cp/Ranks.EveryProtocolMatchesReference/cp2", 2)],
           "LL, LL128: receivers poll their sources' lines once and merge what is there, flagged for the "
           "round or not (zeros, or another call's data)"),
@@ -384,10 +384,8 @@ PLANTS = [
     Plant("pdl_wait_dropped", "src/device/kernel.h",
           "  waitForPrerequisiteGrid();\n",
           "",
-          [("gpu_loopback", "Transports/LoopbackProto.TenThousandRandomBatches/LL128", 1),
-           ("gpu_loopback", "Transports/LoopbackProto.PdlOnOffBitwiseEqual/LL", 1),
-           ("gpu_loopback", "Transports/LoopbackProto.TenThousandRandomBatches/SIMPLE", 1),
-           ("gpu_loopback", "Transports/LoopbackProto.PdlOnOffBitwiseEqual/SIMPLE", 1)],
+          [("gpu_loopback", "Transports/LoopbackProto.LateRankFromHostMemory/LL128", 1),
+           ("gpu_loopback", "Transports/LoopbackProto.LateRankFromHostMemory/SIMPLE", 1)],
           "no grid-dependency wait in the fused kernel (every protocol): under PDL a round starts once the previous "
           "one has sent (its trigger), takes the round counter it has not advanced yet and writes the slot it still "
           "reads"),
