@@ -402,11 +402,10 @@ TEST_P(LoopbackProto, TenThousandRandomBatches) {
 
 // A late peer on one GPU: the last rank's partials live in host memory, so
 // its sends trail every other rank's and the receivers find its lines and
-// chunks not yet flagged -- the waits that a skipped flag wait
-// (flag_wait_skipped_*) or a dropped grid-dependency wait (pdl_wait_dropped:
-// the next call's blocks taking the round counter early) get wrong. Bursts
-// of calls over two sets, back to back; each set's last outputs against its
-// golden call, and the round counter against the rounds launched.
+// chunks not yet flagged: what a skipped flag wait (flag_wait_skipped_*)
+// gets wrong. Bursts of calls over two sets, back to back; each set's last
+// outputs against its golden call, and the round counter against the
+// rounds launched.
 TEST_P(LoopbackProto, LateRankFromHostMemory) {
   const int cp = 8, batch = 2 * kCap + 3, bursts = 20, callsPerBurst = 16;
   const ncclDcpConfig_t c = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, kCap, GetParam());

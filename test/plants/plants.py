@@ -381,14 +381,12 @@ PLANTS = [
            ("gpu_loopback", "Transports/LoopbackProto.GraphReplaysInterleavedWithEagerCalls/LL", 1)],
           "the last block of a round resets the arrivals but never advances the round: every call, "
           "eager or replayed, runs round 0 in slot 0 with flag 1"),
-    Plant("pdl_wait_dropped", "src/device/kernel.h",
-          "  waitForPrerequisiteGrid();\n",
-          "",
-          [("gpu_loopback", "Transports/LoopbackProto.LateRankFromHostMemory/LL128", 1),
-           ("gpu_loopback", "Transports/LoopbackProto.LateRankFromHostMemory/SIMPLE", 1)],
-          "no grid-dependency wait in the fused kernel (every protocol): under PDL a round starts once the previous "
-          "one has sent (its trigger), takes the round counter it has not advanced yet and writes the slot it still "
-          "reads"),
+    # No plant for the fused kernel's grid-dependency wait (kernel.h): its
+    # launch is cooperative, and a cooperative launch never starts before
+    # the grid ahead of it ends, PDL or not (perf/probes/pdl_overlap.cu on
+    # one H200, 2026-12-03: 0 of 50 early starts with 1 or 66 blocks, where
+    # a plain launch started 45 us early in 49 and 50 of 50). Removing the
+    # wait changes nothing observable; it stays for a launch that is not.
     Plant("second_stream_refused", "src/engine.cc",
           "  } else if (s != lastStream || lastCaptured) {\n    CUDACHECK(cudaStreamWaitEvent(s, done, 0));\n",
           "  } else if (s != lastStream && !lastCaptured) {\n"
