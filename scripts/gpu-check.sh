@@ -504,8 +504,11 @@ if has perf-cp; then
       flags=(--scatter "$run")
       [ "$run" != fp8 ] || flags=(--wire fp8)
       # NONE's baseline receives every partial on every rank: cp^2 x the
-      # inputs (cp 16 at 1024 rows: 69 GB), so its sweep stops at 256 rows there.
+      # inputs (cp 16 at 1024 rows: 69 GB), so its sweep stops at 256 rows
+      # there; TOKEN's loopback workspace did not fit one H200 at cp 16 and
+      # 1024 rows (out of memory, 2026-12-03): 512.
       [ "$run" != none ] || [ "$cp" -lt 16 ] || flags+=(--max-rows 256)
+      [ "$run" != token ] || [ "$cp" -lt 16 ] || flags+=(--max-rows 512)
       name=perf-cp$cp-$run
       bgrun "$PERF" --virtual-ranks "$cp" "${PERF_SHAPE[@]}" -P AUTO "${flags[@]}" -J "$LOGS/$name.json" \
         > "$LOGS/$name.txt" 2>&1

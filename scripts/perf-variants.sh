@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Device-code variants timed side by side in one run on one GPU (issues 39
+# and 41: what a change of one constant is worth, measured before it is
+# made). Each variant replaces one text, which must occur once, in one file
+# of this tree, rebuilds the perf binary, runs every sweep, and puts the
+# text back. "base" (the tree as it is) runs first and last, so that drift
+# within the run shows.
+#
+#   scripts/perf-variants.sh BUILD LOGDIR SWEEPS [NAME FILE OLD NEW]...
+#     BUILD   a configured meson build directory of this tree
+#     SWEEPS  perf arguments of each sweep, ';' between sweeps
+#   Writes LOGDIR/<variant>-<sweep index>.txt and .json; exit 1 when a
+#   build, a replacement or a sweep fails.
+set -u
+[ $# -ge 3 ] && [ $((($# - 3) % 4)) -eq 0 ] || { sed -n '2,14p' "$0"; exit 2; }
+build=$1 logs=$2 sweeps=$3
+shift 3
+mkdir -p "$logs"
+IFS=';' read -r -a sweep <<< "$sweeps"
+failed=0
+
+replace() {  # FILE OLD NEW: exactly one occurrence, else exit 1
+  python3 - "$@" <<'PY'
+import sys
+path, old, new = sys.argv[1:4]
+text = open(path).read()
+if text.count(old) != 1:
+    sys.exit(f"{path}: {text.count(old)} occurrences of {old!r} (want 1)")
+open(path, "w").write(text.replace(old, new))
+PY
+}
+
+run_variant() {  # NAME
+  if ! ninja -C "$build" perf/dcp_a2a_lse_reduce_perf > "$logs/$1-build.log" 2>&1; then
+    echo "FAIL  $1: build (see $1-build.log)"; failed=1; return
+  fi
+  for i in "${!sweep[@]}"; do
+    # shellcheck disable=SC2086  # each sweep is a list of arguments
+    if "$build/perf/dcp_a2a_lse_reduce_perf" ${sweep[$i]} -J "$logs/$1-$i.json" > "$logs/$1-$i.txt" 2>&1; then
+      echo "ok    $1 sweep $i: ${sweep[$i]}"
+    else
+      echo "FAIL  $1 sweep $i (see $1-$i.txt)"; failed=1
+    fi
+  done
+}
+
+run_variant base
+while [ $# -gt 0 ]; do
+  name=$1 file=$2 old=$3 new=$4
+  shift 4
+  cp "$file" "$logs/.saved" || exit 1
+  if replace "$file" "$old" "$new"; then run_variant "$name"; else failed=1; fi
+  cp "$logs/.saved" "$file"
+done
+rm -f "$logs/.saved"
+run_variant base-again
+exit $failed
