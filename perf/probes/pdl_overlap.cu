@@ -13,7 +13,9 @@
  * is a cooperative launch: if it never overlaps, its grid-dependency wait
  * guards nothing that a test can observe (test/plants: pdl_wait_dropped).
  * Prints one line per (launch, grid): early starts out of the trials, and
- * the median of (secondary start - marker time) in µs.
+ * the median of (secondary start - marker time) in us.
+ *
+ *   ninja -C BUILD perf/pdl_overlap && BUILD/perf/pdl_overlap [delay ns (50000)]
  ************************************************************************/
 #include <cuda_runtime.h>
 #include <stdint.h>
