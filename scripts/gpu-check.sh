@@ -23,7 +23,9 @@
 #       2+ GPUs every mode and both wires on the real ranks, one thread per
 #       GPU (perf-scatter-<mode>-ranks.json, perf-wire-<wire>-ranks.json).
 #     also: perf-cp (the loopback tables of HEAD, TOKEN, NONE and fp8 at
-#       cp PERF_CPS, default "2 4 16": perf-cp<N>-<mode>.json),
+#       cp PERF_CPS, default "2 4 16": perf-cp<N>-<mode>.json; HEAD per
+#       protocol to 128 rows too with PERF_CP_PROTOCOLS="LL128 SIMPLE":
+#       perf-cp<N>-head-<P>.json),
 #       ncu (scripts/profile-ncu.sh: Nsight Compute on the loopback kernel,
 #       NCU_CASES), nopdl reread (LL128 variants), timeline (-Dtimeline=true
 #       build, perf -T), stress (PDL / LL128 re-read stress, HEAD, then each
@@ -48,14 +50,11 @@
 #   each under `timeout -s TERM <the call's limit - 20>` so that a stage
 #   cut short still records, packs and returns its logs (the device tool's
 #   own limit kills the script before it can): `build tests topology`
-#   (48 + 231 + 2 s on 2026-12-03), `sanitize stress-short python` (16 + 25 +
-#   260 s; python predicted about 110 s now that its CPU pytest runs beside
-#   the GPU runs), `perf` (about 370 s before its checks ran on every
-#   core), `plants` (more than 600 s with every kernel family rebuilt per
-#   plant; predicted 300-400 s now that each plant rebuilds what its tests
-#   run); then, with time left, `ncu timeline` (where the time goes, before
-#   any kernel change for speed) and `perf-cp`. COMMIT=<hash> in each (the
-#   copied tree has no .git).
+#   (53 + 242 + 1 s on 2026-12-03, late), `sanitize stress-short python`
+#   (252 s in all), `perf` (115 s on a warm machine), `plants` (278 s, each
+#   plant rebuilding what its tests run): about 1130 s of device time with
+#   the start. Then, with time left, `perf-cp` (88 s), `ncu timeline`.
+#   COMMIT=<hash> in each (the copied tree has no .git of its own).
 #   GPU_CHECK_TAR=FILE: the logs ($OUT) packed into one tar.gz at the end,
 #     e.g. `OUT=/tmp/gc GPU_CHECK_TAR=$OUT/gpu-check.tgz scripts/gpu-check.sh`
 #     under the device tool, whose $OUT brings back 8 files at most.
@@ -513,6 +512,14 @@ if has perf-cp; then
       bgrun "$PERF" --virtual-ranks "$cp" "${PERF_SHAPE[@]}" -P AUTO "${flags[@]}" -J "$LOGS/$name.json" \
         > "$LOGS/$name.txt" 2>&1
       record $? "perf loopback cp $cp $run (table in $name.txt)"
+    done
+    # AUTO's one-GPU crossover to SIMPLE at this cp: HEAD per protocol,
+    # where the crossover can lie (PERF_CP_PROTOCOLS="LL128 SIMPLE").
+    for proto in ${PERF_CP_PROTOCOLS:-}; do
+      name=perf-cp$cp-head-$proto
+      bgrun "$PERF" --virtual-ranks "$cp" "${PERF_SHAPE[@]}" -P "$proto" --max-rows 128 -J "$LOGS/$name.json" \
+        > "$LOGS/$name.txt" 2>&1
+      record $? "perf loopback cp $cp head $proto (table in $name.txt)"
     done
   done
   echo "== perf-cp took $((SECONDS - start)) s"
