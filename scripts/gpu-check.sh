@@ -25,7 +25,8 @@
 #     also: perf-cp (the loopback tables of HEAD, TOKEN, NONE and fp8 at
 #       cp PERF_CPS, default "2 4 16": perf-cp<N>-<mode>.json; HEAD per
 #       protocol to 128 rows too with PERF_CP_PROTOCOLS="LL128 SIMPLE":
-#       perf-cp<N>-head-<P>.json),
+#       perf-cp<N>-head-<P>.json; NONE per algorithm to 256 rows with
+#       PERF_CP_NONE_ALGOS="direct two_phase": perf-cp<N>-none-<A>.json),
 #       ncu (scripts/profile-ncu.sh: Nsight Compute on the loopback kernel,
 #       NCU_CASES), nopdl reread (LL128 variants), timeline (-Dtimeline=true
 #       build, perf -T), stress (PDL / LL128 re-read stress, HEAD, then each
@@ -520,6 +521,14 @@ if has perf-cp; then
       bgrun "$PERF" --virtual-ranks "$cp" "${PERF_SHAPE[@]}" -P "$proto" --max-rows 128 -J "$LOGS/$name.json" \
         > "$LOGS/$name.txt" 2>&1
       record $? "perf loopback cp $cp head $proto (table in $name.txt)"
+    done
+    # NONE's `auto` (direct at 2 ranks, two phases from 3) against each
+    # algorithm (PERF_CP_NONE_ALGOS="direct two_phase"), to 256 rows.
+    for algo in ${PERF_CP_NONE_ALGOS:-}; do
+      name=perf-cp$cp-none-$algo
+      bgrun env NCCL_DCP_NONE_ALGO="$algo" "$PERF" --virtual-ranks "$cp" "${PERF_SHAPE[@]}" -P AUTO --scatter none \
+        --max-rows 256 -J "$LOGS/$name.json" > "$LOGS/$name.txt" 2>&1
+      record $? "perf loopback cp $cp none $algo (table in $name.txt)"
     done
   done
   echo "== perf-cp took $((SECONDS - start)) s"
