@@ -499,6 +499,13 @@ fi
 if has perf-cp; then
   stage_begin perf-cp
   start=$SECONDS
+  # One table: its name, what the summary line calls it, then the command.
+  cp_table() {
+    local name=$1 what=$2
+    shift 2
+    bgrun "$@" -J "$LOGS/$name.json" > "$LOGS/$name.txt" 2>&1
+    record $? "perf loopback cp $cp $what (table in $name.txt)"
+  }
   for cp in ${PERF_CPS:-2 4 16}; do
     for run in head token none fp8; do
       flags=(--scatter "$run")
@@ -509,26 +516,19 @@ if has perf-cp; then
       # 1024 rows (out of memory, 2026-12-03): 512.
       [ "$run" != none ] || [ "$cp" -lt 16 ] || flags+=(--max-rows 256)
       [ "$run" != token ] || [ "$cp" -lt 16 ] || flags+=(--max-rows 512)
-      name=perf-cp$cp-$run
-      bgrun "$PERF" --virtual-ranks "$cp" "${PERF_SHAPE[@]}" -P AUTO "${flags[@]}" -J "$LOGS/$name.json" \
-        > "$LOGS/$name.txt" 2>&1
-      record $? "perf loopback cp $cp $run (table in $name.txt)"
+      cp_table "perf-cp$cp-$run" "$run" "$PERF" --virtual-ranks "$cp" "${PERF_SHAPE[@]}" -P AUTO "${flags[@]}"
     done
     # AUTO's one-GPU crossover to SIMPLE at this cp: HEAD per protocol,
     # where the crossover can lie (PERF_CP_PROTOCOLS="LL128 SIMPLE").
     for proto in ${PERF_CP_PROTOCOLS:-}; do
-      name=perf-cp$cp-head-$proto
-      bgrun "$PERF" --virtual-ranks "$cp" "${PERF_SHAPE[@]}" -P "$proto" --max-rows 128 -J "$LOGS/$name.json" \
-        > "$LOGS/$name.txt" 2>&1
-      record $? "perf loopback cp $cp head $proto (table in $name.txt)"
+      cp_table "perf-cp$cp-head-$proto" "head $proto" "$PERF" --virtual-ranks "$cp" "${PERF_SHAPE[@]}" -P "$proto" \
+        --max-rows 128
     done
     # NONE's `auto` (direct at 2 ranks, two phases from 3) against each
     # algorithm (PERF_CP_NONE_ALGOS="direct two_phase"), to 256 rows.
     for algo in ${PERF_CP_NONE_ALGOS:-}; do
-      name=perf-cp$cp-none-$algo
-      bgrun env NCCL_DCP_NONE_ALGO="$algo" "$PERF" --virtual-ranks "$cp" "${PERF_SHAPE[@]}" -P AUTO --scatter none \
-        --max-rows 256 -J "$LOGS/$name.json" > "$LOGS/$name.txt" 2>&1
-      record $? "perf loopback cp $cp none $algo (table in $name.txt)"
+      cp_table "perf-cp$cp-none-$algo" "none $algo" env NCCL_DCP_NONE_ALGO="$algo" "$PERF" --virtual-ranks "$cp" \
+        "${PERF_SHAPE[@]}" -P AUTO --scatter none --max-rows 256
     done
   done
   echo "== perf-cp took $((SECONDS - start)) s"

@@ -581,8 +581,8 @@ def touch_cuda_sources(root=None):
 # plant's GPU tests run. run() works the list out once per plant, over the
 # tree given (its copies hold the same includes). A family left out holds
 # the real code: a test that needed it passes, and the plant is reported
-# FAIL -- never caught by mistake. The copy is thrown away after the plant, so nothing
-# half-planted outlives it.
+# FAIL -- never caught by mistake. The copy is thrown away after the plant,
+# so nothing half-planted outlives it.
 
 INCLUDE_DIRS = ("src", "include", "test/common", "perf", "plugin")
 _INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
