@@ -17,7 +17,8 @@ ncclResult_t Loopback::create(const ncclDcpConfig_t* cfgIn, int nRanks, std::uni
                 nRanks, kMaxLoopbackRanks);
   LinkSummary links = {true, false, false, true};
   std::unique_ptr<Loopback> lb(new Loopback());
-  DCPCHECK(lb->engine_.init(cfg, nRanks, 0, chooseProtocols(cfg.protocol, links, cfg.simpleMinRows)));
+  const int oneGpuMinRows = oneGpuSimpleMinRows(nRanks, (long)cfg.localHeads * cfg.headDim * cfg.eltSize);
+  DCPCHECK(lb->engine_.init(cfg, nRanks, 0, chooseProtocols(cfg.protocol, links, cfg.simpleMinRows, oneGpuMinRows)));
   const size_t bytes = (size_t)nRanks * lb->engine_.layout.totalBytes;
   CUDACHECK(cudaMalloc(&lb->workspace_, bytes));
   CUDACHECK(cudaMemset(lb->workspace_, 0, bytes));

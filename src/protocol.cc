@@ -26,13 +26,20 @@ static ProtocolPolicy forced(ncclDcpProtocol_t requested, const LinkSummary& lin
   return p;
 }
 
-ProtocolPolicy chooseProtocols(ncclDcpProtocol_t requested, const LinkSummary& links, int simpleMinRows) {
+int oneGpuSimpleMinRows(int nRanks, long rowBytes) {
+  const long perRow = (long)nRanks * rowBytes;
+  const long rows = perRow > 0 ? (kOneGpuSimpleMinBytes + perRow - 1) / perRow : 1;
+  return rows > 1 ? (int)rows : 1;
+}
+
+ProtocolPolicy chooseProtocols(ncclDcpProtocol_t requested, const LinkSummary& links, int simpleMinRows,
+                               int oneGpuMinRows) {
   if (requested != ncclDcpProtoAuto) return forced(requested, links);
   ProtocolPolicy p;
   const bool nvlink = ll128Proven(links);
   p.small = nvlink ? Proto::LL128 : Proto::LL;
   p.simpleMinRows = simpleMinRows >= 0 ? simpleMinRows
-                    : links.oneGpu  ? kOneGpuSimpleMinRows
+                    : links.oneGpu  ? oneGpuMinRows
                     : nvlink        ? kLl128SimpleMinRows
                                     : kLlSimpleMinRows;
   p.simpleForLarge = p.simpleMinRows > 0;

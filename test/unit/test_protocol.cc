@@ -80,6 +80,25 @@ TEST(ChooseProtocols, AutoSwitchesAtTheMeasuredCrossoverByDefault) {
   EXPECT_EQ(protocolForRound(never, 1 << 20), Proto::LL128);
 }
 
+// One GPU: the crossover follows the bytes a virtual rank merges a round,
+// so it falls as cp grows (measured at cp 2 / 4 / 8 / 16, docs/perf.md).
+TEST(ChooseProtocols, OneGpuCrossoverFollowsTheBytesMerged) {
+  const long referenceRow = 16 * 512 * 2;  // Hl 16, D 512, bf16
+  EXPECT_EQ(oneGpuSimpleMinRows(8, referenceRow), kOneGpuSimpleMinRows) << "the v8 figure at cp 8";
+  EXPECT_EQ(oneGpuSimpleMinRows(2, referenceRow), 32);
+  EXPECT_EQ(oneGpuSimpleMinRows(4, referenceRow), 16);
+  EXPECT_EQ(oneGpuSimpleMinRows(16, referenceRow), 4);
+  EXPECT_EQ(oneGpuSimpleMinRows(8, 4 * 128 * 4), 64) << "Hl 4, D 128, fp32: 2 KiB a row";
+  EXPECT_EQ(oneGpuSimpleMinRows(16, 64 * 1024 * 2), 1) << "never below one row";
+  const ProtocolPolicy p = chooseProtocols(ncclDcpProtoAuto, kOneGpu, kEnvUnset, oneGpuSimpleMinRows(4, referenceRow));
+  EXPECT_EQ(protocolForRound(p, 15), Proto::LL128);
+  EXPECT_EQ(protocolForRound(p, 16), Proto::Simple);
+  const ProtocolPolicy forcedRows = chooseProtocols(ncclDcpProtoAuto, kOneGpu, withSimpleMinRows(3), 16);
+  EXPECT_EQ(forcedRows.simpleMinRows, 3) << "NCCL_DCP_SIMPLE_MIN_ROWS wins over the shape's crossover";
+  EXPECT_EQ(chooseProtocols(ncclDcpProtoAuto, kAllNvlink, kEnvUnset, 2).simpleMinRows, kLl128SimpleMinRows)
+      << "only one GPU takes the shape's crossover";
+}
+
 TEST(ChooseProtocols, AutoSwitchesRoundsOfSimpleMinRowsOrMoreToSimple) {
   for (const LinkSummary& links : kEveryLinkSummary) {
     const ProtocolPolicy p = chooseProtocols(ncclDcpProtoAuto, links, withSimpleMinRows(32));
