@@ -9,10 +9,11 @@
 #   scripts/perf-variants.sh BUILD LOGDIR SWEEPS [NAME FILE OLD NEW]...
 #     BUILD   a configured meson build directory of this tree
 #     SWEEPS  perf arguments of each sweep, ';' between sweeps
+#     consecutive replacements of the same NAME make one variant
 #   Writes LOGDIR/<variant>-<sweep index>.txt and .json; exit 1 when a
 #   build, a replacement or a sweep fails.
 set -u
-[ $# -ge 3 ] && [ $((($# - 3) % 4)) -eq 0 ] || { sed -n '2,14p' "$0"; exit 2; }
+[ $# -ge 3 ] && [ $((($# - 3) % 4)) -eq 0 ] || { sed -n '2,15p' "$0"; exit 2; }
 build=$1 logs=$2 sweeps=$3
 shift 3
 mkdir -p "$logs"
@@ -46,12 +47,17 @@ run_variant() {  # NAME
 
 run_variant base
 while [ $# -gt 0 ]; do
-  name=$1 file=$2 old=$3 new=$4
-  shift 4
-  cp "$file" "$logs/.saved" || exit 1
-  if replace "$file" "$old" "$new"; then run_variant "$name"; else failed=1; fi
-  cp "$logs/.saved" "$file"
+  name=$1 saved=() ok=1
+  while [ $# -gt 0 ] && [ "$1" = "$name" ]; do  # this variant's replacements
+    file=$2
+    cp "$file" "$logs/.saved${#saved[@]}" || exit 1
+    saved+=("$file")
+    replace "$file" "$3" "$4" || ok=0
+    shift 4
+  done
+  if [ $ok = 1 ]; then run_variant "$name"; else failed=1; fi
+  for i in $(seq $((${#saved[@]} - 1)) -1 0); do cp "$logs/.saved$i" "${saved[$i]}"; done  # last first
 done
-rm -f "$logs/.saved"
+rm -f "$logs"/.saved*
 run_variant base-again
 exit $failed
