@@ -50,7 +50,9 @@ FusedLauncher fusedLauncher(const FusedKey& k) {
   return nullptr;
 }
 
-int simpleWriters(int requested) { return requested > 0 ? std::min(requested, kSimpleSignalWarp) : 0; }
+int simpleWriters(int requested) {
+  return requested > 0 ? std::min(requested, kSimpleSignalWarp) : kSimpleDefaultWriters;
+}
 
 ncclResult_t resolveLsaPointers(ncclWindow_t window, size_t offset, int nRanks, char** lsa, cudaStream_t stream) {
   // Stream-ordered allocation: a cudaFree would wait for every kernel on
