@@ -50,7 +50,8 @@ constexpr int kLl128SimpleMinRows = 128;
 // SIMPLE from 16 / 8; at cp 2 LL128 is 4% faster at 32 rows and SIMPLE
 // from 64; at cp 16 they tie at 1-2 rows, SIMPLE wins from 4).
 constexpr long kOneGpuSimpleMinBytes = 1l << 20;
-// ... at the reference shape and cp 8 (v8: 14.6 vs 17.9 us at 8, 13.7 vs 10.1 at 4).
+// That crossover at the reference shape and cp 8 (v8: 14.6 vs 17.9 us at
+// 8 rows, 13.7 vs 10.1 at 4): the default where no shape is given.
 constexpr int kOneGpuSimpleMinRows = 8;
 // PCIe or unproven links: LL -> SIMPLE. Not measured (no PCIe machine here);
 // an estimate: LL moves half the bytes per store, SIMPLE pays one flag round
