@@ -45,10 +45,11 @@ struct ProtocolPolicy {
 constexpr int kLl128SimpleMinRows = 128;
 // One GPU (loopback): no link to cross, and SIMPLE's bulk copies win once
 // a virtual rank merges about kOneGpuSimpleMinBytes a round (rows x cp
-// sources x Hl x D x element), whatever cp (docs/perf.md "AUTO's one-GPU
-// crossover"; Hl 16, D 512, bf16: LL128 wins up to 8 / 4 rows at cp 4 / 8,
-// SIMPLE from 16 / 8; at cp 2 LL128 is 4% faster at 32 rows and SIMPLE
-// from 64; at cp 16 they tie at 1-2 rows, SIMPLE wins from 4).
+// sources x Hl x D x element), whatever cp (docs/perf-history.md "AUTO's
+// one-GPU crossover per cp"; Hl 16, D 512, bf16: LL128 wins up to 8 / 4
+// rows at cp 4 / 8, SIMPLE from 16 / 8; at cp 2 LL128 is 4% faster at 32
+// rows and SIMPLE from 64; at cp 16 they tie at 1-2 rows, SIMPLE wins
+// from 4).
 constexpr long kOneGpuSimpleMinBytes = 1l << 20;
 // That crossover at the reference shape and cp 8 (v8: 14.6 vs 17.9 us at
 // 8 rows, 13.7 vs 10.1 at 4): the default where no shape is given.

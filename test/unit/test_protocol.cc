@@ -81,7 +81,7 @@ TEST(ChooseProtocols, AutoSwitchesAtTheMeasuredCrossoverByDefault) {
 }
 
 // One GPU: the crossover follows the bytes a virtual rank merges a round,
-// so it falls as cp grows (measured at cp 2 / 4 / 8 / 16, docs/perf.md).
+// so it falls as cp grows (measured at cp 2 / 4 / 8 / 16, docs/perf-history.md).
 TEST(ChooseProtocols, OneGpuCrossoverFollowsTheBytesMerged) {
   const long referenceRow = 16 * 512 * 2;  // Hl 16, D 512, bf16
   EXPECT_EQ(oneGpuSimpleMinRows(8, referenceRow), kOneGpuSimpleMinRows) << "the v8 figure at cp 8";
