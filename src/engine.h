@@ -80,7 +80,7 @@ struct Engine {
   AsyncErrorRecord* hostErrorDev = nullptr;  // device view of host->error
   int cudaDev = -1;                          // the device of the error record
   bool pdl = true;
-  int simpleSendWarps = 0;  // SIMPLE's writing warps (NCCL_DCP_SIMPLE_SEND_WARPS, read at init)
+  int simpleSendWarps = 0;  // SIMPLE's writing warps (NCCL_DCP_SIMPLE_SEND_WARPS, read at init; 0: the kernel's)
   // The fused kernels of this context, from its config at init (the
   // dispatch table, kernel_table.h): [loopback][large], the kernel of the
   // small region's protocol and of SIMPLE's large region.

@@ -50,9 +50,7 @@ FusedLauncher fusedLauncher(const FusedKey& k) {
   return nullptr;
 }
 
-int simpleWriters(int requested) {
-  return requested > 0 ? std::min(requested, kSimpleSignalWarp) : kSimpleDefaultWriters;
-}
+int simpleWriters(int requested) { return requested > 0 ? std::min(requested, kSimpleSignalWarp) : 0; }
 
 ncclResult_t resolveLsaPointers(ncclWindow_t window, size_t offset, int nRanks, char** lsa, cudaStream_t stream) {
   // Stream-ordered allocation: a cudaFree would wait for every kernel on

@@ -19,8 +19,9 @@
 namespace nccl_dcp {
 
 // SIMPLE's writing warps per block for a requested count
-// (NCCL_DCP_SIMPLE_SEND_WARPS; 0: the kernel's default), clamped to what
-// the kernel has.
+// (NCCL_DCP_SIMPLE_SEND_WARPS), clamped to what the kernel has; 0 (none
+// requested): every sending warp but the signalling one, whose count the
+// kernel picks per round (proto_simple.h).
 int simpleWriters(int requested);
 
 // Baseline / fallback combine (CombineParams in device/params.h).

@@ -30,7 +30,7 @@ struct FusedArgs {
   LseBase lseBase;
   int nRanks, rows, blocksPerRank, silentRank;
   int row0;        // the round's first row of the call
-  int sendWarps;  // SIMPLE: warps of a block that write (the first ones)
+  int sendWarps;  // SIMPLE: warps of a block that write (the first ones); 0: all that send but the signaller
   // Division by the ranks, the peers (cp - 1), the local heads, the groups
   // of a unit (line protocols), the 16-byte vectors of a unit and the units
   // of a chunk (SIMPLE).

@@ -8,7 +8,7 @@
  *   lse   [capacity * Hl units] LSE words (fp32; fp8: {lse, scale})
  *   flags [chunks] u64                 chunk c = units [c * chunkUnits, ...)
  *
- *   send:    warps [0, kSimpleSendWarps) of every block. The block's items
+ *   send:    the first warps of every block (sendWarpsOf). The block's items
  *            (chunk, destination) go in steps: all in one when they fit
  *            in kSendBytesInFlight, else kSendStepBytes each (every step
  *            costs a fence that waits for the link); the writing warps
@@ -112,8 +112,12 @@ __device__ __forceinline__ void copyShare(const char* src, char* dst, int units,
 }
 
 // Wire fp8: encodeShare's units in flight per warp (two 16-byte loads of
-// each per lane).
-constexpr int kEncodeUnits = 4;
+// each per lane). One GPU: 2, whose shorter batches let the encode of one
+// overlap the loads of the next warp's (loopback cp 8: 6% faster at 1024
+// rows, 4% slower at 64; docs/perf.md "SIMPLE's warps"); NVLink: 4, not
+// measured against 2 (no two GPUs yet).
+template <class Peers>
+constexpr int kEncodeUnits = Peers::kLoopback ? 2 : 4;
 
 // A scaled codec's copyShare (fp8, codec.h): writes a step's `units` units
 // (lane i of the warp holds unit i's source, destination, LSE-word
@@ -121,16 +125,16 @@ constexpr int kEncodeUnits = 4;
 // goes to writing warp `writer`, kEncodeUnits at once. A lane takes a
 // 16-byte vector of the link (two data words, 32 bytes of input), the
 // warp the unit's scale (Codec::unitScale); lane 0 stores the LSE word.
-template <class Codec>
+template <class Codec, int kUnits>
 __device__ void encodeShare(const char* src, char* dst, char* lseDst, float lse, int units, int headDim, int writer,
                             int writers, int lane) {
   const int vectors = headDim / kLaneBytes;  // link vectors of a unit
-  for (int u0 = writer; u0 < units; u0 += writers * kEncodeUnits) {  // warp-uniform: shuffles below
-    const char* from[kEncodeUnits];
-    typename Codec::Input x[kEncodeUnits][2];
-    uint32_t amax[kEncodeUnits];
+  for (int u0 = writer; u0 < units; u0 += writers * kUnits) {  // warp-uniform: shuffles below
+    const char* from[kUnits];
+    typename Codec::Input x[kUnits][2];
+    uint32_t amax[kUnits];
 #pragma unroll
-    for (int q = 0; q < kEncodeUnits; q++) {
+    for (int q = 0; q < kUnits; q++) {
       const int u = min(u0 + q * writers, 31);
       from[q] = (const char*)__shfl_sync(kFullMask, (unsigned long long)src, u);
       if (u0 + q * writers >= units) from[q] = nullptr;
@@ -142,7 +146,7 @@ __device__ void encodeShare(const char* src, char* dst, char* lseDst, float lse,
       }
     }
 #pragma unroll
-    for (int q = 0; q < kEncodeUnits; q++) {
+    for (int q = 0; q < kUnits; q++) {
       if (from[q] == nullptr) continue;  // warp-uniform
       const int u = u0 + q * writers;
       char* to = (char*)__shfl_sync(kFullMask, (unsigned long long)dst, u);
@@ -241,12 +245,23 @@ __device__ __forceinline__ unsigned pollFlags(const char* flagPtr, bool mine, ui
 
 }  // namespace simple
 
+// Warps [0, sendWarps) of a block send -- the writers, then the signalling
+// warp -- and the others receive: kSimpleSendWarps of them, but on one GPU
+// (loopback) kSimpleSendWarpsLarge once the round has
+// kSimpleLargeChunksPerBlock chunks a block: there every virtual rank's
+// copies share one HBM and the senders bound large rounds (loopback cp 8,
+// 10 of 16 warps sending: native 3% and fp8 13-20% faster from 256 rows;
+// at 16 rows, 4 chunks a block, native 13% slower: its merges want the
+// receivers). NVLink keeps 8: not measured (no two GPUs yet).
 constexpr int kSimpleThreads = 512;
-constexpr int kSimpleSendWarps = 8;  // the writing warps, then the signalling one
-constexpr int kSimpleRecvWarps = kSimpleThreads / 32 - kSimpleSendWarps;
+constexpr int kSimpleSendWarps = 8;
+constexpr int kSimpleSendWarpsLarge = 10;
+constexpr int kSimpleLargeChunksPerBlock = 8;
+constexpr int kSimpleRecvWarps = kSimpleThreads / 32 - kSimpleSendWarps;  // the most a block has
 constexpr int kSimpleSignalWarp = kSimpleSendWarps - 1;
-// Of the writing warps, how many write (NCCL_DCP_SIMPLE_SEND_WARPS).
-constexpr int kSimpleDefaultWriters = kSimpleSignalWarp;
+constexpr int kSimpleMostWriters = kSimpleSendWarpsLarge - 1;
+// Of the writing warps, how many write (NCCL_DCP_SIMPLE_SEND_WARPS, at
+// most kSimpleSignalWarp; 0: every warp before the signalling one).
 // Named barriers of the receiving groups: kSimpleRecvBarrier + group (0 is
 // __syncthreads); sending warps never take part.
 constexpr int kSimpleRecvBarrier = 1;
@@ -406,7 +421,8 @@ struct SimpleProtocol {
       }
     }
     if constexpr (Codec::kScaled)
-      simple::encodeShare<Codec>(src, to, lseTo, lse, plan.perStep * r.chunkUnits, r.headDim, writer, writers, lane);
+      simple::encodeShare<Codec, simple::kEncodeUnits<Peers>>(src, to, lseTo, lse, plan.perStep * r.chunkUnits,
+                                                             r.headDim, writer, writers, lane);
     else
       simple::copyShare(src, to, plan.perStep * r.chunkUnits, p.byVectors, writer * 32, writers * 32, lane);
   }
@@ -673,13 +689,21 @@ struct SimpleProtocol {
         if (src != rank) storeVolatile8(flags + r.flagOffsetOf(slot, src, rank, c), 0);
   }
 
-  // Receiving warps per chunk when a block has `chunksPerBlock` chunks to
-  // merge: all of a block's chunks at once (a chunk's merge latency is the
-  // call's tail), as many warps on each as that leaves, a power of two.
-  __device__ static int receiversPerChunk(int chunksPerBlock) {
-    int warps = kSimpleRecvWarps;
-    while (warps > 1 && warps * chunksPerBlock > kSimpleRecvWarps) warps /= 2;
+  // Receiving warps per chunk when a block of `receivers` receiving warps
+  // has `chunksPerBlock` chunks to merge: all of a block's chunks at once
+  // (a chunk's merge latency is the call's tail), as many warps on each as
+  // that leaves, halving.
+  __device__ static int receiversPerChunk(int chunksPerBlock, int receivers) {
+    int warps = receivers;
+    while (warps > 1 && warps * chunksPerBlock > receivers) warps /= 2;
     return warps;
+  }
+
+  // The sending warps of a block (above) in a round of `chunks` chunks.
+  template <class Peers>
+  __device__ static int sendWarpsOf(const FusedParams<Peers>& p, int chunks) {
+    const bool large = chunks >= kSimpleLargeChunksPerBlock * p.blocksPerRank;
+    return Peers::kLoopback && large ? kSimpleSendWarpsLarge : kSimpleSendWarps;
   }
 
   // One round on rank `rank`, block `localBlock` of its blocksPerRank.
@@ -690,7 +714,7 @@ struct SimpleProtocol {
     __shared__ float weights[kSimpleRecvWarps][simple::kMaxChunkUnits][NCCL_DCP_MAX_RANKS];
     __shared__ int waitFailed[kSimpleRecvWarps];
     // Per writing warp: the send steps it has stored (simple::publishProgress).
-    __shared__ int sendProgress[kSimpleSignalWarp];
+    __shared__ int sendProgress[kSimpleMostWriters];
     __shared__ int sendFlagged;  // send steps whose flags are stored
     __shared__ int splitScratch[kMaxRanks + 1];
     __shared__ TokenItems tokenItems;
@@ -698,7 +722,7 @@ struct SimpleProtocol {
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     const RankIo& io = p.io[Peers::kLoopback ? rank : 0];
 
-    if (threadIdx.x < kSimpleSignalWarp) sendProgress[threadIdx.x] = 0;  // before startRound's __syncthreads
+    if (threadIdx.x < kSimpleMostWriters) sendProgress[threadIdx.x] = 0;  // before startRound's __syncthreads
     if (threadIdx.x == 0) sendFlagged = 0;
     constexpr bool isToken = Mode::kScatter == Scatter::Token;
     bool refused;  // TOKEN's device counts make no split: NaN over the last split's rows
@@ -728,14 +752,15 @@ struct SimpleProtocol {
     }
     const int chunks = simple::chunksIn(p.region, p.rows);
     const int myChunks = chunksOf<Mode>(p, start, rank);  // TOKEN: its slice's
+    const int sendWarps = sendWarpsOf(p, chunks), signalWarp = sendWarps - 1;
 
-    if (warp < kSimpleSendWarps) {
+    if (warp < sendWarps) {
       // Every block sends, step by step: the writers wait only for the
       // signalling warp (plan.ahead), which flags the steps whose bytes
       // have landed.
       const SendPlan plan = sendPlan(p, chunks, localBlock, token);
-      const int writers = p.sendWarps;
-      if (!waiter.failed && warp == kSimpleSignalWarp) {
+      const int writers = p.sendWarps > 0 ? min(p.sendWarps, signalWarp) : signalWarp;
+      if (!waiter.failed && warp == signalWarp) {
         signalSteps<Mode>(p, start, plan, sendProgress, &sendFlagged, rank, localBlock, round.slot, flag,
                           writers, waiter.deadlineNs, lane);
         if (isToken && localBlock == 0) sendPresence<Mode>(p, start, rank, round.slot, flag, lane);
@@ -753,9 +778,9 @@ struct SimpleProtocol {
       allowDependentGrid();
       // Groups of receiving warps, a chunk each; chunk c goes to group
       // c % (groups of the grid), so the first chunks sent are merged first.
-      const int receiver = warp - kSimpleSendWarps;
-      const int warps = receiversPerChunk((myChunks + p.blocksPerRank - 1) / p.blocksPerRank);
-      const int groups = kSimpleRecvWarps / warps, group = receiver / warps;
+      const int receiver = warp - sendWarps, receivers = kSimpleThreads / 32 - sendWarps;
+      const int warps = receiversPerChunk((myChunks + p.blocksPerRank - 1) / p.blocksPerRank, receivers);
+      const int groups = receivers / warps, group = receiver / warps;
       if (isToken && myChunks == 0 && localBlock == 0 && receiver == 0 && !waiter.failed)
         awaitPresence(p.region, ws, p.nRanks, rank, round.slot, flag, lane, waiter);
       for (int c = localBlock * groups + group; c < myChunks; c += p.blocksPerRank * groups)

@@ -114,8 +114,9 @@ void expectModelBits(const DeviceProblem& p, const std::vector<RankTensors>& got
   }
 }
 
-ncclDcpConfig_t fp8Config(int D, int Hl, ncclDataType_t dtype, int protocol, int wire = ncclDcpWireFp8E4m3) {
-  ncclDcpConfig_t c = makeConfig(D, Hl, dtype, ncclDcpLseBase2, kCap, protocol);
+ncclDcpConfig_t fp8Config(int D, int Hl, ncclDataType_t dtype, int protocol, int wire = ncclDcpWireFp8E4m3,
+                          int cap = kCap) {
+  ncclDcpConfig_t c = makeConfig(D, Hl, dtype, ncclDcpLseBase2, cap, protocol);
   c.wire = wire;
   return c;
 }
@@ -140,19 +141,21 @@ class Fp8Wire : public testing::TestWithParam<ProtoDtype> {
  protected:
   void SetUp() override { DCP_REQUIRE_GPUS(1); }
 
-  // One call of `batch` rows on fresh data through the fp8 wire and the
-  // native wire; out bitwise the fp8 model's, outLse bitwise the native
-  // kernels'.
-  void check(int cp, int batch, int D, int Hl, bool nonFinite) {
+  // One call of `batch` rows (rounds of `cap`) on fresh data through the
+  // fp8 wire and the native wire; out bitwise the fp8 model's, outLse
+  // bitwise the native kernels'.
+  void check(int cp, int batch, int D, int Hl, bool nonFinite, int cap = kCap) {
     const int protocol = std::get<0>(GetParam());
     const ncclDataType_t dtype = std::get<1>(GetParam());
     const bool fallback = protocol < 0;
     const uint64_t seed = freshSeed();
     SCOPED_TRACE(testing::Message() << (fallback ? "fallback" : protocolName(protocol)) << " cp " << cp << " batch "
                                     << batch << " D " << D << " Hl " << Hl << " " << dtypeName(dtype)
-                                    << (nonFinite ? " NaN/inf elements" : "") << " seed " << seed);
-    const ncclDcpConfig_t c8 = fp8Config(D, Hl, dtype, fallback ? ncclDcpProtoAuto : protocol);
-    const ncclDcpConfig_t cn = fp8Config(D, Hl, dtype, fallback ? ncclDcpProtoAuto : protocol, ncclDcpWireNative);
+                                    << (nonFinite ? " NaN/inf elements" : "") << " rounds of " << cap << " seed "
+                                    << seed);
+    const int proto = fallback ? ncclDcpProtoAuto : protocol;
+    const ncclDcpConfig_t c8 = fp8Config(D, Hl, dtype, proto, ncclDcpWireFp8E4m3, cap);
+    const ncclDcpConfig_t cn = fp8Config(D, Hl, dtype, proto, ncclDcpWireNative, cap);
     const Config cfg8 = resolved(c8), cfgn = resolved(cn);
     DeviceProblem p8(cfg8, cp, batch, LseMix::Normal, seed, attentionLike(cfg8, cp, batch, seed, nonFinite));
     DeviceProblem pn(cfgn, cp, batch, LseMix::Normal, seed, attentionLike(cfgn, cp, batch, seed, nonFinite));
@@ -209,6 +212,15 @@ TEST_P(Fp8Wire, NonFiniteElementsAndEmptyRows) {
 // (scripts/gpu-check.sh sanitize).
 TEST_P(Fp8Wire, SmallCall) { check(3, kCap + 6, 128, 2, false); }
 
+// SIMPLE's large rounds on one GPU, where 10 of a block's 16 warps send
+// once a round has 8 chunks a block (proto_simple.h's sendWarpsOf): at cp
+// 2 on an H200 (66 blocks a rank) a round of 272 rows of 16 heads of 512
+// is 544 fp8 chunks and 1088 native ones, then a round of 9 rows with 8
+// sending warps, on both wires (cp 2: the fewest elements for the CPU
+// model and the oracle that reach the split).
+class Fp8WireSimple : public Fp8Wire {};
+TEST_P(Fp8WireSimple, LargeRoundsSendWithMoreWarps) { check(2, 272 + 9, 512, 16, false, 272); }
+
 std::string protoDtypeName(const testing::TestParamInfo<ProtoDtype>& info) {
   const int proto = std::get<0>(info.param);
   return std::string(proto < 0 ? "FALLBACK" : protocolName(proto)) + "_" + dtypeName(std::get<1>(info.param));
@@ -219,6 +231,8 @@ INSTANTIATE_TEST_SUITE_P(Protocols, Fp8Wire,
                                                           (int)ncclDcpProtoSimple, (int)ncclDcpProtoAuto, -1),
                                           testing::Values(ncclBfloat16, ncclFloat16)),
                          protoDtypeName);
+INSTANTIATE_TEST_SUITE_P(Simple, Fp8WireSimple,
+                         testing::Values(ProtoDtype{(int)ncclDcpProtoSimple, ncclBfloat16}), protoDtypeName);
 
 // ---- fp8 on the wire over every protocol and the fallback's kernels, both
 // dtypes and every LSE dtype: packed and padded strides, special LSEs (NaN

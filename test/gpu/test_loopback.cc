@@ -798,7 +798,7 @@ TEST_F(LoopbackGpu, ViewsOver2GiB) {
 }
 
 // NCCL_DCP_SIMPLE_SEND_WARPS reaches the SIMPLE kernel's launch arguments
-// (read at create into FusedArgs.sendWarps; unset: 7 writers, every warp
+// (read at create into FusedArgs.sendWarps; unset: 0, every sending warp
 // but the signalling one), and every writer count gives the reference's
 // result, the same bits each time (the writers split the sends, never the
 // merge).
@@ -818,7 +818,7 @@ TEST_F(LoopbackGpu, SimpleSendWarpsFromTheEnvironmentReachTheLaunch) {
       lb = makeLoopback(c, cp);
     }
     ASSERT_TRUE(lb);
-    EXPECT_EQ(lb->engine().simpleSendWarps, warps ? warps : 7);
+    EXPECT_EQ(lb->engine().simpleSendWarps, warps);
     p.poison(nullptr);
     DCP_ASSERT(lb->call(p.buffers().data(), B, nullptr, nullptr));
     CUDA_ASSERT(cudaDeviceSynchronize());

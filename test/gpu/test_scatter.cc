@@ -758,6 +758,23 @@ std::vector<uint8_t> mergedRow(const DeviceProblem& p, int row) {
   return bytes;
 }
 
+// SIMPLE's large rounds on one GPU, where 10 of a block's 16 warps send
+// once a round has 8 chunks a block (proto_simple.h's sendWarpsOf), HEAD
+// and TOKEN: at cp 2 on an H200 (66 blocks a rank) a round of 136 rows of
+// 16 heads of 512 is 544 chunks, then a round of 5 rows with 8 sending
+// warps. (NONE's reference would merge every head on every rank: the perf
+// stage checks its large rounds.)
+TEST_F(ScatterGpu, SimpleLargeRoundsSendWithMoreWarps) {
+  for (int scatter : {ncclDcpScatterHead, ncclDcpScatterToken}) {
+    const ncclDcpConfig_t c =
+        withScatter(makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 136, ncclDcpProtoSimple), scatter);
+    auto lb = makeLoopback(c, 2);
+    ASSERT_TRUE(lb);
+    runAndCheck(*lb, c, 2, 136 + 5, {}, LseMix::Normal);
+    if (HasFatalFailure()) return;
+  }
+}
+
 TEST_F(ScatterGpu, BatchInvariance) {
   const int cp = 4, Hl = 2, D = 128, maxBatch = 64;
   const ncclDcpConfig_t base = makeConfig(D, Hl, ncclBfloat16, ncclDcpLseBase2, maxBatch);
