@@ -112,12 +112,8 @@ __device__ __forceinline__ void copyShare(const char* src, char* dst, int units,
 }
 
 // Wire fp8: encodeShare's units in flight per warp (two 16-byte loads of
-// each per lane). One GPU: 2, whose shorter batches let the encode of one
-// overlap the loads of the next warp's (loopback cp 8: 6% faster at 1024
-// rows, 4% slower at 64; docs/perf.md "SIMPLE's warps"); NVLink: 4, not
-// measured against 2 (no two GPUs yet).
-template <class Peers>
-constexpr int kEncodeUnits = Peers::kLoopback ? 2 : 4;
+// each per lane).
+constexpr int kEncodeUnits = 4;
 
 // A scaled codec's copyShare (fp8, codec.h): writes a step's `units` units
 // (lane i of the warp holds unit i's source, destination, LSE-word
@@ -125,16 +121,16 @@ constexpr int kEncodeUnits = Peers::kLoopback ? 2 : 4;
 // goes to writing warp `writer`, kEncodeUnits at once. A lane takes a
 // 16-byte vector of the link (two data words, 32 bytes of input), the
 // warp the unit's scale (Codec::unitScale); lane 0 stores the LSE word.
-template <class Codec, int kUnits>
+template <class Codec>
 __device__ void encodeShare(const char* src, char* dst, char* lseDst, float lse, int units, int headDim, int writer,
                             int writers, int lane) {
   const int vectors = headDim / kLaneBytes;  // link vectors of a unit
-  for (int u0 = writer; u0 < units; u0 += writers * kUnits) {  // warp-uniform: shuffles below
-    const char* from[kUnits];
-    typename Codec::Input x[kUnits][2];
-    uint32_t amax[kUnits];
+  for (int u0 = writer; u0 < units; u0 += writers * kEncodeUnits) {  // warp-uniform: shuffles below
+    const char* from[kEncodeUnits];
+    typename Codec::Input x[kEncodeUnits][2];
+    uint32_t amax[kEncodeUnits];
 #pragma unroll
-    for (int q = 0; q < kUnits; q++) {
+    for (int q = 0; q < kEncodeUnits; q++) {
       const int u = min(u0 + q * writers, 31);
       from[q] = (const char*)__shfl_sync(kFullMask, (unsigned long long)src, u);
       if (u0 + q * writers >= units) from[q] = nullptr;
@@ -146,7 +142,7 @@ __device__ void encodeShare(const char* src, char* dst, char* lseDst, float lse,
       }
     }
 #pragma unroll
-    for (int q = 0; q < kUnits; q++) {
+    for (int q = 0; q < kEncodeUnits; q++) {
       if (from[q] == nullptr) continue;  // warp-uniform
       const int u = u0 + q * writers;
       char* to = (char*)__shfl_sync(kFullMask, (unsigned long long)dst, u);
@@ -246,13 +242,8 @@ __device__ __forceinline__ unsigned pollFlags(const char* flagPtr, bool mine, ui
 }  // namespace simple
 
 // Warps [0, sendWarps) of a block send -- the writers, then the signalling
-// warp -- and the others receive: kSimpleSendWarps of them, but on one GPU
-// (loopback) kSimpleSendWarpsLarge once the round has
-// kSimpleLargeChunksPerBlock chunks a block: there every virtual rank's
-// copies share one HBM and the senders bound large rounds (loopback cp 8,
-// 10 of 16 warps sending: native 3% and fp8 13-20% faster from 256 rows;
-// at 16 rows, 4 chunks a block, native 13% slower: its merges want the
-// receivers). NVLink keeps 8: not measured (no two GPUs yet).
+// warp -- and the others receive: kSimpleSendWarps of them, but
+// kSimpleSendWarpsLarge where the sends bound the round (sendWarpsOf).
 constexpr int kSimpleThreads = 512;
 constexpr int kSimpleSendWarps = 8;
 constexpr int kSimpleSendWarpsLarge = 10;
@@ -421,8 +412,7 @@ struct SimpleProtocol {
       }
     }
     if constexpr (Codec::kScaled)
-      simple::encodeShare<Codec, simple::kEncodeUnits<Peers>>(src, to, lseTo, lse, plan.perStep * r.chunkUnits,
-                                                             r.headDim, writer, writers, lane);
+      simple::encodeShare<Codec>(src, to, lseTo, lse, plan.perStep * r.chunkUnits, r.headDim, writer, writers, lane);
     else
       simple::copyShare(src, to, plan.perStep * r.chunkUnits, p.byVectors, writer * 32, writers * 32, lane);
   }
@@ -699,11 +689,20 @@ struct SimpleProtocol {
     return warps;
   }
 
-  // The sending warps of a block (above) in a round of `chunks` chunks.
-  template <class Peers>
+  // The sending warps of a block in a round of `chunks` chunks. One GPU
+  // (loopback), where every virtual rank's copies share one HBM: a rank
+  // copies 2 (cp - 1) chunks' bytes for the cp + 1 it merges, so from cp 8
+  // the sends bound large rounds, and fp8's encode from cp 4. Measured, 10
+  // of 16 warps sending in rounds of 8+ chunks a block (docs/perf.md
+  // "SIMPLE's warps"): HEAD 2% / 7% faster from 256 rows at cp 8 / 16,
+  // TOKEN 1-8%, fp8 12-21% at cp 4-16; but HEAD 17-27% slower at cp 2-4
+  // and NONE (both algorithms) 7-22% slower at every cp: they keep 8.
+  // NVLink keeps 8: not measured (no two GPUs yet).
+  template <class Mode, class Codec, class Peers>
   __device__ static int sendWarpsOf(const FusedParams<Peers>& p, int chunks) {
+    const bool sendBound = Mode::kScatter != Scatter::None && !Mode::kRelays && p.nRanks >= (Codec::kScaled ? 4 : 8);
     const bool large = chunks >= kSimpleLargeChunksPerBlock * p.blocksPerRank;
-    return Peers::kLoopback && large ? kSimpleSendWarpsLarge : kSimpleSendWarps;
+    return Peers::kLoopback && sendBound && large ? kSimpleSendWarpsLarge : kSimpleSendWarps;
   }
 
   // One round on rank `rank`, block `localBlock` of its blocksPerRank.
@@ -752,7 +751,7 @@ struct SimpleProtocol {
     }
     const int chunks = simple::chunksIn(p.region, p.rows);
     const int myChunks = chunksOf<Mode>(p, start, rank);  // TOKEN: its slice's
-    const int sendWarps = sendWarpsOf(p, chunks), signalWarp = sendWarps - 1;
+    const int sendWarps = sendWarpsOf<Mode, Codec>(p, chunks), signalWarp = sendWarps - 1;
 
     if (warp < sendWarps) {
       // Every block sends, step by step: the writers wait only for the

@@ -214,12 +214,11 @@ TEST_P(Fp8Wire, SmallCall) { check(3, kCap + 6, 128, 2, false); }
 
 // SIMPLE's large rounds on one GPU, where 10 of a block's 16 warps send
 // once a round has 8 chunks a block (proto_simple.h's sendWarpsOf): at cp
-// 2 on an H200 (66 blocks a rank) a round of 272 rows of 16 heads of 512
-// is 544 fp8 chunks and 1088 native ones, then a round of 9 rows with 8
-// sending warps, on both wires (cp 2: the fewest elements for the CPU
-// model and the oracle that reach the split).
+// 8 on an H200 (16 blocks a rank) a round of 64 rows of 16 heads of 512 is
+// 128 fp8 chunks and 256 native ones, then a round of 5 rows with 8
+// sending warps, on both wires.
 class Fp8WireSimple : public Fp8Wire {};
-TEST_P(Fp8WireSimple, LargeRoundsSendWithMoreWarps) { check(2, 272 + 9, 512, 16, false, 272); }
+TEST_P(Fp8WireSimple, LargeRoundsSendWithMoreWarps) { check(8, 64 + 5, 512, 16, false, 64); }
 
 std::string protoDtypeName(const testing::TestParamInfo<ProtoDtype>& info) {
   const int proto = std::get<0>(info.param);

@@ -759,18 +759,17 @@ std::vector<uint8_t> mergedRow(const DeviceProblem& p, int row) {
 }
 
 // SIMPLE's large rounds on one GPU, where 10 of a block's 16 warps send
-// once a round has 8 chunks a block (proto_simple.h's sendWarpsOf), HEAD
-// and TOKEN: at cp 2 on an H200 (66 blocks a rank) a round of 136 rows of
-// 16 heads of 512 is 544 chunks, then a round of 5 rows with 8 sending
-// warps. (NONE's reference would merge every head on every rank: the perf
-// stage checks its large rounds.)
+// in HEAD and TOKEN rounds of 8 chunks a block from cp 8
+// (proto_simple.h's sendWarpsOf): at cp 8 on an H200 (16 blocks a rank) a
+// round of 32 rows of 16 heads of 512 is 128 chunks, then a round of 5
+// rows with 8 sending warps.
 TEST_F(ScatterGpu, SimpleLargeRoundsSendWithMoreWarps) {
   for (int scatter : {ncclDcpScatterHead, ncclDcpScatterToken}) {
     const ncclDcpConfig_t c =
-        withScatter(makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 136, ncclDcpProtoSimple), scatter);
-    auto lb = makeLoopback(c, 2);
+        withScatter(makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 32, ncclDcpProtoSimple), scatter);
+    auto lb = makeLoopback(c, 8);
     ASSERT_TRUE(lb);
-    runAndCheck(*lb, c, 2, 136 + 5, {}, LseMix::Normal);
+    runAndCheck(*lb, c, 8, 32 + 5, {}, LseMix::Normal);
     if (HasFatalFailure()) return;
   }
 }
