@@ -695,8 +695,8 @@ struct SimpleProtocol {
   // the sends bound large rounds, and fp8's encode from cp 4. Measured, 10
   // of 16 warps sending in rounds of 8+ chunks a block (docs/perf.md
   // "SIMPLE's warps"): HEAD 2% / 7% faster from 256 rows at cp 8 / 16,
-  // TOKEN 1-8%, fp8 12-21% at cp 4-16; but HEAD 17-27% slower at cp 2-4
-  // and NONE (both algorithms) 7-22% slower at every cp: they keep 8.
+  // TOKEN 1-8%, fp8 9-21% at cp 4-16; but HEAD 5-27% and TOKEN 9-42%
+  // slower at cp 2-4, NONE (both algorithms) 7-30% at every cp: they keep 8.
   // NVLink keeps 8: not measured (no two GPUs yet).
   template <class Mode, class Codec, class Peers>
   __device__ static int sendWarpsOf(const FusedParams<Peers>& p, int chunks) {
