@@ -243,7 +243,8 @@ __device__ __forceinline__ unsigned pollFlags(const char* flagPtr, bool mine, ui
 
 // Warps [0, sendWarps) of a block send -- the writers, then the signalling
 // warp -- and the others receive: kSimpleSendWarps of them, but
-// kSimpleSendWarpsLarge where the sends bound the round (sendWarpsOf).
+// kSimpleSendWarpsLarge where the sends bound the round and a block has
+// kSimpleLargeChunksPerBlock chunks or more to merge (sendWarpsOf).
 constexpr int kSimpleThreads = 512;
 constexpr int kSimpleSendWarps = 8;
 constexpr int kSimpleSendWarpsLarge = 10;
@@ -689,19 +690,22 @@ struct SimpleProtocol {
     return warps;
   }
 
-  // The sending warps of a block in a round of `chunks` chunks. One GPU
-  // (loopback), where every virtual rank's copies share one HBM: a rank
-  // copies 2 (cp - 1) chunks' bytes for the cp + 1 it merges, so from cp 8
-  // the sends bound large rounds, and fp8's encode from cp 4. Measured, 10
-  // of 16 warps sending in rounds of 8+ chunks a block (docs/perf.md
-  // "SIMPLE's warps"): HEAD 2% / 7% faster from 256 rows at cp 8 / 16,
-  // TOKEN 1-8%, fp8 9-21% at cp 4-16; but HEAD 5-27% and TOKEN 9-42%
-  // slower at cp 2-4, NONE (both algorithms) 7-30% at every cp: they keep 8.
-  // NVLink keeps 8: not measured (no two GPUs yet).
+  // The sending warps of a block whose rank merges `myChunks` chunks in
+  // the round. One GPU (loopback), where every virtual rank's copies share
+  // one HBM: a rank copies 2 (cp - 1) chunks' bytes for the cp + 1 it
+  // merges, so from cp 8 the sends bound large rounds, and fp8's encode
+  // from cp 4; but a block with few chunks to merge wants every receiver.
+  // Measured, 10 of 16 warps sending in rounds of 8+ chunks a block
+  // (docs/perf.md "SIMPLE's warps"): HEAD 2% / 7% faster from 256 rows at
+  // cp 8 / 16, TOKEN 1-8%, fp8 9-21% at cp 4-16; but HEAD 5-27% and TOKEN
+  // 9-42% slower at cp 2-4, NONE (both algorithms) 7-30% at every cp, and
+  // TOKEN 13% at cp 8 and 16 rows, counted by all of the round's chunks
+  // (a block merged 4 of its slice's): they keep 8. NVLink keeps 8: not
+  // measured (no two GPUs yet).
   template <class Mode, class Codec, class Peers>
-  __device__ static int sendWarpsOf(const FusedParams<Peers>& p, int chunks) {
+  __device__ static int sendWarpsOf(const FusedParams<Peers>& p, int myChunks) {
     const bool sendBound = Mode::kScatter != Scatter::None && !Mode::kRelays && p.nRanks >= (Codec::kScaled ? 4 : 8);
-    const bool large = chunks >= kSimpleLargeChunksPerBlock * p.blocksPerRank;
+    const bool large = myChunks >= kSimpleLargeChunksPerBlock * p.blocksPerRank;
     return Peers::kLoopback && sendBound && large ? kSimpleSendWarpsLarge : kSimpleSendWarps;
   }
 
@@ -751,7 +755,7 @@ struct SimpleProtocol {
     }
     const int chunks = simple::chunksIn(p.region, p.rows);
     const int myChunks = chunksOf<Mode>(p, start, rank);  // TOKEN: its slice's
-    const int sendWarps = sendWarpsOf<Mode, Codec>(p, chunks), signalWarp = sendWarps - 1;
+    const int sendWarps = sendWarpsOf<Mode, Codec>(p, myChunks), signalWarp = sendWarps - 1;
 
     if (warp < sendWarps) {
       // Every block sends, step by step: the writers wait only for the

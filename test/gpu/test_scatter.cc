@@ -759,10 +759,11 @@ std::vector<uint8_t> mergedRow(const DeviceProblem& p, int row) {
 }
 
 // SIMPLE's large rounds on one GPU, where 10 of a block's 16 warps send
-// in HEAD and TOKEN rounds of 8 chunks a block from cp 8
+// in HEAD and TOKEN rounds where a block merges 8 chunks or more, from cp 8
 // (proto_simple.h's sendWarpsOf): at cp 8 on an H200 (16 blocks a rank) a
-// round of 32 rows of 16 heads of 512 is 128 chunks, then a round of 5
-// rows with 8 sending warps.
+// round of 32 rows of 16 heads of 512 is 128 chunks of HEAD's, and TOKEN's
+// slices of 4 rows of 128 heads as many; then a round of 5 rows with 8
+// sending warps.
 TEST_F(ScatterGpu, SimpleLargeRoundsSendWithMoreWarps) {
   for (int scatter : {ncclDcpScatterHead, ncclDcpScatterToken}) {
     const ncclDcpConfig_t c =
