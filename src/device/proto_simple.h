@@ -696,12 +696,12 @@ struct SimpleProtocol {
   // merges, so from cp 8 the sends bound large rounds, and fp8's encode
   // from cp 4; but a block with few chunks to merge wants every receiver.
   // Measured, 10 of 16 warps sending in rounds of 8+ chunks a block
-  // (docs/perf.md "SIMPLE's warps"): HEAD 2% / 7% faster from 256 rows at
-  // cp 8 / 16, TOKEN 1-8%, fp8 9-21% at cp 4-16; but HEAD 5-27% and TOKEN
-  // 9-42% slower at cp 2-4, NONE (both algorithms) 7-30% at every cp, and
-  // TOKEN 13% at cp 8 and 16 rows, counted by all of the round's chunks
-  // (a block merged 4 of its slice's): they keep 8. NVLink keeps 8: not
-  // measured (no two GPUs yet).
+  // (docs/perf-history.md "SIMPLE's warps"): HEAD 2% / 7% faster from 256
+  // rows at cp 8 / 16, TOKEN 1-8%, fp8 9-21% at cp 4-16; but HEAD 5-27%
+  // and TOKEN 9-42% slower at cp 2-4, NONE (both algorithms) 7-30% at
+  // every cp, and TOKEN 13% at cp 8 and 16 rows, counted by all of the
+  // round's chunks (a block merged 4 of its slice's): they keep 8. NVLink
+  // keeps 8: not measured (no two GPUs yet).
   template <class Mode, class Codec, class Peers>
   __device__ static int sendWarpsOf(const FusedParams<Peers>& p, int myChunks) {
     const bool sendBound = Mode::kScatter != Scatter::None && !Mode::kRelays && p.nRanks >= (Codec::kScaled ? 4 : 8);
