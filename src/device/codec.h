@@ -264,13 +264,23 @@ struct Codec<T, Wire::Fp8E4m3> {
     held = maxU16x2(held, x.z & 0x7fff7fffu);
     return maxU16x2(held, x.w & 0x7fff7fffu);
   }
-  // fp8::amaxTerm folded over an input word (the slow path).
-  __device__ __forceinline__ static float finiteAmaxOf(const Input& x) {
-    float f[kPerWord], a = 0.f;
-    unpack(x, f);
+  // Per 32-bit pair of elements: magnitude + (0x8000 - kInf) carries into
+  // bit 15 of its half exactly when the element is not finite (at or above
+  // kInf), and never across halves.
+  __device__ __forceinline__ static uint32_t nonFiniteBits(uint32_t pair) {
+    return ((pair & 0x7fff7fffu) + (0x8000u - Bits::kInf) * 0x10001u) & 0x80008000u;
+  }
+  // amaxOf over the finite elements only (fp8::amaxTerm; the slow path):
+  // a non-finite element's magnitude counts as 0.
+  __device__ __forceinline__ static uint32_t finiteAmaxOf(const Input& x, uint32_t held) {
+    const uint32_t pairs[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
-    for (int i = 0; i < kPerWord; i++) a = fmaxf(a, fp8::amaxTerm(f[i]));
-    return a;
+    for (int k = 0; k < 4; k++)
+      held = maxU16x2(held, pairs[k] & 0x7fff7fffu & ~((nonFiniteBits(pairs[k]) >> 15) * 0xffffu));
+    return held;
+  }
+  __device__ __forceinline__ static uint32_t warpMagnitudeMax(uint32_t held) {
+    return __reduce_max_sync(kFullMask, max(held & 0xffffu, held >> 16));
   }
 
   // The unit's scale, by the whole sending warp (every lane calls it):
@@ -281,15 +291,16 @@ struct Codec<T, Wire::Fp8E4m3> {
   __device__ __forceinline__ static Scale unitScale(const char* head, int dataWords, uint32_t held, bool holdsAll, int lane) {
     if (!holdsAll)
       for (int dw = lane; dw < dataWords; dw += 32) held = amaxOf(loadInput(head, dw), held);
-    const uint32_t m = __reduce_max_sync(kFullMask, max(held & 0xffffu, held >> 16));
-    if (m < Bits::kInf) {
-      const float amax = Bits::toFloat(m);
-      return {fp8::scaleFromAmax(amax), fp8::inverseFromAmax(amax), false};
+    uint32_t m = warpMagnitudeMax(held);
+    const bool nonFinite = m >= Bits::kInf;
+    if (nonFinite) {  // a NaN or an infinity in the unit: the amax of its finite elements
+      held = 0;
+#pragma unroll 1  // rare: kept small
+      for (int dw = lane; dw < dataWords; dw += 32) held = finiteAmaxOf(loadInput(head, dw), held);
+      m = warpMagnitudeMax(held);
     }
-    float a = 0.f;  // a NaN or an infinity in the unit: its finite amax
-    for (int dw = lane; dw < dataWords; dw += 32) a = fmaxf(a, finiteAmaxOf(loadInput(head, dw)));
-    const float amax = __uint_as_float(__reduce_max_sync(kFullMask, __float_as_uint(a)));
-    return {fp8::scaleFromAmax(amax), fp8::inverseFromAmax(amax), true};
+    const float amax = Bits::toFloat(m);
+    return {fp8::scaleFromAmax(amax), fp8::inverseFromAmax(amax), nonFinite};
   }
 
   // Two elements (already times 1 / scale) as the hardware's e4m3x2,
@@ -307,12 +318,19 @@ struct Codec<T, Wire::Fp8E4m3> {
     uint64_t w = 0;
 #pragma unroll
     for (int i = 0; i < kPerWord; i += 2) w |= (uint64_t)cvtPair(f[i] * inverse, f[i + 1] * inverse) << (8 * i);
-    if (scale.nonFinite) {  // rare: the model's code for NaN and +-inf
-#pragma unroll
-      for (int i = 0; i < kPerWord; i++)
-        if (!fp8::finite(f[i])) w = (w & ~(0xffull << (8 * i))) | (uint64_t)fp8::kNaN << (8 * i);
-    }
+    if (scale.nonFinite) w = markNonFinite(x, w);  // rare
     return w;
+  }
+  // The model's code for NaN and +-inf (fp8::kNaN) in the bytes of the
+  // elements that are not finite, branch-free: it is inlined at every
+  // encode, and at small batches the kernel's size is its instruction
+  // fetch.
+  __device__ __forceinline__ static uint64_t markNonFinite(const Input& x, uint64_t w) {
+    // Byte i: bit 7 set when element i is not finite (the high bytes of the halves).
+    const uint32_t lo = __byte_perm(nonFiniteBits(x.x), nonFiniteBits(x.y), 0x7531);
+    const uint32_t hi = __byte_perm(nonFiniteBits(x.z), nonFiniteBits(x.w), 0x7531);
+    const uint64_t mask = ((((uint64_t)hi << 32) | lo) >> 7) * 0xffu;  // 0xff per such byte
+    return (w & ~mask) | (0x0101010101010101ull * fp8::kNaN & mask);
   }
   __device__ __forceinline__ static uint64_t lseWord(float lse, Scale scale) { return fp8::packLseWord(lse, scale.value); }
   __device__ __forceinline__ static Scale scaleOfLseWord(uint64_t w) { return {fp8::scaleOfWord(w), 1.f, false}; }
