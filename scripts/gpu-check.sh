@@ -65,6 +65,8 @@
 #     (default: every suite), without the minimum case counts per binary.
 #   STRESS_CALLS (1000000), STRESS_MODE_CALLS (200000): calls per rank of
 #     the stress stage's HEAD runs and of its run per scatter mode.
+#   TIMELINE_WIRES ("native"): the wires of the timeline stage's loopback
+#     runs, e.g. "native fp8".
 #
 # Exit status: 0 only when every stage run passed; non-zero otherwise (a
 # failed stage, a failed or missing test case, no test run at all, a stage
@@ -571,7 +573,9 @@ if has reread; then
 fi
 
 # The in-kernel timeline (DESIGN §7): a -Dtimeline=true build of the perf
-# binary, --timeline on loopback LL128 and SIMPLE and on the real ranks.
+# binary, --timeline on loopback LL128 and SIMPLE (per wire of
+# TIMELINE_WIRES, default "native"; "native fp8" adds
+# timeline-loopback-<P>-fp8.txt) and on the real ranks.
 if has timeline; then
   stage_begin timeline
   { [ -f build-timeline/build.ninja ] ||
@@ -580,9 +584,13 @@ if has timeline; then
     bgrun ninja -C build-timeline perf/dcp_a2a_lse_reduce_perf > "$LOGS/build-timeline.log" 2>&1
   status=$?
   if [ "$status" -eq 0 ]; then
-    for P in LL128 SIMPLE; do
-      bgrun build-timeline/perf/dcp_a2a_lse_reduce_perf --virtual-ranks 8 -H 16 --head-dim 512 -d bf16 --min-rows 1 --max-rows 1024 -f 32 \
-        -w 5 -m 10 -G 1 -c 0 -B 0 -F 0 --timeline -P $P > "$LOGS/timeline-loopback-$P.txt" 2>&1 || status=$?
+    for wire in ${TIMELINE_WIRES:-native}; do
+      suffix=${wire/native/}
+      for P in LL128 SIMPLE; do
+        bgrun build-timeline/perf/dcp_a2a_lse_reduce_perf --virtual-ranks 8 -H 16 --head-dim 512 -d bf16 --min-rows 1 --max-rows 1024 -f 32 \
+          -w 5 -m 10 -G 1 -c 0 -B 0 -F 0 --timeline -P $P --wire "$wire" > "$LOGS/timeline-loopback-$P${suffix:+-$suffix}.txt" 2>&1 ||
+          status=$?
+      done
     done
     bgrun build-timeline/perf/dcp_a2a_lse_reduce_perf -g "$NCCL_DCP_REQUIRE_GPU" -H 16 --head-dim 512 -d bf16 --min-rows 1 --max-rows 1024 \
       -f 32 -w 5 -m 10 -G 1 -c 0 -B 0 -F 0 --timeline > "$LOGS/timeline-ranks.txt" 2>&1 || status=$?
