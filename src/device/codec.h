@@ -323,8 +323,8 @@ struct Codec<T, Wire::Fp8E4m3> {
   }
   // The model's code for NaN and +-inf (fp8::kNaN) in the bytes of the
   // elements that are not finite, branch-free: it is inlined at every
-  // encode, and at small batches the kernel's size is its instruction
-  // fetch.
+  // encode site, so it stays a few instructions (with cold caches a small
+  // call's time follows the kernel's size: docs/perf-history.md).
   __device__ __forceinline__ static uint64_t markNonFinite(const Input& x, uint64_t w) {
     // Byte i: bit 7 set when element i is not finite (the high bytes of the halves).
     const uint32_t lo = __byte_perm(nonFiniteBits(x.x), nonFiniteBits(x.y), 0x7531);
