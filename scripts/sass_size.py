@@ -17,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 
+from ptxas_table import demangle
+
 
 def cubins(path, out):
     """The sm_XX cubins of an object, extracted into `out` (or the cubin itself)."""
@@ -24,10 +26,6 @@ def cubins(path, out):
         return [path]
     subprocess.run(["cuobjdump", "-xelf", "all", os.path.abspath(path)], cwd=out, check=True, capture_output=True)
     return [os.path.join(out, f) for f in sorted(os.listdir(out)) if f.endswith(".cubin")]
-
-
-def demangle(name):
-    return subprocess.run(["c++filt"], input=name, capture_output=True, text=True).stdout.strip()
 
 
 def scan(cubin):
@@ -55,8 +53,10 @@ def main():
     top = int(sys.argv[3]) if len(sys.argv) > 3 else 20
     with tempfile.TemporaryDirectory(prefix="sass_size.") as tmp:
         kernels = {k: v for cubin in cubins(sys.argv[1], tmp) for k, v in scan(cubin).items()}
-    for name, lines in sorted(kernels.items()):
-        print(f"{sum(lines.values()):7d}  {demangle(name)}")
+    names = sorted(kernels)
+    for name, readable in zip(names, demangle(names)):
+        lines = kernels[name]
+        print(f"{sum(lines.values()):7d}  {readable}")
         if pattern and re.search(pattern, name):
             files = collections.Counter()
             for (f, _), n in lines.items():
