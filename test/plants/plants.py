@@ -512,7 +512,6 @@ TAP_TESTS = {
     "unit_check_plugin_report": "test_check_plugin_report",
     "unit_exports": "test_exports",
     "unit_gpu_check": "test_gpu_check",
-    "unit_perf_ab": "test_perf_ab",
 }
 BACKUP = ".plant-orig"
 
