@@ -35,8 +35,11 @@
  *                               as its k-th word (k = 0, 1) of group g, or -1
  *   loadBatch(r, src, g0, lane, batch)
  *                               send: loads groups [g0, g0 + kSendBatch) of
- *                               the input at src, before any store (a
- *                               scaled codec's unit scale with group 0's)
+ *                               the input at src, before any store
+ *   sealBatch(r, src, lane, batch)
+ *                               a scaled codec's unit scale from group 0's
+ *                               batch (nothing for native): apart from the
+ *                               loads, so that the round read overlaps them
  *   storeBatch(r, batch, g0, lse, unit, flag, lane)
  *                               send: stores them into the destination's
  *                               unit, the LSE word in payload word 0, the

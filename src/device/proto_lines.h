@@ -291,6 +291,7 @@ struct LineProtocol {
         peer = p.peers.peerWorkspace(it.dst);
       }
       char* unit = peer + r.unitOffset(slot, rank, it.dst, it.row, it.head);
+      Lines::sealBatch(r, it.src, lane, batch);  // waits on the loads: after the round read
       Lines::storeBatch(r, batch, 0, it.lse, unit, flag, lane);
       for (int g0 = kSendBatch; g0 < r.groups; g0 += kSendBatch) {
         Lines::loadBatch(r, it.src, g0, lane, batch);

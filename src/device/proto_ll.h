@@ -31,7 +31,7 @@ struct LlLines {
   }
 
   // The lane's data word of kSendBatch groups from g0: loaded before any
-  // store (a scaled codec's unit scale computed with group 0's batch, as
+  // store (sealBatch: a scaled codec's unit scale from group 0's batch, as
   // Ll128Lines does). word(j): what the lane stores in group g0 + j;
   // lseWord: the unit's LSE word.
   struct Batch {
@@ -41,15 +41,19 @@ struct LlLines {
     __device__ uint64_t lseWord(float lse) const { return Codec::lseWord(lse, scale); }
   };
   __device__ static void loadBatch(const Region& r, const char* src, int g0, int lane, Batch& x) {
-    uint32_t amax = 0;
 #pragma unroll
     for (int j = 0; j < kSendBatch; j++) {
       const int w = g0 + j < r.groups ? dataWord(r, g0 + j, lane, 0) : -1;
       x.v[j] = w >= 0 ? Codec::loadInput(src, w) : typename Codec::Input{};
-      if constexpr (Codec::kScaled) amax = Codec::amaxOf(x.v[j], amax);
     }
-    if constexpr (Codec::kScaled)
-      if (g0 == 0) x.scale = Codec::unitScale(src, r.dataWords, amax, r.groups <= kSendBatch, lane);
+  }
+  __device__ static void sealBatch(const Region& r, const char* src, int lane, Batch& x) {
+    if constexpr (Codec::kScaled) {
+      uint32_t amax = 0;
+#pragma unroll
+      for (int j = 0; j < kSendBatch; j++) amax = Codec::amaxOf(x.v[j], amax);
+      x.scale = Codec::unitScale(src, r.dataWords, amax, r.groups <= kSendBatch, lane);
+    }
   }
   __device__ static void storeBatch(const Region& r, const Batch& x, int g0, float lse, char* unit, uint32_t flag,
                                     int lane) {

@@ -53,9 +53,9 @@ struct Ll128Lines {
     return lineOf(lane) * ll128::kDataWordsPerLine <= r.wordsInGroup(g);
   }
 
-  // The lane's data of kSendBatch groups from g0: loaded before any store
-  // (and, for a scaled codec, the unit's scale computed with group 0's
-  // batch: the whole unit when it has at most kSendBatch groups, else the
+  // The lane's data of kSendBatch groups from g0: loaded before any store.
+  // sealBatch gives group 0's batch a scaled codec's unit scale (from the
+  // batch when it is the whole unit, at most kSendBatch groups, else the
   // warp loads the rest once more). word(j, k): what the lane stores as
   // its k-th word of group g0 + j; lseWord: the unit's LSE word.
   struct Batch {
@@ -65,7 +65,6 @@ struct Ll128Lines {
     __device__ uint64_t lseWord(float lse) const { return Codec::lseWord(lse, scale); }
   };
   __device__ static void loadBatch(const Region& r, const char* src, int g0, int lane, Batch& x) {
-    uint32_t amax = 0;
 #pragma unroll
     for (int j = 0; j < kSendBatch; j++) {
       const int g = g0 + j;
@@ -74,11 +73,18 @@ struct Ll128Lines {
       for (int k = 0; k < 2; k++) {
         const int w = live ? dataWord(r, g, lane, k) : -1;
         x.v[j][k] = w >= 0 ? Codec::loadInput(src, w) : typename Codec::Input{};
-        if constexpr (Codec::kScaled) amax = Codec::amaxOf(x.v[j][k], amax);
       }
     }
-    if constexpr (Codec::kScaled)
-      if (g0 == 0) x.scale = Codec::unitScale(src, r.dataWords, amax, r.groups <= kSendBatch, lane);
+  }
+  __device__ static void sealBatch(const Region& r, const char* src, int lane, Batch& x) {
+    if constexpr (Codec::kScaled) {
+      uint32_t amax = 0;
+#pragma unroll
+      for (int j = 0; j < kSendBatch; j++)
+#pragma unroll
+        for (int k = 0; k < 2; k++) amax = Codec::amaxOf(x.v[j][k], amax);
+      x.scale = Codec::unitScale(src, r.dataWords, amax, r.groups <= kSendBatch, lane);
+    }
   }
   __device__ static void storeBatch(const Region& r, const Batch& x, int g0, float lse, char* unit, uint32_t flag,
                                     int lane) {
