@@ -291,10 +291,11 @@ std::string tableFooter(const std::vector<Row>& rows, bool baseline, const char*
   return f;
 }
 
-std::string protocolsOfBatch(int64_t rows, int capacity, int small, int simpleMinRows) {
+std::string protocolsOfBatch(int64_t rows, int capacity, int small, int simpleMinRows, int llMaxRows) {
   if (rows <= 0) return "-";
   capacity = std::max(capacity, 1);
   auto proto = [&](int64_t roundRows) {
+    if (roundRows <= llMaxRows) return (int)ncclDcpProtoLL;
     return simpleMinRows > 0 && roundRows >= simpleMinRows ? (int)ncclDcpProtoSimple : small;
   };
   // Every round but the last has `capacity` rows.

@@ -248,9 +248,10 @@ Summary summarize(const std::vector<Row>& rows);
 std::string tableFooter(const std::vector<Row>& rows, bool baseline, const char* baseline2 = nullptr);
 
 // The protocol(s) the fused call runs a batch of `rows` with: rounds of at
-// most `capacity` rows, each SIMPLE from simpleMinRows rows (0: never),
-// else `small` (ncclDcpProtocol_t, AUTO resolved). "-" for 0 rows.
-std::string protocolsOfBatch(int64_t rows, int capacity, int small, int simpleMinRows);
+// most `capacity` rows, each LL up to llMaxRows rows (one GPU's smallest
+// rounds), SIMPLE from simpleMinRows rows (0: never), else `small`
+// (ncclDcpProtocol_t, AUTO resolved). "-" for 0 rows.
+std::string protocolsOfBatch(int64_t rows, int capacity, int small, int simpleMinRows, int llMaxRows = 0);
 
 // The floors measured in the same run, for the header and the JSON.
 struct Floors {

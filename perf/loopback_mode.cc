@@ -260,7 +260,7 @@ class LoopbackMode : public Mode {
 
   std::string protocolOf(int64_t rows) const override {
     const ProtocolPolicy& p = lb_->engine().policy;
-    return protocolsOfBatch(rows, cfg_.maxBatch, (int)p.small, p.simpleForLarge ? p.simpleMinRows : 0);
+    return protocolsOfBatch(rows, cfg_.maxBatch, (int)p.small, p.simpleForLarge ? p.simpleMinRows : 0, p.llMaxRows);
   }
 
   Floors floors() const override {

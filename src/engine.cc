@@ -27,7 +27,8 @@ ncclResult_t Engine::init(const Config& config, int ranks, int myRank, const Pro
   rank = myRank;
   policy = p;
   layout = makeWorkspaceLayout(p.small, p.simpleForLarge, nRanks, workspaceHeadsPerRow(cfg, nRanks), cfg.headDim,
-                               cfg.eltSize, cfg.maxBatch, cfg.wire, noneRelays(cfg, nRanks));
+                               cfg.eltSize, cfg.maxBatch, cfg.wire, noneRelays(cfg, nRanks),
+                               std::min(p.llMaxRows, cfg.maxBatch));
   pdl = cfg.pdl;
   CUDACHECK(cudaGetDevice(&cudaDev));
   CUDACHECK(cudaHostAlloc((void**)&host, sizeof(HostShared), cudaHostAllocMapped));
@@ -38,19 +39,27 @@ ncclResult_t Engine::init(const Config& config, int ranks, int myRank, const Pro
   CUDACHECK(cudaMemset(lastSplit, 0, sizeof(int) * (kMaxRanks + 1)));  // no valid split yet: every slice empty
   simpleSendWarps = simpleWriters(env().simpleSendWarps > 0 ? env().simpleSendWarps : 0);
   const FusedMode mode = fusedModeOf(cfg, nRanks);
-  for (int loopback = 0; loopback < 2; loopback++) {
-    const Proto protos[2] = {p.small, Proto::Simple};
-    for (int large = 0; large < 2; large++) {
-      const FusedKey key{cfg.dtype, cfg.wire, mode, protos[large], loopback == 1};
-      kernels[loopback][large] = fusedLauncher(key);
-      if (kernels[loopback][large] == nullptr && (large == 0 || layout.hasLarge))
+  const Proto protos[kRoundTiers] = {p.small, Proto::Simple, Proto::LL};
+  const bool used[kRoundTiers] = {true, layout.hasLarge, layout.hasTiny};
+  for (int loopback = 0; loopback < 2; loopback++)
+    for (int tier = 0; tier < kRoundTiers; tier++) {
+      const FusedKey key{cfg.dtype, cfg.wire, mode, protos[tier], loopback == 1};
+      kernels[loopback][tier] = fusedLauncher(key);
+      if (kernels[loopback][tier] == nullptr && used[tier])
         return fail(ncclInternalError, "no fused kernel for dtype %d, wire %d, mode %d, protocol %d", (int)cfg.dtype,
-                    (int)cfg.wire, (int)mode, (int)protos[large]);
+                    (int)cfg.wire, (int)mode, (int)protos[tier]);
     }
-  }
   CUDACHECK(cudaEventCreateWithFlags(&order.done, cudaEventDisableTiming));
   CUDACHECK(cudaEventCreateWithFlags(&order.captureJoin, cudaEventDisableTiming));
   return ncclSuccess;
+}
+
+RoundTier Engine::tierOfRound(int rows) const {
+  switch (protocolForRound(policy, rows)) {
+    case Proto::Simple: return layout.hasLarge ? kTierLarge : kTierSmall;
+    case Proto::LL: return layout.hasTiny && rows <= layout.tiny.capacity ? kTierTiny : kTierSmall;
+    default: return kTierSmall;
+  }
 }
 
 void Engine::release(FreeMode mode) {

@@ -69,6 +69,11 @@ struct HostShared {
   uint32_t stopCode;       // source of the copy that stops the kernels' waits (abort)
 };
 
+// A round's region of the workspace, and so its kernel: the small
+// protocol's, SIMPLE's for large rounds, LL's for one GPU's smallest
+// (WorkspaceLayout; protocolForRound picks).
+enum RoundTier { kTierSmall, kTierLarge, kTierTiny, kRoundTiers };
+
 struct Engine {
   Config cfg;
   int nRanks = 0;
@@ -82,9 +87,9 @@ struct Engine {
   bool pdl = true;
   int simpleSendWarps = 0;  // SIMPLE's writing warps (NCCL_DCP_SIMPLE_SEND_WARPS, read at init; 0: the kernel's)
   // The fused kernels of this context, from its config at init (the
-  // dispatch table, kernel_table.h): [loopback][large], the kernel of the
-  // small region's protocol and of SIMPLE's large region.
-  FusedLauncher kernels[2][2] = {};
+  // dispatch table, kernel_table.h): [loopback][tier], the kernel of each
+  // region's protocol.
+  FusedLauncher kernels[2][kRoundTiers] = {};
   CallOrder order;  // calls on any stream, in the order they were made
 
   // Layout and kernels for the policy; allocates the error record and the
@@ -115,6 +120,12 @@ struct Engine {
   template <typename F>
   ncclResult_t run(const CallBuffers* buffers, int nBuffers, int batch, const CallPlan& plan, cudaStream_t stream,
                    F&& enqueue);
+
+  // The region (and kernel) of a round of `rows` rows, by the policy.
+  RoundTier tierOfRound(int rows) const;
+  const Region& regionOf(RoundTier tier) const {
+    return tier == kTierTiny ? layout.tiny : tier == kTierLarge ? layout.large : layout.small;
+  }
 
   // Fused path (fused_path.cc): rounds of at most cfg.maxBatch rows.
   ncclResult_t enqueueFused(const CallBuffers* buffers, int batch, const CallPlan& plan, const Addressing& addr,

@@ -46,14 +46,14 @@ ncclResult_t Engine::enqueueFused(const CallBuffers* buffers, int batch, const C
   const int nIo = addr.loopback ? nRanks : 1;
   RankIo io[kMaxLoopbackRanks];
   return forEachRound(batch, cfg.maxBatch, [&](int row0, int rows) {
-    const bool large = protocolForRound(policy, rows) == Proto::Simple && layout.hasLarge;
-    const FusedArgs args = makeFusedArgs(*this, plan, large ? layout.large : layout.small, row0, rows, silentRank);
+    const RoundTier tier = tierOfRound(rows);
+    const FusedArgs args = makeFusedArgs(*this, plan, regionOf(tier), row0, rows, silentRank);
     for (int i = 0; i < nIo; i++) {
       const CallBuffers b = buffersAtRow(buffers[i], plan.strides, cfg, row0);
       io[i] = {(const char*)b.partialOut, (const char*)b.partialLse, (char*)b.out, b.outLse, b.seqLens,
                b.queryStartLoc};
     }
-    return kernels[addr.loopback][large](args, addr, io, rank, pdl, s);
+    return kernels[addr.loopback][tier](args, addr, io, rank, pdl, s);
   });
 }
 

@@ -17,8 +17,11 @@ ncclResult_t Loopback::create(const ncclDcpConfig_t* cfgIn, int nRanks, std::uni
                 nRanks, kMaxLoopbackRanks);
   LinkSummary links = {true, false, false, true};
   std::unique_ptr<Loopback> lb(new Loopback());
-  const int oneGpuMinRows = oneGpuSimpleMinRows(nRanks, (long)cfg.localHeads * cfg.headDim * cfg.eltSize);
-  DCPCHECK(lb->engine_.init(cfg, nRanks, 0, chooseProtocols(cfg.protocol, links, cfg.simpleMinRows, oneGpuMinRows)));
+  const int wireElt = cfg.wire == Wire::Fp8E4m3 ? 1 : cfg.eltSize;
+  const FusedMode mode = fusedModeOf(cfg, nRanks);
+  const OneGpuTiers tiers = oneGpuTiers(nRanks, (long)cfg.localHeads * cfg.headDim * wireElt, wireElt,
+                                        mode == FusedMode::Head || mode == FusedMode::NoneTwoPhase);
+  DCPCHECK(lb->engine_.init(cfg, nRanks, 0, chooseProtocols(cfg.protocol, links, cfg.simpleMinRows, tiers)));
   const size_t bytes = (size_t)nRanks * lb->engine_.layout.totalBytes;
   CUDACHECK(cudaMalloc(&lb->workspace_, bytes));
   CUDACHECK(cudaMemset(lb->workspace_, 0, bytes));

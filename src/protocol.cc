@@ -3,6 +3,9 @@
  ************************************************************************/
 #include "protocol.h"
 
+#include <algorithm>
+
+#include "device/layout.h"
 #include "log.h"
 
 namespace nccl_dcp {
@@ -26,27 +29,40 @@ static ProtocolPolicy forced(ncclDcpProtocol_t requested, const LinkSummary& lin
   return p;
 }
 
-int oneGpuSimpleMinRows(int nRanks, long rowBytes) {
-  const long perRow = (long)nRanks * rowBytes;
-  const long rows = perRow > 0 ? (kOneGpuSimpleMinBytes + perRow - 1) / perRow : 1;
-  return rows > 1 ? (int)rows : 1;
+// Rows (at least one) of the round that merges `bytes` per virtual rank.
+static long rowsOf(long bytes, long perRow, bool roundUp) {
+  if (perRow <= 0) return 1;
+  const long rows = roundUp ? (bytes + perRow - 1) / perRow : bytes / perRow;
+  return rows > 1 ? rows : 1;
+}
+
+OneGpuTiers oneGpuTiers(int nRanks, long rowWireBytes, int wireElementBytes, bool headShaped) {
+  const long perRow = (long)nRanks * rowWireBytes;
+  const long simpleMinRows = rowsOf(kOneGpuSimpleMinBytes, perRow, true);
+  const int laneElements = nRanks * (int)(ll128::kLaneBytes / (wireElementBytes > 0 ? wireElementBytes : 1));
+  long llMaxRows = 0;
+  if (headShaped && laneElements >= kOneGpuLlMinLaneElements && perRow <= kOneGpuLlMaxBytes)
+    llMaxRows = std::min(rowsOf(kOneGpuLlMaxBytes, perRow, false), simpleMinRows - 1);
+  return {(int)llMaxRows, (int)simpleMinRows};
 }
 
 ProtocolPolicy chooseProtocols(ncclDcpProtocol_t requested, const LinkSummary& links, int simpleMinRows,
-                               int oneGpuMinRows) {
+                               OneGpuTiers oneGpu) {
   if (requested != ncclDcpProtoAuto) return forced(requested, links);
   ProtocolPolicy p;
   const bool nvlink = ll128Proven(links);
   p.small = nvlink ? Proto::LL128 : Proto::LL;
   p.simpleMinRows = simpleMinRows >= 0 ? simpleMinRows
-                    : links.oneGpu  ? oneGpuMinRows
+                    : links.oneGpu  ? oneGpu.simpleMinRows
                     : nvlink        ? kLl128SimpleMinRows
                                     : kLlSimpleMinRows;
   p.simpleForLarge = p.simpleMinRows > 0;
+  if (links.oneGpu) p.llMaxRows = p.simpleForLarge ? std::min(oneGpu.llMaxRows, p.simpleMinRows - 1) : oneGpu.llMaxRows;
   return p;
 }
 
 Proto protocolForRound(const ProtocolPolicy& policy, int rows) {
+  if (rows <= policy.llMaxRows) return Proto::LL;
   return policy.simpleForLarge && rows >= policy.simpleMinRows ? Proto::Simple : policy.small;
 }
 

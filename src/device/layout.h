@@ -254,23 +254,29 @@ NCCL_DCP_HD Region makeRegion(Proto proto, int nRanks, int localHeads, int headD
 struct WorkspaceLayout {
   Region small;     // LL or LL128 (or SIMPLE when forced)
   Region large;     // SIMPLE under AUTO; unused (bytes 0) otherwise
+  Region tiny;      // LL for one GPU's smallest rounds under AUTO; unused (bytes 0) otherwise
   bool hasLarge;
+  bool hasTiny;
   size_t totalBytes;
 };
 
 // smallProto: the protocol of small batches; withSimpleRegion: AUTO may
 // switch to SIMPLE for large batches, which then has a region of its own.
 // wire: the regions' element format (fp8: narrower units); relay: NONE's
-// two-phase regions (localHeads then Hl).
+// two-phase regions (localHeads then Hl); tinyRows > 0: AUTO runs rounds
+// of at most tinyRows rows over LL (one GPU), in a region of that many rows.
 inline WorkspaceLayout makeWorkspaceLayout(Proto smallProto, bool withSimpleRegion, int nRanks,
                                            int localHeads, int headDim, int eltSize, int capacity,
-                                           Wire wire = Wire::Native, bool relay = false) {
+                                           Wire wire = Wire::Native, bool relay = false, int tinyRows = 0) {
   WorkspaceLayout w;
   w.small = makeRegion(smallProto, nRanks, localHeads, headDim, eltSize, capacity, kControlBytes, wire, relay);
   size_t end = w.small.offset + w.small.bytes();
   w.hasLarge = withSimpleRegion;
   w.large = makeRegion(Proto::Simple, nRanks, localHeads, headDim, eltSize, capacity, end, wire, relay);
   if (withSimpleRegion) end += w.large.bytes();
+  w.hasTiny = tinyRows > 0;
+  w.tiny = makeRegion(Proto::LL, nRanks, localHeads, headDim, eltSize, w.hasTiny ? tinyRows : 0, end, wire, relay);
+  if (w.hasTiny) end += w.tiny.bytes();
   w.totalBytes = alignUp(end, kRegionAlign);
   return w;
 }

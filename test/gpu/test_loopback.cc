@@ -675,10 +675,47 @@ TEST_P(LoopbackProto, HeadDimsAbove512AndHeadCountsAbove64) {
   runAndCheck(makeConfig(8, NCCL_DCP_MAX_LOCAL_HEADS, ncclBfloat16, ncclDcpLseBaseE, 4, P), 2, 5);
 }
 
+// AUTO at the reference shape (Hl 16, D 512, bf16, cp 8): the workspace
+// carries LL's and SIMPLE's regions beside LL128's, and each round picks
+// its tier by its rows (protocol.h: LL up to 2 rows, SIMPLE from 8; a call
+// of 19 rows at capacity 8 runs SIMPLE, SIMPLE, LL128, one of 17 SIMPLE,
+// SIMPLE, LL). Calls mixing the three, in every order, match the reference.
+TEST_F(LoopbackGpu, AutoRunsEachRoundInItsTier) {
+  const int cp = 8;
+  const ncclDcpConfig_t c = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, kCap, ncclDcpProtoAuto);
+  const Config cfg = resolved(c);
+  auto lb = makeLoopback(c, cp);
+  ASSERT_TRUE(lb);
+  const Engine& e = lb->engine();
+  EXPECT_EQ(e.policy.llMaxRows, 2);
+  EXPECT_EQ(e.policy.simpleMinRows, kOneGpuSimpleMinRows);
+  ASSERT_TRUE(e.layout.hasTiny && e.layout.hasLarge);
+  EXPECT_EQ(e.layout.tiny.proto, Proto::LL);
+  EXPECT_EQ(e.layout.tiny.capacity, 2);
+  const RoundTier tiers[] = {kTierTiny, kTierTiny, kTierTiny, kTierSmall, kTierSmall, kTierSmall,
+                             kTierSmall, kTierSmall, kTierLarge};  // rows 0..8
+  for (int rows = 1; rows <= kCap; rows++) EXPECT_EQ(e.tierOfRound(rows), tiers[rows]) << rows << " rows";
+  uint32_t rounds = 0;
+  for (int batch : {19, 1, 3, 8, 17, 2, 5, 40, 9, 7}) {
+    SCOPED_TRACE(testing::Message() << "batch " << batch);
+    Problem p(cfg, cp, batch, packedStrides(cfg, cp), LseMix::Special, freshSeed());
+    DCP_ASSERT(lb->call(p.buffers().data(), batch, nullptr, nullptr));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    const Mismatch m = p.check();
+    EXPECT_EQ(m.count, 0u) << m.first;
+    rounds += (batch + kCap - 1) / kCap;
+  }
+  DCP_ASSERT(lb->asyncError());
+  uint32_t round = 0;
+  DCP_ASSERT(lb->getRound(0, &round));
+  EXPECT_EQ(round, rounds);
+}
+
 // AUTO with NCCL_DCP_SIMPLE_MIN_ROWS: the workspace carries a SIMPLE region
 // beside the LL128 one and each round picks its protocol by its rows (a
-// call of 19 rows at capacity 8 runs SIMPLE, SIMPLE, LL128). Calls mixing
-// both, in every order, match the reference.
+// call of 19 rows at capacity 8 runs SIMPLE, SIMPLE, LL: one GPU's LL tier
+// stays below the variable's rows). Calls mixing them, in every order,
+// match the reference.
 TEST_F(LoopbackGpu, AutoSwitchesLargeRoundsToSimple) {
   Env e;
   e.simpleMinRows = 5;
@@ -691,6 +728,7 @@ TEST_F(LoopbackGpu, AutoSwitchesLargeRoundsToSimple) {
   ASSERT_TRUE(lb->engine().policy.simpleForLarge);
   EXPECT_EQ(lb->engine().policy.simpleMinRows, 5);
   EXPECT_EQ(lb->engine().policy.small, Proto::LL128);
+  EXPECT_EQ(lb->engine().policy.llMaxRows, 4) << "LL's 32 rows at this shape, below SIMPLE's 5";
   EXPECT_TRUE(lb->engine().layout.hasLarge);
   uint32_t rounds = 0;
   for (int batch : {19, 3, 8, 4, 5, 13, 1, 40, 2, 12}) {

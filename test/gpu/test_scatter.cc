@@ -328,6 +328,9 @@ TEST_P(NoneTwoPhaseMatrix, MatchesReferenceAndOracle) {
     if (w.hasLarge) {
       ASSERT_NE(w.large.relayBytes, 0u);
     }
+    if (w.hasTiny) {
+      ASSERT_NE(w.tiny.relayBytes, 0u);
+    }
     for (int batch : {1, 2 * kCap + 5}) {
       runAndCheck(*lb, c, cp, batch, {}, LseMix::Special, /*padded=*/false);
       runAndCheck(*lb, c, cp, batch, {}, LseMix::HugeSpread, /*padded=*/true);

@@ -304,10 +304,32 @@ TEST(WorkspaceLayout, RegionsFollowTheControlBlockWithoutOverlap) {
             EXPECT_EQ(w.large.offset % kRegionAlign, 0u);
             end = w.large.offset + w.large.bytes();
           }
+          EXPECT_FALSE(w.hasTiny);
           EXPECT_EQ(w.totalBytes % kRegionAlign, 0u);
           EXPECT_GE(w.totalBytes, end);
           EXPECT_LT(w.totalBytes, end + kRegionAlign);
         }
+}
+
+// One GPU's LL tier: a region of its own for rounds of at most tinyRows
+// rows, after the others.
+TEST(WorkspaceLayout, TinyRegionFollowsTheOthers) {
+  for (bool relay : {false, true})
+    for (Wire wire : {Wire::Native, Wire::Fp8E4m3}) {
+      const WorkspaceLayout w = makeWorkspaceLayout(Proto::LL128, true, 8, 16, 512, 2, 64, wire, relay, 2);
+      const WorkspaceLayout without = makeWorkspaceLayout(Proto::LL128, true, 8, 16, 512, 2, 64, wire, relay);
+      ASSERT_TRUE(w.hasTiny);
+      EXPECT_EQ(w.tiny.proto, Proto::LL);
+      EXPECT_EQ(w.tiny.capacity, 2);
+      EXPECT_EQ(w.tiny.wire, wire);
+      EXPECT_EQ(w.tiny.relayBytes != 0, relay);
+      EXPECT_EQ(w.tiny.bytes(), makeRegion(Proto::LL, 8, 16, 512, 2, 2, 0, wire, relay).bytes());
+      EXPECT_GE(w.tiny.offset, w.large.offset + w.large.bytes());  // no shared byte
+      EXPECT_EQ(w.tiny.offset % kRegionAlign, 0u);
+      EXPECT_GE(w.totalBytes, w.tiny.offset + w.tiny.bytes());
+      EXPECT_EQ(w.small.offset, without.small.offset);
+      EXPECT_EQ(w.large.offset, without.large.offset);
+    }
 }
 
 TEST(WorkspaceLayout, TotalIsControlPlusRegions) {

@@ -510,6 +510,9 @@ TEST(PerfProtocol, WhatEachBatchRan) {
   EXPECT_EQ(protocolsOfBatch(300, 256, ncclDcpProtoLL128, 128), "SIMPLE+LL128");  // 256 + 44
   EXPECT_EQ(protocolsOfBatch(1024, 256, ncclDcpProtoLL, 0), "LL");  // forced, or SIMPLE never
   EXPECT_EQ(protocolsOfBatch(5, 0, ncclDcpProtoSimple, 0), "SIMPLE");
+  EXPECT_EQ(protocolsOfBatch(2, 256, ncclDcpProtoLL128, 8, 2), "LL");  // one GPU's LL tier
+  EXPECT_EQ(protocolsOfBatch(3, 256, ncclDcpProtoLL128, 8, 2), "LL128");
+  EXPECT_EQ(protocolsOfBatch(257, 256, ncclDcpProtoLL128, 8, 2), "SIMPLE+LL");  // 256 + 1
 }
 
 TEST(PerfSweep, FactorAndStep) {

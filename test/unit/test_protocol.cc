@@ -80,23 +80,50 @@ TEST(ChooseProtocols, AutoSwitchesAtTheMeasuredCrossoverByDefault) {
   EXPECT_EQ(protocolForRound(never, 1 << 20), Proto::LL128);
 }
 
-// One GPU: the crossover follows the bytes a virtual rank merges a round,
-// so it falls as cp grows (measured at cp 2 / 4 / 8 / 16, docs/perf-history.md).
-TEST(ChooseProtocols, OneGpuCrossoverFollowsTheBytesMerged) {
-  const long referenceRow = 16 * 512 * 2;  // Hl 16, D 512, bf16
-  EXPECT_EQ(oneGpuSimpleMinRows(8, referenceRow), kOneGpuSimpleMinRows) << "the v8 figure at cp 8";
-  EXPECT_EQ(oneGpuSimpleMinRows(2, referenceRow), 32);
-  EXPECT_EQ(oneGpuSimpleMinRows(4, referenceRow), 16);
-  EXPECT_EQ(oneGpuSimpleMinRows(16, referenceRow), 4);
-  EXPECT_EQ(oneGpuSimpleMinRows(8, 4 * 128 * 4), 64) << "Hl 4, D 128, fp32: 2 KiB a row";
-  EXPECT_EQ(oneGpuSimpleMinRows(16, 64 * 1024 * 2), 1) << "never below one row";
-  const ProtocolPolicy p = chooseProtocols(ncclDcpProtoAuto, kOneGpu, kEnvUnset, oneGpuSimpleMinRows(4, referenceRow));
-  EXPECT_EQ(protocolForRound(p, 15), Proto::LL128);
-  EXPECT_EQ(protocolForRound(p, 16), Proto::Simple);
-  const ProtocolPolicy forcedRows = chooseProtocols(ncclDcpProtoAuto, kOneGpu, withSimpleMinRows(3), 16);
+// One GPU: the tiers follow the bytes a virtual rank merges a round as they
+// cross the workspace (e4m3: one byte an element), so they fall as cp
+// grows; LL only where an LL128 lane would merge 32+ elements of a group
+// (measured at cp 2 / 4 / 8 / 16, bf16 and e4m3: docs/perf.md "AUTO on one GPU").
+TEST(ChooseProtocols, OneGpuTiersFollowTheWireBytesMerged) {
+  const long bf16Row = 16 * 512 * 2, e4m3Row = 16 * 512;  // Hl 16, D 512
+  const struct {
+    int cp;
+    long row;
+    int elt, llMaxRows, simpleMinRows;
+  } measured[] = {{2, bf16Row, 2, 0, 32},  // LL128 5% faster than LL at cp 2
+                  {4, bf16Row, 2, 4, 16},  {8, bf16Row, 2, 2, 8},   {16, bf16Row, 2, 1, 4},
+                  {2, e4m3Row, 1, 16, 64}, {4, e4m3Row, 1, 8, 32},  {8, e4m3Row, 1, 4, 16},
+                  {16, e4m3Row, 1, 2, 8}};
+  for (const auto& m : measured) {
+    const OneGpuTiers t = oneGpuTiers(m.cp, m.row, m.elt, true);
+    EXPECT_EQ(t.llMaxRows, m.llMaxRows) << "cp " << m.cp << ", " << m.elt << "-byte elements";
+    EXPECT_EQ(t.simpleMinRows, m.simpleMinRows) << "cp " << m.cp << ", " << m.elt << "-byte elements";
+  }
+  EXPECT_EQ(oneGpuTiers(8, bf16Row, 2, true).simpleMinRows, kOneGpuSimpleMinRows) << "the v8 figure at cp 8";
+  EXPECT_EQ(oneGpuTiers(8, bf16Row, 2, false).llMaxRows, 0) << "TOKEN, NONE direct: not HEAD-shaped";
+  EXPECT_EQ(oneGpuTiers(4, 4 * 128 * 4, 4, true).llMaxRows, 0) << "fp32 at cp 4: an LL128 lane merges 16";
+  EXPECT_EQ(oneGpuTiers(8, 4 * 128 * 4, 4, true).simpleMinRows, 64) << "Hl 4, D 128, fp32: 2 KiB a row";
+  const OneGpuTiers huge = oneGpuTiers(16, 64 * 1024 * 2, 2, true);
+  EXPECT_EQ(huge.simpleMinRows, 1) << "never below one row";
+  EXPECT_EQ(huge.llMaxRows, 0);
+}
+
+TEST(ChooseProtocols, OneGpuRunsTheSmallestRoundsOverLl) {
+  const ProtocolPolicy p = chooseProtocols(ncclDcpProtoAuto, kOneGpu, kEnvUnset, OneGpuTiers{2, 8});
+  const Proto expected[] = {Proto::LL, Proto::LL, Proto::LL128, Proto::LL128, Proto::Simple, Proto::Simple};
+  const int rows[] = {1, 2, 3, 7, 8, 1 << 20};
+  for (int i = 0; i < 6; i++) EXPECT_EQ(protocolForRound(p, rows[i]), expected[i]) << rows[i] << " rows";
+  const ProtocolPolicy forcedRows = chooseProtocols(ncclDcpProtoAuto, kOneGpu, withSimpleMinRows(3), OneGpuTiers{4, 16});
   EXPECT_EQ(forcedRows.simpleMinRows, 3) << "NCCL_DCP_SIMPLE_MIN_ROWS wins over the shape's crossover";
-  EXPECT_EQ(chooseProtocols(ncclDcpProtoAuto, kAllNvlink, kEnvUnset, 2).simpleMinRows, kLl128SimpleMinRows)
-      << "only one GPU takes the shape's crossover";
+  EXPECT_EQ(forcedRows.llMaxRows, 2) << "LL stays below SIMPLE";
+  EXPECT_EQ(protocolForRound(forcedRows, 3), Proto::Simple);
+  EXPECT_EQ(chooseProtocols(ncclDcpProtoAuto, kOneGpu, withSimpleMinRows(0), OneGpuTiers{4, 16}).llMaxRows, 4)
+      << "SIMPLE never: LL's tier as measured";
+  const ProtocolPolicy nvlink = chooseProtocols(ncclDcpProtoAuto, kAllNvlink, kEnvUnset, OneGpuTiers{4, 2});
+  EXPECT_EQ(nvlink.simpleMinRows, kLl128SimpleMinRows) << "only one GPU takes the shape's tiers";
+  EXPECT_EQ(nvlink.llMaxRows, 0);
+  EXPECT_EQ(chooseProtocols(ncclDcpProtoLL128, kOneGpu, kEnvUnset, OneGpuTiers{4, 16}).llMaxRows, 0)
+      << "a forced protocol runs every round";
 }
 
 TEST(ChooseProtocols, AutoSwitchesRoundsOfSimpleMinRowsOrMoreToSimple) {
