@@ -573,7 +573,8 @@ if has reread; then
 fi
 
 # The in-kernel timeline (DESIGN §7): a -Dtimeline=true build of the perf
-# binary, --timeline on loopback LL128 and SIMPLE (per wire of
+# binary, --timeline on loopback LL, LL128 and SIMPLE (each a tier of AUTO
+# on one GPU; per wire of
 # TIMELINE_WIRES, default "native"; "native fp8" adds
 # timeline-loopback-<P>-fp8.txt) and on the real ranks.
 if has timeline; then
@@ -586,7 +587,7 @@ if has timeline; then
   if [ "$status" -eq 0 ]; then
     for wire in ${TIMELINE_WIRES:-native}; do
       suffix=${wire/native/}
-      for P in LL128 SIMPLE; do
+      for P in LL LL128 SIMPLE; do
         bgrun build-timeline/perf/dcp_a2a_lse_reduce_perf --virtual-ranks 8 -H 16 --head-dim 512 -d bf16 --min-rows 1 --max-rows 1024 -f 32 \
           -w 5 -m 10 -G 1 -c 0 -B 0 -F 0 --timeline -P $P --wire "$wire" > "$LOGS/timeline-loopback-$P${suffix:+-$suffix}.txt" 2>&1 ||
           status=$?

@@ -441,8 +441,12 @@ uint32_t testBaseSeed() {
   return gSeeds.base != 0 && runningTest() == gSeeds.test ? gSeeds.base : 0;
 }
 
+// A failed allocation leaves no error behind for the next CUDA check to find.
 DeviceBuffer::DeviceBuffer(size_t n) : bytes(n) {
-  if (n && cudaMalloc(&ptr, n) != cudaSuccess) ptr = nullptr;
+  if (n && cudaMalloc(&ptr, n) != cudaSuccess) {
+    ptr = nullptr;
+    cudaGetLastError();
+  }
 }
 
 DeviceBuffer hostResidentBuffer(size_t n) {
@@ -450,6 +454,7 @@ DeviceBuffer hostResidentBuffer(size_t n) {
   int dev = 0;
   if (n == 0 || cudaGetDevice(&dev) != cudaSuccess || cudaMallocManaged(&b.ptr, n) != cudaSuccess) {
     b.ptr = nullptr;
+    cudaGetLastError();
     return b;
   }
   b.bytes = n;
