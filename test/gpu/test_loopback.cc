@@ -675,6 +675,25 @@ TEST_P(LoopbackProto, HeadDimsAbove512AndHeadCountsAbove64) {
   runAndCheck(makeConfig(8, NCCL_DCP_MAX_LOCAL_HEADS, ncclBfloat16, ncclDcpLseBaseE, 4, P), 2, 5);
 }
 
+// Calls of these batches, one after another at capacity kCap, each
+// checked against the reference; the round counter counts every round.
+void runMixedBatches(Loopback& lb, const Config& cfg, int cp, std::initializer_list<int> batches) {
+  uint32_t rounds = 0;
+  for (int batch : batches) {
+    SCOPED_TRACE(testing::Message() << "batch " << batch);
+    Problem p(cfg, cp, batch, packedStrides(cfg, cp), LseMix::Special, freshSeed());
+    DCP_ASSERT(lb.call(p.buffers().data(), batch, nullptr, nullptr));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    const Mismatch m = p.check();
+    EXPECT_EQ(m.count, 0u) << m.first;
+    rounds += (batch + kCap - 1) / kCap;
+  }
+  DCP_ASSERT(lb.asyncError());
+  uint32_t round = 0;
+  DCP_ASSERT(lb.getRound(0, &round));
+  EXPECT_EQ(round, rounds);
+}
+
 // AUTO at the reference shape (Hl 16, D 512, bf16, cp 8): the workspace
 // carries LL's and SIMPLE's regions beside LL128's, and each round picks
 // its tier by its rows (protocol.h: LL up to 2 rows, SIMPLE from 8; a call
@@ -695,20 +714,7 @@ TEST_F(LoopbackGpu, AutoRunsEachRoundInItsTier) {
   const RoundTier tiers[] = {kTierTiny, kTierTiny, kTierTiny, kTierSmall, kTierSmall, kTierSmall,
                              kTierSmall, kTierSmall, kTierLarge};  // rows 0..8
   for (int rows = 1; rows <= kCap; rows++) EXPECT_EQ(e.tierOfRound(rows), tiers[rows]) << rows << " rows";
-  uint32_t rounds = 0;
-  for (int batch : {19, 1, 3, 8, 17, 2, 5, 40, 9, 7}) {
-    SCOPED_TRACE(testing::Message() << "batch " << batch);
-    Problem p(cfg, cp, batch, packedStrides(cfg, cp), LseMix::Special, freshSeed());
-    DCP_ASSERT(lb->call(p.buffers().data(), batch, nullptr, nullptr));
-    CUDA_ASSERT(cudaDeviceSynchronize());
-    const Mismatch m = p.check();
-    EXPECT_EQ(m.count, 0u) << m.first;
-    rounds += (batch + kCap - 1) / kCap;
-  }
-  DCP_ASSERT(lb->asyncError());
-  uint32_t round = 0;
-  DCP_ASSERT(lb->getRound(0, &round));
-  EXPECT_EQ(round, rounds);
+  runMixedBatches(*lb, cfg, cp, {19, 1, 3, 8, 17, 2, 5, 40, 9, 7});
 }
 
 // AUTO with NCCL_DCP_SIMPLE_MIN_ROWS: the workspace carries a SIMPLE region
@@ -730,20 +736,7 @@ TEST_F(LoopbackGpu, AutoSwitchesLargeRoundsToSimple) {
   EXPECT_EQ(lb->engine().policy.small, Proto::LL128);
   EXPECT_EQ(lb->engine().policy.llMaxRows, 4) << "LL's 32 rows at this shape, below SIMPLE's 5";
   EXPECT_TRUE(lb->engine().layout.hasLarge);
-  uint32_t rounds = 0;
-  for (int batch : {19, 3, 8, 4, 5, 13, 1, 40, 2, 12}) {
-    SCOPED_TRACE(testing::Message() << "batch " << batch);
-    Problem p(cfg, cp, batch, packedStrides(cfg, cp), LseMix::Special, freshSeed());
-    DCP_ASSERT(lb->call(p.buffers().data(), batch, nullptr, nullptr));
-    CUDA_ASSERT(cudaDeviceSynchronize());
-    const Mismatch m = p.check();
-    EXPECT_EQ(m.count, 0u) << m.first;
-    rounds += (batch + kCap - 1) / kCap;
-  }
-  DCP_ASSERT(lb->asyncError());
-  uint32_t round = 0;
-  DCP_ASSERT(lb->getRound(0, &round));
-  EXPECT_EQ(round, rounds);
+  runMixedBatches(*lb, cfg, cp, {19, 3, 8, 4, 5, 13, 1, 40, 2, 12});
 }
 
 TEST_F(LoopbackGpu, BadArgumentsLaunchNothing) {
