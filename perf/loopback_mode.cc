@@ -404,7 +404,7 @@ class LoopbackMode : public Mode {
   // of what a rank sends a peer: peerBytesPerRow; one rank: that block) as
   // one local copy.
   void allocFloors(int64_t maxRows) {
-    const int wireElt = cfg_.wire == Wire::Fp8E4m3 ? 1 : cfg_.eltSize;  // the floor moves what the wire does
+    const int wireElt = wireElementBytes(cfg_.wire, cfg_.eltSize);  // the floor moves what the wire does
     const int64_t share =
         peerBytesPerRow((int)cfg_.scatter, cp_, cfg_.localHeads, cfg_.headDim, wireElt, noneRelays(cfg_, cp_));
     rig_.copies.bytesPerRow = cp_ > 1 ? (int64_t)cp_ * (cp_ - 1) * share : share;

@@ -439,7 +439,7 @@ class RankMode : public Mode {
   // perRow: what a rank sends each peer per batch row in the mode
   // (peerBytesPerRow: Hl * D * elt, NONE cp or 2 times that).
   void initFloors() {
-    const int wireElt = cfg_.wire == Wire::Fp8E4m3 ? 1 : cfg_.eltSize;  // the floors move what the wire does
+    const int wireElt = wireElementBytes(cfg_.wire, cfg_.eltSize);  // the floors move what the wire does
     const int64_t perRow = peerBytesPerRow((int)cfg_.scatter, nRanks(), cfg_.localHeads, cfg_.headDim, wireElt,
                                            noneRelays(cfg_, nRanks()));
     const size_t slot = ((size_t)(maxRows_ * perRow) + 4095) / 4096 * 4096, winBytes = nRanks() * slot + kFlagBytes;

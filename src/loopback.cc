@@ -17,10 +17,10 @@ ncclResult_t Loopback::create(const ncclDcpConfig_t* cfgIn, int nRanks, std::uni
                 nRanks, kMaxLoopbackRanks);
   LinkSummary links = {true, false, false, true};
   std::unique_ptr<Loopback> lb(new Loopback());
-  const int wireElt = cfg.wire == Wire::Fp8E4m3 ? 1 : cfg.eltSize;
-  const FusedMode mode = fusedModeOf(cfg, nRanks);
-  const OneGpuTiers tiers = oneGpuTiers(nRanks, (long)cfg.localHeads * cfg.headDim * wireElt, wireElt,
-                                        mode == FusedMode::Head || mode == FusedMode::NoneTwoPhase);
+  const int wireElt = wireElementBytes(cfg.wire, cfg.eltSize);
+  const bool headShaped = workspaceHeadsPerRow(cfg, nRanks) == cfg.localHeads;  // HEAD, NONE in two phases
+  const OneGpuTiers tiers =
+      oneGpuTiers(nRanks, (long)cfg.localHeads * cfg.headDim * wireElt, wireElt, headShaped);
   DCPCHECK(lb->engine_.init(cfg, nRanks, 0, chooseProtocols(cfg.protocol, links, cfg.simpleMinRows, tiers)));
   const size_t bytes = (size_t)nRanks * lb->engine_.layout.totalBytes;
   CUDACHECK(cudaMalloc(&lb->workspace_, bytes));

@@ -36,14 +36,14 @@ static long rowsOf(long bytes, long perRow, bool roundUp) {
   return rows > 1 ? rows : 1;
 }
 
-OneGpuTiers oneGpuTiers(int nRanks, long rowWireBytes, int wireElementBytes, bool headShaped) {
+OneGpuTiers oneGpuTiers(int nRanks, long rowWireBytes, int wireElt, bool headShaped) {
   const long perRow = (long)nRanks * rowWireBytes;
   const long simpleMinRows = rowsOf(kOneGpuSimpleMinBytes, perRow, true);
-  const int laneElements = nRanks * (int)(ll128::kLaneBytes / (wireElementBytes > 0 ? wireElementBytes : 1));
-  long llMaxRows = 0;
-  if (headShaped && laneElements >= kOneGpuLlMinLaneElements && perRow <= kOneGpuLlMaxBytes)
-    llMaxRows = std::min(rowsOf(kOneGpuLlMaxBytes, perRow, false), simpleMinRows - 1);
-  return {(int)llMaxRows, (int)simpleMinRows};
+  const int laneElements = nRanks * (int)(ll128::kLaneBytes / (wireElt > 0 ? wireElt : 1));
+  // LL's rows end below SIMPLE's: floor(llMax / perRow) < ceil(simpleMin / perRow).
+  static_assert(kOneGpuLlMaxBytes < kOneGpuSimpleMinBytes, "LL's tier must end below SIMPLE's");
+  const bool ll = headShaped && laneElements >= kOneGpuLlMinLaneElements && perRow > 0 && perRow <= kOneGpuLlMaxBytes;
+  return {ll ? (int)rowsOf(kOneGpuLlMaxBytes, perRow, false) : 0, (int)simpleMinRows};
 }
 
 ProtocolPolicy chooseProtocols(ncclDcpProtocol_t requested, const LinkSummary& links, int simpleMinRows,

@@ -76,14 +76,14 @@ constexpr int kLlSimpleMinRows = 4;
 
 // AUTO's one-GPU tiers in rows: LL up to llMaxRows (0: none), SIMPLE from
 // simpleMinRows (at least one), for nRanks virtual ranks, rowWireBytes (Hl
-// x D x the wire's element) per source and row, and whether the rounds
+// x D x wireElt, the bytes of the wire's element) per source and row, and whether the rounds
 // are HEAD-shaped (every rank merges Hl heads of every row: HEAD, NONE's
 // first phase; the LL tier was measured on those alone).
 struct OneGpuTiers {
   int llMaxRows;
   int simpleMinRows;
 };
-OneGpuTiers oneGpuTiers(int nRanks, long rowWireBytes, int wireElementBytes, bool headShaped);
+OneGpuTiers oneGpuTiers(int nRanks, long rowWireBytes, int wireElt, bool headShaped);
 
 // Every input is agreed by the ranks (the requested protocol and
 // simpleMinRows are fields of the resolved Config; the links are agreed from

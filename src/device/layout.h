@@ -214,7 +214,7 @@ NCCL_DCP_HD Region makeHalfRegion(Proto proto, int nRanks, int localHeads, int h
   r.capacity = capacity;
   r.offset = offset;
   r.relayBytes = 0;
-  const int wireEltSize = wire == Wire::Fp8E4m3 ? 1 : eltSize;  // bytes of an element on the wire
+  const int wireEltSize = wireElementBytes(wire, eltSize);
   r.dataWords = headDim * wireEltSize / kWordBytes;
   const size_t sources = (size_t)(nRanks - 1), units = (size_t)capacity * localHeads;
   if (proto == Proto::Simple) {

@@ -41,6 +41,8 @@ constexpr int kMaxLoopbackRanks = 64;
 // What crosses the link (ncclDcpWire_t): the partials as the inputs hold
 // them, or e4m3 with one fp32 scale per unit (codec.h, DESIGN §15).
 enum class Wire : int { Native = 0, Fp8E4m3 = 1 };
+// Bytes of an element on the wire: e4m3's one, else the element's own.
+NCCL_DCP_HD int wireElementBytes(Wire wire, int eltSize) { return wire == Wire::Fp8E4m3 ? 1 : eltSize; }
 // A wire as a type, for dispatching over it.
 template <Wire kW>
 struct WireTag {
