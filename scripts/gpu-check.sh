@@ -11,7 +11,8 @@
 #       device counts, a graph replay), NONE in two phases, fp8 on the wire.
 #     stress-short: dcp_stress briefly (STRESS_SHORT_CALLS, 20000 calls) on
 #       every 0.4 path and protocol: HEAD, TOKEN, TOKEN with device counts,
-#       NONE direct and in two phases (the run must say which), fp8.
+#       NONE direct and in two phases (the run must say which), fp8; at
+#       loopback cp STRESS_SHORT_CPS (default "8 2").
 #     check-filters: every GoogleTest filter this script runs names tests
 #       of the built binaries (each pattern; no GPU needed); the sanitizer
 #       stages check theirs before they run, and fail when one does not.
@@ -425,21 +426,25 @@ fi
 if has stress-short; then
   stage_begin stress-short
   if bgrun ninja -C "$BUILD" test/dcp_stress > "$LOGS/build-stress-short.log" 2>&1; then
-    for P in LL LL128 SIMPLE; do
-      for mode in "head:" "token:-S token" "token-counts:-S token -C" "none-direct:-S none" "none-two_phase:-S none" \
-        "wire-fp8:-W fp8"; do
-        name=${mode%%:*} algo="" want=""
-        case $name in none-direct) algo=direct want="(direct)" ;; none-two_phase) algo=two_phase want="(two phases)" ;; esac
-        log=$LOGS/stress-short-$name-$P.log
-        # shellcheck disable=SC2086  # the mode's flags are words
-        bgrun env ${algo:+NCCL_DCP_NONE_ALGO=$algo} timeout 120 "$BUILD/test/dcp_stress" -V 8 -P "$P" -b 4 \
-          -n "${STRESS_SHORT_CALLS:-20000}" ${mode#*:} > "$log" 2>&1
-        status=$?
-        line=$(grep "^dcp_stress: " "$log" | tail -1)
-        if [ "$status" -eq 0 ] && [ -n "$want" ] && [[ "$line" != *"$want"* ]]; then
-          status=1 line="NCCL_DCP_NONE_ALGO=$algo but the run says otherwise: $line"
-        fi
-        record "$status" "stress-short $name $P: ${line:-$(tail -1 "$log")}"
+    # cp 8 and cp 2: the line protocols give receivers warps of their own
+    # only where receives are no fewer than sends (cp 2-4 at small rows).
+    for cp in ${STRESS_SHORT_CPS:-8 2}; do
+      for P in LL LL128 SIMPLE; do
+        for mode in "head:" "token:-S token" "token-counts:-S token -C" "none-direct:-S none" "none-two_phase:-S none" \
+          "wire-fp8:-W fp8"; do
+          name=${mode%%:*} algo="" want=""
+          case $name in none-direct) algo=direct want="(direct)" ;; none-two_phase) algo=two_phase want="(two phases)" ;; esac
+          log=$LOGS/stress-short-cp$cp-$name-$P.log
+          # shellcheck disable=SC2086  # the mode's flags are words
+          bgrun env ${algo:+NCCL_DCP_NONE_ALGO=$algo} timeout 120 "$BUILD/test/dcp_stress" -V "$cp" -P "$P" -b 4 \
+            -n "${STRESS_SHORT_CALLS:-20000}" ${mode#*:} > "$log" 2>&1
+          status=$?
+          line=$(grep "^dcp_stress: " "$log" | tail -1)
+          if [ "$status" -eq 0 ] && [ -n "$want" ] && [[ "$line" != *"$want"* ]]; then
+            status=1 line="NCCL_DCP_NONE_ALGO=$algo but the run says otherwise: $line"
+          fi
+          record "$status" "stress-short $name $P: ${line:-$(tail -1 "$log")}"
+        done
       done
     done
   else
