@@ -486,10 +486,15 @@ TEST(OracleRejects, TwoUnitsOfRoundingOff) {
     ASSERT_EQ(checked(call, got).count, 0u);
     // Two units (ulps) of bf16 / fp16; fp32: 2e-6 of the terms' magnitude
     // (its bound allows fp32's accumulation over the sources, ~1e-6).
+    // Toward zero: below v's binade the grid is finer, so the store keeps
+    // both units; away from zero, from the top of a binade, v + 2 ulps is a
+    // tie that rounds to one unit off (0.99609375 -> 1.0 in bf16: seed 24307).
     const float v = loadElement(dtype, got[0].out.data(), 0);
     const double mag = oracle::merge(call.problem(), 0, 0).mag[0];  // rank 0's out[0][0][0]: row 0, head 0
     const double off = dtype == ncclFloat32 ? 2e-6 * mag : std::ldexp(4 * oracle::roundoff(dtype), std::ilogb(v));
-    storeElement(dtype, got[0].out.data(), 0, v + (float)off);
+    storeElement(dtype, got[0].out.data(), 0, v - std::copysign((float)off, v));
+    if (dtype != ncclFloat32)
+      ASSERT_EQ(std::fabs(loadElement(dtype, got[0].out.data(), 0) - v), (float)off) << "the store kept both units";
     EXPECT_EQ(checked(call, got).count, 1u) << "out off by " << off << " at " << v;
     got = render(call, call.problem());
     got[1].outLse[0] = std::nextafter(std::nextafter(got[1].outLse[0], INFINITY), INFINITY) + 1e-4f;
