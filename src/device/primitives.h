@@ -11,8 +11,10 @@
  * SimpleProtocol) provides:
  *
  *   kThreads                    threads of a block
- *   blocksWanted(args)          host: blocks per rank a round wants (the
- *                               launcher caps them at what is co-resident)
+ *   blocksWanted(args, coResident)
+ *                               host: blocks per rank a round wants, given
+ *                               the co-resident blocks a rank can have (the
+ *                               launcher caps them at that)
  *   run<Mode, Codec>(p, rank, localBlock)
  *                               one block's part of one round: starts the
  *                               round (round.h), sends every unit the mode

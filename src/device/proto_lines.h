@@ -20,8 +20,12 @@
  *            partialOut. NONE in two phases forwards each merged group
  *            (relay.h) and relays the peers' once its merges are done.
  *
- * Every block sends everything it owns before it receives anything, and
- * the launch is cooperative, so no receive can starve a send.
+ * Where every item of the round has a warp of its own and receives are
+ * no fewer than sends, the receivers are warps apart from the senders' (a
+ * receive pass is one warp's dependent chain: it should start at the round
+ * read, not after a send); else every block sends everything it owns
+ * before it receives anything. The launch is cooperative, so no receive
+ * can starve a send either way.
  ************************************************************************/
 #ifndef NCCL_DCP_DEVICE_PROTO_LINES_H_
 #define NCCL_DCP_DEVICE_PROTO_LINES_H_
@@ -44,13 +48,28 @@ struct LineProtocol {
   static constexpr int kThreads = kLineThreads;
 
   // Host: blocks per rank a round wants, a warp per (row, head,
-  // destination) to send and per (row, head, group) to receive, every warp
-  // both (TOKEN sends each unit once; HEAD, NONE to every peer).
-  static long blocksWanted(const FusedArgs& a) {
-    const int fanOut = a.shape.scatter == Scatter::Token ? 1 : a.nRanks - 1;
-    const int most = fanOut > a.region.groups ? fanOut : a.region.groups;
-    const long warps = (long)a.rows * a.region.localHeads * (most > 1 ? most : 1);
-    return (warps + kLineWarps - 1) / kLineWarps;
+  // destination) to send and per (row, head, group) to receive (TOKEN
+  // sends each unit once; HEAD, NONE to every peer). Every warp does both,
+  // or the receivers are warps apart (receiversApart) where the blocks
+  // for that fit in the `coResident` blocks a rank can have.
+  static long blocksWanted(const FusedArgs& a, int coResident) {
+    const long units = (long)a.rows * a.region.localHeads;
+    const long sendWarps = units * (a.shape.scatter == Scatter::Token ? 1 : a.nRanks - 1);
+    const long recvWarps = units * a.region.groups;
+    const long apart = (sendWarps + recvWarps + kLineWarps - 1) / kLineWarps;
+    if (apart <= coResident && receiversApart(sendWarps, recvWarps, apart * kLineWarps)) return apart;
+    return ((sendWarps > recvWarps ? sendWarps : recvWarps) + kLineWarps - 1) / kLineWarps;
+  }
+
+  // Whether a rank's receive items get warps of their own, after its send
+  // items': where both fit and the receivers are at least as many. A
+  // receive pass is one warp's dependent chain, so apart it starts at the
+  // round read instead of after a send (cp 2: 6-16% at 1-16 rows, cp 4:
+  // 2-6% at 1-4); where sends outnumber receives (cp 8 over LL: 112 send
+  // warps against 80 at one row), early receivers polling beside the
+  // senders cost 4% (docs/perf-history.md, "Receivers apart from senders").
+  NCCL_DCP_HD static bool receiversApart(long sendItems, long recvItems, long warps) {
+    return sendItems <= recvItems && sendItems + recvItems <= warps;
   }
 
   // Where the remote sources' units of one (row, head) lie in this rank's
@@ -308,7 +327,9 @@ struct LineProtocol {
 
     const int groups = r.groups;
     const int recvItems = (mine.hi - mine.lo) * heads * groups;
-    for (int item = warpInRank; item < recvItems; item += warpsPerRank) {
+    // Apart, warps [sendItems, sendItems + recvItems) receive: they sent nothing.
+    const int firstReceiver = receiversApart(sendItems, recvItems, warpsPerRank) ? sendItems : 0;
+    for (int item = warpInRank - firstReceiver; item >= 0 && item < recvItems; item += warpsPerRank) {
       const int rowHead = p.byGroups.quotient(item), g = item - rowHead * groups;
       const int rowInMine = p.byHeads.quotient(rowHead), head = rowHead - rowInMine * heads;
       const int row = mine.lo + rowInMine;

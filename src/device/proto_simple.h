@@ -273,9 +273,10 @@ struct SimpleProtocol {
   static constexpr int kThreads = kSimpleThreads;
 
   // Host: blocks per rank a round wants, a block per (chunk, destination)
-  // to send, up to every co-resident one; a block's receiving warps per
-  // chunk (TOKEN sends each chunk once, to the rank whose slice holds it).
-  static long blocksWanted(const FusedArgs& a) {
+  // to send, up to every co-resident one (the launcher caps at
+  // `coResident`); a block's receiving warps per chunk (TOKEN sends each
+  // chunk once, to the rank whose slice holds it).
+  static long blocksWanted(const FusedArgs& a, int /*coResident*/) {
     const Region& r = a.region;
     const long chunks = ((long)a.rows * r.localHeads + r.chunkUnits - 1) / r.chunkUnits;
     if (a.shape.scatter == Scatter::Token) return chunks;

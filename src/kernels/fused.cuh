@@ -55,8 +55,9 @@ ncclResult_t launchFusedKernel(const FusedArgs& args, const Addressing& addr, co
   if (nVirtual > kMaxLoopbackRanks)
     return fail(ncclInvalidArgument, "loopback supports at most %d virtual ranks, not %d", kMaxLoopbackRanks,
                 nVirtual);
-  const long wanted = std::max<long>(Protocol::blocksWanted(args), 1);
-  const int blocksPerRank = (int)std::min<long>(wanted, maxBlocks / nVirtual);
+  const int coResident = maxBlocks / nVirtual;
+  const long wanted = std::max<long>(Protocol::blocksWanted(args, coResident), 1);
+  const int blocksPerRank = (int)std::min<long>(wanted, coResident);
   if (blocksPerRank < 1)
     return fail(ncclInvalidUsage, "%d virtual ranks need %d co-resident blocks; this GPU holds %d", nVirtual,
                 nVirtual, maxBlocks);
