@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Unit tests of scripts/perf_tables.py: docs/perf.md's current one-GPU
+tables are exactly what it prints from the JSON directory perf.md names
+(a table retyped or left behind by a new run fails), and a file with a
+wrong row is refused rather than tabled.
+
+Speaks TAP (meson's `protocol: 'tap'`). Run by hand:
+python3 test/scripts/test_perf_tables.py
+"""
+
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, HERE)
+import perf_tables  # noqa: E402
+import tap  # noqa: E402
+
+
+def printed(*args):
+    out = io.StringIO()
+    saved = sys.argv
+    sys.argv = ["perf_tables.py", *args]
+    try:
+        with contextlib.redirect_stdout(out):
+            perf_tables.main()
+    finally:
+        sys.argv = saved
+    return out.getvalue()
+
+
+def current_dir(perf_md):
+    """The JSON directory of perf.md's current one-GPU section."""
+    m = re.search(r"## Current: one H200, loopback cp 8.*?JSON: `(docs/data/loopback-[^`]+)/`", perf_md, re.S)
+    return os.path.join(ROOT, m.group(1)) if m else None
+
+
+class Tables(unittest.TestCase):
+    def setUp(self):
+        with open(os.path.join(ROOT, "docs", "perf.md"), encoding="utf-8") as f:
+            self.perf_md = f.read()
+        self.dir = current_dir(self.perf_md)
+        self.assertIsNotNone(self.dir, "perf.md's current section names no docs/data/loopback-* directory")
+
+    def assertPrintedInPerfMd(self, *args):
+        lines = [l for l in printed(self.dir, *args).splitlines() if l.startswith(("|", "**cp"))]
+        self.assertGreater(len(lines), 10)
+        doc = set(self.perf_md.splitlines())
+        missing = [l for l in lines if l not in doc]
+        self.assertEqual(missing, [], f"perf.md differs from {self.dir}'s JSON (scripts/perf_tables.py)")
+
+    def test_cp8_tables_are_the_json(self):
+        self.assertPrintedInPerfMd()
+
+    def test_other_rank_counts_are_the_json(self):
+        self.assertPrintedInPerfMd("--cp", "2", "4", "16")
+
+    def test_a_wrong_row_is_refused(self):
+        with tempfile.TemporaryDirectory() as d:
+            for name in os.listdir(self.dir):
+                shutil.copy(os.path.join(self.dir, name), d)
+            path = os.path.join(d, "perf-AUTO.json")
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+            data["results"][3]["out_of_place"]["nwrong"] = 1
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(data, f)
+            with self.assertRaises(SystemExit) as e:
+                printed(d)
+            self.assertIn("wrong", str(e.exception.code))
+
+
+if __name__ == "__main__":
+    sys.exit(tap.run_module(__name__))
