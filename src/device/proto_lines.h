@@ -64,8 +64,8 @@ struct LineProtocol {
   // Whether a rank's receive items get warps of their own, after its send
   // items': where both fit and the receivers are at least as many. A
   // receive pass is one warp's dependent chain, so apart it starts at the
-  // round read instead of after a send (cp 2: 6-16% at 1-16 rows, cp 4:
-  // 2-6% at 1-4); where sends outnumber receives (cp 8 over LL: 112 send
+  // round read instead of after a send (cp 2: 5-12% at 1-16 rows, cp 4:
+  // 2-9% at 1-4); where sends outnumber receives (cp 8 over LL: 112 send
   // warps against 80 at one row), early receivers polling beside the
   // senders cost 4% (docs/perf-history.md, "Receivers apart from senders").
   NCCL_DCP_HD static bool receiversApart(long sendItems, long recvItems, long warps) {
