@@ -11,7 +11,8 @@
 #     SWEEPS  perf arguments of each sweep, ';' between sweeps
 #     consecutive replacements of the same NAME make one variant
 #   Writes LOGDIR/<variant>-<sweep index>.txt and .json; exit 1 when a
-#   build, a replacement or a sweep fails.
+#   build, a replacement or a sweep fails. scripts/compare_variants.py
+#   LOGDIR tables them (each variant over the tree, first and last runs).
 set -u
 [ $# -ge 3 ] && [ $((($# - 3) % 4)) -eq 0 ] || { sed -n '2,15p' "$0"; exit 2; }
 build=$1 logs=$2 sweeps=$3

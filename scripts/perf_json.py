@@ -8,8 +8,9 @@ array (fusedUs, baseUs, ...) whose times were the median. Both come back as
 
     meta: mode, n_ranks, dtype, head_dim, local_heads, device, protocol,
           scatter, wire, baseline, baseline2, nccl_version, statistic, commit
-    rows: [{rows, bytes, protocol, fused_us, base_us, base2_us, ideal_us,
-            floor_us, fused_wrong, base_wrong}]  (0 / -1 where not measured)
+    rows: [{rows, bytes, protocol, fused_us, fused_median_us, base_us, base2_us,
+            ideal_us, floor_us, fused_wrong, base_wrong}]  (0 / -1 where not
+            measured; the old files' median is their only time)
 """
 
 import json
@@ -26,7 +27,9 @@ def _wrong(timing):
 
 def _new_rows(report):
     return [{"rows": r["rows"], "bytes": r["size"], "protocol": r.get("protocol", ""),
-             "fused_us": _time(r.get("out_of_place")), "base_us": _time(r.get("baseline")),
+             "fused_us": _time(r.get("out_of_place")),
+             "fused_median_us": (r.get("out_of_place") or {}).get("median_time") or 0.0,
+             "base_us": _time(r.get("baseline")),
              "base2_us": _time(r.get("baseline2")), "ideal_us": r.get("ideal_time") or 0.0,
              "floor_us": r.get("floor_time") or 0.0, "fused_wrong": _wrong(r.get("out_of_place")),
              "base_wrong": _wrong(r.get("baseline"))} for r in report["results"]]
@@ -34,7 +37,8 @@ def _new_rows(report):
 
 def _old_rows(report):
     return [{"rows": r["rows"], "bytes": r["bytes"], "protocol": r.get("protocolChosen", ""),
-             "fused_us": r.get("fusedUs") or 0.0, "base_us": r.get("baseUs") or 0.0,
+             "fused_us": r.get("fusedUs") or 0.0, "fused_median_us": r.get("fusedUs") or 0.0,
+             "base_us": r.get("baseUs") or 0.0,
              "base2_us": r.get("base2Us") or 0.0, "ideal_us": r.get("idealUs") or 0.0,
              "floor_us": r.get("floorUs") or 0.0, "fused_wrong": r.get("fusedWrong", -1),
              "base_wrong": r.get("baseWrong", -1)} for r in report["rows"]]

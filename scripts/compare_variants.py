@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""The table of one scripts/perf-variants.sh run: per sweep and batch, the
+tree's time ("base", first, and "base-again", last: their spread is the
+run's drift), each variant's, and each variant's time over the tree's
+(the mean of base and base-again; below 1 the variant is faster). Times
+are medians of the replays unless --mean. A sweep or variant with a wrong
+row fails (exit 1) after the table: a variant that computes something
+else is not a speed-up.
+
+    scripts/compare_variants.py LOGDIR [--mean] [--names "cp 2 HEAD;cp 4 HEAD;..."]
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+
+import perf_json
+
+
+def sweep_label(meta, args):
+    """cp N, then what the sweep changed from the defaults (protocol, scatter, wire)."""
+    words = [f"cp {meta['n_ranks']}"]
+    if meta["protocol"] and meta["protocol"] != "AUTO":
+        words.append(meta["protocol"])
+    words.append((meta["scatter"] or "head").upper())
+    if meta["wire"] and meta["wire"] != "native":
+        words.append(meta["wire"])
+    if "--none-algo" in args:
+        words.append(args[args.index("--none-algo") + 1])
+    return " ".join(words)
+
+
+def runs(logs):
+    """{variant: {sweep index: (meta, args, rows by batch)}}, base and base-again included."""
+    out = {}
+    for path in glob.glob(os.path.join(logs, "*-*.json")):
+        m = re.fullmatch(r"(.+)-(\d+)\.json", os.path.basename(path))
+        if not m:
+            continue
+        with open(path, encoding="utf-8") as f:
+            report = json.load(f)
+        meta, rows = perf_json.parse(report)
+        out.setdefault(m.group(1), {})[int(m.group(2))] = (meta, report.get("args", []), {r["rows"]: r for r in rows})
+    return out
+
+
+def protocols(rows):
+    """LL ×2, LL128: the protocols of consecutive batches, run-length."""
+    spans = []
+    for n in sorted(rows):
+        p = rows[n]["protocol"]
+        if spans and spans[-1][0] == p:
+            spans[-1][1] += 1
+        else:
+            spans.append([p, 1])
+    return ", ".join(p if k == 1 else f"{p} ×{k}" for p, k in spans)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("logs")
+    ap.add_argument("--mean", action="store_true", help="the mean of the replays (nccl-tests' time)")
+    ap.add_argument("--names", help="the sweeps' labels, ';' between (default: from each sweep's JSON)")
+    a = ap.parse_args()
+    by_variant = runs(a.logs)
+    for needed in ("base", "base-again"):
+        if needed not in by_variant:
+            sys.exit(f"{a.logs}: no {needed}-*.json (perf-variants.sh runs the tree first and last)")
+    variants = sorted(v for v in by_variant if v not in ("base", "base-again"))
+    key = "fused_us" if a.mean else "fused_median_us"
+    names = a.names.split(";") if a.names else None
+    wrong = []
+    header = ["sweep", "rows", "protocols", "base", *variants, "base again",
+              *[f"{v} / base" for v in variants]]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" for _ in header) + "|")
+    for i in sorted(by_variant["base"]):
+        meta, args, base = by_variant["base"][i]
+        again = by_variant["base-again"].get(i, (None, None, {}))[2]
+        label = names[i] if names and i < len(names) else sweep_label(meta, args)
+        batches = sorted(base)
+        tree = {n: (base[n][key] + again[n][key]) / 2 if n in again else base[n][key] for n in batches}
+        cells = [label, "/".join(map(str, batches)), protocols(base)]
+        times = lambda rows: " / ".join(f"{rows[n][key]:.2f}" if n in rows else "-" for n in batches)
+        cells.append(times(base))
+        for v in variants:
+            cells.append(times(by_variant[v].get(i, (None, None, {}))[2]))
+        cells.append(times(again))
+        for v in variants:
+            rows = by_variant[v].get(i, (None, None, {}))[2]
+            cells.append(" / ".join(f"{rows[n][key] / tree[n]:.2f}" if n in rows else "-" for n in batches))
+        print("| " + " | ".join(cells) + " |")
+        for v in ("base", *variants, "base-again"):
+            for n, r in by_variant[v].get(i, (None, None, {}))[2].items():
+                if r["fused_wrong"] > 0:
+                    wrong.append(f"{v} sweep {i} ({label}) at {n} rows: {r['fused_wrong']} wrong")
+    if wrong:
+        print("\n".join(wrong), file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

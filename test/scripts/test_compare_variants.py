@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Unit tests of scripts/compare_variants.py (the table of a
+scripts/perf-variants.sh run) on synthetic perf JSON: each variant's time
+over the tree's is against the mean of the tree's first and last runs, a
+wrong row fails the run after the table, and a run without the tree's
+last sweep is refused.
+
+Speaks TAP (meson's `protocol: 'tap'`). Run by hand:
+python3 test/scripts/test_compare_variants.py
+"""
+
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+sys.path.insert(0, HERE)
+import compare_variants  # noqa: E402
+import tap  # noqa: E402
+
+
+def perf_json(medians, protocol="LL", wrong=None, ranks=2):
+    """dcp_a2a_lse_reduce_perf -J of {rows: median us}; the mean is 10% above the median."""
+    wrong = wrong or {}
+    return {"args": ["perf", "--virtual-ranks", str(ranks)], "n_ranks": ranks, "protocol": "AUTO",
+            "scatter": "head", "wire": "native", "time_statistic": "mean",
+            "results": [{"rows": n, "size": 32768 * n, "protocol": protocol,
+                         "out_of_place": {"time": us * 1.1, "median_time": us, "nwrong": wrong.get(n, 0)}}
+                        for n, us in medians.items()]}
+
+
+class Variants(unittest.TestCase):
+    def table(self, files, *args):
+        with tempfile.TemporaryDirectory() as d:
+            for name, doc in files.items():
+                with open(os.path.join(d, name), "w", encoding="utf-8") as f:
+                    json.dump(doc, f)
+            out, saved = io.StringIO(), sys.argv
+            sys.argv = ["compare_variants.py", d, *args]
+            code = 0
+            try:
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+                    compare_variants.main()
+            except SystemExit as e:
+                code = e.code
+            finally:
+                sys.argv = saved
+            return code, out.getvalue()
+
+    def test_ratio_is_against_the_trees_first_and_last_runs(self):
+        code, out = self.table({"base-0.json": perf_json({1: 10.0, 2: 20.0}),
+                                "apart-0.json": perf_json({1: 9.0, 2: 22.0}),
+                                "base-again-0.json": perf_json({1: 8.0, 2: 20.0})})
+        self.assertEqual(code, 0)
+        row = [l for l in out.splitlines() if l.startswith("| cp 2 HEAD")][0]
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        self.assertEqual(cells[1:], ["1/2", "LL ×2", "10.00 / 20.00", "9.00 / 22.00", "8.00 / 20.00",
+                                     "1.00 / 1.10"])
+
+    def test_mean_reads_the_mean(self):
+        code, out = self.table({"base-0.json": perf_json({1: 10.0}), "v-0.json": perf_json({1: 5.0}),
+                                "base-again-0.json": perf_json({1: 10.0})}, "--mean")
+        self.assertEqual(code, 0)
+        self.assertIn("| 11.00 | 5.50 | 11.00 | 0.50 |", out)
+
+    def test_a_wrong_row_fails_the_run(self):
+        code, out = self.table({"base-0.json": perf_json({1: 10.0}),
+                                "v-0.json": perf_json({1: 5.0}, wrong={1: 3}),
+                                "base-again-0.json": perf_json({1: 10.0})})
+        self.assertEqual(code, 1)
+        self.assertIn("0.50", out)  # the table is printed first
+
+    def test_without_the_trees_last_run_it_refuses(self):
+        code, _ = self.table({"base-0.json": perf_json({1: 10.0}), "v-0.json": perf_json({1: 5.0})})
+        self.assertIn("base-again", str(code))
+
+
+if __name__ == "__main__":
+    sys.exit(tap.run_module(__name__))
