@@ -94,8 +94,8 @@ def main():
         print("| " + " | ".join(cells) + " |")
         for v in ("base", *variants, "base-again"):
             for n, r in by_variant[v].get(i, (None, None, {}))[2].items():
-                if r["fused_wrong"] > 0:
-                    wrong.append(f"{v} sweep {i} ({label}) at {n} rows: {r['fused_wrong']} wrong")
+                if perf_json.wrong_count(r):
+                    wrong.append(f"{v} sweep {i} ({label}) at {n} rows: {perf_json.wrong_count(r)} wrong")
     if wrong:
         print("\n".join(wrong), file=sys.stderr)
         sys.exit(1)

@@ -7,7 +7,8 @@ per call. Files written before (docs/data/*.json) had a camelCase rows[]
 array (fusedUs, baseUs, ...) whose times were the median. Both come back as
 
     meta: mode, n_ranks, dtype, head_dim, local_heads, device, protocol,
-          scatter, wire, baseline, baseline2, nccl_version, statistic, commit
+          scatter, none_algo, wire, baseline, baseline2, nccl_version, statistic,
+          commit
     rows: [{rows, bytes, protocol, fused_us, fused_median_us, base_us, base2_us,
             ideal_us, floor_us, fused_wrong, base_wrong}]  (0 / -1 where not
             measured; the old files' median is their only time)
@@ -51,13 +52,19 @@ def parse(report):
     meta = {"mode": report.get("mode"), "n_ranks": get("n_ranks", "nRanks"), "dtype": report.get("dtype"),
             "head_dim": get("head_dim", "headDim"), "local_heads": get("local_heads", "localHeads"),
             "device": report.get("device"), "protocol": report.get("protocol"),
-            "scatter": report.get("scatter", "head"), "wire": report.get("wire", "native"),
+            "scatter": report.get("scatter", "head"), "none_algo": report.get("none_algo"),
+            "wire": report.get("wire", "native"),
             "baseline": report.get("baseline"),
             "baseline2": report.get("baseline2"),
             "nccl_version": report.get("ncclVersion") if old else report.get("nccl_version"),
             "statistic": "median" if old else report.get("time_statistic", "mean"),
             "commit": report.get("commit", "")}
     return meta, _old_rows(report) if old else _new_rows(report)
+
+
+def wrong_count(row):
+    """Wrong elements of a row, fused call and baseline ("not measured", -1, counts none)."""
+    return max(row["fused_wrong"], 0) + max(row["base_wrong"], 0)
 
 
 def load(path):

@@ -11,7 +11,6 @@ is ours / the ideal; fp8 / native is fp8's time / native HEAD's of the same
 cp. A row a file does not have prints as "-".
 """
 import argparse
-import json
 import os
 import sys
 
@@ -23,7 +22,7 @@ def table(directory, name):
     if not os.path.exists(path):
         sys.exit(f"{path}: missing")
     meta, rows = perf_json.load(path)
-    wrong = sum(r["fused_wrong"] + r["base_wrong"] for r in rows)
+    wrong = sum(perf_json.wrong_count(r) for r in rows)
     if wrong:
         sys.exit(f"{path}: {wrong} wrong rows")
     return meta, {r["rows"]: r for r in rows}
@@ -76,9 +75,7 @@ def other_cp(d, cp):
     _, token = table(d, f"perf-cp{cp}-token")
     none_meta, none = table(d, f"perf-cp{cp}-none")
     _, fp8 = table(d, f"perf-cp{cp}-fp8")
-    with open(os.path.join(d, f"perf-cp{cp}-none.json")) as f:
-        algo = json.load(f).get("none_algo")  # what auto chose (perf_json's meta leaves it out)
-    print(f"**cp {cp}** (NONE: {algo}; baseline 2 of NONE: "
+    print(f"**cp {cp}** (NONE: {none_meta['none_algo']}; baseline 2 of NONE: "
           f"{none_meta.get('baseline2')})\n")
     lines = []
     for n in sorted(head):

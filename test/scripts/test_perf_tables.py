@@ -64,19 +64,27 @@ class Tables(unittest.TestCase):
     def test_other_rank_counts_are_the_json(self):
         self.assertPrintedInPerfMd("--cp", "2", "4", "16")
 
-    def test_a_wrong_row_is_refused(self):
+    def refused_with(self, fused_wrong, base_wrong):
         with tempfile.TemporaryDirectory() as d:
             for name in os.listdir(self.dir):
                 shutil.copy(os.path.join(self.dir, name), d)
             path = os.path.join(d, "perf-AUTO.json")
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
-            data["results"][3]["out_of_place"]["nwrong"] = 1
+            row = data["results"][3]
+            row["out_of_place"]["nwrong"] = fused_wrong
+            row.setdefault("baseline", {"time": 1.0})["nwrong"] = base_wrong
             with open(path, "w", encoding="utf-8") as f:
                 json.dump(data, f)
             with self.assertRaises(SystemExit) as e:
                 printed(d)
             self.assertIn("wrong", str(e.exception.code))
+
+    def test_a_wrong_row_is_refused(self):
+        self.refused_with(1, 0)
+
+    def test_a_baseline_not_checked_hides_no_wrong_row(self):
+        self.refused_with(1, None)  # "not measured" (-1) must not cancel a wrong element
 
 
 if __name__ == "__main__":
