@@ -244,14 +244,16 @@ __device__ __forceinline__ unsigned pollFlags(const char* flagPtr, bool mine, ui
 // Warps [0, sendWarps) of a block send -- the writers, then the signalling
 // warp -- and the others receive: kSimpleSendWarps of them, but
 // kSimpleSendWarpsLarge where the sends bound the round and a block has
-// kSimpleLargeChunksPerBlock chunks or more to merge (sendWarpsOf).
+// kSimpleLargeChunksPerBlock chunks or more to merge, and
+// kSimpleSendWarpsEncoding where fp8's encoders do (sendWarpsOf).
 constexpr int kSimpleThreads = 512;
 constexpr int kSimpleSendWarps = 8;
 constexpr int kSimpleSendWarpsLarge = 10;
+constexpr int kSimpleSendWarpsEncoding = 11;
 constexpr int kSimpleLargeChunksPerBlock = 8;
 constexpr int kSimpleRecvWarps = kSimpleThreads / 32 - kSimpleSendWarps;  // the most a block has
 constexpr int kSimpleSignalWarp = kSimpleSendWarps - 1;
-constexpr int kSimpleMostWriters = kSimpleSendWarpsLarge - 1;
+constexpr int kSimpleMostWriters = kSimpleSendWarpsEncoding - 1;
 // Of the writing warps, how many write (NCCL_DCP_SIMPLE_SEND_WARPS, at
 // most kSimpleSignalWarp; 0: every warp before the signalling one).
 // Named barriers of the receiving groups: kSimpleRecvBarrier + group (0 is
@@ -702,12 +704,17 @@ struct SimpleProtocol {
   // and TOKEN 9-42% slower at cp 2-4, NONE (both algorithms) 7-30% at
   // every cp, and TOKEN 13% at cp 8 and 16 rows, counted by all of the
   // round's chunks (a block merged 4 of its slice's): they keep 8. NVLink
-  // keeps 8: not measured (no two GPUs yet).
+  // keeps 8: not measured (no two GPUs yet). fp8's HEAD rounds from cp 8
+  // take one writer more (11 of 16, docs/perf-history.md "fp8's
+  // encoders"): 1-5% faster at cp 8, 3-4% at cp 16 from 64 rows, where
+  // cp 4 loses 9-10% and native 11-12%.
   template <class Mode, class Codec, class Peers>
   __device__ static int sendWarpsOf(const FusedParams<Peers>& p, int myChunks) {
     const bool sendBound = Mode::kScatter != Scatter::None && !Mode::kRelays && p.nRanks >= (Codec::kScaled ? 4 : 8);
     const bool large = myChunks >= kSimpleLargeChunksPerBlock * p.blocksPerRank;
-    return Peers::kLoopback && sendBound && large ? kSimpleSendWarpsLarge : kSimpleSendWarps;
+    if (!Peers::kLoopback || !sendBound || !large) return kSimpleSendWarps;
+    const bool encodeBound = Codec::kScaled && Mode::kScatter == Scatter::Head && p.nRanks >= 8;
+    return encodeBound ? kSimpleSendWarpsEncoding : kSimpleSendWarpsLarge;
   }
 
   // One round on rank `rank`, block `localBlock` of its blocksPerRank.

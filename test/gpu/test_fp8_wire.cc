@@ -212,11 +212,12 @@ TEST_P(Fp8Wire, NonFiniteElementsAndEmptyRows) {
 // (scripts/gpu-check.sh sanitize).
 TEST_P(Fp8Wire, SmallCall) { check(3, kCap + 6, 128, 2, false); }
 
-// SIMPLE's large rounds on one GPU, where 10 of a block's 16 warps send
-// once a round has 8 chunks a block (proto_simple.h's sendWarpsOf): at cp
-// 8 on an H200 (16 blocks a rank) a round of 64 rows of 16 heads of 512 is
-// 128 fp8 chunks and 256 native ones, then a round of 5 rows with 8
-// sending warps, on both wires.
+// SIMPLE's large rounds on one GPU, where more of a block's 16 warps send
+// once a round has 8 chunks a block (proto_simple.h's sendWarpsOf: 10, and
+// 11 for fp8's HEAD from cp 8): at cp 8 on an H200 (16 blocks a rank) a
+// round of 64 rows of 16 heads of 512 is 128 fp8 chunks (11 senders) and
+// 256 native ones (10), then a round of 5 rows with 8 sending warps, on
+// both wires.
 class Fp8WireSimple : public Fp8Wire {};
 TEST_P(Fp8WireSimple, LargeRoundsSendWithMoreWarps) { check(8, 64 + 5, 512, 16, false, 64); }
 
