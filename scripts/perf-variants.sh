@@ -9,7 +9,8 @@
 #   scripts/perf-variants.sh BUILD LOGDIR SWEEPS [NAME FILE OLD NEW]...
 #     BUILD   a configured meson build directory of this tree
 #     SWEEPS  perf arguments of each sweep, ';' between sweeps
-#     consecutive replacements of the same NAME make one variant
+#     consecutive replacements of the same NAME make one variant; a
+#     patch kept in docs/data/sweeps/ becomes one with scripts/patch_variant.py
 #   Writes LOGDIR/<variant>-<sweep index>.txt and .json; exit 1 when a
 #   build, a replacement or a sweep fails. scripts/compare_variants.py
 #   LOGDIR tables them (each variant over the tree, first and last runs).

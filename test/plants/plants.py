@@ -180,6 +180,10 @@ PLANTS = [
           "    if wrong:\n", "    if wrong and False:\n",
           [("unit_perf_tables", "Tables.test_a_wrong_row_is_refused", 0)],
           "perf.md's tables are printed from a run with wrong rows"),
+    Plant("patch_variant_loses_no_newline", "scripts/patch_variant.py",
+          'side[-1] = side[-1].rstrip("\\n")', "side[-1] = side[-1]",
+          [("unit_patch_variant", "PatchVariant.test_the_replacements_give_the_patched_files", 0)],
+          "a patch's last line without a newline is timed with one"),
     Plant("calls_not_ordered_across_streams", "src/engine.cc",
           "  if (!hasLast) return ncclSuccess;\n", "  if (hasLast || !hasLast) return ncclSuccess;\n",
           [("gpu_streams", "Streamed.EagerCallsOnAnotherStreamWaitForThePreviousCall:"
@@ -520,6 +524,7 @@ TAP_TESTS = {
     "unit_compare_alltoall": "test_compare_alltoall",
     "unit_compare_variants": "test_compare_variants",
     "unit_perf_tables": "test_perf_tables",
+    "unit_patch_variant": "test_patch_variant",
     "unit_check_plugin_report": "test_check_plugin_report",
     "unit_exports": "test_exports",
     "unit_gpu_check": "test_gpu_check",
