@@ -12,12 +12,18 @@
 #     consecutive replacements of the same NAME make one variant; a
 #     patch kept in docs/data/sweeps/ becomes one with scripts/patch_variant.py
 #   Writes LOGDIR/<variant>-<sweep index>.txt and .json; exit 1 when a
-#   build, a replacement or a sweep fails. scripts/compare_variants.py
-#   LOGDIR tables them (each variant over the tree, first and last runs).
+#   build, a replacement or a sweep fails, 2 when LOGDIR already holds
+#   JSON (another run's, which would be tabled with this one's).
+#   scripts/compare_variants.py LOGDIR tables them (each variant over the
+#   tree, first and last runs).
 set -u
-[ $# -ge 3 ] && [ $((($# - 3) % 4)) -eq 0 ] || { sed -n '2,15p' "$0"; exit 2; }
+[ $# -ge 3 ] && [ $((($# - 3) % 4)) -eq 0 ] || { sed -n '2,18p' "$0"; exit 2; }
 build=$1 logs=$2 sweeps=$3
 shift 3
+if compgen -G "$logs/*.json" > /dev/null; then
+  echo "perf-variants.sh: $logs already holds a run's JSON (give a new LOGDIR)" >&2
+  exit 2
+fi
 mkdir -p "$logs"
 IFS=';' read -r -a sweep <<< "$sweeps"
 failed=0

@@ -3,7 +3,8 @@
 scripts/perf-variants.sh run) on synthetic perf JSON: each variant's time
 over the tree's is against the mean of the tree's first and last runs, a
 wrong row fails the run after the table, and a run without the tree's
-last sweep is refused.
+last sweep is refused; and scripts/perf-variants.sh refuses a log
+directory that already holds a run's JSON.
 
 Speaks TAP (meson's `protocol: 'tap'`). Run by hand:
 python3 test/scripts/test_compare_variants.py
@@ -13,6 +14,7 @@ import contextlib
 import io
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -78,6 +80,19 @@ class Variants(unittest.TestCase):
     def test_without_the_trees_last_run_it_refuses(self):
         code, _ = self.table({"base-0.json": perf_json({1: 10.0}), "v-0.json": perf_json({1: 5.0})})
         self.assertIn("base-again", str(code))
+
+    def test_a_run_into_a_log_dir_holding_another_runs_json_is_refused(self):
+        # Its variants would be tabled beside this run's (a machine's /tmp
+        # kept a log directory of an earlier session once).
+        script = os.path.join(HERE, "..", "..", "scripts", "perf-variants.sh")
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "together-0.json"), "w", encoding="utf-8") as f:
+                json.dump(perf_json({1: 10.0}), f)
+            r = subprocess.run(["bash", script, os.path.join(d, "no-build"), d, "--virtual-ranks 2"],
+                               capture_output=True, text=True, check=False)
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertIn("already holds", r.stderr)
+            self.assertEqual(sorted(os.listdir(d)), ["together-0.json"])  # nothing built, nothing written
 
 
 if __name__ == "__main__":
