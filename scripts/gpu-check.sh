@@ -61,7 +61,8 @@
 #     e.g. `OUT=/tmp/gc GPU_CHECK_TAR=$OUT/gpu-check.tgz scripts/gpu-check.sh`
 #     under the device tool, whose $OUT brings back 8 files at most.
 #   COMMIT=<hash>: the source commit the perf JSON records where the tree
-#     has no .git (the device tool copies the working tree alone).
+#     has no .git (the device tool copies the working tree alone); 7-40
+#     hex digits, -dirty allowed, else the script exits 2 at once.
 #   TEST_SUITES="unit gpu": the tests stage runs only these meson suites
 #     (default: every suite), without the minimum case counts per binary.
 #   STRESS_CALLS (1000000), STRESS_MODE_CALLS (200000): calls per rank of
@@ -104,6 +105,13 @@ for a in "$@"; do
     *) stage_args+=("$a") ;;
   esac
 done
+# COMMIT goes into every perf JSON: a hash (7-40 hex digits, -dirty
+# allowed) or nothing, never whatever a caller's script produced (a call
+# once passed the first word of .git/HEAD, "ref:", into a run's tables).
+if [ -n "${COMMIT:-}" ] && ! [[ $COMMIT =~ ^[0-9a-f]{7,40}(-dirty)?$ ]]; then
+  echo "COMMIT='$COMMIT' is not a commit hash (7-40 hex digits, -dirty allowed)"
+  exit 2
+fi
 selftest=${GPU_CHECK_SELFTEST:-0}
 stages=${stage_args[*]:-build tests topology sanitize stress-short perf python plants}
 asked=" "  # every stage name a block asked about: the ones this script knows

@@ -145,6 +145,15 @@ class GpuCheck(unittest.TestCase):
         self.assertEqual(status, 1, out)
         self.assertIn("stage 'selftest-norecord' recorded no result", out)
 
+    def test_a_commit_that_is_not_a_hash_is_refused_before_any_stage(self):
+        status, out = self.run_script("selftest-pass", env={"COMMIT": "ref:"})
+        self.assertEqual(status, 2, out)
+        self.assertIn("COMMIT='ref:' is not a commit hash", out)
+        self.assertNotIn("selftest-pass", out)
+        for commit in ("ce162b8", "ce162b8-dirty", "0123456789abcdef0123456789abcdef01234567"):
+            status, out = self.run_script("selftest-pass", env={"COMMIT": commit})
+            self.assertEqual(status, 0, f"{commit}: {out}")
+
     def test_an_unknown_stage_fails(self):
         status, out = self.run_script("selftest-pass", "no-such-stage")
         self.assertEqual(status, 1, out)
