@@ -78,7 +78,8 @@ def main():
     print("|" + "|".join("---" for _ in header) + "|")
     for i in sorted(by_variant["base"]):
         meta, args, base = by_variant["base"][i]
-        again = by_variant["base-again"].get(i, (None, None, {}))[2]
+        rows_of = lambda v: by_variant[v].get(i, (None, None, {}))[2]  # variant v's rows of sweep i
+        again = rows_of("base-again")
         label = names[i] if names and i < len(names) else sweep_label(meta, args)
         batches = sorted(base)
         tree = {n: (base[n][key] + again[n][key]) / 2 if n in again else base[n][key] for n in batches}
@@ -86,14 +87,14 @@ def main():
         times = lambda rows: " / ".join(f"{rows[n][key]:.2f}" if n in rows else "-" for n in batches)
         cells.append(times(base))
         for v in variants:
-            cells.append(times(by_variant[v].get(i, (None, None, {}))[2]))
+            cells.append(times(rows_of(v)))
         cells.append(times(again))
         for v in variants:
-            rows = by_variant[v].get(i, (None, None, {}))[2]
+            rows = rows_of(v)
             cells.append(" / ".join(f"{rows[n][key] / tree[n]:.2f}" if n in rows else "-" for n in batches))
         print("| " + " | ".join(cells) + " |")
         for v in ("base", *variants, "base-again"):
-            for n, r in by_variant[v].get(i, (None, None, {}))[2].items():
+            for n, r in rows_of(v).items():
                 if perf_json.wrong_count(r):
                     wrong.append(f"{v} sweep {i} ({label}) at {n} rows: {perf_json.wrong_count(r)} wrong")
     if wrong:

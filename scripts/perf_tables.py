@@ -43,6 +43,12 @@ def markdown(header, lines):
     return "\n".join(out)
 
 
+def head_token_cells(h, t):
+    """HEAD's time, against its baseline and its ideal; TOKEN's time and against its baseline."""
+    return [fmt(h["fused_us"]), fmt(ratio(h["base_us"], h["fused_us"])), fmt(ratio(h["fused_us"], h["ideal_us"])),
+            fmt(t and t["fused_us"]), fmt(t and ratio(t["base_us"], t["fused_us"]))]
+
+
 def cp8(d):
     _, head = table(d, "perf-AUTO")
     _, token = table(d, "perf-scatter-token")
@@ -53,10 +59,7 @@ def cp8(d):
     lines, wire = [], []
     for n in sorted(head):
         h, t, nd, n2, ns, f = (x.get(n) for x in (head, token, direct, two, staged, fp8))
-        lines.append([str(n), fmt(h["fused_us"]), fmt(ratio(h["base_us"], h["fused_us"])),
-                      fmt(ratio(h["fused_us"], h["ideal_us"])),
-                      fmt(t and t["fused_us"]), fmt(t and ratio(t["base_us"], t["fused_us"])),
-                      fmt(nd and nd["fused_us"], 1), fmt(n2 and n2["fused_us"], 1),
+        lines.append([str(n), *head_token_cells(h, t), fmt(nd and nd["fused_us"], 1), fmt(n2 and n2["fused_us"], 1),
                       fmt(nd and n2 and ratio(nd["fused_us"], n2["fused_us"])),
                       fmt(n2 and ratio(n2["base2_us"], n2["fused_us"])),
                       fmt(ns and ratio(ns["base2_us"], ns["fused_us"])), h["protocol"]])
@@ -80,10 +83,7 @@ def other_cp(d, cp):
     lines = []
     for n in sorted(head):
         h, t, o, f = (x.get(n) for x in (head, token, none, fp8))
-        lines.append([str(n), fmt(h["fused_us"]), fmt(ratio(h["base_us"], h["fused_us"])),
-                      fmt(ratio(h["fused_us"], h["ideal_us"])),
-                      fmt(t and t["fused_us"]), fmt(t and ratio(t["base_us"], t["fused_us"])),
-                      fmt(o and o["fused_us"]), fmt(o and ratio(o["base2_us"], o["fused_us"])),
+        lines.append([str(n), *head_token_cells(h, t), fmt(o and o["fused_us"]), fmt(o and ratio(o["base2_us"], o["fused_us"])),
                       fmt(f and f["fused_us"]), fmt(f and ratio(f["fused_us"], h["fused_us"])),
                       h["protocol"], f["protocol"] if f else "-"])
     print(markdown(["rows", "HEAD µs", "HEAD vs baseline", "HEAD xIdeal", "TOKEN µs", "TOKEN vs baseline",
