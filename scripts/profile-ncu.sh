@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Nsight Compute on the loopback fused kernel (docs/perf.md "Where the time
 # goes"): one kernel launch per (protocol, wire, mode, rows), `ncu --set full`
-# (clocks left alone), the details page as text under $LOGS/ncu-*.txt.
+# (clocks left alone), the details page as text under $LOGS/ncu-*.txt and the
+# per-instruction samples as $LOGS/ncu-*-sass.csv.
 #   scripts/profile-ncu.sh <perf binary> <logs dir> [P:wire:scatter:rows ...]
 set -uo pipefail
 perf=$1 logs=$2
@@ -28,6 +29,10 @@ for c in "${cases[@]}"; do
     continue
   fi
   "$ncu" --import "$logs/$name.ncu-rep" --page details > "$logs/$name.txt" 2>&1 || status=1
+  # Per-instruction warp-state samples (SASS), for where a kernel stalls; an
+  # ncu without the source page leaves only the details page.
+  "$ncu" --import "$logs/$name.ncu-rep" --page source --csv --print-source sass > "$logs/$name-sass.csv" 2>&1 ||
+    echo "$name: no per-instruction page from this ncu (see $name-sass.csv)"
   rm -f "$logs/$name.ncu-rep"
   grep -E "^  [a-zA-Z]|Duration|Registers Per|Achieved Occupancy|Compute \(SM\) Throughput|DRAM Throughput|Issue Slots Busy|No Eligible|Local Memory Spill" "$logs/$name.txt" | head -20
 done
