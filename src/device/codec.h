@@ -91,9 +91,12 @@ NCCL_DCP_HD float bitsFloat(uint32_t u) {
 // stays finite above it.
 constexpr float kMinScaledAmax = 0x1p-100f;
 
-// The unit's scale and its inverse from amax (finite, >= 0).
-NCCL_DCP_HD float scaleFromAmax(float amax) { return amax >= kMinScaledAmax ? amax / kE4m3Max : 1.f; }
-NCCL_DCP_HD float inverseFromAmax(float amax) { return amax >= kMinScaledAmax ? kE4m3Max / amax : 1.f; }
+// The unit's scale and its inverse from amax (finite, >= 0). Below
+// kMinScaledAmax both divide 448 by itself (1, exactly): a select, not a
+// branch around each division.
+NCCL_DCP_HD float scaledAmax(float amax) { return amax >= kMinScaledAmax ? amax : kE4m3Max; }
+NCCL_DCP_HD float scaleFromAmax(float amax) { return scaledAmax(amax) / kE4m3Max; }
+NCCL_DCP_HD float inverseFromAmax(float amax) { return kE4m3Max / scaledAmax(amax); }
 
 // One element: e4m3 bits of x * inverse (inverseFromAmax).
 NCCL_DCP_HD uint8_t encode(float x, float inverse) {

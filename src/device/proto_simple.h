@@ -713,7 +713,7 @@ struct SimpleProtocol {
     const bool sendBound = Mode::kScatter != Scatter::None && !Mode::kRelays && p.nRanks >= (Codec::kScaled ? 4 : 8);
     const bool large = myChunks >= kSimpleLargeChunksPerBlock * p.blocksPerRank;
     if (!Peers::kLoopback || !sendBound || !large) return kSimpleSendWarps;
-    const bool encodeBound = Codec::kScaled && Mode::kScatter == Scatter::Head && p.nRanks >= 8;
+    const bool encodeBound = Codec::kScaled && p.nRanks >= 8;
     return encodeBound ? kSimpleSendWarpsEncoding : kSimpleSendWarpsLarge;
   }
 
