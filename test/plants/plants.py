@@ -484,8 +484,8 @@ PLANTS = [
           "a sequence of negative local length is merged as live (only 0 reads as empty), in the kernels and "
           "the reference alike"),
     Plant("fp8_scale_rule_halved", "src/device/codec.h",
-          "{ return amax >= kMinScaledAmax ? kE4m3Max / amax : 1.f; }",
-          "{ return amax >= kMinScaledAmax ? 2 * kE4m3Max / amax : 1.f; }",
+          "inverseFromAmax(float amax) { return kE4m3Max / scaledAmax(amax); }",
+          "inverseFromAmax(float amax) { return 2 * kE4m3Max / scaledAmax(amax); }",
           [("unit_oracle", "LibraryModel.Fp8ReferenceFollowsTheOraclesModel", 0),
            ("gpu_fp8_wire", "Protocols/Fp8Wire.MatchesModelBitwise/LL128_bf16", 1),
            ("gpu_fp8_wire", "Types/Fp8WireMatrix.MatchesModelAndOracle/SIMPLE_fp16_lse_fp32", 1)],
