@@ -192,6 +192,10 @@ PLANTS = [
           'side[-1] = side[-1].rstrip("\\n")', "side[-1] = side[-1]",
           [("unit_patch_variant", "PatchVariant.test_the_replacements_give_the_patched_files", 0)],
           "a patch's last line without a newline is timed with one"),
+    Plant("ncu_stalls_counts_not_issued_twice", "scripts/ncu_stalls.py",
+          'h.startswith("stall_") and "Not Issued" not in h]', 'h.startswith("stall_")]',
+          [("unit_ncu_stalls", "NcuStalls.test_shares_and_windows_add_up", 0)],
+          "ncu_stalls.py adds the not-issued samples to every stall reason's share (counted twice)"),
     Plant("calls_not_ordered_across_streams", "src/engine.cc",
           "  if (!hasLast) return ncclSuccess;\n", "  if (hasLast || !hasLast) return ncclSuccess;\n",
           [("gpu_streams", "Streamed.EagerCallsOnAnotherStreamWaitForThePreviousCall:"
@@ -533,6 +537,7 @@ TAP_TESTS = {
     "unit_compare_variants": "test_compare_variants",
     "unit_perf_tables": "test_perf_tables",
     "unit_patch_variant": "test_patch_variant",
+    "unit_ncu_stalls": "test_ncu_stalls",
     "unit_check_plugin_report": "test_check_plugin_report",
     "unit_exports": "test_exports",
     "unit_gpu_check": "test_gpu_check",
