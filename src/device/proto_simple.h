@@ -704,10 +704,11 @@ struct SimpleProtocol {
   // and TOKEN 9-42% slower at cp 2-4, NONE (both algorithms) 7-30% at
   // every cp, and TOKEN 13% at cp 8 and 16 rows, counted by all of the
   // round's chunks (a block merged 4 of its slice's): they keep 8. NVLink
-  // keeps 8: not measured (no two GPUs yet). fp8's HEAD rounds from cp 8
-  // take one writer more (11 of 16; perf-history "One writer more for
-  // fp8's encoders"): 4% faster at 1024 rows at cp 8, 2-3% from 64 rows
-  // at cp 16, where 11 cost cp 4's fp8 9-10% and native 10-12%.
+  // keeps 8: not measured (no two GPUs yet). fp8's HEAD and TOKEN rounds
+  // from cp 8 take one writer more (11 of 16; perf-history "One writer
+  // more for fp8's encoders"): HEAD 4% faster at 1024 rows at cp 8, 2-3%
+  // from 64 rows at cp 16, TOKEN 2% from 256 rows at cp 8, where 11 cost
+  // cp 4's fp8 9-10% and native 10-12%.
   template <class Mode, class Codec, class Peers>
   __device__ static int sendWarpsOf(const FusedParams<Peers>& p, int myChunks) {
     const bool sendBound = Mode::kScatter != Scatter::None && !Mode::kRelays && p.nRanks >= (Codec::kScaled ? 4 : 8);

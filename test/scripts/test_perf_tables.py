@@ -38,31 +38,39 @@ def printed(*args):
     return out.getvalue()
 
 
-def current_dir(perf_md):
-    """The JSON directory of perf.md's current one-GPU section."""
-    m = re.search(r"## Current: one H200, loopback cp 8.*?JSON: `(docs/data/loopback-[^`]+)/`", perf_md, re.S)
+def section_dir(perf_md, heading):
+    """The JSON directory that perf.md's section `heading` names (cp 8's
+    current section, or the other rank counts', which may be an earlier
+    run's)."""
+    m = re.search(re.escape(heading) + r".*?JSON: `(docs/data/loopback-[^`/]+)/", perf_md, re.S)
     return os.path.join(ROOT, m.group(1)) if m else None
+
+
+CP8 = "## Current: one H200, loopback cp 8"
+OTHER_CPS = "### Other rank counts: cp 2, 4 and 16"
 
 
 class Tables(unittest.TestCase):
     def setUp(self):
         with open(os.path.join(ROOT, "docs", "perf.md"), encoding="utf-8") as f:
             self.perf_md = f.read()
-        self.dir = current_dir(self.perf_md)
+        self.dir = section_dir(self.perf_md, CP8)
+        self.other_dir = section_dir(self.perf_md, OTHER_CPS)
         self.assertIsNotNone(self.dir, "perf.md's current section names no docs/data/loopback-* directory")
+        self.assertIsNotNone(self.other_dir, "perf.md's other rank counts name no docs/data/loopback-* directory")
 
-    def assertPrintedInPerfMd(self, *args):
-        lines = [l for l in printed(self.dir, *args).splitlines() if l.startswith(("|", "**cp"))]
+    def assertPrintedInPerfMd(self, directory, *args):
+        lines = [l for l in printed(directory, *args).splitlines() if l.startswith(("|", "**cp"))]
         self.assertGreater(len(lines), 10)
         doc = set(self.perf_md.splitlines())
         missing = [l for l in lines if l not in doc]
-        self.assertEqual(missing, [], f"perf.md differs from {self.dir}'s JSON (scripts/perf_tables.py)")
+        self.assertEqual(missing, [], f"perf.md differs from {directory}'s JSON (scripts/perf_tables.py)")
 
     def test_cp8_tables_are_the_json(self):
-        self.assertPrintedInPerfMd()
+        self.assertPrintedInPerfMd(self.dir)
 
     def test_other_rank_counts_are_the_json(self):
-        self.assertPrintedInPerfMd("--cp", "2", "4", "16")
+        self.assertPrintedInPerfMd(self.other_dir, "--cp", "2", "4", "16")
 
     def refused_with(self, fused_wrong, base_wrong):
         with tempfile.TemporaryDirectory() as d:
