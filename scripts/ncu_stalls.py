@@ -72,6 +72,21 @@ def windows(header, rows, width, least):
     return found
 
 
+def hottest(header, rows, count):
+    """(index, share, executed, instruction, its two largest stalls) of the
+    `count` instructions with the most samples."""
+    col = {h: i for i, h in enumerate(header)}
+    reasons = stall_columns(header)
+    total = sum(number(r[col[SAMPLES]]) for r in rows) or 1.0
+    out = []
+    for i in sorted(range(len(rows)), key=lambda i: -number(rows[i][col[SAMPLES]]))[:count]:
+        r = rows[i]
+        big = sorted(((number(r[col[h]]), h[len("stall_"):]) for h in reasons), reverse=True)[:2]
+        why = ", ".join(f"{k} {100 * v / total:.1f}%" for v, k in big if v > 0)
+        out.append((i, number(r[col[SAMPLES]]) / total, r[col["Instructions Executed"]], r[col["Source"]].strip(), why))
+    return out
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("page")
@@ -83,23 +98,16 @@ def main(argv):
     except (OSError, ValueError) as e:
         print(f"ncu_stalls: {e}", file=sys.stderr)
         return 2
-    col = {h: i for i, h in enumerate(header)}
     total, shares = stall_shares(header, rows)
     print(f"{kernel}\n\n{len(rows)} instructions, {total:.0f} warp-state samples\n")
     print("| stall | share |\n|---|---:|")
     for share, reason in shares:
         if share >= 0.005:
             print(f"| {reason} | {100 * share:.1f}% |")
-    reasons = stall_columns(header)
     print("\n| # | samples | executed | instruction | largest stalls |\n|---:|---:|---:|---|---|")
-    top = sorted(range(len(rows)), key=lambda i: -number(rows[i][col[SAMPLES]]))[:args.top]
-    for i in top:
-        r = rows[i]
-        big = sorted(((number(r[col[h]]), h[len("stall_"):]) for h in reasons), reverse=True)[:2]
-        why = ", ".join(f"{k} {100 * v / total:.1f}%" for v, k in big if v > 0)
-        print(f"| {i} | {100 * number(r[col[SAMPLES]]) / total:.2f}% | {r[col['Instructions Executed']]} | "
-              f"`{r[col['Source']].strip()}` | {why} |")
-    print(f"\n| instructions | samples | landmarks |\n|---|---:|---|")
+    for i, share, executed, instruction, why in hottest(header, rows, args.top):
+        print(f"| {i} | {100 * share:.2f}% | {executed} | `{instruction}` | {why} |")
+    print("\n| instructions | samples | landmarks |\n|---|---:|---|")
     for first, share, marks in windows(header, rows, args.window, 0.01):
         print(f"| {first}-{first + args.window - 1} | {100 * share:.1f}% | {' '.join(marks)} |")
     return 0
