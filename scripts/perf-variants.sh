@@ -13,11 +13,13 @@
 #     patch kept in docs/data/sweeps/ becomes one with scripts/patch_variant.py
 #   Writes LOGDIR/<variant>-<sweep index>.txt and .json; exit 1 when a
 #   build, a replacement or a sweep fails, 2 when LOGDIR already holds
-#   JSON (another run's, which would be tabled with this one's).
+#   JSON (another run's, which would be tabled with this one's). Stopped
+#   (TERM, INT), it puts the variant's texts back before it exits, so the
+#   tree that follows in the same call is the tree, not a variant.
 #   scripts/compare_variants.py LOGDIR tables them (each variant over the
 #   tree, first and last runs).
 set -u
-[ $# -ge 3 ] && [ $((($# - 3) % 4)) -eq 0 ] || { sed -n '2,18p' "$0"; exit 2; }
+[ $# -ge 3 ] && [ $((($# - 3) % 4)) -eq 0 ] || { sed -n '2,20p' "$0"; exit 2; }
 build=$1 logs=$2 sweeps=$3
 shift 3
 if compgen -G "$logs/*.json" > /dev/null; then
@@ -27,6 +29,15 @@ fi
 mkdir -p "$logs"
 IFS=';' read -r -a sweep <<< "$sweeps"
 failed=0
+saved=()  # files the variant being run replaced text in, saved as $logs/.saved<i>
+
+restore() {  # the saved files back, the last saved first
+  for i in $(seq $((${#saved[@]} - 1)) -1 0); do cp "$logs/.saved$i" "${saved[$i]}"; done
+  saved=()
+  rm -f "$logs"/.saved*
+}
+trap 'restore; exit 143' TERM
+trap 'restore; exit 130' INT
 
 replace() {  # FILE OLD NEW: exactly one occurrence, else exit 1
   python3 - "$@" <<'PY'
@@ -55,17 +66,16 @@ run_variant() {  # NAME
 
 run_variant base
 while [ $# -gt 0 ]; do
-  name=$1 saved=() ok=1
+  name=$1 ok=1
   while [ $# -gt 0 ] && [ "$1" = "$name" ]; do  # this variant's replacements
     file=$2
-    cp "$file" "$logs/.saved${#saved[@]}" || exit 1
+    cp "$file" "$logs/.saved${#saved[@]}" || { restore; exit 1; }
     saved+=("$file")
     replace "$file" "$3" "$4" || ok=0
     shift 4
   done
   if [ $ok = 1 ]; then run_variant "$name"; else failed=1; fi
-  for i in $(seq $((${#saved[@]} - 1)) -1 0); do cp "$logs/.saved$i" "${saved[$i]}"; done  # last first
+  restore
 done
-rm -f "$logs"/.saved*
 run_variant base-again
 exit $failed

@@ -4,7 +4,8 @@ scripts/perf-variants.sh run) on synthetic perf JSON: each variant's time
 over the tree's is against the mean of the tree's first and last runs, a
 wrong row fails the run after the table, and a run without the tree's
 last sweep is refused; and scripts/perf-variants.sh refuses a log
-directory that already holds a run's JSON.
+directory that already holds a run's JSON and, stopped in a variant, puts
+the variant's text back.
 
 Speaks TAP (meson's `protocol: 'tap'`). Run by hand:
 python3 test/scripts/test_compare_variants.py
@@ -14,9 +15,11 @@ import contextlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -93,6 +96,41 @@ class Variants(unittest.TestCase):
             self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
             self.assertIn("already holds", r.stderr)
             self.assertEqual(sorted(os.listdir(d)), ["together-0.json"])  # nothing built, nothing written
+
+    def test_stopped_in_a_variant_it_puts_the_text_back(self):
+        # A GPU call's time limit stops it mid-variant: whatever the call
+        # builds next must be the tree, not the variant.
+        script = os.path.join(HERE, "..", "..", "scripts", "perf-variants.sh")
+        with tempfile.TemporaryDirectory() as d:
+            tree, logs, build, bin_dir = (os.path.join(d, x) for x in ("tree.h", "logs", "build", "bin"))
+            os.makedirs(os.path.join(build, "perf"))
+            os.makedirs(bin_dir)
+            with open(tree, "w", encoding="utf-8") as f:
+                f.write("constexpr int kUnits = 4;\n")
+            fakes = {os.path.join(bin_dir, "ninja"): "#!/bin/sh\nexit 0\n",
+                     # the perf binary: its JSON, then a sweep long enough to be stopped in
+                     os.path.join(build, "perf", "dcp_a2a_lse_reduce_perf"):
+                         '#!/bin/sh\nwhile [ "$1" != -J ]; do shift; done\necho "{}" > "$2"\nsleep 1\n'}
+            for path, text in fakes.items():
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(text)
+                os.chmod(path, 0o755)
+            env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"])
+            run = subprocess.Popen(["bash", script, build, logs, "--virtual-ranks 2", "two", tree,
+                                    "kUnits = 4", "kUnits = 2"], env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+            deadline = time.time() + 20
+            while not os.path.exists(os.path.join(logs, "two-0.json")) and time.time() < deadline:
+                time.sleep(0.05)
+            with open(tree, encoding="utf-8") as f:
+                self.assertIn("kUnits = 2", f.read())  # stopped in the variant, not before it
+            run.send_signal(signal.SIGTERM)
+            out, err = run.communicate(timeout=20)
+            self.assertEqual(run.returncode, 143, out + err)
+            with open(tree, encoding="utf-8") as f:
+                self.assertEqual(f.read(), "constexpr int kUnits = 4;\n")
+            self.assertFalse([n for n in os.listdir(logs) if n.startswith(".saved")])
+            self.assertFalse(os.path.exists(os.path.join(logs, "base-again-0.json")))  # it stopped
 
 
 if __name__ == "__main__":
