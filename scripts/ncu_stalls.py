@@ -42,6 +42,12 @@ def read_page(path):
     return rows[0][1], rows[1], rows[2:]
 
 
+def sample_counts(header, rows):
+    """Each instruction's warp-state samples, in page order."""
+    col = header.index(SAMPLES)
+    return [number(r[col]) for r in rows]
+
+
 def stall_columns(header):
     """The stall reasons' columns of every sample (not the not-issued ones)."""
     return [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
@@ -49,25 +55,24 @@ def stall_columns(header):
 
 def stall_shares(header, rows):
     """Stall reason -> share of every sample, largest first."""
-    reasons = stall_columns(header)
     col = {h: i for i, h in enumerate(header)}
-    total = sum(number(r[col[SAMPLES]]) for r in rows)
-    sums = {h[len("stall_"):]: sum(number(r[col[h]]) for r in rows) for h in reasons}
+    total = sum(sample_counts(header, rows))
+    sums = {h[len("stall_"):]: sum(number(r[col[h]]) for r in rows) for h in stall_columns(header)}
     return total, sorted(((v / total if total else 0.0, k) for k, v in sums.items()), reverse=True)
 
 
 def windows(header, rows, width, least):
     """(first, share, landmarks) of each window of `width` instructions with
     at least `least` of the samples."""
-    col = {h: i for i, h in enumerate(header)}
-    samples = [number(r[col[SAMPLES]]) for r in rows]
+    source = header.index("Source")
+    samples = sample_counts(header, rows)
     total = sum(samples) or 1.0
     found = []
     for first in range(0, len(rows), width):
         share = sum(samples[first:first + width]) / total
         if share < least:
             continue
-        marks = sorted({m.group(1) for r in rows[first:first + width] for m in [LANDMARK.search(r[col["Source"]])] if m})
+        marks = sorted({m.group(1) for r in rows[first:first + width] for m in [LANDMARK.search(r[source])] if m})
         found.append((first, share, marks))
     return found
 
@@ -77,13 +82,14 @@ def hottest(header, rows, count):
     `count` instructions with the most samples."""
     col = {h: i for i, h in enumerate(header)}
     reasons = stall_columns(header)
-    total = sum(number(r[col[SAMPLES]]) for r in rows) or 1.0
+    samples = sample_counts(header, rows)
+    total = sum(samples) or 1.0
     out = []
-    for i in sorted(range(len(rows)), key=lambda i: -number(rows[i][col[SAMPLES]]))[:count]:
+    for i in sorted(range(len(rows)), key=lambda i: -samples[i])[:count]:
         r = rows[i]
         big = sorted(((number(r[col[h]]), h[len("stall_"):]) for h in reasons), reverse=True)[:2]
         why = ", ".join(f"{k} {100 * v / total:.1f}%" for v, k in big if v > 0)
-        out.append((i, number(r[col[SAMPLES]]) / total, r[col["Instructions Executed"]], r[col["Source"]].strip(), why))
+        out.append((i, samples[i] / total, r[col["Instructions Executed"]], r[col["Source"]].strip(), why))
     return out
 
 

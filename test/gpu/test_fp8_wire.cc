@@ -214,7 +214,7 @@ TEST_P(Fp8Wire, SmallCall) { check(3, kCap + 6, 128, 2, false); }
 
 // SIMPLE's large rounds on one GPU, where more of a block's 16 warps send
 // once a round has 8 chunks a block (proto_simple.h's sendWarpsOf: 10, and
-// 11 for fp8's HEAD from cp 8): at cp 8 on an H200 (16 blocks a rank) a
+// 11 for fp8's HEAD and TOKEN from cp 8): at cp 8 on an H200 (16 blocks a rank) a
 // round of 64 rows of 16 heads of 512 is 128 fp8 chunks (11 senders) and
 // 256 native ones (10), then a round of 5 rows with 8 sending warps, on
 // both wires.

@@ -23,6 +23,7 @@ import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+PERF_VARIANTS = os.path.join(HERE, "..", "..", "scripts", "perf-variants.sh")
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
 sys.path.insert(0, HERE)
 import compare_variants  # noqa: E402
@@ -87,11 +88,10 @@ class Variants(unittest.TestCase):
     def test_a_run_into_a_log_dir_holding_another_runs_json_is_refused(self):
         # Its variants would be tabled beside this run's (a machine's /tmp
         # kept a log directory of an earlier session once).
-        script = os.path.join(HERE, "..", "..", "scripts", "perf-variants.sh")
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "together-0.json"), "w", encoding="utf-8") as f:
                 json.dump(perf_json({1: 10.0}), f)
-            r = subprocess.run(["bash", script, os.path.join(d, "no-build"), d, "--virtual-ranks 2"],
+            r = subprocess.run(["bash", PERF_VARIANTS, os.path.join(d, "no-build"), d, "--virtual-ranks 2"],
                                capture_output=True, text=True, check=False)
             self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
             self.assertIn("already holds", r.stderr)
@@ -100,7 +100,6 @@ class Variants(unittest.TestCase):
     def test_stopped_in_a_variant_it_puts_the_text_back(self):
         # A GPU call's time limit stops it mid-variant: whatever the call
         # builds next must be the tree, not the variant.
-        script = os.path.join(HERE, "..", "..", "scripts", "perf-variants.sh")
         with tempfile.TemporaryDirectory() as d:
             tree, logs, build, bin_dir = (os.path.join(d, x) for x in ("tree.h", "logs", "build", "bin"))
             os.makedirs(os.path.join(build, "perf"))
@@ -116,7 +115,7 @@ class Variants(unittest.TestCase):
                     f.write(text)
                 os.chmod(path, 0o755)
             env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"])
-            run = subprocess.Popen(["bash", script, build, logs, "--virtual-ranks 2", "two", tree,
+            run = subprocess.Popen(["bash", PERF_VARIANTS, build, logs, "--virtual-ranks 2", "two", tree,
                                     "kUnits = 4", "kUnits = 2"], env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)
             deadline = time.time() + 20
