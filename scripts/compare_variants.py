@@ -75,7 +75,7 @@ def main():
     header = ["sweep", "rows", "protocols", "base", *variants, "base again",
               *[f"{v} / base" for v in variants]]
     print("| " + " | ".join(header) + " |")
-    print("|" + "|".join("---" for _ in header) + "|")
+    print("|" + "|".join("---" if i < 3 else "---:" for i in range(len(header))) + "|")  # times right-aligned
     for i in sorted(by_variant["base"]):
         meta, args, base = by_variant["base"][i]
         rows_of = lambda v: by_variant[v].get(i, (None, None, {}))[2]  # variant v's rows of sweep i
