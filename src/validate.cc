@@ -33,7 +33,9 @@ static ncclResult_t checkHeader(const char* what, const char* initializer, unsig
   return ncclSuccess;
 }
 
-ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* out) {
+// The config's header and size: magic, a known version, and the sizeof of
+// this version's struct or of an older one's.
+static ncclResult_t checkConfigStruct(const ncclDcpConfig_t* cfg) {
   if (cfg == nullptr) return fail(ncclInvalidArgument, "config is NULL");
   DCPCHECK(checkHeader("config", "NCCL_DCP_CONFIG_INITIALIZER", cfg->magic, NCCL_DCP_CONFIG_MAGIC,
                        "NCCL_DCP_CONFIG_MAGIC", cfg->version, NCCL_DCP_VERSION(0, 1, 0)));
@@ -46,13 +48,17 @@ ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* o
     return fail(ncclInvalidArgument,
                 "config->size %zu is not sizeof(ncclDcpConfig_t) = %zu (or 0.3's %zu, 0.2's %zu)", cfg->size,
                 sizeof(ncclDcpConfig_t), v3size, v2);
+  return ncclSuccess;
+}
 
-  Config c;
-  c.dtype = cfg->dtype;
+// What a call's tensors look like: dtype, headDim, localHeads, lseBase
+// (required: no default).
+static ncclResult_t resolveShape(const ncclDcpConfig_t* cfg, Config* c) {
+  c->dtype = cfg->dtype;
   if ((int)cfg->dtype == NCCL_CONFIG_UNDEF_INT)
     return fail(ncclInvalidArgument, "config->dtype is not set: use ncclBfloat16, ncclFloat16 or ncclFloat32");
-  c.eltSize = dtypeSize(cfg->dtype);
-  if (c.eltSize == 0)
+  c->eltSize = dtypeSize(cfg->dtype);
+  if (c->eltSize == 0)
     return fail(ncclInvalidArgument,
                 "config->dtype %d is not supported: use ncclBfloat16, ncclFloat16 or ncclFloat32",
                 (int)cfg->dtype);
@@ -61,89 +67,112 @@ ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* o
   if (cfg->headDim <= 0 || cfg->headDim > NCCL_DCP_MAX_HEAD_DIM)
     return fail(ncclInvalidArgument, "config->headDim %d is out of range [1, %d]", cfg->headDim,
                 NCCL_DCP_MAX_HEAD_DIM);
-  if (cfg->headDim * c.eltSize % 16 != 0)
+  if (cfg->headDim * c->eltSize % 16 != 0)
     return fail(ncclInvalidArgument,
                 "config->headDim %d: a row of %d bytes (headDim * sizeof(%s)) is not a multiple "
                 "of 16 bytes",
-                cfg->headDim, cfg->headDim * c.eltSize, dtypeName(cfg->dtype));
-  c.headDim = cfg->headDim;
+                cfg->headDim, cfg->headDim * c->eltSize, dtypeName(cfg->dtype));
+  c->headDim = cfg->headDim;
 
   if (cfg->localHeads == NCCL_CONFIG_UNDEF_INT)
     return fail(ncclInvalidArgument, "config->localHeads is not set");
   if (cfg->localHeads <= 0 || cfg->localHeads > NCCL_DCP_MAX_LOCAL_HEADS)
     return fail(ncclInvalidArgument, "config->localHeads %d is out of range [1, %d]",
                 cfg->localHeads, NCCL_DCP_MAX_LOCAL_HEADS);
-  c.localHeads = cfg->localHeads;
+  c->localHeads = cfg->localHeads;
 
   if (cfg->lseBase == NCCL_CONFIG_UNDEF_INT)
     return fail(ncclInvalidArgument, "config->lseBase is not set: use ncclDcpLseBase2 or ncclDcpLseBaseE");
   if (cfg->lseBase != ncclDcpLseBase2 && cfg->lseBase != ncclDcpLseBaseE)
     return fail(ncclInvalidArgument, "config->lseBase %d is not ncclDcpLseBase2 or ncclDcpLseBaseE",
                 cfg->lseBase);
-  c.lseBase = cfg->lseBase == ncclDcpLseBase2 ? LseBase::Two : LseBase::E;
+  c->lseBase = cfg->lseBase == ncclDcpLseBase2 ? LseBase::Two : LseBase::E;
+  return ncclSuccess;
+}
 
-  c.maxBatch = pick(cfg->maxBatch, env.maxBatch, kDefaultMaxBatch);
-  if (c.maxBatch <= 0 || c.maxBatch > NCCL_DCP_MAX_BATCH_CAPACITY)
-    return fail(ncclInvalidArgument, "config->maxBatch %d is out of range [1, %d]", c.maxBatch,
+// Capacity, protocol and timeout: the config's, else the environment's,
+// else ours.
+static ncclResult_t resolveLimits(const ncclDcpConfig_t* cfg, const Env& env, Config* c) {
+  c->maxBatch = pick(cfg->maxBatch, env.maxBatch, kDefaultMaxBatch);
+  if (c->maxBatch <= 0 || c->maxBatch > NCCL_DCP_MAX_BATCH_CAPACITY)
+    return fail(ncclInvalidArgument, "config->maxBatch %d is out of range [1, %d]", c->maxBatch,
                 NCCL_DCP_MAX_BATCH_CAPACITY);
 
   int proto = pick(cfg->protocol, env.protocol, ncclDcpProtoAuto);
   if (proto < 0 || proto >= ncclDcpNumProtocols)
     return fail(ncclInvalidArgument,
                 "config->protocol %d is not one of ncclDcpProtoAuto, LL, LL128, Simple", proto);
-  c.protocol = (ncclDcpProtocol_t)proto;
+  c->protocol = (ncclDcpProtocol_t)proto;
 
-  c.timeoutMs = pick(cfg->timeoutMs, env.timeoutMs, kDefaultTimeoutMs);
-  if (c.timeoutMs < 0)
-    return fail(ncclInvalidArgument, "config->timeoutMs %d is negative (0 waits forever)", c.timeoutMs);
+  c->timeoutMs = pick(cfg->timeoutMs, env.timeoutMs, kDefaultTimeoutMs);
+  if (c->timeoutMs < 0)
+    return fail(ncclInvalidArgument, "config->timeoutMs %d is negative (0 waits forever)", c->timeoutMs);
+  return ncclSuccess;
+}
 
+// The fields appended after 0.2, where the caller's struct has them.
+static ncclResult_t resolveAppended(const ncclDcpConfig_t* cfg, Config* c) {
   // Appended in 0.3: a 0.2 caller's config ends before them.
   const bool v3 = cfg->size >= offsetof(ncclDcpConfig_t, lseDtype) + sizeof(cfg->lseDtype);
   const int scatter = v3 && cfg->scatter != NCCL_CONFIG_UNDEF_INT ? cfg->scatter : ncclDcpScatterHead;
   if (scatter < 0 || scatter >= ncclDcpNumScatters)
     return fail(ncclInvalidArgument,
                 "config->scatter %d is not ncclDcpScatterHead, ncclDcpScatterToken or ncclDcpScatterNone", scatter);
-  c.scatter = (Scatter)scatter;
-  c.lseDtype = v3 && (int)cfg->lseDtype != NCCL_CONFIG_UNDEF_INT ? cfg->lseDtype : ncclFloat32;
-  c.lseEltSize = dtypeSize(c.lseDtype);
-  if (c.lseEltSize == 0)
+  c->scatter = (Scatter)scatter;
+  c->lseDtype = v3 && (int)cfg->lseDtype != NCCL_CONFIG_UNDEF_INT ? cfg->lseDtype : ncclFloat32;
+  c->lseEltSize = dtypeSize(c->lseDtype);
+  if (c->lseEltSize == 0)
     return fail(ncclInvalidArgument,
                 "config->lseDtype %d is not supported: use ncclFloat32, ncclBfloat16 or ncclFloat16",
-                (int)c.lseDtype);
+                (int)c->lseDtype);
 
   // Appended in 0.4 (behind reserved0, 0.3's padding: a 0.3 caller's
   // size ends before wire). fp8 narrows 16-bit elements (fp32 would lose more
   // than the format is measured for), in 16-element words (SIMPLE's 16-byte
   // lanes), in every scatter mode; NONE then runs its direct algorithm
-  // (below: a relay of the merged heads would round them a second time).
+  // (resolveFromEnv: a relay of the merged heads would round them a second time).
   const bool hasWire = cfg->size >= offsetof(ncclDcpConfig_t, wire) + sizeof(cfg->wire);
   const int wire = hasWire && cfg->wire != NCCL_CONFIG_UNDEF_INT ? cfg->wire : ncclDcpWireNative;
   if (wire < 0 || wire >= ncclDcpNumWires)
     return fail(ncclInvalidArgument, "config->wire %d is not ncclDcpWireNative or ncclDcpWireFp8E4m3", wire);
-  c.wire = (Wire)wire;
-  if (c.wire == Wire::Fp8E4m3) {
-    if (c.dtype != ncclBfloat16 && c.dtype != ncclFloat16)
-      return fail(ncclInvalidArgument, "config->wire fp8 needs dtype bf16 or fp16, not %s", dtypeName(c.dtype));
-    if (c.headDim % 16 != 0)
-      return fail(ncclInvalidArgument, "config->wire fp8 needs headDim %% 16 == 0, not %d", c.headDim);
+  c->wire = (Wire)wire;
+  if (c->wire == Wire::Fp8E4m3) {
+    if (c->dtype != ncclBfloat16 && c->dtype != ncclFloat16)
+      return fail(ncclInvalidArgument, "config->wire fp8 needs dtype bf16 or fp16, not %s", dtypeName(c->dtype));
+    if (c->headDim % 16 != 0)
+      return fail(ncclInvalidArgument, "config->wire fp8 needs headDim %% 16 == 0, not %d", c->headDim);
   }
+  return ncclSuccess;
+}
 
-  // From the environment alone (parseEnv range-checked them).
-  c.simpleMinRows = env.simpleMinRows;  // unset (-1): the policy's measured default for the links
-  c.pdl = env.pdl != 0;  // unset (-1) means on
-  c.noneAlgo = env.noneAlgo == kEnvUnset ? kDefaultNoneAlgo : (NoneAlgo)env.noneAlgo;
-  if (c.wire == Wire::Fp8E4m3 && c.scatter == Scatter::None && c.noneAlgo == NoneAlgo::TwoPhase)
+// From the environment alone (parseEnv range-checked them), against the
+// config resolved so far.
+static ncclResult_t resolveFromEnv(const Env& env, Config* c) {
+  c->simpleMinRows = env.simpleMinRows;  // unset (-1): the policy's measured default for the links
+  c->pdl = env.pdl != 0;  // unset (-1) means on
+  c->noneAlgo = env.noneAlgo == kEnvUnset ? kDefaultNoneAlgo : (NoneAlgo)env.noneAlgo;
+  if (c->wire == Wire::Fp8E4m3 && c->scatter == Scatter::None && c->noneAlgo == NoneAlgo::TwoPhase)
     return fail(ncclInvalidArgument,
                 "config->wire fp8 with scatter NONE runs NONE's direct algorithm: NCCL_DCP_NONE_ALGO=two_phase "
                 "would relay the merged heads through fp8, rounding them a second time (unset it or use auto)");
-  c.provider = env.provider == kEnvUnset ? ncclDcpProviderAuto : (ncclDcpProvider_t)env.provider;
+  c->provider = env.provider == kEnvUnset ? ncclDcpProviderAuto : (ncclDcpProvider_t)env.provider;
   if (env.forceFallback) {
-    if (c.provider != ncclDcpProviderAuto && c.provider != ncclDcpProviderFallback)
+    if (c->provider != ncclDcpProviderAuto && c->provider != ncclDcpProviderFallback)
       return fail(ncclInvalidUsage, "NCCL_DCP_FORCE_FALLBACK=1 contradicts NCCL_DCP_PROVIDER=%s: set one of them",
-                  providerName(c.provider));
-    c.provider = ncclDcpProviderFallback;
+                  providerName(c->provider));
+    c->provider = ncclDcpProviderFallback;
   }
+  return ncclSuccess;
+}
 
+// *out is written only when the whole config is valid.
+ncclResult_t resolveConfig(const ncclDcpConfig_t* cfg, const Env& env, Config* out) {
+  DCPCHECK(checkConfigStruct(cfg));
+  Config c;
+  DCPCHECK(resolveShape(cfg, &c));
+  DCPCHECK(resolveLimits(cfg, env, &c));
+  DCPCHECK(resolveAppended(cfg, &c));
+  DCPCHECK(resolveFromEnv(env, &c));
   *out = c;
   return ncclSuccess;
 }

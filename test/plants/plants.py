@@ -127,9 +127,9 @@ PLANTS = [
           [("unit_reference", "AllTypes/CountMismatches.EmptyRowsNeedMinusInfinityExactly/*", 0)],
           "the comparison accepts any finite outLse where an empty row must give -inf"),
     Plant("timeout_zero_read_as_default", "src/validate.cc",
-          "c.timeoutMs = pick(cfg->timeoutMs, env.timeoutMs, kDefaultTimeoutMs);",
-          "c.timeoutMs = pick(cfg->timeoutMs == 0 ? NCCL_CONFIG_UNDEF_INT : cfg->timeoutMs, env.timeoutMs,\n"
-          "                   kDefaultTimeoutMs);",
+          "c->timeoutMs = pick(cfg->timeoutMs, env.timeoutMs, kDefaultTimeoutMs);",
+          "c->timeoutMs = pick(cfg->timeoutMs == 0 ? NCCL_CONFIG_UNDEF_INT : cfg->timeoutMs, env.timeoutMs,\n"
+          "                    kDefaultTimeoutMs);",
           [("unit_validation", "ConfigTimeout.ZeroMeansForeverAndIsAccepted", 0),
            ("gpu_loopback", "Transports/LoopbackProto.TimeoutZeroWaitsForever/*", 1)],
           "config->timeoutMs = 0 read as unset: NCCL_DCP_TIMEOUT_MS or the built-in bound applies"),
