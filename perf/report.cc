@@ -166,22 +166,10 @@ std::vector<std::string> relevantEnvironment(char** envp) {
   return env;
 }
 
-std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const std::vector<Row>& rows) {
-  const int64_t perRow = bytesPerRow(a, run.nRanks);
-  const Summary sum = summarize(rows);
-  const int dcpVersion = run.dcpVersion ? run.dcpVersion : NCCL_DCP_VERSION_CODE;
-  JsonWriter w;
-  w.open('{');
-  // ---- nccl-tests' fields (its -J writer, JSON_FILE_VERSION 3), in its order.
-  w.key("version").integer(3);
-  w.key("start_time").str(run.startTime);
-  w.key("args").open('[', true);
-  for (const std::string& s : a.argv) w.str(s);
-  w.close();
-  w.key("env").open('[');
-  for (const std::string& s : run.env) w.str(s);
-  w.close();
-  w.key("nccl_version").integer(run.ncclVersion);
+namespace {
+
+// nccl-tests' "config" object (its -J writer), in its order.
+void writeTestsConfig(JsonWriter& w, const Args& a, const RunInfo& run, int64_t perRow) {
   w.key("config").open('{');
   w.key("nthreads").integer(a.threads);
   w.key("ngpus").integer(a.gpusPerThread);
@@ -214,6 +202,21 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
   }
   w.close();
   w.close();  // config
+}
+
+// nccl-tests' fields up to its end_time (JSON_FILE_VERSION 3), in its order.
+void writeTestsFields(JsonWriter& w, const Args& a, const RunInfo& run, const std::vector<Row>& rows,
+                             const Summary& sum, int64_t perRow) {
+  w.key("version").integer(3);
+  w.key("start_time").str(run.startTime);
+  w.key("args").open('[', true);
+  for (const std::string& s : a.argv) w.str(s);
+  w.close();
+  w.key("env").open('[');
+  for (const std::string& s : run.env) w.str(s);
+  w.close();
+  w.key("nccl_version").integer(run.ncclVersion);
+  writeTestsConfig(w, a, run, perRow);
   w.key("results").open('[');
   for (const Row& r : rows) writeResult(w, a, r, run.nRanks);
   w.close();
@@ -226,7 +229,11 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
   w.key("okay").str("unchecked");
   w.key("baseline").num(sum.baseBusBw);
   w.close();
-  // ---- ours: what nccl-tests has no field for.
+}
+
+// What built and ran: our commit and versions, NCCL's, the machine.
+void writeBuild(JsonWriter& w, const RunInfo& run) {
+  const int dcpVersion = run.dcpVersion ? run.dcpVersion : NCCL_DCP_VERSION_CODE;
   w.key("tool").str("dcp_a2a_lse_reduce_perf");
   w.key("commit").str(NCCL_DCP_SOURCE_COMMIT);
   w.key("nccl_dcp_version").integer(dcpVersion);
@@ -237,6 +244,11 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
   w.key("host").str(run.host);
   w.key("mode").str(run.mode);
   w.key("device").str(run.device);
+}
+
+// The operation swept: ranks, mode, wire, shape, protocol, and what it is
+// measured against.
+void writeOperation(JsonWriter& w, const Args& a, const RunInfo& run, int64_t perRow) {
   w.key("n_ranks").integer(run.nRanks);
   w.key("processes").integer(run.placement.processes);
   w.key("virtual_ranks").integer(a.virtualRanks);
@@ -264,9 +276,9 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
   w.key("baseline2");
   if (hasBaseline2(a)) w.str(baseline2Name(a));
   else w.null();
-  w.key("copy_bandwidth").num(run.copyGBps);
-  w.key("speedup_geomean").num(sum.speedup);
-  w.key("speedup2_geomean").num(sum.speedup2);
+}
+
+void writeFloors(JsonWriter& w, const Floors& f) {
   w.key("floors").open('{', true);
   w.key("measured").boolean(f.measured);
   w.key("why").str(f.why);
@@ -276,7 +288,25 @@ std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const
   w.key("round_trip_time").num(f.roundTripUs);
   w.key("round_trip").str(f.roundTrip);
   w.close();
-  w.key("end_time").str(run.endTime);  // last, as nccl-tests writes it
+}
+
+}  // namespace
+
+// nccl-tests' -J document with our fields after its own, end_time last
+// as it writes it.
+std::string jsonReport(const Args& a, const RunInfo& run, const Floors& f, const std::vector<Row>& rows) {
+  const int64_t perRow = bytesPerRow(a, run.nRanks);
+  const Summary sum = summarize(rows);
+  JsonWriter w;
+  w.open('{');
+  writeTestsFields(w, a, run, rows, sum, perRow);
+  writeBuild(w, run);
+  writeOperation(w, a, run, perRow);
+  w.key("copy_bandwidth").num(run.copyGBps);
+  w.key("speedup_geomean").num(sum.speedup);
+  w.key("speedup2_geomean").num(sum.speedup2);
+  writeFloors(w, f);
+  w.key("end_time").str(run.endTime);
   w.close();
   return w.text();
 }
