@@ -235,11 +235,42 @@ struct LineProtocol {
     return true;
   }
 
+  // Send item -> (row, head, destination) and what it sends. HEAD, NONE:
+  // every unit to every peer, destinations rotating with the rank so peers
+  // are not all hit at once. TOKEN: each row not in this rank's slice
+  // `mine`, to its owner. `heads` (of a workspace row) and `nPeers` (cp -
+  // 1) as run holds them in registers.
+  struct SendItem {
+    int row, head, dst;
+    const char* src;
+    float lse;
+  };
+  template <class Mode, class Codec, class Peers>
+  __device__ static SendItem sendItemOf(const FusedParams<Peers>& p, const RankIo& io, const int* start,
+                                        const RoundRows& mine, int rank, int heads, int nPeers, int item) {
+    using T = typename Codec::Element;
+    constexpr bool token = Mode::kScatter == Scatter::Token;
+    SendItem it;
+    const int rowHead = token ? item : p.byPeers.quotient(item);
+    it.row = p.byHeads.quotient(rowHead);
+    it.head = rowHead - it.row * heads;
+    if (token) {
+      if (it.row >= mine.lo) it.row += mine.hi - mine.lo;
+      it.dst = ownerOf(start, p.nRanks, p.row0 + it.row);
+    } else {
+      const int turn = item - rowHead * nPeers;
+      it.dst = rank + 1 + turn < p.nRanks ? rank + 1 + turn : rank + 1 + turn - p.nRanks;
+    }
+    const PartialAt at = partialAt<Mode>(p, it.head, it.dst);
+    it.src = io.partialOut + inOffset(p.strides, it.row, at.peer, at.head) * (int64_t)sizeof(T);
+    it.lse = partialLse(p, io, it.row, at.peer, at.head);
+    return it;
+  }
+
   // One round on rank `rank`, block `localBlock` of its blocksPerRank.
   template <class Mode, class Codec, class Peers>
   __device__ static void run(const FusedParams<Peers>& p, int rank, int localBlock) {
     using Lines = LinesOf<Codec>;
-    using T = typename Codec::Element;
     // Per warp: the weights, and room for LSEs fetched again (cp > kSourceBatch).
     __shared__ float weights[kLineWarps][2 * NCCL_DCP_MAX_RANKS];
     __shared__ int splitScratch[kMaxRanks + 1];
@@ -247,7 +278,6 @@ struct LineProtocol {
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     const RankIo& io = p.io[Peers::kLoopback ? rank : 0];
     const Region& r = p.region;
-    const Strides& s = p.strides;
     const int warpInRank = localBlock * kLineWarps + warp;
     const int warpsPerRank = p.blocksPerRank * kLineWarps;
     const int nPeers = p.nRanks - 1;
@@ -258,39 +288,14 @@ struct LineProtocol {
     const RoundRows mine = roundRows<Mode>(p, start, rank);
     if (token && threadIdx.x == 0) splitTagOfBlock = splitTag(start, p.nRanks);  // before startRound's barrier
 
-    // Send item -> (row, head, destination). HEAD, NONE: every unit to
-    // every peer, destinations rotating with the rank so peers are not all
-    // hit at once. TOKEN: each row not in this rank's slice, to its owner.
     const int sendItems = refused ? 0 : token ? (p.rows - (mine.hi - mine.lo)) * heads : p.rows * heads * nPeers;
-    struct SendItem {
-      int row, head, dst;
-      const char* src;
-      float lse;
-    };
-    auto sendItem = [&](int item) {
-      SendItem it;
-      const int rowHead = token ? item : p.byPeers.quotient(item);
-      it.row = p.byHeads.quotient(rowHead);
-      it.head = rowHead - it.row * heads;
-      if (token) {
-        if (it.row >= mine.lo) it.row += mine.hi - mine.lo;
-        it.dst = ownerOf(start, p.nRanks, p.row0 + it.row);
-      } else {
-        const int turn = item - rowHead * nPeers;
-        it.dst = rank + 1 + turn < p.nRanks ? rank + 1 + turn : rank + 1 + turn - p.nRanks;
-      }
-      const PartialAt at = partialAt<Mode>(p, it.head, it.dst);
-      it.src = io.partialOut + inOffset(s, it.row, at.peer, at.head) * (int64_t)sizeof(T);
-      it.lse = partialLse(p, io, it.row, at.peer, at.head);
-      return it;
-    };
     // The first item's loads go out before the round is known: they do not
     // depend on it, and the round costs a round trip of its own.
     typename Lines::Batch batch;
     SendItem it = {};
     char* peer = nullptr;
     if (warpInRank < sendItems) {
-      it = sendItem(warpInRank);
+      it = sendItemOf<Mode, Codec>(p, io, start, mine, rank, heads, nPeers, warpInRank);
       Lines::loadBatch(r, it.src, 0, lane, batch);
       peer = p.peers.peerWorkspace(it.dst);
     }
@@ -305,7 +310,7 @@ struct LineProtocol {
 
     for (int item = warpInRank; !waiter.failed && item < sendItems; item += warpsPerRank) {
       if (item != warpInRank) {
-        it = sendItem(item);
+        it = sendItemOf<Mode, Codec>(p, io, start, mine, rank, heads, nPeers, item);
         Lines::loadBatch(r, it.src, 0, lane, batch);
         peer = p.peers.peerWorkspace(it.dst);
       }
