@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The A/B call for the next GPU session (docs/perf-history.md, "A branchless scale ..." and "fp8's merge
-# staged in shared memory"): build; the patches below as variants of the tree (scripts/patch_variant.py ->
+# staged in shared memory"): build; the five patches below as variants of the tree (scripts/patch_variant.py ->
 # scripts/perf-variants.sh, base first and last); then Nsight Compute on the staged merge's SIMPLE fp8
 # kernel at cp 8, 1024 rows. Logs packed into $OUT/ab.tgz. From the tree's root on the GPU machine:
 #   docs/data/sweeps/fp8-merge/ab-call.sh COMMIT
@@ -16,11 +16,11 @@ S="$S;--virtual-ranks 8 $F $T --wire fp8 --scatter token;--virtual-ranks 8 $F $T
 S="$S;--virtual-ranks 8 $F -P AUTO --min-rows 1 --max-rows 16 -f 2 --wire fp8;--virtual-ranks 8 $F -P AUTO --min-rows 1 --max-rows 16 -f 2"
 : > $G/args
 for n in staged:fp8-merge/staged-merge stagedahead:fp8-merge/staged-ahead ahead:simple-flags/ahead-loopback-all \
-         rotate:simple-flags/ahead-rotate-loopback; do
+         rotate:simple-flags/ahead-rotate-loopback fence:simple-flags/fence-gpu-loopback; do
   python3 scripts/patch_variant.py ${n%%:*} docs/data/sweeps/${n#*:}.patch >> $G/args || echo "patch_variant $n failed"
 done
 mapfile -d '' -t v < $G/args
-timeout -s TERM 430 scripts/perf-variants.sh build-gpu $G/v "$S" "${v[@]}" > $G/v.txt 2>&1
+timeout -s TERM 470 scripts/perf-variants.sh build-gpu $G/v "$S" "${v[@]}" > $G/v.txt 2>&1
 echo "A/B rc $? $(( $(date +%s) - start )) s"; grep -v '^ok' $G/v.txt | head
 python3 scripts/compare_variants.py $G/v > $G/v-table.md 2>&1; cat $G/v-table.md
 left=$(( 575 - ($(date +%s) - start) ))
