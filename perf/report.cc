@@ -206,7 +206,7 @@ void writeTestsConfig(JsonWriter& w, const Args& a, const RunInfo& run, int64_t 
 
 // nccl-tests' fields up to its end_time (JSON_FILE_VERSION 3), in its order.
 void writeTestsFields(JsonWriter& w, const Args& a, const RunInfo& run, const std::vector<Row>& rows,
-                             const Summary& sum, int64_t perRow) {
+                      const Summary& sum, int64_t perRow) {
   w.key("version").integer(3);
   w.key("start_time").str(run.startTime);
   w.key("args").open('[', true);
