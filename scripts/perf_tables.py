@@ -83,7 +83,8 @@ def other_cp(d, cp):
     lines = []
     for n in sorted(head):
         h, t, o, f = (x.get(n) for x in (head, token, none, fp8))
-        lines.append([str(n), *head_token_cells(h, t), fmt(o and o["fused_us"]), fmt(o and ratio(o["base2_us"], o["fused_us"])),
+        lines.append([str(n), *head_token_cells(h, t),
+                      fmt(o and o["fused_us"]), fmt(o and ratio(o["base2_us"], o["fused_us"])),
                       fmt(f and f["fused_us"]), fmt(f and ratio(f["fused_us"], h["fused_us"])),
                       h["protocol"], f["protocol"] if f else "-"])
     print(markdown(["rows", "HEAD µs", "HEAD vs baseline", "HEAD xIdeal", "TOKEN µs", "TOKEN vs baseline",
