@@ -718,6 +718,78 @@ struct SimpleProtocol {
     return encodeBound ? kSimpleSendWarpsEncoding : kSimpleSendWarpsLarge;
   }
 
+  // What every warp of a block holds of its round (run), for its sending
+  // and receiving halves.
+  template <class Peers>
+  struct BlockRound {
+    const FusedParams<Peers>& p;
+    const RankIo& io;
+    const int* start;         // the round's split (splitOf)
+    const TokenItems* token;  // TOKEN's sends per turn (planTokenItems); null otherwise
+    char* ws;                 // this rank's workspace
+    int rank, localBlock, slot;
+    uint32_t flag;
+    Waiter& waiter;
+  };
+
+  // A refused round (TOKEN's device counts make no split): the block
+  // records it, and a receiving warp per chunk of the last split's rows
+  // writes NaN over them.
+  template <class Mode, class Codec, class Peers>
+  __device__ static void refuseRound(const BlockRound<Peers>& b, int warp, int lane) {
+    if (threadIdx.x == 0) b.waiter.fail(-1, ncclInvalidArgument);
+    if (warp >= kSimpleSendWarps) {
+      const int myChunks = chunksOf<Mode>(b.p, b.start, b.rank), receiver = warp - kSimpleSendWarps;
+      for (int c = b.localBlock * kSimpleRecvWarps + receiver; c < myChunks;
+           c += b.p.blocksPerRank * kSimpleRecvWarps) {
+        const simple::Chunk chunk = chunkFor<Mode>(b.p, b.start, c, b.rank);
+        poisonUnits<Mode, Codec>(b.p, b.io, b.start, b.rank, chunk.first, chunk.count, 1, lane);
+      }
+    }
+  }
+
+  // The sending warps of a block, [0, sendWarps): the writers, then the
+  // signalling warp. Every block sends its share of the round's `chunks`
+  // step by step; the writers wait only for the signalling warp
+  // (plan.ahead), which flags the steps whose bytes have landed.
+  // `progress`, `flagged`: the block's simple::publishProgress counters.
+  template <class Mode, class Codec, class Peers>
+  __device__ static void sendSteps(const BlockRound<Peers>& b, int chunks, int sendWarps, int* progress,
+                                   int* flagged) {
+    const FusedParams<Peers>& p = b.p;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, signalWarp = sendWarps - 1;
+    const SendPlan plan = sendPlan(p, chunks, b.localBlock, b.token);
+    const int writers = p.sendWarps > 0 ? min(p.sendWarps, signalWarp) : signalWarp;
+    if (!b.waiter.failed && warp == signalWarp) {
+      signalSteps<Mode>(p, b.start, plan, progress, flagged, b.rank, b.localBlock, b.slot, b.flag, writers,
+                        b.waiter.deadlineNs, lane);
+      if (Mode::kScatter == Scatter::Token && b.localBlock == 0)
+        sendPresence<Mode>(p, b.start, b.rank, b.slot, b.flag, lane);
+    } else if (!b.waiter.failed && warp < writers) {
+      for (int step = 0; step < plan.steps; step++) {
+        if (!simple::awaitFlagged(flagged, step + 1 - plan.ahead, b.waiter.deadlineNs)) break;
+        writeStep<Mode, Codec>(p, b.io, b.start, plan, b.rank, b.localBlock, b.slot, step, warp, writers, lane);
+        __syncwarp();
+        if (lane == 0) simple::publishProgress(&progress[warp], step + 1);
+      }
+    }
+  }
+
+  // The receiving warps of a block, `groups` groups of `warps`, a chunk
+  // each: chunk c goes to group c % (groups of the grid), so the first
+  // chunks sent are merged first. kRelayed: NONE's phase 2 of the same
+  // chunks. `weights`, `waitFailed`: the block's, per receiving warp and
+  // group.
+  template <class Mode, class Codec, bool kRelayed, class Peers>
+  __device__ static void receiveChunks(const BlockRound<Peers>& b, int myChunks, int receiver, int warps, int group,
+                                       int groups, float (*weights)[simple::kMaxChunkUnits][NCCL_DCP_MAX_RANKS],
+                                       int* waitFailed, int lane) {
+    for (int c = b.localBlock * groups + group; c < myChunks; c += b.p.blocksPerRank * groups)
+      receiveChunk<Mode, Codec, kRelayed>(b.p, b.io, b.start, b.ws, b.rank, b.slot, b.flag, c, receiver % warps,
+                                          warps, kSimpleRecvBarrier + group, weights[receiver], &waitFailed[group],
+                                          b.waiter, lane);
+  }
+
   // One round on rank `rank`, block `localBlock` of its blocksPerRank.
   template <class Mode, class Codec, class Peers>
   __device__ static void run(const FusedParams<Peers>& p, int rank, int localBlock) {
@@ -748,64 +820,32 @@ struct SimpleProtocol {
     char* ws = p.peers.workspace(rank);
     RoundStart round = startRound(p, rank);
     stamp(p.timeline, kStageEntry);
-    Waiter& waiter = round.waiter;
     const uint32_t flag = token ? taggedFlag(round.flag, splitTagOfBlock) : round.flag;
+    const BlockRound<Peers> b{p, io, start, token, ws, rank, localBlock, round.slot, flag, round.waiter};
     if (refused) {
-      if (threadIdx.x == 0) waiter.fail(-1, ncclInvalidArgument);
-      if (warp >= kSimpleSendWarps) {  // a receiving warp per chunk of the last split's rows
-        const int myChunks = chunksOf<Mode>(p, start, rank), receiver = warp - kSimpleSendWarps;
-        for (int c = localBlock * kSimpleRecvWarps + receiver; c < myChunks; c += p.blocksPerRank * kSimpleRecvWarps) {
-          const simple::Chunk chunk = chunkFor<Mode>(p, start, c, rank);
-          poisonUnits<Mode, Codec>(p, io, start, rank, chunk.first, chunk.count, 1, lane);
-        }
-      }
+      refuseRound<Mode, Codec>(b, warp, lane);
       endRound(p, rank, round);
       return;
     }
     const int chunks = simple::chunksIn(p.region, p.rows);
     const int myChunks = chunksOf<Mode>(p, start, rank);  // TOKEN: its slice's
-    const int sendWarps = sendWarpsOf<Mode, Codec>(p, myChunks), signalWarp = sendWarps - 1;
-
+    const int sendWarps = sendWarpsOf<Mode, Codec>(p, myChunks);
     if (warp < sendWarps) {
-      // Every block sends, step by step: the writers wait only for the
-      // signalling warp (plan.ahead), which flags the steps whose bytes
-      // have landed.
-      const SendPlan plan = sendPlan(p, chunks, localBlock, token);
-      const int writers = p.sendWarps > 0 ? min(p.sendWarps, signalWarp) : signalWarp;
-      if (!waiter.failed && warp == signalWarp) {
-        signalSteps<Mode>(p, start, plan, sendProgress, &sendFlagged, rank, localBlock, round.slot, flag,
-                          writers, waiter.deadlineNs, lane);
-        if (isToken && localBlock == 0) sendPresence<Mode>(p, start, rank, round.slot, flag, lane);
-      } else if (!waiter.failed && warp < writers) {
-        for (int step = 0; step < plan.steps; step++) {
-          if (!simple::awaitFlagged(&sendFlagged, step + 1 - plan.ahead, waiter.deadlineNs)) break;
-          writeStep<Mode, Codec>(p, io, start, plan, rank, localBlock, round.slot, step, warp, writers, lane);
-          __syncwarp();
-          if (lane == 0) simple::publishProgress(&sendProgress[warp], step + 1);
-        }
-      }
+      sendSteps<Mode, Codec>(b, chunks, sendWarps, sendProgress, &sendFlagged);
       stamp(p.timeline, kStageSendsDone);
       allowDependentGrid();
     } else {
       allowDependentGrid();
-      // Groups of receiving warps, a chunk each; chunk c goes to group
-      // c % (groups of the grid), so the first chunks sent are merged first.
       const int receiver = warp - sendWarps, receivers = kSimpleThreads / 32 - sendWarps;
       const int warps = receiversPerChunk((myChunks + p.blocksPerRank - 1) / p.blocksPerRank, receivers);
       const int groups = receivers / warps, group = receiver / warps;
-      if (isToken && myChunks == 0 && localBlock == 0 && receiver == 0 && !waiter.failed)
-        awaitPresence(p.region, ws, p.nRanks, rank, round.slot, flag, lane, waiter);
-      for (int c = localBlock * groups + group; c < myChunks; c += p.blocksPerRank * groups)
-        receiveChunk<Mode, Codec, false>(p, io, start, ws, rank, round.slot, flag, c, receiver % warps, warps,
-                                         kSimpleRecvBarrier + group, weights[receiver], &waitFailed[group], waiter,
-                                         lane);
+      if (isToken && myChunks == 0 && localBlock == 0 && receiver == 0 && !b.waiter.failed)
+        awaitPresence(p.region, ws, p.nRanks, rank, round.slot, flag, lane, b.waiter);
+      receiveChunks<Mode, Codec, false>(b, myChunks, receiver, warps, group, groups, weights, waitFailed, lane);
       // NONE's phase 2, once this group's merges are flagged: they wait
       // only on sends, which never wait, so no phase 2 can starve a phase 1.
       if constexpr (Mode::kRelays)
-        for (int c = localBlock * groups + group; c < myChunks; c += p.blocksPerRank * groups)
-          receiveChunk<Mode, Codec, true>(p, io, start, ws, rank, round.slot, flag, c, receiver % warps, warps,
-                                          kSimpleRecvBarrier + group, weights[receiver], &waitFailed[group], waiter,
-                                          lane);
+        receiveChunks<Mode, Codec, true>(b, myChunks, receiver, warps, group, groups, weights, waitFailed, lane);
       stamp(p.timeline, kStageDone);
     }
     endRound(p, rank, round);
