@@ -2,8 +2,8 @@
  * The launchers that are not a kernel family's (launch.h): the dispatch
  * table's lookup (kernel_table.h; the families instantiate the fused
  * kernels in kernels/fused_*.cu), and the window kernels of create. The
- * only files that see both sides are these and kernels/*: nothing in
- * device/ includes a host header.
+ * only files that see both sides are these and the kernel families:
+ * nothing in device/ includes a host header.
  ************************************************************************/
 #include "launch.h"
 

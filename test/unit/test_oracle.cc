@@ -493,8 +493,9 @@ TEST(OracleRejects, TwoUnitsOfRoundingOff) {
     const double mag = oracle::merge(call.problem(), 0, 0).mag[0];  // rank 0's out[0][0][0]: row 0, head 0
     const double off = dtype == ncclFloat32 ? 2e-6 * mag : std::ldexp(4 * oracle::roundoff(dtype), std::ilogb(v));
     storeElement(dtype, got[0].out.data(), 0, v - std::copysign((float)off, v));
-    if (dtype != ncclFloat32)
+    if (dtype != ncclFloat32) {
       ASSERT_EQ(std::fabs(loadElement(dtype, got[0].out.data(), 0) - v), (float)off) << "the store kept both units";
+    }
     EXPECT_EQ(checked(call, got).count, 1u) << "out off by " << off << " at " << v;
     got = render(call, call.problem());
     got[1].outLse[0] = std::nextafter(std::nextafter(got[1].outLse[0], INFINITY), INFINITY) + 1e-4f;
