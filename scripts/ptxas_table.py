@@ -53,8 +53,8 @@ def canon(d):
     m = re.search(r"Scattered<nccl_dcp::\w+, \(nccl_dcp::Scatter\)(\d), (true|false)>", d) or \
         re.search(r"Scattered<\w+, \(Scatter\)(\d), (true|false)>", d) or \
         re.search(r"Mode<\(nccl_dcp::Scatter\)(\d), (true|false)>", d)
-    if m:
-        mode = {"0": "head", "1": "token", "2": "none"}[m.group(1)] + ("-2phase" if m.group(2) == "true" else "")
+    if m:  # NONE in two phases is HEAD's exchange with the relay (NoneTwoPhaseMode)
+        mode = "none-2phase" if m.group(2) == "true" else {"0": "head", "1": "token", "2": "none"}[m.group(1)]
     else:
         mode = "head"  # old fp8 kernels: Scattered<.., Head> spelled by alias
     return "%s/%s/%s/%s/%s" % (proto, wire, mode, peers, dt)
