@@ -98,8 +98,8 @@ def report(old, new, out=sys.stdout, most=6):
         if key not in old or key not in new:
             status, only = f"only in {'new' if key not in old else 'old'}", {}
         else:
-            status, onlyOld, onlyNew = compare(old[key], new[key])
-            only = {"-": onlyOld, "+": onlyNew} if onlyOld is not None else {}
+            status, only_old, only_new = compare(old[key], new[key])
+            only = {"-": only_old, "+": only_new} if only_old is not None else {}
         counts[status] += 1
         out.write(f"{status:18} {key[0]} {names.get(key) or key[1]}")
         out.write(f" ({len(old[key])} -> {len(new[key])} instructions)\n" if only else "\n")
