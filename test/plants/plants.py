@@ -542,6 +542,7 @@ TAP_TESTS = {
     "unit_perf_tables": "test_perf_tables",
     "unit_patch_variant": "test_patch_variant",
     "unit_ncu_stalls": "test_ncu_stalls",
+    "unit_sass_diff": "test_sass_diff",
     "unit_check_plugin_report": "test_check_plugin_report",
     "unit_exports": "test_exports",
     "unit_gpu_check": "test_gpu_check",
