@@ -16,7 +16,8 @@ T="-P SIMPLE --min-rows 16 --max-rows 1024 -f 4"
 S="--virtual-ranks 8 $F $T --wire fp8;--virtual-ranks 16 $F $T --wire fp8;--virtual-ranks 4 $F $T --wire fp8"
 S="$S;--virtual-ranks 8 $F $T --wire fp8 --scatter token;--virtual-ranks 8 $F $T;--virtual-ranks 16 $F $T"
 S="$S;--virtual-ranks 4 $F $T;--virtual-ranks 8 $F $T --scatter token;--virtual-ranks 8 $F $T --scatter none"
-S="$S;--virtual-ranks 2 $F $T"
+S="$S;--virtual-ranks 2 $F $T;--virtual-ranks 8 $F -P AUTO --min-rows 1 --max-rows 32 -f 2"
+S="$S;--virtual-ranks 8 $F -P AUTO --min-rows 1 --max-rows 32 -f 2 --wire fp8"
 : > $G/args
 P=docs/data/sweeps
 for n in stagedahead:staged-writers/staged-writers stagedahead:simple-flags/ahead-loopback-all \
