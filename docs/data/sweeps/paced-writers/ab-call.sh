@@ -18,7 +18,7 @@ for n in paced4:paced-4 paced8:paced-8; do
   python3 scripts/patch_variant.py ${n%%:*} docs/data/sweeps/paced-writers/${n#*:}.patch >> $G/args || echo "patch_variant $n failed"
 done
 mapfile -d '' -t v < $G/args
-timeout -s TERM 420 scripts/perf-variants.sh build-gpu $G/v "$S" "${v[@]}" > $G/v.txt 2>&1
+timeout -s TERM 360 scripts/perf-variants.sh build-gpu $G/v "$S" "${v[@]}" > $G/v.txt 2>&1
 echo "A/B rc $? $(( $(date +%s) - start )) s"; grep -v '^ok' $G/v.txt | head
 python3 scripts/compare_variants.py $G/v > $G/v-table.md 2>&1; cat $G/v-table.md
 tar czf $D/ab.tgz -C $(dirname $G) $(basename $G)
