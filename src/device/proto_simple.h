@@ -757,8 +757,9 @@ struct SimpleProtocol {
   __device__ static void sendSteps(const BlockRound<Peers>& b, int chunks, int sendWarps, int* progress,
                                    int* flagged) {
     const FusedParams<Peers>& p = b.p;
-    // warp and lane read here, not passed: passed, six of the compares
-    // below compiled with their operands swapped (a3ea078's SASS).
+    // warp and lane from threadIdx, not parameters: as parameters, six
+    // compares below compiled with their operands swapped, no longer the
+    // SASS of the code before the split (a3ea078's check).
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, signalWarp = sendWarps - 1;
     const SendPlan plan = sendPlan(p, chunks, b.localBlock, b.token);
     const int writers = p.sendWarps > 0 ? min(p.sendWarps, signalWarp) : signalWarp;
