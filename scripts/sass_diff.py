@@ -22,6 +22,7 @@ import collections
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -78,13 +79,13 @@ def abstract(instruction):
 def compare(old, new):
     """'identical' (instructions and encodings), 'same instructions' or
     'differs', and the abstracted instructions only old has and only new
-    has (Counters)."""
+    has (Counters: empty unless it differs)."""
     if old.instructions == new.instructions and old.encodings == new.encodings:
-        return "identical", None, None
+        return "identical", collections.Counter(), collections.Counter()
     a = collections.Counter(map(abstract, old.instructions))
     b = collections.Counter(map(abstract, new.instructions))
     if a == b:
-        return "same instructions", None, None
+        return "same instructions", collections.Counter(), collections.Counter()
     return "differs", a - b, b - a
 
 
@@ -99,7 +100,7 @@ def report(old, new, out=sys.stdout, most=6):
             status, only = f"only in {'new' if key not in old else 'old'}", {}
         else:
             status, only_old, only_new = compare(old[key], new[key])
-            only = {"-": only_old, "+": only_new} if only_old is not None else {}
+            only = {"-": only_old, "+": only_new} if only_old or only_new else {}
         counts[status] += 1
         out.write(f"{status:18} {key[0]} {names.get(key) or key[1]}")
         out.write(f" ({len(old[key])} -> {len(new[key])} instructions)\n" if only else "\n")
@@ -120,6 +121,7 @@ def sass(path):
 
 
 def main(argv):
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # piped into head: stop quietly
     if len(argv) != 3:
         sys.exit(__doc__)
     return 0 if report(sass(argv[1]), sass(argv[2])) else 1
