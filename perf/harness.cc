@@ -291,18 +291,21 @@ std::string tableFooter(const std::vector<Row>& rows, bool baseline, const char*
   return f;
 }
 
-std::string protocolsOfBatch(int64_t rows, int capacity, int small, int simpleMinRows, int llMaxRows) {
+std::string protocolsOfBatch(int64_t rows, int capacity, const std::function<int(int64_t)>& protocolOfRound) {
   if (rows <= 0) return "-";
   capacity = std::max(capacity, 1);
-  auto proto = [&](int64_t roundRows) {
-    if (roundRows <= llMaxRows) return (int)ncclDcpProtoLL;
-    return simpleMinRows > 0 && roundRows >= simpleMinRows ? (int)ncclDcpProtoSimple : small;
-  };
   // Every round but the last has `capacity` rows.
   const int64_t full = std::min<int64_t>(rows, capacity), last = rows % capacity ? rows % capacity : full;
-  const int a = proto(full), b = proto(last);
+  const int a = protocolOfRound(full), b = protocolOfRound(last);
   if (a == b) return protocolName(a);
   return std::string(protocolName(a)) + "+" + protocolName(b);
+}
+
+std::string protocolsOfBatch(int64_t rows, int capacity, int small, int simpleMinRows, int llMaxRows) {
+  return protocolsOfBatch(rows, capacity, [&](int64_t roundRows) {
+    if (roundRows <= llMaxRows) return (int)ncclDcpProtoLL;
+    return simpleMinRows > 0 && roundRows >= simpleMinRows ? (int)ncclDcpProtoSimple : small;
+  });
 }
 
 namespace {

@@ -13,6 +13,7 @@
 #include "nccl_dcp.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -248,9 +249,13 @@ Summary summarize(const std::vector<Row>& rows);
 std::string tableFooter(const std::vector<Row>& rows, bool baseline, const char* baseline2 = nullptr);
 
 // The protocol(s) the fused call runs a batch of `rows` with: rounds of at
-// most `capacity` rows, each LL up to llMaxRows rows (one GPU's smallest
-// rounds), SIMPLE from simpleMinRows rows (0: never), else `small`
-// (ncclDcpProtocol_t, AUTO resolved). "-" for 0 rows.
+// most `capacity` rows, each run with protocolOfRound(its rows)
+// (ncclDcpProtocol_t). "SIMPLE+LL128" where the last round's differs; "-"
+// for 0 rows.
+std::string protocolsOfBatch(int64_t rows, int capacity, const std::function<int(int64_t)>& protocolOfRound);
+// The same from what the contexts report (ncclDcpTopology_t): a round is
+// LL up to llMaxRows rows, SIMPLE from simpleMinRows rows (0: never), else
+// `small` (AUTO resolved). Loopback asks its engine instead.
 std::string protocolsOfBatch(int64_t rows, int capacity, int small, int simpleMinRows, int llMaxRows = 0);
 
 // The floors measured in the same run, for the header and the JSON.

@@ -259,8 +259,9 @@ class LoopbackMode : public Mode {
   }
 
   std::string protocolOf(int64_t rows) const override {
-    const ProtocolPolicy& p = lb_->engine().policy;
-    return protocolsOfBatch(rows, cfg_.maxBatch, (int)p.small, p.simpleForLarge ? p.simpleMinRows : 0, p.llMaxRows);
+    // The engine's own choice per round: its tiers, with their fallbacks.
+    return protocolsOfBatch(rows, cfg_.maxBatch,
+                            [this](int64_t roundRows) { return (int)lb_->engine().protocolOfRound((int)roundRows); });
   }
 
   Floors floors() const override {

@@ -62,6 +62,14 @@ RoundTier Engine::tierOfRound(int rows) const {
   }
 }
 
+Proto Engine::protocolOfRound(int rows) const {
+  switch (tierOfRound(rows)) {
+    case kTierLarge: return Proto::Simple;
+    case kTierTiny: return Proto::LL;
+    default: return policy.small;
+  }
+}
+
 void Engine::release(FreeMode mode) {
   freeMemory(MemoryKind::PinnedHost, cudaDev, host, mode);
   freeMemory(MemoryKind::Device, cudaDev, lastSplit, mode);

@@ -121,8 +121,10 @@ struct Engine {
   ncclResult_t run(const CallBuffers* buffers, int nBuffers, int batch, const CallPlan& plan, cudaStream_t stream,
                    F&& enqueue);
 
-  // The region (and kernel) of a round of `rows` rows, by the policy.
+  // The region (and kernel) of a round of `rows` rows, by the policy, and
+  // the protocol that kernel runs.
   RoundTier tierOfRound(int rows) const;
+  Proto protocolOfRound(int rows) const;
   const Region& regionOf(RoundTier tier) const {
     return tier == kTierTiny ? layout.tiny : tier == kTierLarge ? layout.large : layout.small;
   }

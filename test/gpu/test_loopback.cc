@@ -713,7 +713,13 @@ TEST_F(LoopbackGpu, AutoRunsEachRoundInItsTier) {
   EXPECT_EQ(e.layout.tiny.capacity, 2);
   const RoundTier tiers[] = {kTierTiny, kTierTiny, kTierTiny, kTierSmall, kTierSmall, kTierSmall,
                              kTierSmall, kTierSmall, kTierLarge};  // rows 0..8
-  for (int rows = 1; rows <= kCap; rows++) EXPECT_EQ(e.tierOfRound(rows), tiers[rows]) << rows << " rows";
+  const Proto protos[] = {Proto::LL, Proto::LL, Proto::LL, e.policy.small, e.policy.small, e.policy.small,
+                          e.policy.small, e.policy.small, Proto::Simple};
+  for (int rows = 1; rows <= kCap; rows++) {
+    EXPECT_EQ(e.tierOfRound(rows), tiers[rows]) << rows << " rows";
+    EXPECT_EQ(e.protocolOfRound(rows), protos[rows]) << rows << " rows";
+  }
+  EXPECT_NE(e.policy.small, Proto::LL);  // else the LL rows above would not tell the tiers apart
   runMixedBatches(*lb, cfg, cp, {19, 1, 3, 8, 17, 2, 5, 40, 9, 7});
 }
 

@@ -515,6 +515,22 @@ TEST(PerfProtocol, WhatEachBatchRan) {
   EXPECT_EQ(protocolsOfBatch(257, 256, ncclDcpProtoLL128, 8, 2), "SIMPLE+LL");  // 256 + 1
 }
 
+// Loopback labels a batch with its engine's own choice per round: the
+// rounds' sizes are what the callable is asked.
+TEST(PerfProtocol, EachRoundAsTheEngineRunsIt) {
+  std::vector<int64_t> asked;
+  auto engine = [&](int64_t roundRows) {
+    asked.push_back(roundRows);
+    return roundRows <= 2 ? (int)ncclDcpProtoLL : (int)ncclDcpProtoLL128;  // say, no SIMPLE region
+  };
+  EXPECT_EQ(protocolsOfBatch(0, 8, engine), "-");
+  EXPECT_TRUE(asked.empty());
+  EXPECT_EQ(protocolsOfBatch(2, 8, engine), "LL");
+  EXPECT_EQ(protocolsOfBatch(16, 8, engine), "LL128");
+  EXPECT_EQ(protocolsOfBatch(17, 8, engine), "LL128+LL");  // 8 + 8 + 1
+  EXPECT_EQ(asked, (std::vector<int64_t>{2, 2, 8, 8, 8, 1}));
+}
+
 TEST(PerfSweep, FactorAndStep) {
   Args a;
   a.minRows = 1;
