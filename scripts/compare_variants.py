@@ -3,9 +3,12 @@
 tree's time ("base", first, and "base-again", last: their spread is the
 run's drift), each variant's, and each variant's time over the tree's
 (the mean of base and base-again; below 1 the variant is faster). Times
-are medians of the replays unless --mean. A sweep or variant with a wrong
-row fails (exit 1) after the table: a variant that computes something
-else is not a speed-up.
+are medians of the replays unless --mean. Where a sweep measured NONE's
+baseline 2 (HEAD + the all-gather, -B 1 --scatter none), a second table
+sets each run against its own baseline 2, as perf.md's tables do
+(baseline 2's time over the run's: above 1 the fused call is faster). A
+sweep or variant with a wrong row fails (exit 1) after the tables: a
+variant that computes something else is not a speed-up.
 
     scripts/compare_variants.py LOGDIR [--mean] [--names "cp 2 HEAD;cp 4 HEAD;..."]
 """
@@ -97,9 +100,34 @@ def main():
             for n, r in rows_of(v).items():
                 if perf_json.wrong_count(r):
                     wrong.append(f"{v} sweep {i} ({label}) at {n} rows: {perf_json.wrong_count(r)} wrong")
+    against_baseline2(by_variant, variants, names, a.mean)
     if wrong:
         print("\n".join(wrong), file=sys.stderr)
         sys.exit(1)
+
+
+def against_baseline2(by_variant, variants, names, mean):
+    """The sweeps that measured baseline 2: each run's baseline 2 over its fused time."""
+    fused, base2 = ("fused_us", "base2_us") if mean else ("fused_median_us", "base2_median_us")
+    columns = ["base", *variants, "base-again"]
+    sweeps = [i for i in sorted(by_variant["base"]) if any(r[base2] > 0 for r in by_variant["base"][i][2].values())]
+    if not sweeps:
+        return
+    header = ["sweep", "rows", "baseline 2 (base)", *[f"{v}: baseline 2 / it" for v in columns]]
+    print()
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" if i < 2 else "---:" for i in range(len(header))) + "|")
+    for i in sweeps:
+        meta, args, base = by_variant["base"][i]
+        label = names[i] if names and i < len(names) else sweep_label(meta, args)
+        batches = sorted(base)
+        cells = [label, "/".join(map(str, batches)), " / ".join(f"{base[n][base2]:.2f}" for n in batches)]
+        for v in columns:
+            rows = by_variant[v].get(i, (None, None, {}))[2]
+            cells.append(" / ".join(f"{rows[n][base2] / rows[n][fused]:.2f}"
+                                    if n in rows and rows[n][base2] > 0 and rows[n][fused] > 0 else "-"
+                                    for n in batches))
+        print("| " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ array (fusedUs, baseUs, ...) whose times were the median. Both come back as
           scatter, none_algo, wire, baseline, baseline2, nccl_version, statistic,
           commit
     rows: [{rows, bytes, protocol, fused_us, fused_median_us, base_us, base2_us,
-            ideal_us, floor_us, fused_wrong, base_wrong}]  (0 / -1 where not
+            base2_median_us, ideal_us, floor_us, fused_wrong, base_wrong}]  (0 / -1 where not
             measured; the old files' median is their only time)
 """
 
@@ -31,7 +31,9 @@ def _new_rows(report):
              "fused_us": _time(r.get("out_of_place")),
              "fused_median_us": (r.get("out_of_place") or {}).get("median_time") or 0.0,
              "base_us": _time(r.get("baseline")),
-             "base2_us": _time(r.get("baseline2")), "ideal_us": r.get("ideal_time") or 0.0,
+             "base2_us": _time(r.get("baseline2")),
+             "base2_median_us": (r.get("baseline2") or {}).get("median_time") or 0.0,
+             "ideal_us": r.get("ideal_time") or 0.0,
              "floor_us": r.get("floor_time") or 0.0, "fused_wrong": _wrong(r.get("out_of_place")),
              "base_wrong": _wrong(r.get("baseline"))} for r in report["results"]]
 
@@ -40,7 +42,8 @@ def _old_rows(report):
     return [{"rows": r["rows"], "bytes": r["bytes"], "protocol": r.get("protocolChosen", ""),
              "fused_us": r.get("fusedUs") or 0.0, "fused_median_us": r.get("fusedUs") or 0.0,
              "base_us": r.get("baseUs") or 0.0,
-             "base2_us": r.get("base2Us") or 0.0, "ideal_us": r.get("idealUs") or 0.0,
+             "base2_us": r.get("base2Us") or 0.0, "base2_median_us": r.get("base2Us") or 0.0,
+             "ideal_us": r.get("idealUs") or 0.0,
              "floor_us": r.get("floorUs") or 0.0, "fused_wrong": r.get("fusedWrong", -1),
              "base_wrong": r.get("baseWrong", -1)} for r in report["rows"]]
 

@@ -30,14 +30,19 @@ import compare_variants  # noqa: E402
 import tap  # noqa: E402
 
 
-def perf_json(medians, protocol="LL", wrong=None, ranks=2):
-    """dcp_a2a_lse_reduce_perf -J of {rows: median us}; the mean is 10% above the median."""
+def perf_json(medians, protocol="LL", wrong=None, ranks=2, base2=None):
+    """dcp_a2a_lse_reduce_perf -J of {rows: median us} (and NONE's baseline 2's,
+    {rows: median us}); each mean is 10% above its median."""
     wrong = wrong or {}
-    return {"args": ["perf", "--virtual-ranks", str(ranks)], "n_ranks": ranks, "protocol": "AUTO",
-            "scatter": "head", "wire": "native", "time_statistic": "mean",
-            "results": [{"rows": n, "size": 32768 * n, "protocol": protocol,
-                         "out_of_place": {"time": us * 1.1, "median_time": us, "nwrong": wrong.get(n, 0)}}
-                        for n, us in medians.items()]}
+    doc = {"args": ["perf", "--virtual-ranks", str(ranks)], "n_ranks": ranks, "protocol": "AUTO",
+           "scatter": "none" if base2 else "head", "wire": "native", "time_statistic": "mean",
+           "results": [{"rows": n, "size": 32768 * n, "protocol": protocol,
+                        "out_of_place": {"time": us * 1.1, "median_time": us, "nwrong": wrong.get(n, 0)}}
+                       for n, us in medians.items()]}
+    for r in doc["results"]:
+        if base2:
+            r["baseline2"] = {"time": base2[r["rows"]] * 1.1, "median_time": base2[r["rows"]], "nwrong": 0}
+    return doc
 
 
 class Variants(unittest.TestCase):
@@ -80,6 +85,30 @@ class Variants(unittest.TestCase):
                                 "base-again-0.json": perf_json({1: 10.0})})
         self.assertEqual(code, 1)
         self.assertIn("0.50", out)  # the table is printed first
+
+    def test_baseline2_sets_each_run_against_its_own(self):
+        # NONE's sweeps with -B 1: the variant against what a user would
+        # write instead, each run against the baseline 2 it measured itself.
+        code, out = self.table({"base-0.json": perf_json({16: 40.0, 64: 120.0}, base2={16: 36.0, 64: 96.0}),
+                                "direct-0.json": perf_json({16: 30.0, 64: 90.0}, base2={16: 36.0, 64: 99.0}),
+                                "base-again-0.json": perf_json({16: 40.0, 64: 120.0}, base2={16: 36.0, 64: 96.0}),
+                                "base-1.json": perf_json({16: 10.0}), "direct-1.json": perf_json({16: 9.0}),
+                                "base-again-1.json": perf_json({16: 10.0})})
+        self.assertEqual(code, 0)
+        tables = out.split("\n\n")
+        self.assertEqual(len(tables), 2, out)
+        rows = [l for l in tables[1].splitlines() if l.startswith("| cp 2")]
+        self.assertEqual(len(rows), 1, tables[1])  # the sweep without baseline 2 has no row
+        cells = [c.strip() for c in rows[0].strip("|").split("|")]
+        self.assertEqual(cells, ["cp 2 NONE", "16/64", "36.00 / 96.00", "0.90 / 0.80", "1.20 / 1.10", "0.90 / 0.80"])
+        self.assertIn("direct: baseline 2 / it", tables[1])
+        code, out = self.table({"base-0.json": perf_json({16: 40.0}, base2={16: 36.0}),
+                                "base-again-0.json": perf_json({16: 40.0}, base2={16: 36.0})}, "--mean")
+        self.assertIn("| 39.60 | 0.90 | 0.90 |", out)  # the means
+
+    def test_without_baseline2_there_is_one_table(self):
+        _, out = self.table({"base-0.json": perf_json({1: 10.0}), "base-again-0.json": perf_json({1: 10.0})})
+        self.assertNotIn("baseline 2", out)
 
     def test_without_the_trees_last_run_it_refuses(self):
         code, _ = self.table({"base-0.json": perf_json({1: 10.0}), "v-0.json": perf_json({1: 5.0})})
