@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The A/B call prepared 2026-12-05 for the next GPU session (docs/perf-history.md,
+# "The line protocols' sends, one item ahead"): LineProtocol's send loop
+# issues the next item's loads before this item's stores
+# (pipelined-sends.patch), against the tree, base first and last, on the
+# small-batch sweeps where a warp sends several items (cp 8 from 4 rows,
+# cp 16 from one) and where it sends at most one (cp 2, the controls).
+# Logs packed into $OUT/ab.tgz.
+#   docs/data/sweeps/pipelined-sends/ab-call.sh COMMIT
+source scripts/ab-lib.sh
+ab_build "$1"
+F=$AB_FLAGS A="-P AUTO --min-rows 1 --max-rows 32 -f 2"
+S="--virtual-ranks 8 $F $A;--virtual-ranks 8 $F $A --wire fp8;--virtual-ranks 16 $F $A"
+S="$S;--virtual-ranks 4 $F $A;--virtual-ranks 2 $F $A;--virtual-ranks 8 $F $A --scatter token"
+S="$S;--virtual-ranks 8 $F $A --scatter none;--virtual-ranks 8 $F -P LL128 --min-rows 1 --max-rows 16 -f 2"
+S="$S;--virtual-ranks 8 $F -P LL --min-rows 1 --max-rows 8 -f 2;--virtual-ranks 16 $F -P LL128 --min-rows 1 --max-rows 16 -f 2"
+ab_variants 420 "$S" pipelined:pipelined-sends/pipelined-sends
+ab_pack
