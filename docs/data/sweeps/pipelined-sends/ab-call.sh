@@ -2,7 +2,10 @@
 # The A/B call prepared 2026-12-05 for the next GPU session (docs/perf-history.md,
 # "The line protocols' sends, one item ahead"): LineProtocol's send loop
 # issues the next item's loads before this item's stores
-# (pipelined-sends.patch), against the tree, base first and last, on the
+# (pipelined-sends.patch), and LL's native units loaded whole before their
+# stores (ll-batch8.patch: 8 groups a batch where 4 left the fifth group's
+# load after the first four's stores), each against the tree, base first
+# and last, on the
 # small-batch sweeps where a warp sends several items (cp 8 from 4 rows,
 # cp 16 from one) and where it sends at most one (cp 2, the controls).
 # Logs packed into $OUT/ab.tgz.
@@ -14,5 +17,5 @@ S="--virtual-ranks 8 $F $A;--virtual-ranks 8 $F $A --wire fp8;--virtual-ranks 16
 S="$S;--virtual-ranks 4 $F $A;--virtual-ranks 2 $F $A;--virtual-ranks 8 $F $A --scatter token"
 S="$S;--virtual-ranks 8 $F $A --scatter none;--virtual-ranks 8 $F -P LL128 --min-rows 1 --max-rows 16 -f 2"
 S="$S;--virtual-ranks 8 $F -P LL --min-rows 1 --max-rows 8 -f 2;--virtual-ranks 16 $F -P LL128 --min-rows 1 --max-rows 16 -f 2"
-ab_variants 420 "$S" pipelined:pipelined-sends/pipelined-sends
+ab_variants 420 "$S" pipelined:pipelined-sends/pipelined-sends batch8:pipelined-sends/ll-batch8
 ab_pack
