@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Where SIMPLE's few-step rounds spend their time (issue 41: HEAD at 8-32
+# rows, cp 8, is 0.97-1.09x its baseline against 1.3 asked; perf.md "Where
+# the time goes" has no profile of them): the in-kernel timeline
+# (-Dtimeline=true) of loopback cp 8 HEAD over SIMPLE at 8, 16, 32 and 64
+# rows and over LL128 at 8 (AUTO's other choice there), then Nsight Compute
+# (scripts/profile-ncu.sh: the details page and the per-instruction
+# samples) on SIMPLE at 16 and 32 rows and LL128 at 8. Logs packed into
+# $OUT/simple-small.tgz.
+#   docs/data/sweeps/simple-small/call.sh COMMIT
+export NCCL_DCP_REQUIRE_GPU=1 COMMIT=$1
+D=$OUT T0=$(date +%s) G=/tmp/simple-small-$(date +%s)
+mkdir -p "$G"
+OUT=$G/check timeout -s TERM 150 scripts/gpu-check.sh build > "$G/build.txt" 2>&1
+echo "build rc $? $(( $(date +%s) - T0 )) s"
+{ [ -f build-timeline/build.ninja ] ||
+    meson setup build-timeline --buildtype=release -Dtimeline=true -Dtests=false > "$G/configure-timeline.log" 2>&1; } &&
+  timeout -s TERM 200 ninja -C build-timeline perf/dcp_a2a_lse_reduce_perf > "$G/build-timeline.log" 2>&1
+echo "timeline build rc $? $(( $(date +%s) - T0 )) s"
+F="--virtual-ranks 8 -H 16 --head-dim 512 -d bf16 -w 5 -m 10 -G 1 -c 0 -B 0 -F 0 --timeline"
+for run in SIMPLE:8:64 LL128:8:8; do
+  IFS=: read -r P lo hi <<< "$run"
+  # shellcheck disable=SC2086  # F's flags are words
+  timeout -s TERM 60 build-timeline/perf/dcp_a2a_lse_reduce_perf $F -P "$P" --min-rows "$lo" --max-rows "$hi" -f 2 \
+    > "$G/timeline-$P-$lo-$hi.txt" 2>&1
+  echo "timeline $P $lo-$hi rc $?"
+done
+grep -h "timeline rows" "$G"/timeline-*.txt | head -20
+timeout -s TERM $(( 560 - ($(date +%s) - T0) )) scripts/profile-ncu.sh build-gpu/perf/dcp_a2a_lse_reduce_perf "$G/ncu" \
+  SIMPLE:native:head:16 SIMPLE:native:head:32 LL128:native:head:8
+echo "ncu rc $? $(( $(date +%s) - T0 )) s"
+tar czf "$D/simple-small.tgz" -C "$(dirname "$G")" "$(basename "$G")"
