@@ -39,9 +39,8 @@ def perf_json(medians, protocol="LL", wrong=None, ranks=2, base2=None):
            "results": [{"rows": n, "size": 32768 * n, "protocol": protocol,
                         "out_of_place": {"time": us * 1.1, "median_time": us, "nwrong": wrong.get(n, 0)}}
                        for n, us in medians.items()]}
-    for r in doc["results"]:
-        if base2:
-            r["baseline2"] = {"time": base2[r["rows"]] * 1.1, "median_time": base2[r["rows"]], "nwrong": 0}
+    for r in doc["results"] if base2 else []:
+        r["baseline2"] = {"time": base2[r["rows"]] * 1.1, "median_time": base2[r["rows"]], "nwrong": 0}
     return doc
 
 
