@@ -9,6 +9,9 @@
 # small-batch sweeps where a warp sends several items (cp 8 from 4 rows,
 # cp 16 from one) and where it sends at most one (cp 2, the controls).
 # Logs packed into $OUT/ab.tgz.
+# WITH_ORDER=1 adds receive-order.patch (receive items from the rank's last
+# warp down, where sends outnumber receives) as a third variant: a third
+# rebuild, so fewer sweeps fit the call (drop some first).
 #   docs/data/sweeps/pipelined-sends/ab-call.sh COMMIT
 source scripts/ab-lib.sh
 ab_build "$1"
@@ -17,5 +20,7 @@ S="--virtual-ranks 8 $F $A;--virtual-ranks 8 $F $A --wire fp8;--virtual-ranks 16
 S="$S;--virtual-ranks 4 $F $A;--virtual-ranks 2 $F $A;--virtual-ranks 8 $F $A --scatter token"
 S="$S;--virtual-ranks 8 $F $A --scatter none;--virtual-ranks 8 $F -P LL128 --min-rows 1 --max-rows 16 -f 2"
 S="$S;--virtual-ranks 8 $F -P LL --min-rows 1 --max-rows 8 -f 2;--virtual-ranks 16 $F -P LL128 --min-rows 1 --max-rows 16 -f 2"
-ab_variants 420 "$S" pipelined:pipelined-sends/pipelined-sends batch8:pipelined-sends/ll-batch8
+V=(pipelined:pipelined-sends/pipelined-sends batch8:pipelined-sends/ll-batch8)
+[ -z "${WITH_ORDER:-}" ] || V+=(reorder:pipelined-sends/receive-order)
+ab_variants 420 "$S" "${V[@]}"
 ab_pack
