@@ -3,6 +3,8 @@
 # docs/data/sweeps/, on the GPU machine from the tree's root:
 #   source scripts/ab-lib.sh
 #   ab_build COMMIT                     gpu-check.sh build; the logs' folder in $G
+#   ab_sweeps "CP ARGS"...              the SWEEPS of ab_variants: each a loopback run
+#                                       of CP virtual ranks, AB_FLAGS, then its ARGS
 #   ab_variants SECONDS SWEEPS NAME:PATCH...
 #                                       each PATCH (docs/data/sweeps/PATCH.patch) a
 #                                       variant (scripts/patch_variant.py; a NAME given
@@ -11,6 +13,9 @@
 #                                       SWEEPS ';' between sweeps, SECONDS at most), then
 #                                       tabled (scripts/compare_variants.py)
 #   ab_left                             seconds left of a call's 575 from ab_build
+#   ab_profile MIN PATCH CASE...        with more than MIN seconds left: the tree with
+#                                       PATCH applied, rebuilt, under Nsight Compute
+#                                       (scripts/profile-ncu.sh CASE...), then restored
 #   ab_pack                             $G packed into $OUT/ab.tgz
 # AB_FLAGS and AB_SIMPLE are the sweeps' common perf arguments: loopback
 # Hl 16, D 512, bf16, graphs, every row checked against the CPU model; SIMPLE
@@ -25,6 +30,12 @@ ab_build() {
   OUT=$G/check timeout -s TERM 150 scripts/gpu-check.sh build > "$G/build.txt" 2>&1
   echo "build rc $? $(( $(date +%s) - AB_START )) s"
   tail -3 "$G/build.txt"
+}
+
+ab_sweeps() {
+  local spec out=""
+  for spec in "$@"; do out+="${out:+;}--virtual-ranks ${spec%% *} $AB_FLAGS ${spec#* }"; done
+  echo "$out"
 }
 
 ab_variants() {
@@ -44,5 +55,16 @@ ab_variants() {
 }
 
 ab_left() { echo $(( 575 - ($(date +%s) - AB_START) )); }
+
+ab_profile() {
+  local min=$1 patch=docs/data/sweeps/$2.patch left
+  shift 2
+  left=$(ab_left)
+  [ "$left" -gt "$min" ] && git apply "$patch" || return 0
+  timeout -s TERM $((left - 15)) bash -c "ninja -C build-gpu perf/dcp_a2a_lse_reduce_perf > $G/ncu-build.log 2>&1 &&
+    scripts/profile-ncu.sh build-gpu/perf/dcp_a2a_lse_reduce_perf $G/ncu $*" 2>&1 | tail -12
+  git apply -R "$patch"
+  echo "ncu $((575 - $(ab_left))) s"
+}
 
 ab_pack() { tar czf "$AB_OUT/ab.tgz" -C "$(dirname "$G")" "$(basename "$G")"; }

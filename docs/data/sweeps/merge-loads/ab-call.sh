@@ -7,10 +7,8 @@
 #   docs/data/sweeps/merge-loads/ab-call.sh COMMIT
 source scripts/ab-lib.sh
 ab_build "$1"
-F=$AB_FLAGS T=$AB_SIMPLE
-S="--virtual-ranks 8 $F $T;--virtual-ranks 16 $F $T;--virtual-ranks 4 $F $T;--virtual-ranks 2 $F $T"
-S="$S;--virtual-ranks 8 $F $T --wire fp8;--virtual-ranks 16 $F $T --wire fp8;--virtual-ranks 4 $F $T --wire fp8"
-S="$S;--virtual-ranks 8 $F $T --scatter token;--virtual-ranks 8 $F $T --scatter none"
-S="$S;--virtual-ranks 8 $F -P AUTO --min-rows 1 --max-rows 32 -f 2;--virtual-ranks 8 $F -P AUTO --min-rows 1 --max-rows 32 -f 2 --wire fp8"
+T=$AB_SIMPLE A="-P AUTO --min-rows 1 --max-rows 32 -f 2"
+S=$(ab_sweeps "8 $T" "16 $T" "4 $T" "2 $T" "8 $T --wire fp8" "16 $T --wire fp8" "4 $T --wire fp8" \
+  "8 $T --scatter token" "8 $T --scatter none" "8 $A" "8 $A --wire fp8")
 ab_variants 400 "$S" cg:merge-loads/cg weak:merge-loads/weak
 ab_pack

@@ -11,8 +11,7 @@
 #   docs/data/sweeps/none-direct-out/ab-call.sh COMMIT
 source scripts/ab-lib.sh
 ab_build "$1"
-F=$AB_FLAGS T=$AB_SIMPLE B="-B 1 --scatter none"
-S="--virtual-ranks 8 $F $T $B;--virtual-ranks 8 $F $T $B --staged-gather 1"
-S="$S;--virtual-ranks 4 $F $T --scatter none;--virtual-ranks 16 $F $T --scatter none;--virtual-ranks 8 $F $T"
+T=$AB_SIMPLE B="-B 1 --scatter none"
+S=$(ab_sweeps "8 $T $B" "8 $T $B --staged-gather 1" "4 $T --scatter none" "16 $T --scatter none" "8 $T")
 ab_variants 420 "$S" direct-out:none-direct-out/direct-out
 ab_pack

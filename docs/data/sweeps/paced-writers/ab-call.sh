@@ -5,9 +5,7 @@
 #   docs/data/sweeps/paced-writers/ab-call.sh COMMIT
 source scripts/ab-lib.sh
 ab_build "$1"
-F=$AB_FLAGS T=$AB_SIMPLE
-S="--virtual-ranks 8 $F $T;--virtual-ranks 16 $F $T;--virtual-ranks 4 $F $T;--virtual-ranks 2 $F $T"
-S="$S;--virtual-ranks 8 $F $T --wire fp8;--virtual-ranks 16 $F $T --wire fp8"
-S="$S;--virtual-ranks 8 $F -P AUTO --min-rows 1 --max-rows 32 -f 2"
+T=$AB_SIMPLE
+S=$(ab_sweeps "8 $T" "16 $T" "4 $T" "2 $T" "8 $T --wire fp8" "16 $T --wire fp8" "8 -P AUTO --min-rows 1 --max-rows 32 -f 2")
 ab_variants 360 "$S" paced4:paced-writers/paced-4 paced8:paced-writers/paced-8
 ab_pack

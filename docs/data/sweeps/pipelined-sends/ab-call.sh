@@ -15,11 +15,10 @@
 #   docs/data/sweeps/pipelined-sends/ab-call.sh COMMIT
 source scripts/ab-lib.sh
 ab_build "$1"
-F=$AB_FLAGS A="-P AUTO --min-rows 1 --max-rows 32 -f 2"
-S="--virtual-ranks 8 $F $A;--virtual-ranks 8 $F $A --wire fp8;--virtual-ranks 16 $F $A"
-S="$S;--virtual-ranks 4 $F $A;--virtual-ranks 2 $F $A;--virtual-ranks 8 $F $A --scatter token"
-S="$S;--virtual-ranks 8 $F $A --scatter none;--virtual-ranks 8 $F -P LL128 --min-rows 1 --max-rows 16 -f 2"
-S="$S;--virtual-ranks 8 $F -P LL --min-rows 1 --max-rows 8 -f 2;--virtual-ranks 16 $F -P LL128 --min-rows 1 --max-rows 16 -f 2"
+A="-P AUTO --min-rows 1 --max-rows 32 -f 2"
+S=$(ab_sweeps "8 $A" "8 $A --wire fp8" "16 $A" "4 $A" "2 $A" "8 $A --scatter token" "8 $A --scatter none" \
+  "8 -P LL128 --min-rows 1 --max-rows 16 -f 2" "8 -P LL --min-rows 1 --max-rows 8 -f 2" \
+  "16 -P LL128 --min-rows 1 --max-rows 16 -f 2")
 V=(pipelined:pipelined-sends/pipelined-sends batch8:pipelined-sends/ll-batch8)
 [ -z "${WITH_ORDER:-}" ] || V+=(reorder:pipelined-sends/receive-order)
 ab_variants 420 "$S" "${V[@]}"

@@ -9,17 +9,9 @@
 # machine:   docs/data/sweeps/staged-writers/ab-call.sh COMMIT
 source scripts/ab-lib.sh
 ab_build "$1"
-F=$AB_FLAGS T=$AB_SIMPLE
-S="--virtual-ranks 8 $F $T --wire fp8;--virtual-ranks 16 $F $T --wire fp8;--virtual-ranks 4 $F $T --wire fp8"
-S="$S;--virtual-ranks 8 $F $T --wire fp8 --scatter token;--virtual-ranks 8 $F $T;--virtual-ranks 16 $F $T"
-S="$S;--virtual-ranks 4 $F $T;--virtual-ranks 8 $F $T --scatter token;--virtual-ranks 8 $F $T --scatter none"
-S="$S;--virtual-ranks 2 $F $T;--virtual-ranks 2 $F $T --wire fp8"
+T=$AB_SIMPLE
+S=$(ab_sweeps "8 $T --wire fp8" "16 $T --wire fp8" "4 $T --wire fp8" "8 $T --wire fp8 --scatter token" "8 $T" "16 $T" \
+  "4 $T" "8 $T --scatter token" "8 $T --scatter none" "2 $T" "2 $T --wire fp8")
 ab_variants 430 "$S" staged:staged-writers/staged-writers staged3:staged-writers/staged-writers-3
-left=$(ab_left)
-if [ $left -gt 80 ] && git apply docs/data/sweeps/staged-writers/staged-writers.patch; then
-  timeout -s TERM $(( left - 15 )) bash -c "ninja -C build-gpu perf/dcp_a2a_lse_reduce_perf > $G/ncu-build.log 2>&1 &&
-    scripts/profile-ncu.sh build-gpu/perf/dcp_a2a_lse_reduce_perf $G/ncu SIMPLE:fp8:head:1024 SIMPLE:native:head:1024" 2>&1 | tail -12
-  git apply -R docs/data/sweeps/staged-writers/staged-writers.patch
-  echo "ncu $(( 575 - $(ab_left) )) s"
-fi
+ab_profile 80 staged-writers/staged-writers SIMPLE:fp8:head:1024 SIMPLE:native:head:1024
 ab_pack
