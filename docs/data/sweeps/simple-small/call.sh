@@ -6,17 +6,14 @@
 # rows and over LL128 at 8 (AUTO's other choice there), then Nsight Compute
 # (scripts/profile-ncu.sh: the details page and the per-instruction
 # samples) on SIMPLE at 16 and 32 rows and LL128 at 8. Logs packed into
-# $OUT/simple-small.tgz.
+# $OUT/ab.tgz.
 #   docs/data/sweeps/simple-small/call.sh COMMIT
-export NCCL_DCP_REQUIRE_GPU=1 COMMIT=$1
-D=$OUT T0=$(date +%s) G=/tmp/simple-small-$(date +%s)
-mkdir -p "$G"
-OUT=$G/check timeout -s TERM 150 scripts/gpu-check.sh build > "$G/build.txt" 2>&1
-echo "build rc $? $(( $(date +%s) - T0 )) s"
+source scripts/ab-lib.sh
+ab_build "$1"
 { [ -f build-timeline/build.ninja ] ||
     meson setup build-timeline --buildtype=release -Dtimeline=true -Dtests=false > "$G/configure-timeline.log" 2>&1; } &&
   timeout -s TERM 200 ninja -C build-timeline perf/dcp_a2a_lse_reduce_perf > "$G/build-timeline.log" 2>&1
-echo "timeline build rc $? $(( $(date +%s) - T0 )) s"
+echo "timeline build rc $? $((575 - $(ab_left))) s"
 F="--virtual-ranks 8 -H 16 --head-dim 512 -d bf16 -w 5 -m 10 -G 1 -c 0 -B 0 -F 0 --timeline"
 for run in SIMPLE:8:64 LL128:8:8; do
   IFS=: read -r P lo hi <<< "$run"
@@ -26,7 +23,7 @@ for run in SIMPLE:8:64 LL128:8:8; do
   echo "timeline $P $lo-$hi rc $?"
 done
 grep -h "timeline rows" "$G"/timeline-*.txt | head -20
-timeout -s TERM $(( 560 - ($(date +%s) - T0) )) scripts/profile-ncu.sh build-gpu/perf/dcp_a2a_lse_reduce_perf "$G/ncu" \
+timeout -s TERM $(($(ab_left) - 15)) scripts/profile-ncu.sh build-gpu/perf/dcp_a2a_lse_reduce_perf "$G/ncu" \
   SIMPLE:native:head:16 SIMPLE:native:head:32 LL128:native:head:8
-echo "ncu rc $? $(( $(date +%s) - T0 )) s"
-tar czf "$D/simple-small.tgz" -C "$(dirname "$G")" "$(basename "$G")"
+echo "ncu rc $? $((575 - $(ab_left))) s"
+ab_pack
