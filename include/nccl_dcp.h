@@ -15,8 +15,9 @@
  * context way (maxBatch, protocol, timeoutMs). The one variable read at
  * each create is NCCL's NCCL_CUMEM_ENABLE (getenv, only to explain a
  * missing symmetric memory in the topology report's pathNote). The
- * profiler plugin's NCCL_DCP_PROFILE_* are the plugin's: read at each
- * communicator's finalize.
+ * profiler plugin's NCCL_DCP_PROFILE_* are the plugin's, read each time
+ * they are used: KERNEL at each communicator's init, FILE and CALIBRATION
+ * at each report (a communicator's finalize, the process's exit).
  *
  * The operation (one DCP group = the ranks of one communicator, cp = nRanks):
  *   every rank holds, for all H = cp * localHeads heads, a partial attention
@@ -97,7 +98,7 @@ typedef enum {
  * way and the LSEs never narrow; only the remote partials do. */
 typedef enum {
   ncclDcpWireNative = 0,  /* the partials as dtype holds them: exact */
-  ncclDcpWireFp8E4m3 = 1, /* e4m3 elements + one power-of-two scale per
+  ncclDcpWireFp8E4m3 = 1, /* e4m3 elements + one fp32 scale (amax / 448) per
                              (row, head) and source: about half the bytes, ~2%
                              relative RMS error (DESIGN §15); a rank's own
                              share and every LSE stay exact. dtype bf16 or
@@ -151,9 +152,10 @@ typedef struct ncclDcpConfig_v1 {
                              config->wire): a value that is no ncclDcpWire_t
                              (negative or >= ncclDcpNumWires;
                              NCCL_CONFIG_UNDEF_INT is the default), and fp8
-                             with dtype fp32, headDim % 16 != 0 or scatter
-                             TOKEN or NONE. A 0.3 caller's struct (no wire)
-                             is native */
+                             with dtype fp32 or headDim % 16 != 0; fp8 with
+                             scatter NONE and NCCL_DCP_NONE_ALGO=two_phase
+                             (NONE runs direct with fp8). A 0.3 caller's
+                             struct (no wire) is native */
 } ncclDcpConfig_t;
 
 #define NCCL_DCP_CONFIG_MAGIC 0xdc9c0f16u
@@ -306,7 +308,8 @@ ncclResult_t ncclDcpWorkspaceSize(const ncclDcpConfig_t* cfg, int nRanks, size_t
  * (all-gathers). Every input that shapes the workspace, the protocol or the
  * launches is agreed, whatever its source (config, NCCL_DCP_* variables,
  * build options): a mismatch fails every rank alike, naming the input and
- * the first rank that differs. A failure of any rank at any step (a bad
+ * the first rank that differs. (NCCL_DCP_SIMPLE_SEND_WARPS aside: it
+ * divides a rank's own sends among its warps, which no peer sees.) A failure of any rank at any step (a bad
  * argument, memory, a registration) is returned by every rank with the same
  * code and message, naming that rank and step, and every rank releases what
  * it had created; no rank is left waiting in a collective step: a local
@@ -430,7 +433,8 @@ ncclResult_t ncclDcpContextDestroyGroup(int nCtxs, ncclDcpContext_t* ctxs);
  *  - out: rows x heads x D of dtype (HEAD: B x Hl; TOKEN: n_r x H; NONE:
  *    B x H), 16-byte aligned; outLse: rows x heads fp32 or NULL.
  *  - strides: NULL = packed (see ncclDcpStrides_t).
- *  - batch >= 0; 0 is a no-op; batch > maxBatch runs in chunks.
+ *  - 0 <= batch <= INT_MAX - maxBatch; 0 is a no-op; batch > maxBatch runs
+ *    in chunks.
  *  - Outputs must not overlap inputs.
  * Streams, as NCCL orders a communicator's operations: any stream will do,
  * and the library orders a call after the previous call on ctx with CUDA
@@ -471,7 +475,9 @@ ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* partialOut,
  * start_p = n_0 + ... + n_{p-1}. Without counts the split is even: the
  * first batch % cp ranks take one row more. Counts come in one of two forms:
  *  - rowCounts: host int[cp], read and checked at the call (n_p >= 0, sum
- *    = batch); a captured call keeps the values it was captured with;
+ *    = batch); a captured call keeps the values it was captured with.
+ *    Device memory there is refused (ncclInvalidArgument naming it: the
+ *    host would fault reading it); that is rowCountsDevice's form;
  *  - rowCountsDevice: device int32[cp], read by the kernels when they run,
  *    so each replay of a captured graph may use new counts. Checked there:
  *    counts that are negative or do not sum to batch poison the context
@@ -497,10 +503,11 @@ ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* partialOut,
  *    hold (attention leaves them undefined): their LSE reads as -inf. A row
  *    empty on every rank merges to out 0 and outLse -inf. Read by the
  *    kernels when they run (graph-safe); both or neither, numSeqs >= 1.
- * The device arrays (rowCountsDevice, seqLens, queryStartLoc) must be device
- * or managed memory: each call asks cudaPointerGetAttributes (a host-side
- * query, legal under stream capture; about a microsecond each) and refuses
- * host memory, pinned or not, and a pointer the runtime cannot place with
+ * The device arrays (rowCountsDevice, seqLens, queryStartLoc) must be
+ * memory of the context's GPU or managed memory: each call asks
+ * cudaPointerGetAttributes (a host-side query, legal under stream capture;
+ * about a microsecond each) and refuses host memory, pinned or not,
+ * another GPU's memory and a pointer the runtime cannot place with
  * ncclInvalidArgument naming the argument, before anything is enqueued
  * (a host pointer would fault the kernel and end the CUDA context). Their
  * contents are not read on the host. */
@@ -540,8 +547,13 @@ ncclResult_t ncclDcpContextBindStream(ncclDcpContext_t ctx, cudaStream_t stream)
  * all-to-alls of every context in one ncclGroupStart/End (without it one
  * thread cannot drive the ranks of a communicator on the fallback path).
  * At most one call per context in a group (ncclInvalidUsage for a second).
- * Nestable, thread-local; capturable like the calls themselves. A context
- * destroyed before ncclDcpGroupEnd fails it with nothing enqueued. */
+ * Nestable, thread-local; capturable like the calls themselves. As NCCL's
+ * group error fails ncclGroupEnd, a call refused inside the group (its
+ * error returned at once) fails the outermost ncclDcpGroupEnd with the
+ * same error, its message naming the refusal, and nothing of the group
+ * enqueued; so does a context destroyed before the end. Otherwise every
+ * call is enqueued, a poisoned context's included (NaN into its outputs),
+ * and ncclDcpGroupEnd returns the first error. */
 ncclResult_t ncclDcpGroupStart(void);
 ncclResult_t ncclDcpGroupEnd(void);
 

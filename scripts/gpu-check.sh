@@ -30,7 +30,7 @@
 #       PERF_CP_NONE_ALGOS="direct two_phase": perf-cp<N>-none-<A>.json),
 #       ncu (scripts/profile-ncu.sh: Nsight Compute on the loopback kernel,
 #       NCU_CASES), nopdl reread (LL128 variants), timeline (-Dtimeline=true
-#       build, perf -T), stress (PDL / LL128 re-read stress, HEAD, then each
+#       build, perf --timeline), stress (PDL / LL128 re-read stress, HEAD, then each
 #       scatter mode once: TOKEN, TOKEN with device counts, NONE direct and
 #       in two phases; and HEAD with fp8 on the wire), soak,
 #       sanitize-context, baseline (our all-to-all vs nccl-tests'

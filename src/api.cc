@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "context.h"
@@ -50,8 +51,11 @@ ncclResult_t createHandles(int nComms, const ncclComm_t* comms, const ncclDcpCon
   return ncclSuccess;
 }
 
-// ncclDcpGroupStart/End of this thread: the depth, and the calls made
-// inside, enqueued by the outermost ncclDcpGroupEnd.
+// ncclDcpGroupStart/End of this thread: the depth, the calls made inside,
+// enqueued by the outermost ncclDcpGroupEnd, and the first call refused
+// inside, which fails that end with nothing enqueued (as NCCL's group
+// error fails ncclGroupEnd): the group's other calls would otherwise run
+// without it, and their peers wait for a call that never comes.
 struct PendingCall {
   ncclDcpContext_t handle;
   CallBuffers buf;
@@ -61,6 +65,23 @@ struct PendingCall {
 };
 thread_local int groupDepth = 0;
 thread_local std::vector<PendingCall> pendingCalls;
+thread_local ncclResult_t groupRefusal = ncclSuccess;
+thread_local std::string groupRefusalMessage;
+
+// A call's refusal, returned as is; inside a group also kept (the first)
+// for its ncclDcpGroupEnd.
+ncclResult_t refuse(ncclResult_t r) {
+  if (r != ncclSuccess && groupDepth > 0 && groupRefusal == ncclSuccess) {
+    groupRefusal = r;
+    groupRefusalMessage = lastError();
+  }
+  return r;
+}
+#define REFUSE_IF(call)                                    \
+  do {                                                     \
+    const ncclResult_t refused_ = (call);                  \
+    if (refused_ != ncclSuccess) return refuse(refused_);  \
+  } while (0)
 
 ncclResult_t deferToGroup(ncclDcpContext_t ctx, const CallBuffers& buf, int batch, const CallPlan& plan,
                           cudaStream_t stream) {
@@ -87,6 +108,14 @@ NCCL_DCP_API ncclResult_t ncclDcpGroupEnd(void) {
   if (--groupDepth > 0) return ncclSuccess;
   std::vector<PendingCall> pending;
   pending.swap(pendingCalls);
+  const ncclResult_t refused = groupRefusal;
+  std::string why;
+  why.swap(groupRefusalMessage);
+  groupRefusal = ncclSuccess;
+  if (refused != ncclSuccess)
+    return fail(refused, "a call of this group was refused (%s): ncclDcpGroupEnd enqueued none of the group's %zu "
+                         "other calls",
+                why.c_str(), pending.size());
   std::vector<std::unique_ptr<ContextUse>> uses;
   std::vector<GroupedCall> calls;
   for (const PendingCall& p : pending) {
@@ -171,22 +200,23 @@ NCCL_DCP_API ncclResult_t ncclDcpA2aLseReduceEx(ncclDcpContext_t ctx, const void
                                                 const ncclDcpStrides_t* stridesIn, const ncclDcpCallArgs_t* args,
                                                 cudaStream_t stream) {
   clearLastError();
-  if (ctx == nullptr) return fail(ncclInvalidArgument, "ctx is NULL");
+  if (ctx == nullptr) return refuse(fail(ncclInvalidArgument, "ctx is NULL"));
   ContextUse c(ctx, "ctx");
-  if (c.get() == nullptr) return ncclInvalidArgument;
+  if (c.get() == nullptr) return refuse(ncclInvalidArgument);
   CallBuffers buf = {partialOut, partialLse, out, outLse};
   // A bad args header is refused before its pointers are read (admit).
   if (args && args->magic == NCCL_DCP_CALL_ARGS_MAGIC && args->size == sizeof(ncclDcpCallArgs_t)) {
     buf.seqLens = args->seqLens;
     buf.queryStartLoc = args->queryStartLoc;
+    REFUSE_IF(checkHostArrays(args, cudaPointerAnswer));  // before admit reads rowCounts
   }
   CallPlan plan;
-  DCPCHECK(c->engine.admit(&buf, 1, batch, stridesIn, args, &plan));
+  REFUSE_IF(c->engine.admit(&buf, 1, batch, stridesIn, args, &plan));
   if (batch == 0) return contextAsyncError(c.get());
   // The arrays the kernels read (not at batch 0), before anything is
   // enqueued or deferred to a group.
-  DCPCHECK(checkDeviceArrays(args, cudaPointerAnswer));
-  if (groupDepth > 0) return deferToGroup(ctx, buf, batch, plan, stream);
+  REFUSE_IF(checkDeviceArrays(args, c->cudaDev, cudaPointerAnswer));
+  if (groupDepth > 0) return refuse(deferToGroup(ctx, buf, batch, plan, stream));
   return contextEnqueue(c.get(), buf, batch, plan, stream);
 }
 

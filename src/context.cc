@@ -926,14 +926,27 @@ ncclResult_t enqueueFallbackGroup(const std::vector<const GroupedCall*>& calls) 
 
 }  // namespace
 
+// Every call is enqueued even after one fails (a poisoned context's call
+// writes NaN and returns its error): a call left out would leave the
+// group's calls on its peers' contexts waiting for it until their timeout.
+// The first error is returned, with its message.
 ncclResult_t contextEnqueueGroup(const std::vector<GroupedCall>& calls) {
   DeviceGuard guard;
+  ncclResult_t first = ncclSuccess;
+  std::string message;
+  auto keep = [&](ncclResult_t r) {
+    if (r == ncclSuccess || first != ncclSuccess) return;
+    first = r;
+    message = lastError();
+  };
   std::vector<const GroupedCall*> fallback;
   for (const GroupedCall& g : calls) {
     if (g.ctx->path == ncclDcpPathFallback) fallback.push_back(&g);
-    else DCPCHECK(contextEnqueue(g.ctx, g.buf, g.batch, g.plan, g.stream));
+    else keep(contextEnqueue(g.ctx, g.buf, g.batch, g.plan, g.stream));
   }
-  return fallback.empty() ? ncclSuccess : enqueueFallbackGroup(fallback);
+  if (!fallback.empty()) keep(enqueueFallbackGroup(fallback));
+  if (first != ncclSuccess) restoreLastError(message.c_str());
+  return first;
 }
 
 }  // namespace nccl_dcp

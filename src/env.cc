@@ -130,10 +130,6 @@ const Env& env() {
 }
 
 std::vector<std::string> unknownVariables(const char* const* environ) {
-  // Read by the profiler plugin, the Python package and the tools.
-  static const char* const kOthers[] = {"NCCL_DCP_PROFILE_FILE", "NCCL_DCP_PROFILE_CALIBRATION",
-                                        "NCCL_DCP_PROFILE_KERNEL", "NCCL_DCP_PROFILE_INJECT_FAULT",
-                                        "NCCL_DCP_LIB", "NCCL_DCP_HEADER"};
   std::vector<std::string> unknown;
   for (const char* const* e = environ; e && *e; e++) {
     const char* eq = strchr(*e, '=');
@@ -141,7 +137,7 @@ std::vector<std::string> unknownVariables(const char* const* environ) {
     if (name.compare(0, 9, "NCCL_DCP_") != 0) continue;
     bool known = false;
     for (const char* n : envVariableNames()) known = known || name == n;
-    for (const char* n : kOthers) known = known || name == n;
+    for (const char* n : otherVariableNames()) known = known || name == n;
     if (!known) unknown.push_back(name);
   }
   return unknown;
@@ -154,6 +150,13 @@ const std::vector<const char*>& envVariableNames() {
       "NCCL_DCP_FORCE_FALLBACK", "NCCL_DCP_PDL",        "NCCL_DCP_REQUIRE_GPU",
       "NCCL_DCP_SOURCE_ROOT",    "NCCL_DCP_SIMPLE_SEND_WARPS", "NCCL_DCP_PROVIDER",
       "NCCL_DCP_NONE_ALGO"};
+  return names;
+}
+
+const std::vector<const char*>& otherVariableNames() {
+  static const std::vector<const char*> names = {"NCCL_DCP_PROFILE_FILE", "NCCL_DCP_PROFILE_CALIBRATION",
+                                                 "NCCL_DCP_PROFILE_KERNEL", "NCCL_DCP_PROFILE_INJECT_FAULT",
+                                                 "NCCL_DCP_LIB", "NCCL_DCP_HEADER"};
   return names;
 }
 

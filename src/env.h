@@ -51,6 +51,9 @@ void setThreadEnvForTesting(const Env* e);
 // Names of every variable the library or its tests read, for the test that
 // docs/environment.md lists them.
 const std::vector<const char*>& envVariableNames();
+// The NCCL_DCP_* names read outside the library: by the profiler plugin,
+// the Python package and the tools (listed in docs/environment.md too).
+const std::vector<const char*>& otherVariableNames();
 
 // The NCCL_DCP_* names in `environ` (NAME=value entries, NULL-terminated)
 // that nothing of nccl-dcp reads (the library, its plugin, its tools): a

@@ -2,6 +2,7 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -65,12 +66,21 @@ ContextUse::~ContextUse() {
   if (--e.uses == 0) idle.notify_all();
 }
 
+// Entry i of an array named "ctxs[i]" as "ctxs[3]" (a name without "[i]"
+// as it is).
+static std::string entryName(const char* what, int i) {
+  std::string name = what;
+  const size_t at = name.find("[i]");
+  if (at != std::string::npos) name.replace(at, 3, "[" + std::to_string(i) + "]");
+  return name;
+}
+
 ncclResult_t retireContexts(int n, const ncclDcpContext_t* handles, const char* what, Context** out) {
   std::unique_lock<std::mutex> lock(mutex);
   for (int i = 0; i < n; i++) {
     out[i] = nullptr;
     if (handles[i] == nullptr) continue;
-    if (liveEntry(handles[i]) == nullptr) return notLive(handles[i], what);
+    if (liveEntry(handles[i]) == nullptr) return notLive(handles[i], entryName(what, i).c_str());
     for (int j = 0; j < i; j++)
       if (handles[j] == handles[i])
         return fail(ncclInvalidArgument, "%s: entries %d and %d are the same context %p", what, j, i,

@@ -3,6 +3,7 @@
 #include <inttypes.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstddef>
 
 #include "error.h"
@@ -324,9 +325,19 @@ int outRowsOf(const CallShape& shape, int rank) {
   return shape.split.start[rank + 1] - shape.split.start[rank];
 }
 
+// A call's batch runs in rounds of maxBatch rows, indexed in int: its last
+// round's end must stay an int.
+static ncclResult_t checkBatch(const Config& cfg, int batch) {
+  if (batch < 0) return fail(ncclInvalidArgument, "batch %d is negative", batch);
+  if (batch > INT_MAX - cfg.maxBatch)
+    return fail(ncclInvalidArgument, "batch %d is above INT_MAX - maxBatch (%d): its rounds of maxBatch %d rows "
+                                     "would overflow a row index", batch, INT_MAX - cfg.maxBatch, cfg.maxBatch);
+  return ncclSuccess;
+}
+
 ncclResult_t resolveCallArgs(const ncclDcpCallArgs_t* args, const Config& cfg, int nRanks, int batch,
                              CallShape* shape) {
-  if (batch < 0) return fail(ncclInvalidArgument, "batch %d is negative", batch);
+  DCPCHECK(checkBatch(cfg, batch));
   CallShape c = {};
   c.scatter = cfg.scatter;
   c.localHeads = cfg.localHeads;
@@ -385,12 +396,12 @@ PointerAnswer cudaPointerAnswer(const void* p) {
   cudaPointerAttributes a = {};
   const cudaError_t e = cudaPointerGetAttributes(&a, p);
   if (e != cudaSuccess) cudaGetLastError();  // not sticky: the next call must not see it
-  return {e, e == cudaSuccess ? a.type : cudaMemoryTypeUnregistered};
+  return {e, e == cudaSuccess ? a.type : cudaMemoryTypeUnregistered, e == cudaSuccess ? a.device : -1};
 }
 
 namespace {
 
-ncclResult_t checkDeviceArray(const char* name, const void* p, PointerQuery query) {
+ncclResult_t checkDeviceArray(const char* name, const void* p, int cudaDev, PointerQuery query) {
   if (p == nullptr) return ncclSuccess;
   const PointerAnswer a = query(p);
   if (a.error != cudaSuccess)
@@ -399,8 +410,13 @@ ncclResult_t checkDeviceArray(const char* name, const void* p, PointerQuery quer
                 "kernels read it as",
                 name, p, cudaGetErrorString(a.error));
   switch (a.type) {
-    case cudaMemoryTypeDevice:
     case cudaMemoryTypeManaged: return ncclSuccess;
+    case cudaMemoryTypeDevice:
+      if (a.device == cudaDev) return ncclSuccess;
+      return fail(ncclInvalidArgument,
+                  "%s %p is memory of device %d, not of the context's device %d: the kernels read it there; "
+                  "pass an int32 array on device %d (or managed memory)",
+                  name, p, a.device, cudaDev, cudaDev);
     case cudaMemoryTypeHost:
       return fail(ncclInvalidArgument,
                   "%s %p is pinned host memory (cudaHostAlloc / cudaHostRegister), not device memory: the kernels "
@@ -417,16 +433,27 @@ ncclResult_t checkDeviceArray(const char* name, const void* p, PointerQuery quer
 
 }  // namespace
 
-ncclResult_t checkDeviceArrays(const ncclDcpCallArgs_t* args, PointerQuery query) {
+ncclResult_t checkDeviceArrays(const ncclDcpCallArgs_t* args, int cudaDev, PointerQuery query) {
   if (args == nullptr) return ncclSuccess;
-  DCPCHECK(checkDeviceArray("args->rowCountsDevice", args->rowCountsDevice, query));
-  DCPCHECK(checkDeviceArray("args->seqLens", args->seqLens, query));
-  return checkDeviceArray("args->queryStartLoc", args->queryStartLoc, query);
+  DCPCHECK(checkDeviceArray("args->rowCountsDevice", args->rowCountsDevice, cudaDev, query));
+  DCPCHECK(checkDeviceArray("args->seqLens", args->seqLens, cudaDev, query));
+  return checkDeviceArray("args->queryStartLoc", args->queryStartLoc, cudaDev, query);
+}
+
+ncclResult_t checkHostArrays(const ncclDcpCallArgs_t* args, PointerQuery query) {
+  if (args == nullptr || args->rowCounts == nullptr) return ncclSuccess;
+  const PointerAnswer a = query(args->rowCounts);
+  if (a.error == cudaSuccess && a.type == cudaMemoryTypeDevice)
+    return fail(ncclInvalidArgument,
+                "args->rowCounts %p is device memory (of device %d): the host reads it at the call; pass host "
+                "memory, or the device array as args->rowCountsDevice",
+                (const void*)args->rowCounts, a.device);
+  return ncclSuccess;
 }
 
 ncclResult_t checkCall(const Config& cfg, int nRanks, const CallBuffers& buf, int batch, const Strides& s,
                        const CallShape& shape, int outRows) {
-  if (batch < 0) return fail(ncclInvalidArgument, "batch %d is negative", batch);
+  DCPCHECK(checkBatch(cfg, batch));
   if (batch == 0) return ncclSuccess;  // a no-op: buffers may be NULL, as in NCCL
   if (buf.partialOut == nullptr) return fail(ncclInvalidArgument, "partialOut is NULL");
   if (buf.partialLse == nullptr) return fail(ncclInvalidArgument, "partialLse is NULL");

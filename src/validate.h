@@ -45,6 +45,7 @@ int outRowsOf(const CallShape& shape, int rank);
 struct PointerAnswer {
   cudaError_t error;
   cudaMemoryType type;
+  int device = -1;  // device memory: the GPU that holds it
 };
 using PointerQuery = PointerAnswer (*)(const void* p);
 // The production query: cudaPointerGetAttributes (a query of the driver's
@@ -52,13 +53,19 @@ using PointerQuery = PointerAnswer (*)(const void* p);
 // capture), its error cleared.
 PointerAnswer cudaPointerAnswer(const void* p);
 // The arrays of args the kernels read on the GPU (rowCountsDevice, seqLens,
-// queryStartLoc; NULL ones skipped) are device or managed memory, as
-// `query` answers for each: host memory (registered or not) and a pointer
-// the runtime cannot place are refused with ncclInvalidArgument naming the
-// argument (a host pointer would fault the kernel: a sticky illegal
-// address that ends the CUDA context). args already admitted
-// (resolveCallArgs). Tests pass a query of their own.
-ncclResult_t checkDeviceArrays(const ncclDcpCallArgs_t* args, PointerQuery query);
+// queryStartLoc; NULL ones skipped) are managed memory or device memory of
+// the context's GPU `cudaDev`, as `query` answers for each: host memory
+// (registered or not), another GPU's memory and a pointer the runtime
+// cannot place are refused with ncclInvalidArgument naming the argument (a
+// host pointer would fault the kernel: a sticky illegal address that ends
+// the CUDA context). args already admitted (resolveCallArgs). Tests pass a
+// query of their own.
+ncclResult_t checkDeviceArrays(const ncclDcpCallArgs_t* args, int cudaDev, PointerQuery query);
+// The array of args the host reads at the call (rowCounts) is not device
+// memory (the host would fault reading it: rowCountsDevice is that form);
+// a pointer the runtime cannot place passes (it is read as host memory,
+// as without this check). Before resolveCallArgs reads it.
+ncclResult_t checkHostArrays(const ncclDcpCallArgs_t* args, PointerQuery query);
 
 // Pointers, alignment, output self-overlap and output/input overlap, for
 // batch rows of input and outRows rows of output (-1: unknown, only the

@@ -72,6 +72,61 @@ def broken_links(path):
     return broken
 
 
+# Where a source takes an NCCL_DCP_* name from the environment: C / C++
+# getenv and the library's and plugin's getters, Python's os.environ /
+# os.getenv, a shell script's $NAME.
+ENV_READ = {
+    "c": re.compile(r'\b(?:getenv|get|envOr|envBool)\(\s*"(NCCL_DCP_[A-Z0-9_]+)"'),
+    "py": re.compile(r"""os\.(?:environ(?:\.get\(|\[|\.setdefault\(|\.pop\()|getenv\()\s*["'](NCCL_DCP_[A-Z0-9_]+)"""),
+    "sh": re.compile(r"\$\{?(NCCL_DCP_[A-Z0-9_]+)"),
+}
+ENV_KIND = {".c": "c", ".cc": "c", ".cu": "c", ".cuh": "c", ".h": "c", ".py": "py", ".sh": "sh"}
+SOURCE_DIRS = ("src", "plugin", "perf", "python/nccl_dcp", "python/tests", "test", "scripts", "examples", ".ci")
+
+
+def variables_read():
+    """{name: [files]} of every NCCL_DCP_* variable the sources read."""
+    found = {}
+    for top in SOURCE_DIRS:
+        for dirpath, _, names in os.walk(os.path.join(ROOT, top)):
+            for name in names:
+                kind = ENV_KIND.get(os.path.splitext(name)[1], "sh" if top == ".ci" else None)
+                if kind is None:
+                    continue
+                path = os.path.join(dirpath, name)
+                for var in ENV_READ[kind].findall(read(path)):
+                    found.setdefault(var, []).append(os.path.relpath(path, ROOT))
+    return found
+
+
+def mentions(text, name):
+    """`name` as a whole word: NCCL_DCP_DEBUG_FILE does not document NCCL_DCP_DEBUG."""
+    return re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", text) is not None
+
+
+class EnvironmentPage(unittest.TestCase):
+    """docs/environment.md lists every variable any source reads (the C++
+    tests check the library's and the plugin's name tables; this one also
+    sees the Python package, the tests and the scripts)."""
+
+    def test_every_variable_read_is_documented(self):
+        found = variables_read()
+        # The scan itself: a variable of each kind of reader is seen.
+        for known in ("NCCL_DCP_PROTO", "NCCL_DCP_PROFILE_FILE", "NCCL_DCP_LIB", "NCCL_DCP_REQUIRE_GPU"):
+            self.assertIn(known, found)
+        doc = read(os.path.join(ROOT, "docs", "environment.md"))
+        missing = {n: f for n, f in found.items() if not mentions(doc, n)}
+        self.assertEqual(missing, {}, "read but not in docs/environment.md")
+
+    def test_whole_names_only(self):
+        self.assertTrue(mentions("set `NCCL_DCP_DEBUG=INFO`", "NCCL_DCP_DEBUG"))
+        self.assertFalse(mentions("NCCL_DCP_DEBUG_FILE only", "NCCL_DCP_DEBUG"))
+        # (split so that this file does not read NCCL_DCP_X itself)
+        self.assertEqual(ENV_READ["py"].findall('os.environ.get(' + '"NCCL_DCP_X")'), ["NCCL_DCP_X"])
+        self.assertEqual(ENV_READ["c"].findall('getenv("NCCL_DCP_Y")'), ["NCCL_DCP_Y"])
+        self.assertEqual(ENV_READ["sh"].findall('[ -n "${NCCL_DCP_Z:-}" ]'), ["NCCL_DCP_Z"])
+
+
 class Readme(unittest.TestCase):
     def setUp(self):
         self.text = read(README)

@@ -144,8 +144,15 @@ struct Merge {
   double lse = 0;               // m + log_base W, -inf when empty
   double lseSlack = 0;          // fp32 error terms of the weights (sum w_s |l_s - m| / W)
   bool empty = false;           // every source empty: out 0, lse -inf
-  int receiver = -1;            // the rank whose own share stays exact on the fp8 wire (HEAD: h / Hl)
+  int receiver = -1;            // the rank whose own share stays exact on the fp8 wire (-1: none)
 };
+// As rank `receiver` merges it: on the fp8 wire every other source's unit
+// crosses the link, its own share stays exact. HEAD's merge has one
+// receiver, the head's owner; TOKEN's the row's; NONE's every rank, each
+// with its own share exact (their fp8 outputs differ).
+Merge merge(const Problem& p, int row, int head, int receiver, ScaleRule rule = e4m3::scale);
+// HEAD: as the head's owner merges it; TOKEN and NONE: as a rank that holds
+// no share of it would (every source on the wire).
 Merge merge(const Problem& p, int row, int head, ScaleRule rule = e4m3::scale);
 
 // Unit roundoff of an output dtype: 2^-8, 2^-11, 2^-24.

@@ -537,8 +537,8 @@ TEST_F(OneRankContext, NonblockingCommunicator) {
 
 // ncclDcpGroupStart/End on one thread: a fused and a fallback context, one
 // call each, enqueued at the end (eagerly and under capture); a second call
-// on a context in one group, an end without a start and a context
-// destroyed before the end are refused.
+// on a context in one group (failing its end, nothing enqueued), an end
+// without a start and a context destroyed before the end are refused.
 TEST_F(OneRankContext, GroupedCallsOnBothPaths) {
   const ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8);
   ncclDcpContext_t fused = nullptr, fallback = nullptr;
@@ -561,9 +561,6 @@ TEST_F(OneRankContext, GroupedCallsOnBothPaths) {
     DCP_ASSERT(ncclDcpA2aLseReduce(fallback, ba.partialOut, (const float*)ba.partialLse, ba.out, ba.outLse, 19, nullptr, stream_));
     DCP_ASSERT(ncclDcpGroupEnd());  // the inner end enqueues nothing
     DCP_ASSERT(ncclDcpA2aLseReduce(fused, bb.partialOut, (const float*)bb.partialLse, bb.out, bb.outLse, 7, nullptr, stream_));
-    EXPECT_EQ(ncclDcpA2aLseReduce(fallback, ba.partialOut, (const float*)ba.partialLse, ba.out, ba.outLse, 19, nullptr, stream_),
-              ncclInvalidUsage);
-    EXPECT_NE(std::string(ncclDcpGetLastError()).find("one call per context per group"), std::string::npos);
     if (!capture) {
       EXPECT_EQ(cudaStreamQuery(stream_), cudaSuccess) << "a grouped call was enqueued before the end";
     }
@@ -580,6 +577,28 @@ TEST_F(OneRankContext, GroupedCallsOnBothPaths) {
     CUDA_ASSERT(cudaStreamSynchronize(stream_));
     EXPECT_EQ(a.check(0).count, 0u) << a.check(0).first;
     EXPECT_EQ(b.check(0).count, 0u) << b.check(0).first;
+  }
+  // A second call on one context is refused at once, and fails the
+  // group's end with nothing of the group enqueued (NCCL's group error):
+  // every output keeps its poison.
+  {
+    DeviceProblem a(cfg, 1, 19, LseMix::Normal, freshSeed()), b(cfg, 1, 7, LseMix::Normal, freshSeed());
+    const CallBuffers ba = a.buffers(0), bb = b.buffers(0);
+    DCP_ASSERT(ncclDcpGroupStart());
+    DCP_ASSERT(ncclDcpA2aLseReduce(fallback, ba.partialOut, (const float*)ba.partialLse, ba.out, ba.outLse, 19, nullptr, stream_));
+    DCP_ASSERT(ncclDcpA2aLseReduce(fused, bb.partialOut, (const float*)bb.partialLse, bb.out, bb.outLse, 7, nullptr, stream_));
+    EXPECT_EQ(ncclDcpA2aLseReduce(fallback, ba.partialOut, (const float*)ba.partialLse, ba.out, ba.outLse, 19, nullptr, stream_),
+              ncclInvalidUsage);
+    EXPECT_NE(std::string(ncclDcpGetLastError()).find("one call per context per group"), std::string::npos);
+    EXPECT_EQ(ncclDcpGroupEnd(), ncclInvalidUsage);
+    EXPECT_NE(std::string(ncclDcpGetLastError()).find("a call of this group was refused"), std::string::npos)
+        << ncclDcpGetLastError();
+    CUDA_ASSERT(cudaStreamSynchronize(stream_));
+    for (const DeviceProblem* p : {&a, &b}) {
+      const RankTensors got = p->outputs(0);
+      EXPECT_EQ(std::count(got.out.begin(), got.out.end(), (uint8_t)0xff), (std::ptrdiff_t)got.out.size())
+          << "a call of the refused group wrote its out";
+    }
   }
   DeviceProblem a(cfg, 1, 3, LseMix::Normal, freshSeed());
   const CallBuffers ba = a.buffers(0);

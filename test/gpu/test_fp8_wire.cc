@@ -3,7 +3,8 @@
  * (cp virtual ranks): the fused kernels of LL, LL128, SIMPLE and AUTO, and
  * the fallback's pack and combine kernels, against the CPU model
  * (referenceA2aLseReduce(..., Wire::Fp8E4m3)), bf16 and fp16, cp 2..16,
- * batches 1, 7, 97 and 1000 (chunked by maxBatch 64).
+ * batches 1, 7, 97 and 1000 (chunked by maxBatch 64); HEAD, and TOKEN and
+ * NONE (EveryScatterMode).
  *
  * Every call runs on fresh attention-like partials (per unit a Gaussian of
  * random spread, some units with outlier channels, a few NaN / inf
@@ -142,20 +143,20 @@ class Fp8Wire : public testing::TestWithParam<ProtoDtype> {
   void SetUp() override { DCP_REQUIRE_GPUS(1); }
 
   // One call of `batch` rows (rounds of `cap`) on fresh data through the
-  // fp8 wire and the native wire; out bitwise the fp8 model's, outLse
-  // bitwise the native kernels'.
-  void check(int cp, int batch, int D, int Hl, bool nonFinite, int cap = kCap) {
+  // fp8 wire and the native wire, in a scatter mode; out bitwise the fp8
+  // model's, outLse bitwise the native kernels'.
+  void check(int cp, int batch, int D, int Hl, bool nonFinite, int cap = kCap, int scatter = ncclDcpScatterHead) {
     const int protocol = std::get<0>(GetParam());
     const ncclDataType_t dtype = std::get<1>(GetParam());
     const bool fallback = protocol < 0;
     const uint64_t seed = freshSeed();
-    SCOPED_TRACE(testing::Message() << (fallback ? "fallback" : protocolName(protocol)) << " cp " << cp << " batch "
-                                    << batch << " D " << D << " Hl " << Hl << " " << dtypeName(dtype)
-                                    << (nonFinite ? " NaN/inf elements" : "") << " rounds of " << cap << " seed "
-                                    << seed);
+    SCOPED_TRACE(testing::Message() << (fallback ? "fallback" : protocolName(protocol)) << " "
+                                    << scatterName(scatter) << " cp " << cp << " batch " << batch << " D " << D
+                                    << " Hl " << Hl << " " << dtypeName(dtype) << (nonFinite ? " NaN/inf elements" : "")
+                                    << " rounds of " << cap << " seed " << seed);
     const int proto = fallback ? ncclDcpProtoAuto : protocol;
-    const ncclDcpConfig_t c8 = fp8Config(D, Hl, dtype, proto, ncclDcpWireFp8E4m3, cap);
-    const ncclDcpConfig_t cn = fp8Config(D, Hl, dtype, proto, ncclDcpWireNative, cap);
+    const ncclDcpConfig_t c8 = withScatter(fp8Config(D, Hl, dtype, proto, ncclDcpWireFp8E4m3, cap), scatter);
+    const ncclDcpConfig_t cn = withScatter(fp8Config(D, Hl, dtype, proto, ncclDcpWireNative, cap), scatter);
     const Config cfg8 = resolved(c8), cfgn = resolved(cn);
     DeviceProblem p8(cfg8, cp, batch, LseMix::Normal, seed, attentionLike(cfg8, cp, batch, seed, nonFinite));
     DeviceProblem pn(cfgn, cp, batch, LseMix::Normal, seed, attentionLike(cfgn, cp, batch, seed, nonFinite));
@@ -211,6 +212,19 @@ TEST_P(Fp8Wire, NonFiniteElementsAndEmptyRows) {
 // One chunked call on each wire, small enough for the sanitizers
 // (scripts/gpu-check.sh sanitize).
 TEST_P(Fp8Wire, SmallCall) { check(3, kCap + 6, 128, 2, false); }
+
+// TOKEN and NONE (its direct algorithm: auto never relays fp8) narrow the
+// same units through the same codec: the merging rank keeps its own share
+// exact -- in NONE every rank, so the ranks' fp8 outputs of one merge
+// differ, each the model's. TOKEN with fewer rows than ranks (ranks of no
+// rows), chunked calls, NaN / inf elements.
+TEST_P(Fp8Wire, EveryScatterMode) {
+  for (int scatter : {(int)ncclDcpScatterToken, (int)ncclDcpScatterNone}) {
+    for (int cp : {2, 5, 8}) check(cp, 97, 128, 2, false, kCap, scatter);
+    check(8, 5, 128, 2, false, kCap, scatter);
+    check(4, 33, 512, 4, true, kCap, scatter);
+  }
+}
 
 // SIMPLE's large rounds on one GPU, where more of a block's 16 warps send
 // once a round has 8 chunks a block (proto_simple.h's sendWarpsOf: 10, and

@@ -262,7 +262,9 @@ TEST(EnvNames, MisspeltVariablesAreFound) {
   EXPECT_EQ(unknown[0], "NCCL_DCP_PROTOCOL");
   EXPECT_EQ(unknown[1], "NCCL_DCP_TIMEOUT");
   EXPECT_TRUE(unknownVariables(nullptr).empty());
-  for (const char* name : envVariableNames()) {
+  std::vector<const char*> names = envVariableNames();
+  names.insert(names.end(), otherVariableNames().begin(), otherVariableNames().end());
+  for (const char* name : names) {
     const std::string entry = std::string(name) + "=1";
     const char* one[] = {entry.c_str(), nullptr};
     EXPECT_TRUE(unknownVariables(one).empty()) << name;
@@ -326,7 +328,8 @@ TEST_F(EnvParse, EveryVariableReadIsListed) {
 }
 
 TEST(EnvNames, UniqueAndPrefixed) {
-  const std::vector<const char*>& names = envVariableNames();
+  std::vector<const char*> names = envVariableNames();
+  names.insert(names.end(), otherVariableNames().begin(), otherVariableNames().end());
   std::set<std::string> seen;
   for (const char* n : names) {
     EXPECT_EQ(std::string(n).rfind("NCCL_DCP_", 0), 0u) << n;
@@ -393,6 +396,8 @@ TEST(EnvReadme, EveryVariableIsDocumented) {
   const std::string doc = text.str();
   for (const char* name : envVariableNames())
     EXPECT_TRUE(mentions(doc, name)) << name << " is not documented in " << readme;
+  for (const char* name : otherVariableNames())
+    EXPECT_TRUE(mentions(doc, name)) << name << " (read outside the library) is not documented in " << readme;
 }
 
 // The contract of env() that nccl_dcp.h states: the process environment is

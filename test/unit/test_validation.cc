@@ -127,6 +127,32 @@ TEST(PublicApi, A2aLseReduceRejectsNullContext) {
                   "ctx");
 }
 
+// A call refused inside a group fails the group's end with nothing
+// enqueued (NCCL's group error); the next group starts clean.
+TEST(PublicApi, CallRefusedInAGroupFailsItsEnd) {
+  float lse[4] = {}, outLse[4] = {};
+  alignas(16) uint16_t in[64] = {}, out[64] = {};
+  EXPECT_ACCEPTED(ncclDcpGroupStart());
+  EXPECT_ACCEPTED(ncclDcpGroupStart());  // nested: the outermost end decides
+  EXPECT_REJECTED(ncclDcpA2aLseReduce(nullptr, in, lse, out, outLse, 1, nullptr, nullptr), ncclInvalidArgument,
+                  "ctx is NULL");
+  EXPECT_ACCEPTED(ncclDcpGroupEnd());
+  EXPECT_REJECTED(ncclDcpGroupEnd(), ncclInvalidArgument, "a call of this group was refused (ctx is NULL)");
+  EXPECT_ACCEPTED(ncclDcpGroupStart());
+  EXPECT_ACCEPTED(ncclDcpGroupEnd());
+  EXPECT_REJECTED(ncclDcpGroupEnd(), ncclInvalidUsage, "without ncclDcpGroupStart");
+}
+
+// Outside a group a refusal leaves nothing for a later group.
+TEST(PublicApi, CallRefusedOutsideAGroupLeavesTheNextGroupClean) {
+  float lse[4] = {}, outLse[4] = {};
+  alignas(16) uint16_t in[64] = {}, out[64] = {};
+  EXPECT_REJECTED(ncclDcpA2aLseReduce(nullptr, in, lse, out, outLse, 1, nullptr, nullptr), ncclInvalidArgument,
+                  "ctx");
+  EXPECT_ACCEPTED(ncclDcpGroupStart());
+  EXPECT_ACCEPTED(ncclDcpGroupEnd());
+}
+
 TEST(PublicApi, ContextCreateRejectsNullComm) {
   const ncclDcpConfig_t cfg = validConfig();
   ncclDcpContext_t ctx = nullptr;
@@ -195,7 +221,7 @@ TEST(PublicApi, DestroyGroupWithADuplicateDestroysNothing) {
   EXPECT_EQ(ctxs[3], ha);
   // The same with a handle that is not live behind a good one.
   ncclDcpContext_t stale[2] = {hb, (ncclDcpContext_t)&fakeA};
-  EXPECT_REJECTED(ncclDcpContextDestroyGroup(2, stale), ncclInvalidArgument, "ctxs[i]");
+  EXPECT_REJECTED(ncclDcpContextDestroyGroup(2, stale), ncclInvalidArgument, "ctxs[1] 0x");
   EXPECT_EQ(contextOf(hb), b);
   // Retired here without a destroy (there is nothing to destroy).
   Context* out[2] = {};
@@ -739,6 +765,16 @@ TEST_F(CallFixture, ValidPackedCallAccepted) { EXPECT_ACCEPTED(checkCall(cfg, kR
 TEST_F(CallFixture, NegativeBatchRejected) {
   EXPECT_REJECTED(checkCall(cfg, kRanks, buf, -1, strides), ncclInvalidArgument, "batch");
   EXPECT_REJECTED(checkCall(cfg, kRanks, buf, INT32_MIN, strides), ncclInvalidArgument, "batch");
+}
+
+// Its rounds of maxBatch rows are indexed in int: the last round's end
+// must not overflow (it once wrapped negative and never ended).
+TEST_F(CallFixture, BatchWhoseRoundsOverflowRejected) {
+  EXPECT_REJECTED(checkCall(cfg, kRanks, buf, INT32_MAX, strides), ncclInvalidArgument, "batch 2147483647");
+  EXPECT_REJECTED(checkCall(cfg, kRanks, buf, INT32_MAX - cfg.maxBatch + 1, strides), ncclInvalidArgument,
+                  "INT_MAX - maxBatch");
+  CallShape shape;
+  EXPECT_REJECTED(resolveCallArgs(nullptr, cfg, kRanks, INT32_MAX, &shape), ncclInvalidArgument, "batch");
 }
 
 TEST_F(CallFixture, NullBuffersAcceptedForEmptyBatch) {
@@ -1721,14 +1757,18 @@ TEST(ModeCheckCall, WithoutArgsIsRankZeroOfTheEvenSplit) {
 // memory: checked at the call by cudaPointerGetAttributes, here through a
 // query that answers what the test says (no driver on this machine).
 
-// The answer per address: device at 0x1xxxx, managed at 0x2xxxx, pinned
-// host at 0x3xxxx, unregistered at 0x4xxxx, a runtime error at 0x5xxxx.
+// The answer per address: device 0's memory at 0x1xxxx, managed at
+// 0x2xxxx, pinned host at 0x3xxxx, unregistered at 0x4xxxx, a runtime
+// error at 0x5xxxx, device 1's memory at 0x6xxxx. The contexts here are
+// device 0's.
+constexpr int kDev = 0;
 PointerAnswer fakeAnswer(const void* p) {
   switch ((uintptr_t)p >> 16) {
-    case 1: return {cudaSuccess, cudaMemoryTypeDevice};
-    case 2: return {cudaSuccess, cudaMemoryTypeManaged};
+    case 1: return {cudaSuccess, cudaMemoryTypeDevice, 0};
+    case 2: return {cudaSuccess, cudaMemoryTypeManaged, 0};
     case 3: return {cudaSuccess, cudaMemoryTypeHost};
     case 4: return {cudaSuccess, cudaMemoryTypeUnregistered};
+    case 6: return {cudaSuccess, cudaMemoryTypeDevice, 1};
     default: return {cudaErrorInvalidValue, cudaMemoryTypeUnregistered};
   }
 }
@@ -1740,12 +1780,12 @@ PointerAnswer countingAnswer(const void* p) {
 
 TEST(DeviceArrays, DeviceAndManagedMemoryAccepted) {
   ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
-  EXPECT_ACCEPTED(checkDeviceArrays(nullptr, fakeAnswer));
-  EXPECT_ACCEPTED(checkDeviceArrays(&args, fakeAnswer));
+  EXPECT_ACCEPTED(checkDeviceArrays(nullptr, kDev, fakeAnswer));
+  EXPECT_ACCEPTED(checkDeviceArrays(&args, kDev, fakeAnswer));
   args.rowCountsDevice = (const int*)0x10000;
   args.seqLens = (const int*)0x20000;
   args.queryStartLoc = (const int*)0x10040;
-  EXPECT_ACCEPTED(checkDeviceArrays(&args, fakeAnswer));
+  EXPECT_ACCEPTED(checkDeviceArrays(&args, kDev, fakeAnswer));
 }
 
 TEST(DeviceArrays, HostMemoryRefusedNamingTheArgument) {
@@ -1758,7 +1798,10 @@ TEST(DeviceArrays, HostMemoryRefusedNamingTheArgument) {
   const struct {
     uintptr_t address;
     const char* why;
-  } bad[] = {{0x30000, "pinned host memory"}, {0x40000, "is host memory"}, {0x50000, "cudaPointerGetAttributes failed"}};
+  } bad[] = {{0x30000, "pinned host memory"},
+             {0x40000, "is host memory"},
+             {0x50000, "cudaPointerGetAttributes failed"},
+             {0x60000, "is memory of device 1, not of the context's device 0"}};
   for (const auto& a : arrays)
     for (const auto& b : bad) {
       SCOPED_TRACE(std::string(a.name) + ": " + b.why);
@@ -1767,20 +1810,45 @@ TEST(DeviceArrays, HostMemoryRefusedNamingTheArgument) {
       args.seqLens = (const int*)0x10100;
       args.queryStartLoc = (const int*)0x10200;
       args.*a.field = (const int*)b.address;
-      EXPECT_REJECTED(checkDeviceArrays(&args, fakeAnswer), ncclInvalidArgument, std::string(a.name) + " 0x");
+      EXPECT_REJECTED(checkDeviceArrays(&args, kDev, fakeAnswer), ncclInvalidArgument, std::string(a.name) + " 0x");
       EXPECT_NE(std::string(ncclDcpGetLastError()).find(b.why), std::string::npos) << ncclDcpGetLastError();
     }
+}
+
+// The host reads args->rowCounts at the call: device memory there would
+// fault the process, so it is refused naming the argument; host memory,
+// pinned or not, managed memory and a pointer the runtime cannot place
+// (read as host memory, as before the check) pass.
+TEST(HostArrays, DeviceMemoryAsHostCountsRefused) {
+  ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+  EXPECT_ACCEPTED(checkHostArrays(nullptr, fakeAnswer));
+  EXPECT_ACCEPTED(checkHostArrays(&args, fakeAnswer));
+  for (uintptr_t host : {0x20000, 0x30000, 0x40000, 0x50000}) {
+    args.rowCounts = (const int*)host;
+    EXPECT_ACCEPTED(checkHostArrays(&args, fakeAnswer));
+  }
+  for (uintptr_t device : {0x10000, 0x60000}) {
+    args.rowCounts = (const int*)device;
+    EXPECT_REJECTED(checkHostArrays(&args, fakeAnswer), ncclInvalidArgument, "args->rowCounts 0x");
+    EXPECT_NE(std::string(ncclDcpGetLastError()).find("args->rowCountsDevice"), std::string::npos)
+        << ncclDcpGetLastError();
+  }
+  gQueries = 0;
+  args.rowCounts = nullptr;
+  args.seqLens = (const int*)0x10000;  // not the host's to read: not asked about here
+  EXPECT_ACCEPTED(checkHostArrays(&args, countingAnswer));
+  EXPECT_EQ(gQueries, 0);
 }
 
 // NULL arrays are not asked about (a call without them costs no query).
 TEST(DeviceArrays, OnlyGivenArraysAreQueried) {
   ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
   gQueries = 0;
-  EXPECT_ACCEPTED(checkDeviceArrays(&args, countingAnswer));
+  EXPECT_ACCEPTED(checkDeviceArrays(&args, kDev, countingAnswer));
   EXPECT_EQ(gQueries, 0);
   args.seqLens = (const int*)0x10000;
   args.queryStartLoc = (const int*)0x10100;
-  EXPECT_ACCEPTED(checkDeviceArrays(&args, countingAnswer));
+  EXPECT_ACCEPTED(checkDeviceArrays(&args, kDev, countingAnswer));
   EXPECT_EQ(gQueries, 2);
 }
 
@@ -1793,7 +1861,7 @@ TEST(DeviceArrays, WithoutADriverNothingPassesAsDeviceMemory) {
   ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
   args.seqLens = &onTheStack;
   args.queryStartLoc = &onTheStack;
-  EXPECT_REJECTED(checkDeviceArrays(&args, cudaPointerAnswer), ncclInvalidArgument, "args->seqLens");
+  EXPECT_REJECTED(checkDeviceArrays(&args, kDev, cudaPointerAnswer), ncclInvalidArgument, "args->seqLens");
 }
 
 // ---------------------------------------------------------------------------
