@@ -406,8 +406,9 @@ ncclResult_t ncclDcpContextDestroy(ncclDcpContext_t ctx);
  * destroy after abort, the same context twice in ncclDcpContextDestroyGroup)
  * gets ncclInvalidArgument and a message, never a crash. Abort may be called
  * from another thread (a watchdog) while a call on ctx is being enqueued:
- * it waits for that call's host side (microseconds), and later calls are
- * refused as stale. */
+ * it stops the kernels first, then waits for that call's host side
+ * (microseconds; a launch blocked behind the stuck kernels returns once
+ * they stop), and later calls are refused as stale. */
 ncclResult_t ncclDcpContextAbort(ncclDcpContext_t ctx);
 
 /* ncclDcpContextDestroy for contexts of several GPUs driven by the calling

@@ -180,6 +180,14 @@ NCCL_DCP_API ncclResult_t ncclDcpContextDestroy(ncclDcpContext_t ctx) {
 NCCL_DCP_API ncclResult_t ncclDcpContextAbort(ncclDcpContext_t ctx) {
   clearLastError();
   if (ctx == nullptr) return ncclSuccess;
+  {
+    // The stop first: another thread's call may hold ctx inside a launch
+    // that waits for room behind the stuck kernels, and retiring ctx
+    // waits for that call.
+    ContextUse use(ctx, "ctx");
+    if (use.get() == nullptr) return ncclInvalidArgument;
+    signalAbort(use.get());
+  }
   Context* c;
   DCPCHECK(retireContexts(1, &ctx, "ctx", &c));
   return abortContext(c);

@@ -815,6 +815,15 @@ ncclResult_t destroyContexts(int n, Context* const* ctxs) {
   return res;
 }
 
+void signalAbort(Context* ctx) {
+  DeviceGuard guard;
+  if (cudaSetDevice(ctx->cudaDev) != cudaSuccess) {
+    cudaGetLastError();
+    return;  // abortContext sends it again, and drains
+  }
+  ctx->engine.stop(statusWordOf(ctx));
+}
+
 ncclResult_t abortContext(Context* ctx) {
   DeviceGuard guard;
   cudaSetDevice(ctx->cudaDev);

@@ -91,6 +91,9 @@ ncclResult_t destroyContexts(int n, Context* const* ctxs);
 // Local: stops the context's kernels, frees what it can without waiting
 // for a peer (ncclDcpContextAbort).
 ncclResult_t abortContext(Context* ctx);
+// Abort's first step, while other threads may still use the context: the
+// stop signal to its kernels, nothing waited for or freed.
+void signalAbort(Context* ctx);
 
 // ncclSuccess, or what poisoned the context (a device-side wait that timed
 // out; on the fallback path, NCCL's asynchronous error on the communicator).

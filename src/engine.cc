@@ -198,18 +198,34 @@ ncclResult_t Engine::enqueuePoison(const CallBuffers* buffers, int nBuffers, int
   return ncclSuccess;
 }
 
+// The stop code into the status word, on `side` (no other stream: the
+// context's own may be full of stuck kernels). Without it the kernels still
+// leave at their own timeout.
+static void sendStop(const HostShared* host, uint32_t* statusWord, cudaStream_t side) {
+  if (statusWord && cudaMemcpyAsync(statusWord, &host->stopCode, sizeof(host->stopCode), cudaMemcpyHostToDevice,
+                                    side) != cudaSuccess) {
+    cudaGetLastError();
+    WARN("abort: the stop signal could not be sent; the kernels stop at their timeout");
+  }
+}
+
+void Engine::stop(uint32_t* statusWord) const {
+  cudaStream_t side = nullptr;
+  if (cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  sendStop(host, statusWord, side);
+  cudaStreamDestroy(side);  // returns at once; the copy still runs
+}
+
 bool Engine::stopAndDrain(uint32_t* statusWord, int drainMs) const {
   cudaStream_t side = nullptr;
   if (cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) != cudaSuccess) {
     cudaGetLastError();
     return false;
   }
-  // Without the stop the kernels still leave at their own timeout.
-  if (statusWord && cudaMemcpyAsync(statusWord, &host->stopCode, sizeof(host->stopCode), cudaMemcpyHostToDevice,
-                                    side) != cudaSuccess) {
-    cudaGetLastError();
-    WARN("abort: the stop signal could not be sent; the kernels stop at their timeout");
-  }
+  sendStop(host, statusWord, side);
   const bool drained = waitIdle(side, order.hasLast ? order.done : nullptr, drainMs);
   cudaStreamDestroy(side);
   return drained;

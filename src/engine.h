@@ -146,6 +146,10 @@ struct Engine {
   // while a cooperative kernel fills the GPU; every wait of a launch gives up
   // at its next check of the word, and later launches do nothing.
   bool stopAndDrain(uint32_t* statusWord, int drainMs) const;
+  // The stop alone, without waiting: abort sends it before it waits for
+  // other threads' calls to leave the context (one may be blocked in a
+  // launch behind the stuck kernels until they stop).
+  void stop(uint32_t* statusWord) const;
 };
 
 // Waits until `stream` is idle and `event` (if any) complete, at most `ms`

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -30,6 +31,7 @@
 #include "context.h"
 #include "device_problem.h"
 #include "enums.h"
+#include "handles.h"
 #include "live_resources.h"
 #include "loopback.h"
 #include "reference.h"
@@ -608,6 +610,36 @@ TEST_F(OneRankContext, GroupedCallsOnBothPaths) {
   EXPECT_EQ(ncclDcpGroupEnd(), ncclInvalidArgument);
   EXPECT_NE(std::string(ncclDcpGetLastError()).find("destroyed"), std::string::npos) << ncclDcpGetLastError();
   DCP_ASSERT(ncclDcpContextDestroy(fallback));
+}
+
+// A poisoned context in a group: its call writes NaN and its error fails
+// the group's end, and the group's other calls are still enqueued (one
+// left out would leave its peers' calls waiting for it until their
+// timeout).
+TEST_F(OneRankContext, PoisonedContextInAGroupLeavesTheOthersEnqueued) {
+  const ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8);
+  ncclDcpContext_t sick = nullptr, well = nullptr;
+  DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &sick));
+  DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &well));
+  contextOf(sick)->engine.poison(ncclRemoteError, -1);
+  Config cfg;
+  ASSERT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess);
+  DeviceProblem a(cfg, 1, 11, LseMix::Normal, freshSeed()), b(cfg, 1, 11, LseMix::Normal, freshSeed());
+  const CallBuffers ba = a.buffers(0), bb = b.buffers(0);
+  DCP_ASSERT(ncclDcpGroupStart());
+  DCP_ASSERT(ncclDcpA2aLseReduce(sick, ba.partialOut, (const float*)ba.partialLse, ba.out, ba.outLse, 11, nullptr, stream_));
+  DCP_ASSERT(ncclDcpA2aLseReduce(well, bb.partialOut, (const float*)bb.partialLse, bb.out, bb.outLse, 11, nullptr, stream_));
+  EXPECT_EQ(ncclDcpGroupEnd(), ncclRemoteError);
+  CUDA_ASSERT(cudaStreamSynchronize(stream_));
+  const Mismatch m = b.check(0);
+  EXPECT_EQ(m.count, 0u) << "the healthy context's call of the group: " << m.first;
+  const RankTensors got = a.outputs(0);
+  size_t nan = 0;
+  const size_t elements = (size_t)11 * cfg.localHeads * cfg.headDim;
+  for (size_t i = 0; i < elements; i++) nan += std::isnan(loadElement(cfg.dtype, got.out.data(), i));
+  EXPECT_EQ(nan, elements) << "the poisoned context's call did not write NaN over its rows";
+  DCP_ASSERT(ncclDcpContextDestroy(sick));
+  DCP_ASSERT(ncclDcpContextDestroy(well));
 }
 
 // The group calls on one communicator: DestroyGroup skips NULL entries and

@@ -242,6 +242,12 @@ PLANTS = [
           "  if (groupDepth > 0) return refuse(deferToGroup(ctx, buf, batch, plan, stream));\n", "",
           [("gpu_context", "OneRankContext.GroupedCallsOnBothPaths", 1)],
           "a call inside ncclDcpGroupStart/End is enqueued at once: the fallback's all-to-alls are not grouped"),
+    Plant("grouped_poison_stops_the_group", "src/context.cc",
+          "    else keep(contextEnqueue(g.ctx, g.buf, g.batch, g.plan, g.stream));\n",
+          "    else DCPCHECK(contextEnqueue(g.ctx, g.buf, g.batch, g.plan, g.stream));\n",
+          [("gpu_context", "OneRankContext.PoisonedContextInAGroupLeavesTheOthersEnqueued", 1)],
+          "a poisoned context's call in a group returns its error before the group's later calls are enqueued: "
+          "their peers wait for them until the timeout"),
     Plant("group_refusal_forgotten", "src/api.cc",
           "  if (r != ncclSuccess && groupDepth > 0 && groupRefusal == ncclSuccess) {\n",
           "  if (false) {\n",
