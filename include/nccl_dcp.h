@@ -510,8 +510,9 @@ ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* partialOut,
  * about a microsecond each) and refuses host memory, pinned or not,
  * another GPU's memory and a pointer the runtime cannot place with
  * ncclInvalidArgument naming the argument, before anything is enqueued
- * (a host pointer would fault the kernel and end the CUDA context). Their
- * contents are not read on the host. */
+ * (a host pointer would fault the kernel and end the CUDA context); out
+ * and outLse must not overlap them either (ncclInvalidArgument naming
+ * both). Their contents are not read on the host; numSeqs <= 2^20. */
 typedef struct ncclDcpCallArgs_v1 {
   size_t size;
   unsigned int magic;

@@ -488,11 +488,25 @@ ncclResult_t checkCall(const Config& cfg, int nRanks, const CallBuffers& buf, in
   Extent out = extentOf(buf.out, outDims, 2, D, e);
   if (overlaps(out, in)) return fail(ncclInvalidArgument, "out overlaps partialOut");
   if (overlaps(out, lse)) return fail(ncclInvalidArgument, "out overlaps partialLse");
+  const Extent outLse = buf.outLse ? extentOf(buf.outLse, outLseDims, 2, 1, 4) : Extent{0, 0};
   if (buf.outLse) {
-    Extent outLse = extentOf(buf.outLse, outLseDims, 2, 1, 4);
     if (overlaps(outLse, in)) return fail(ncclInvalidArgument, "outLse overlaps partialOut");
     if (overlaps(outLse, lse)) return fail(ncclInvalidArgument, "outLse overlaps partialLse");
     if (overlaps(outLse, out)) return fail(ncclInvalidArgument, "outLse overlaps out");
+  }
+  // The int32 arrays the kernels read while they write out and outLse.
+  const struct {
+    const char* name;
+    const int* p;
+    int64_t count;
+  } arrays[] = {{"args->seqLens", buf.seqLens, shape.numSeqs},
+                {"args->queryStartLoc", buf.queryStartLoc, shape.numSeqs + 1},
+                {"args->rowCountsDevice", shape.split.deviceCounts, nRanks}};
+  for (const auto& a : arrays) {
+    if (a.p == nullptr) continue;
+    const Extent x = {(uintptr_t)a.p, (uintptr_t)a.p + (uintptr_t)(a.count * (int64_t)sizeof(int))};
+    if (overlaps(out, x)) return fail(ncclInvalidArgument, "out overlaps %s", a.name);
+    if (overlaps(outLse, x)) return fail(ncclInvalidArgument, "outLse overlaps %s", a.name);
   }
   return ncclSuccess;
 }

@@ -261,6 +261,11 @@ PLANTS = [
           [("unit_validation", "CallFixture.BatchWhoseRoundsOverflowRejected", 0)],
           "a batch within maxBatch of INT_MAX is accepted: its rounds' row index overflows and the chunk loop "
           "never ends"),
+    Plant("outputs_over_the_args_arrays", "src/validate.cc",
+          '    if (overlaps(out, x)) return fail(ncclInvalidArgument, "out overlaps %s", a.name);\n',
+          "",
+          [("unit_validation", "CallFixture.OutputsOverTheArgsArraysRejected", 0)],
+          "out may lie over args->seqLens: the kernels overwrite the lengths they are reading"),
     Plant("device_memory_as_host_counts", "src/validate.cc",
           "  if (a.error == cudaSuccess && a.type == cudaMemoryTypeDevice)\n",
           "  if (false)\n",

@@ -767,6 +767,33 @@ TEST_F(CallFixture, NegativeBatchRejected) {
   EXPECT_REJECTED(checkCall(cfg, kRanks, buf, INT32_MIN, strides), ncclInvalidArgument, "batch");
 }
 
+// The int32 arrays the kernels read (seqLens, queryStartLoc, device
+// counts) must not lie under out or outLse, which the kernels write while
+// they read them.
+TEST_F(CallFixture, OutputsOverTheArgsArraysRejected) {
+  const int batch = 7, numSeqs = 3;
+  ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+  args.numSeqs = numSeqs;
+  args.seqLens = (const int*)0x50000000;
+  args.queryStartLoc = (const int*)0x50001000;
+  CallShape shape;
+  ASSERT_EQ(resolveCallArgs(&args, cfg, kRanks, batch, &shape), ncclSuccess) << ncclDcpGetLastError();
+  CallBuffers b = buf;
+  b.seqLens = args.seqLens;
+  b.queryStartLoc = args.queryStartLoc;
+  EXPECT_ACCEPTED(checkCall(cfg, kRanks, b, batch, strides, shape, batch));
+  const uintptr_t outBytes = (uintptr_t)batch * cfg.localHeads * cfg.headDim * cfg.eltSize;
+  b.seqLens = (const int*)((uintptr_t)buf.out + outBytes - 4);  // its first int: out's last bytes
+  EXPECT_REJECTED(checkCall(cfg, kRanks, b, batch, strides, shape, batch), ncclInvalidArgument,
+                  "out overlaps args->seqLens");
+  b.seqLens = (const int*)((uintptr_t)buf.out + outBytes);  // just past out
+  EXPECT_ACCEPTED(checkCall(cfg, kRanks, b, batch, strides, shape, batch));
+  b.seqLens = args.seqLens;
+  b.queryStartLoc = (const int*)((uintptr_t)buf.outLse - 4 * numSeqs);  // its last int: outLse's first
+  EXPECT_REJECTED(checkCall(cfg, kRanks, b, batch, strides, shape, batch), ncclInvalidArgument,
+                  "outLse overlaps args->queryStartLoc");
+}
+
 // Its rounds of maxBatch rows are indexed in int: the last round's end
 // must not overflow (it once wrapped negative and never ended).
 TEST_F(CallFixture, BatchWhoseRoundsOverflowRejected) {
