@@ -5,9 +5,11 @@
 #include <string.h>
 #include <strings.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "enums.h"
+#include "log.h"
 #include "nccl_dcp.h"
 
 namespace nccl_dcp {
@@ -119,13 +121,15 @@ const Env& env() {
   if (threadEnvOverride) return *threadEnvOverride;
   if (envOverride) return *envOverride;
   static Env e;
+  static std::vector<std::string> warnings;
   static std::once_flag once;
-  std::call_once(once, [] {
-    std::vector<std::string> warnings;
-    e = parseEnv([](const char* n) -> const char* { return getenv(n); }, &warnings);
-    // Logging reads env() itself: the level is in place before warning.
-    for (const std::string& w : warnings) fprintf(stderr, "NCCL-DCP WARN %s\n", w.c_str());
-  });
+  static std::atomic<bool> warned{false};
+  std::call_once(once, [] { e = parseEnv([](const char* n) -> const char* { return getenv(n); }, &warnings); });
+  // Through the logger (its level and file: NCCL_DCP_DEBUG, _FILE), once e
+  // is in place; the logger reads env() itself, and those calls find the
+  // flag already set.
+  if (!warned.load(std::memory_order_acquire) && !warned.exchange(true))
+    for (const std::string& w : warnings) WARN("%s", w.c_str());
   return e;
 }
 
