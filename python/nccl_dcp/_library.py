@@ -10,6 +10,8 @@ Search order (the first that exists wins):
 A library whose version (ncclDcpGetVersion) is not this package's
 major.minor (nccl_dcp.__version__) is refused with the reason: the ctypes
 mirror of the structs (_abi.py) belongs to one version of nccl_dcp.h.
+NCCL_DCP_LIB's library raises LibraryVersionError then; a copy found by
+the search is skipped for the next (the reasons listed if none loads).
 
 The library is loaded on first use, after PyTorch when PyTorch is
 installed: torch loads its libnccl.so.2 first, and the library's own
@@ -164,12 +166,18 @@ def library():
 
 def _load():
     tried = []
-    for path in _candidates():
+    candidates = _candidates()
+    for path in candidates:
         if os.sep in path and not os.path.exists(path):
             tried.append(f"{path} (not found)")
             continue
         try:
             lib = Library(path)
+        except LibraryVersionError as e:
+            if len(candidates) == 1:  # NCCL_DCP_LIB's choice: its own reason, not "cannot load"
+                raise
+            tried.append(f"{path} ({e})")
+            continue
         except OSError as e:
             tried.append(f"{path} ({e})")
             continue

@@ -597,8 +597,16 @@ class Context:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, exc, tb):
+        """Leaving normally, or on an error that left the context sound:
+        close() (collective). Leaving on an error after a peer failed (exc
+        is an NcclDcpError of ncclRemoteError, or the context reports an
+        asynchronous error): abort() (local), as close() would wait up to
+        the timeout on the failed peer and then raise over exc."""
+        if leaves_by_abort(self, exc):
+            self.abort()
+        else:
+            self.close()
 
     def __del__(self):
         # Destroy is collective: never run it from the garbage collector.
@@ -610,6 +618,23 @@ class Context:
         if self._h is None:
             raise ValueError("the context is closed")
         return self._h
+
+
+def leaves_by_abort(ctx, exc):
+    """Whether a with-block of ctx left on exc (None: normally) abandons the
+    context (abort()) instead of closing it: exc is the library's
+    ncclRemoteError (a device-side wait timed out: a peer did not take
+    part), or ctx, still open, reports an asynchronous error (poisoned)."""
+    if exc is None:
+        return False
+    if isinstance(exc, NcclDcpError) and getattr(exc, "result", None) == _abi.NCCL_REMOTE_ERROR:
+        return True
+    if ctx.closed:
+        return False
+    try:
+        return ctx.async_error() is not None
+    except Exception:  # the state cannot be read: close() as before, which says what is wrong
+        return False
 
 
 # ncclDcpA2aLseReduceEx for PyLauncher: plain pointers (ints) are converted

@@ -157,6 +157,31 @@ def test_explicit_library_path_that_does_not_exist(monkeypatch, tmp_path):
         _library._load()
 
 
+def test_explicit_library_of_another_version_raises_its_version_error(monkeypatch, tmp_path):
+    """NCCL_DCP_LIB's library of another version: LibraryVersionError with
+    its reason, not the generic "cannot load"; a copy found by the search
+    that fails the check is skipped for the next candidate."""
+    old, good = str(tmp_path / "old" / "libnccl_dcp.so"), str(tmp_path / "good" / "libnccl_dcp.so")
+    for path in (old, good):
+        os.makedirs(os.path.dirname(path))
+        open(path, "wb").close()
+
+    class FakeLibrary:  # Library's version check on a file that says it is 0.1.0, or this version
+        def __init__(self, path):
+            _library.check_library_version(path, 100 if path == old else _abi.NCCL_DCP_VERSION_CODE)
+            self.path, self.built_nccl_version, self.nccl_version = path, None, (2, 28, 9)
+
+    monkeypatch.setattr(_library, "Library", FakeLibrary)
+    monkeypatch.setattr(_library, "check_nccl_versions", lambda *args: None)
+    monkeypatch.setenv("NCCL_DCP_LIB", old)
+    with pytest.raises(_library.LibraryVersionError, match=rf"^{re.escape(old)} is nccl-dcp 0\.1\.0 \(version code "
+                                                           rf"100\), but this Python package is nccl_dcp"):
+        _library._load()
+    monkeypatch.delenv("NCCL_DCP_LIB")
+    monkeypatch.setattr(_library, "_candidates", lambda: [old, good])
+    assert _library._load().path == good
+
+
 def test_split_nccl_version():
     assert _library.split_nccl_version(22809) == (2, 28, 9)
     assert _library.split_nccl_version(2708) == (2, 7, 8)
