@@ -7,8 +7,10 @@
  *               per thread (-g), one NCCL communicator over all of them
  *   loopback:   --virtual-ranks N on one GPU (one cooperative launch)
  *
- * main only places the ranks and starts the threads; the sweep (sweep.cc)
- * runs over the hooks of the mode (loopback_mode.cc, rank_mode.cc).
+ * main checks what needs no GPU first (sizes, config, -J: a refusal exits
+ * 2 before any CUDA call), then places the ranks and starts the threads;
+ * the sweep (sweep.cc) runs over the hooks of the mode (loopback_mode.cc,
+ * rank_mode.cc).
  ************************************************************************/
 #include <cuda_runtime_api.h>
 
@@ -31,6 +33,7 @@ using namespace nccl_dcp::perf;
 
 namespace {
 
+// The config checkBeforeGpu admitted (a failure here would be a bug).
 Config resolvedConfig(const Args& a) {
   const ncclDcpConfig_t c = configOf(a);
   Config cfg;
@@ -38,16 +41,8 @@ Config resolvedConfig(const Args& a) {
   return cfg;
 }
 
-// Sizes given in bytes become rows now that the rank count is known.
-bool resolved(Args* a, int nRanks, const ProcessGroup& g, const char* program) {
-  std::string error;
-  if (resolveSizes(a, nRanks, &error)) return true;
-  if (g.process == 0) fprintf(stderr, "%s: %s\n", program, error.c_str());
-  return false;
-}
-
-int runLoopback(Args a, const ProcessGroup& g, const char* program) {
-  if (!resolved(&a, a.virtualRanks, g, program)) return kExitBadArgs;
+// a: its sizes resolved to rows (checkBeforeGpu).
+int runLoopback(const Args& a, const ProcessGroup& g) {
   Inputs inputs(resolvedConfig(a), a.virtualRanks, std::max<int64_t>(a.maxRows, 1));
   Team team(g, 1);
   std::unique_ptr<Mode> mode = makeLoopbackMode(a, inputs);
@@ -74,9 +69,8 @@ Placement placeRanks(const Args& a, const ProcessGroup& g, int nDevices) {
 }
 
 // Thread 0 runs on the main thread (the one MPI may be called from).
-int runRanks(Args a, const ProcessGroup& g, int nDevices, const char* program) {
+int runRanks(const Args& a, const ProcessGroup& g, int nDevices) {
   const Placement p = placeRanks(a, g, nDevices);
-  if (!resolved(&a, p.nRanks(), g, program)) return kExitBadArgs;
   Inputs inputs(resolvedConfig(a), p.nRanks(), std::max<int64_t>(a.maxRows, 1));
   Team team(g, a.threads);
   std::vector<int> rc(a.threads, kExitOk);
@@ -120,6 +114,23 @@ int run(int argc, char** argv, const ProcessGroup& g) {
               argv[0]);
     return kExitBadArgs;
   }
+  // Everything that needs no GPU, before the first CUDA call: the sizes
+  // at the run's rank count, the config, and (process 0, where nccl-tests
+  // opens its file at the start) that -J can be written; every process
+  // learns process 0's answer about -J.
+  if (!checkBeforeGpu(&a, ranksBeforeGpu(a, g.processes), false, &error)) {
+    if (printer) fprintf(stderr, "%s: %s\n", argv[0], error.c_str());
+    return kExitBadArgs;
+  }
+  int64_t badJson = printer && !a.json.empty() && !probeOutputFile(a.json, &error) ? 1 : 0;
+  if (g.processes > 1) {
+    Team agree(g, 1);
+    badJson = agree.sum(0, badJson);
+  }
+  if (badJson) {
+    if (printer) fprintf(stderr, "%s: %s\n", argv[0], error.c_str());
+    return kExitBadArgs;
+  }
   int nDevices = 0;  // left unwritten without a driver
   const cudaError_t e = cudaGetDeviceCount(&nDevices);
   if (e != cudaSuccess || nDevices == 0) {
@@ -128,7 +139,7 @@ int run(int argc, char** argv, const ProcessGroup& g) {
               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     return kExitNoGpu;
   }
-  return a.virtualRanks > 0 ? runLoopback(a, g, argv[0]) : runRanks(a, g, nDevices, argv[0]);
+  return a.virtualRanks > 0 ? runLoopback(a, g) : runRanks(a, g, nDevices);
 }
 
 }  // namespace

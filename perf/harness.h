@@ -46,8 +46,9 @@ struct Size {
   bool bytes = false;
 };
 
-// The flags, nccl-tests' letters with nccl-tests' meanings and defaults,
-// ours as long options (usage() lists them).
+// The flags, nccl-tests' letters with nccl-tests' meanings (the defaults
+// of -b -e -i -f -d -T differ: docs/perf-binary.md), ours as long options
+// (usage() lists them).
 struct Args {
   // -b -e -i as given; the default sweep is 1..1024 rows (the decode range:
   // nccl-tests' own default, one size of 32 MiB, is a prefill's).
@@ -110,6 +111,25 @@ bool resolveSizes(Args* a, int nRanks, std::string* error);
 // than one row ("" when no size was in bytes).
 std::string sizeNote(const Args& a, int nRanks);
 
+// ---- What is checked before any GPU is touched (main, before
+// cudaGetDeviceCount; nccl-tests likewise parses and opens its -J file
+// first): a refusal there names the option and exits 2, on a machine
+// with or without GPUs.
+// The ranks of the run, known without a GPU: --virtual-ranks, else
+// processes (MPI) x -t x -g.
+int ranksBeforeGpu(const Args& a, int processes);
+// The context config the flags describe (configOf) as the library
+// resolves it (resolveConfig, default environment): false with *error
+// naming the options behind the field the library refused, and its rule.
+bool checkConfig(const Args& a, std::string* error);
+// -J: the file can be created or written (probed without truncating an
+// existing file; a file the probe created is removed again). false with
+// *error naming -J, the path and why.
+bool probeOutputFile(const std::string& path, std::string* error);
+// resolveSizes at nRanks ranks, then checkConfig (the workspace's rows
+// follow -e), then, with probeJson (process 0 only), probeOutputFile.
+bool checkBeforeGpu(Args* a, int nRanks, bool probeJson, std::string* error);
+
 // The batch sizes of the sweep: -b to -e by factor -f, or by step -i when
 // -i was given and -f was not (nccl-tests: a factor > 1 wins).
 std::vector<int64_t> batchSweep(const Args& a);
@@ -170,7 +190,8 @@ struct Placement {
 double aggregate(int how, const std::vector<double>& perRank);
 
 // One call's time on one rank, from -n timed samples of -m calls (x -G
-// graph launches) each: nccl-tests' statistic, the mean per call, and the
+// graph launches) each, timed by CUDA events: the mean per call (nccl-tests'
+// quantity; it times all -n samples with the host's clock), and the
 // samples' median beside it (robust to a stray slow sample); and the host's
 // time per call to issue them (nccl-tests' -C cputime).
 struct Timing {
@@ -244,8 +265,9 @@ struct Summary {
   int sizes = 0, baseSizes = 0;
 };
 Summary summarize(const std::vector<Row>& rows);
-// After the table, as nccl-tests closes it: the wrong values, the average
-// bus bandwidth (fused; the baseline's and the speed-up beside it).
+// After the table, as nccl-tests closes it: the wrong values and one "Avg
+// bus bandwidth" line (the fused call's); then ours: "Baseline avg busbw"
+// and the speed-up.
 std::string tableFooter(const std::vector<Row>& rows, bool baseline, const char* baseline2 = nullptr);
 
 // The protocol(s) the fused call runs a batch of `rows` with: rounds of at
@@ -298,7 +320,8 @@ struct RunInfo {
 };
 // Valid JSON (numbers finite, else null), every key snake_case:
 // nccl-tests' -J fields (version, start_time, args, env, nccl_version,
-// config, results, out_of_bounds, average_bus_bandwidth, end_time), each
+// config, results, out_of_bounds, average_bus_bandwidth, errors (always
+// empty), end_time), each
 // results[] entry nccl-tests' size/count/type/out_of_place{time, alg_bw,
 // bus_bw, nwrong} (the fused call) with ours beside them (rows, protocol,
 // median_time, cpu_time, baseline{...}, the floors' times), and the run's

@@ -1,13 +1,16 @@
 /*************************************************************************
  * The perf binary's command line: nccl-tests' letters with nccl-tests'
- * meanings and defaults (its src/common.cu getopt_long table: -b -e -i in
- * bytes, -n 20 -w 1 -m 1 -G 0 -c 1, the mean reported), ours as long
+ * meanings (its src/common.cu getopt_long table: -b -e -i in bytes) and
+ * most of its defaults (-n 20 -w 1 -m 1 -G 0 -c 1 -a 1; -b -e -i -f -d -T
+ * differ: docs/perf-binary.md), ours as long
  * options (rows: --min-rows --max-rows --step-rows); nccl-tests' options
  * that change nothing here accepted at their default values; --help and
  * --version.
  ************************************************************************/
+#include <fcntl.h>
 #include <getopt.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -19,9 +22,11 @@
 #include <sstream>
 
 #include "enums.h"
+#include "error.h"
 #include "harness.h"
 #include "nccl_dcp.h"
 #include "team.h"
+#include "validate.h"
 
 namespace nccl_dcp {
 namespace perf {
@@ -52,33 +57,46 @@ std::string usage(const char* program) {
     << "       mpirun -np <processes> " << program << " [options]   (built with MPI: meson -Dmpi)\n"
     << "One call: ncclDcpA2aLseReduce of a batch of rows on every rank. The baseline (NCCL's all-to-all of\n"
     << "the partials + a combine kernel) and the floors of the hardware run in the same run, same data.\n"
-    << "nccl-tests options (the same letters, meanings and defaults):\n"
+    << "nccl-tests options (the same letters and meanings; defaults as nccl-tests' unless said):\n"
     << "  -t, --nthreads <n>        threads per process (default 1); ranks = processes x threads x GPUs\n"
     << "  -g, --ngpus <n>           GPUs per thread (default 1)\n"
     << "  -b, --minbytes <size>     smallest size, bytes of one rank's partials (B x cp x Hl x D x element)\n"
-    << "  -e, --maxbytes <size>     largest size\n"
-    << "  -i, --stepbytes <size>    add this between sizes instead of multiplying by -f\n"
+    << "                            (default 1 row; nccl-tests' -b/-e 32M, one size, is not ours)\n"
+    << "  -e, --maxbytes <size>     largest size (default 1024 rows)\n"
+    << "  -i, --stepbytes <size>    add this (> 0) between sizes instead of multiplying by -f (no default;\n"
+    << "                            nccl-tests' 1M applies there only under its default -f 1)\n"
     << "                            A size is bytes: a plain number, or with a suffix K, M, G (K = 1024, as\n"
     << "                            nccl-tests; 1.5M, 32K). The sweep runs in whole rows: a size becomes\n"
     << "                            bytes / (ranks x Hl x D x element size) rows, rounded down, at least 1;\n"
     << "                            the table prints both. -b 32K -e 32M is 1..1024 rows at 2 ranks, Hl 16,\n"
     << "                            D 512, bf16. Without a size option: 1..1024 rows.\n"
-    << "  -f, --stepfactor <x>      multiply the size by x between sizes (default 2; given, it wins over -i)\n"
+    << "  -f, --stepfactor <x>      multiply the size by x > 1 between sizes (default 2, nccl-tests' 1; a real\n"
+    << "                            number here, an integer there; given, it wins over -i; nccl-tests' -f 1,\n"
+    << "                            steps of -i, is -i alone here)\n"
     << "  -n, --iters <n>           timed iterations per size (default 20)\n"
     << "  -w, --warmup_iters <n>    untimed iterations per size before them (default 1)\n"
     << "  -m, --agg_iters <n>       calls per iteration (default 1)\n"
     << "  -G, --cudagraph <n>       each iteration replays a CUDA graph of its -m calls n times (default 0:\n"
     << "                            eager calls)\n"
     << "                            time = the mean per call over the -n iterations, as nccl-tests reports\n"
-    << "                            it (iteration time / (m x G)); the median iteration is the column beside\n"
-    << "                            it. A decode step replays a graph: -m 10 -G 1 measures that.\n"
-    << "  -c, --check <n>           check n calls per size against the CPU reference (default 1; 0: none)\n"
+    << "                            it (iteration time / (m x G)), but each iteration timed by CUDA events on\n"
+    << "                            the GPU, not by the host's clock over all of them; the median iteration\n"
+    << "                            is the column beside it. The baseline's -m calls are not grouped in one\n"
+    << "                            ncclGroupStart/End (nccl-tests groups its -m calls). A decode step\n"
+    << "                            replays a graph: -m 10 -G 1 measures that.\n"
+    << "  -c, --check <n>           check n eager calls per size against the CPU reference, the same inputs\n"
+    << "                            each time, baselines too; #wrong counts the wrong elements of all n\n"
+    << "                            (default 1; 0: none)\n"
     << "  -a, --average <0-3>       across ranks: 0 rank 0, 1 average, 2 minimum, 3 maximum (default 1)\n"
-    << "  -d, --datatype <type>     bfloat16 | half | float (or bf16 | fp16 | fp32; default bfloat16)\n"
+    << "  -d, --datatype <type>     bfloat16 | half | float (or bf16 | fp16 | fp32; default bfloat16,\n"
+    << "                            nccl-tests' float)\n"
     << "  -C, --report_cputime <0|1>  1: the time columns are the host's time to issue one call (default 0)\n"
     << "  -T, --timeout <s>         a device-side wait gives up after s seconds, 0: never (sets\n"
-    << "                            NCCL_DCP_TIMEOUT_MS; default: as the environment says, else 60 s)\n"
-    << "  -J, --output_file <file>  write the results as JSON (nccl-tests' fields, and ours beside them)\n"
+    << "                            NCCL_DCP_TIMEOUT_MS; default: as the environment says, else 60 s;\n"
+    << "                            nccl-tests' 0)\n"
+    << "  -J, --output_file <file>  write the results as JSON (nccl-tests' fields, and ours beside them), to\n"
+    << "                            any file name (overwritten); a path that cannot be written is refused\n"
+    << "                            before the run\n"
     << "  -h, --help                this help\n"
     << "  -p, --parallel_init <0|1>   accepted; ranks are set up one thread each anyway\n"
     << "  at their default value, accepted and changing nothing: -z 0 -y 0 -N 1 -r 0 -S 0 -u 0 -M 0 -I 0\n"
@@ -131,7 +149,10 @@ std::string usage(const char* program) {
     << "  --version                 the versions of nccl-dcp and NCCL, then exit\n"
     << "Refused: -o (the reduction is always the LSE-weighted merge), -V (nccl-tests' device CTA count;\n"
     << "virtual ranks are --virtual-ranks).\n"
-    << "Exit codes: 0 ok, 2 bad arguments, 3 no GPU, 4 wrong results, 5 a call failed.\n";
+    << "Bad arguments, and sizes or a config the library refuses, are refused before any GPU is touched.\n"
+    << "Exit codes: 0 ok, 2 bad arguments, 3 no GPU, 4 wrong results, 5 a call failed (nccl-tests' codes\n"
+    << "differ: 255 bad sizes, 2 CUDA, 3 NCCL, 4 timeout, 5 too few GPUs, 7 wrong results).\n"
+    << "Not read: NCCL_TESTS_MIN_BW, NCCL_TESTS_DEVICE, NCCL_TESTS_SPLIT, NCCL_TESTS_SPLIT_MASK.\n";
   return o.str();
 }
 
@@ -227,6 +248,36 @@ std::string optionName(int code) {
   for (const struct option* o = kLongOptions; o->name; o++)
     if (o->val == code) return name + (name.empty() ? "--" : "/--") + o->name;
   return name.empty() ? "?" : name;
+}
+
+// What getopt_long's '?' was about: a long option that is no option's
+// name or prefix, a prefix of several (getopt_long takes a unique prefix),
+// a value given to an option that takes none (--help=1), or an unknown
+// letter. `given` is the argument it stopped at, `code` its optopt.
+std::string unknownOption(const std::string& given, int code) {
+  const bool isLong = given.size() > 2 && given.compare(0, 2, "--") == 0;
+  if (isLong) {
+    const size_t eq = given.find('=');
+    const std::string name = given.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    std::vector<const struct option*> matches;
+    for (const struct option* o = kLongOptions; o->name; o++) {
+      if (o->name == name) {
+        matches.assign(1, o);
+        break;
+      }
+      if (!name.empty() && strncmp(o->name, name.c_str(), name.size()) == 0) matches.push_back(o);
+    }
+    if (matches.size() == 1 && matches[0]->has_arg == no_argument && eq != std::string::npos)
+      return "option --" + std::string(matches[0]->name) + " takes no value ('" + given + "')";
+    if (matches.size() > 1) {
+      std::string names;
+      for (const struct option* o : matches) names += (names.empty() ? "--" : ", --") + std::string(o->name);
+      return "option '" + given + "' is ambiguous: it begins " + names;
+    }
+    if (code == 0 || matches.empty()) return "unknown option '" + given + "'";
+  }
+  if (code > 0 && code < 256) return std::string("unknown option -") + (char)code;
+  return "unknown option '" + given + "'";
 }
 
 // nccl-tests' options whose default is what this binary always does: that
@@ -391,6 +442,12 @@ bool checkCombination(const Args& a, std::string* error) {
              " is larger than " + sizeFlag(a.maxSize, 'e') + " " + std::to_string(a.maxSize.value) + unit;
     return false;
   }
+  // nccl-tests adds -i while its factor is 1 (no -f): a step of 0 would
+  // never reach -e there; here it used to fall back to -f 2 unsaid.
+  if (a.stepSize.bytes && a.stepSize.value == 0 && !a.factorGiven) {
+    *error = "-i 0: a step of 0 bytes never reaches -e (nccl-tests would loop for ever): give -i > 0, or -f";
+    return false;
+  }
   if (a.stagedGather && (a.virtualRanks == 0 || a.scatter != ncclDcpScatterNone || a.baseline != kBaselineFull)) {
     *error = "--staged-gather 1 stages loopback NONE's baseline 2: it needs --virtual-ranks, --scatter none and -B 1 "
              "(on real ranks ncclAllGather stages by itself)";
@@ -454,8 +511,16 @@ bool resolveSizes(Args* a, int nRanks, std::string* error) {
   const std::string unit = " rows (one row = " + std::to_string(perRow) + " B at " + std::to_string(nRanks) +
                            " ranks)";
   if (a->minRows > a->maxRows) {
+    // A bound left at its default is named as such: nccl-tests' are 32M.
+    const Args defaults;
+    const bool minDefault = !a->minSize.bytes && a->minSize.value == defaults.minSize.value;
+    const bool maxDefault = !a->maxSize.bytes && a->maxSize.value == defaults.maxSize.value;
     *error = std::string(sizeFlag(a->minSize, 'b')) + " is " + std::to_string(a->minRows) + " rows, more than " +
-             sizeFlag(a->maxSize, 'e') + "'s " + std::to_string(a->maxRows) + unit;
+             sizeFlag(a->maxSize, 'e') + "'s " + std::to_string(a->maxRows) + unit +
+             (minDefault ? "; without -b / --min-rows the sweep starts at 1 row" : "") +
+             (maxDefault ? "; without -e / --max-rows it ends at 1024 rows (nccl-tests' -b/-e default, 32M, is "
+                           "not ours: give -e too)"
+                         : "");
     return false;
   }
   if (a->maxRows > kMaxSweepRows) {
@@ -494,6 +559,84 @@ std::string sizeNote(const Args& a, int nRanks) {
   return s;
 }
 
+int ranksBeforeGpu(const Args& a, int processes) {
+  return a.virtualRanks > 0 ? a.virtualRanks : std::max(processes, 1) * a.threads * a.gpusPerThread;
+}
+
+namespace {
+
+// The config fields the flags set, the option behind each and its value
+// as given (for the message of a config the library refuses).
+struct ConfigOption {
+  const char* field;
+  const char* option;
+  std::string (*value)(const Args&);
+};
+
+const ConfigOption kConfigOptions[] = {
+    {"headDim", "--head-dim", [](const Args& a) { return std::to_string(a.headDim); }},
+    {"localHeads", "-H/--local-heads", [](const Args& a) { return std::to_string(a.localHeads); }},
+    {"dtype", "-d", [](const Args& a) { return std::string(dtypeName(a.dtype)); }},
+    {"maxBatch", "--max-batch", [](const Args& a) { return std::to_string(capacityOf(a)); }},
+    {"protocol", "-P", [](const Args& a) { return std::string(protocolName(a.protocol)); }},
+    {"wire", "--wire", [](const Args& a) { return std::string(wireName(a.wire)); }},
+    {"scatter", "--scatter", [](const Args& a) { return std::string(scatterName(a.scatter)); }},
+    {"lseBase", "-L", [](const Args& a) { return std::string(a.lseBase ? "e" : "2"); }},
+};
+
+// True when `word` occurs in `text` as a whole identifier.
+bool mentions(const std::string& text, const char* word) {
+  const size_t n = strlen(word);
+  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) {
+    const bool before = at == 0 || !isalnum((unsigned char)text[at - 1]);
+    const bool after = at + n == text.size() || !isalnum((unsigned char)text[at + n]);
+    if (before && after) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool checkConfig(const Args& a, std::string* error) {
+  const ncclDcpConfig_t c = configOf(a);
+  Config cfg;
+  if (resolveConfig(&c, Env(), &cfg) == ncclSuccess) return true;
+  const std::string why = lastError();
+  std::string options;
+  for (const ConfigOption& o : kConfigOptions)
+    if (mentions(why, o.field)) options += (options.empty() ? "" : " with ") + std::string(o.option) + " " + o.value(a);
+  if (options.empty()) options = "the options";
+  *error = options + ": not a config the library takes (" + why + ")";
+  return false;
+}
+
+bool probeOutputFile(const std::string& path, std::string* error) {
+  // A new file: created, then removed (the run writes it at its end).
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    close(fd);
+    unlink(path.c_str());
+    return true;
+  }
+  // An existing one: opened for writing, not truncated (O_NONBLOCK: a FIFO
+  // with no reader yet answers ENXIO instead of blocking).
+  if (errno == EEXIST) {
+    fd = open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0 || errno == ENXIO) {
+      if (fd >= 0) close(fd);
+      return true;
+    }
+  }
+  *error = "option -J/--output_file: cannot write '" + path + "': " + strerror(errno);
+  return false;
+}
+
+bool checkBeforeGpu(Args* a, int nRanks, bool probeJson, std::string* error) {
+  if (!resolveSizes(a, nRanks, error)) return false;
+  if (!checkConfig(*a, error)) return false;
+  return !probeJson || a->json.empty() || probeOutputFile(a->json, error);
+}
+
 ParseResult parseArgs(int argc, char** argv, Args* a, std::string* error) {
   a->argv.assign(argv, argv + argc);  // before getopt_long permutes argv
   optind = 0;                         // GNU: start over (the tests parse many times)
@@ -503,8 +646,7 @@ ParseResult parseArgs(int argc, char** argv, Args* a, std::string* error) {
     if (c == -1) break;
     const std::string given = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
     if (c == '?') {
-      if (optopt > 0 && optopt < 256) *error = std::string("unknown option -") + (char)optopt;
-      else *error = "unknown option '" + given + "'";
+      *error = unknownOption(given, optopt);
       return ParseResult::Error;
     }
     if (c == ':') {

@@ -229,6 +229,10 @@ void writeTestsFields(JsonWriter& w, const Args& a, const RunInfo& run, const st
   w.key("okay").str("unchecked");
   w.key("baseline").num(sum.baseBusBw);
   w.close();
+  // nccl-tests' list of the errors NCCL reported (ncclGetLastError): a
+  // failed call ends this binary before the file is written, so empty.
+  w.key("errors").open('[', true);
+  w.close();
 }
 
 // What built and ran: our commit and versions, NCCL's, the machine.

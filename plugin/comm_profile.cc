@@ -247,10 +247,10 @@ CommSnapshot CommProfile::snapshot() const {
   return s;
 }
 
-CommSnapshot CommProfile::finish() {
+CommSnapshot CommProfile::finish(bool finalized) {
   for (int i = 0; i < kGroupSlots; i++) foldGpu(slots_[i]);
   CommSnapshot s = snapshot();
-  s.finalized = true;
+  s.finalized = finalized;
   return s;
 }
 

@@ -14,8 +14,19 @@
  * stops (a plan whose sends and receives form k all-to-alls is moved from
  * Send/Recv to AlltoAll), and its GPU span (first channel start to last
  * channel stop) folded in when the ring comes back to the slot, or at
- * finalize. Task and kernel handles carry the slot's generation, so a late
- * kernel event of a reused slot is dropped, not misattributed.
+ * finalize (or exit). Task and kernel handles carry the slot's generation,
+ * so a kernel event of a plan whose slot was reused since is counted late
+ * and dropped -- when it is an odd number of laps late (512..1023 plans of
+ * the communicator after its own, ...). A slot has two task and two kernel
+ * handles, handed out by generation parity, so an event two laps late
+ * (1024..1535 plans after) names a handle handed out again for the plan
+ * now in the slot, passes the check and is attributed to that plan. And a
+ * kernel start that passes the check just as the launching thread reclaims
+ * the slot (claimSlot) can widen the next plan's span. Both need the proxy
+ * thread's kernel events a whole lap behind the launches, which also makes
+ * one-lap-late events likely: a nonzero lateKernelEvents is the sign. A
+ * generation per handle would need a handle per plan (an allocation per
+ * event) or generation bits in the pointer NCCL keeps (not portable).
  ************************************************************************/
 #ifndef NCCL_DCP_PLUGIN_COMM_PROFILE_H_
 #define NCCL_DCP_PLUGIN_COMM_PROFILE_H_
@@ -70,7 +81,7 @@ struct CommCounters {
   uint64_t tasksWithoutGroup = 0;  // task whose parentGroup is not a live plan of this communicator
   uint64_t lateKernelEvents = 0;   // kernel event of a plan whose slot was reused
   uint64_t unmatchedEvents = 0;    // stop or state of no started event, bad handle or descriptor
-  uint64_t unknownDatatype = 0;    // counted with 0 bytes
+  uint64_t unknownDatatype = 0;    // a name datatypeBytes does not know (null included): counted with 0 bytes
 };
 
 struct CommSnapshot {
@@ -103,10 +114,13 @@ class CommProfile {
   void countCall(const char* func, const char* datatype, uint64_t count);
   void noteUnmatched() { unmatchedEvents_.fetch_add(1, std::memory_order_relaxed); }
 
-  // Folds the GPU time of every plan still in its slot (NCCL is done with
-  // the communicator), then reads everything.
-  CommSnapshot finish();
-  // Reads without folding: a report while the communicator is still live.
+  // Folds the GPU time of every plan still in its slot, then reads
+  // everything: at finalize (NCCL is done with the communicator) and at a
+  // process exit that finds it live (finalized = false; a plan whose
+  // channels are still running gives the span seen so far). Each plan is
+  // folded once (foldGpu), whoever gets there first.
+  CommSnapshot finish(bool finalized);
+  // Reads without folding.
   CommSnapshot snapshot() const;
 
   // Validated view of a handle of this profile; null if it is not one.

@@ -32,13 +32,19 @@ OpKind opKindOf(const char* func) {
   return OpKind::Other;
 }
 
+// NCCL 2.28.9 to 2.30.7's ncclDatatypeToString (src/collectives.cc) names
+// every ncclDataType_t but ncclUint8 and returns "Unknown" for it; NCCL
+// refuses any datatype past ncclNumTypes before a task exists, so in an
+// event "Unknown" is ncclUint8: one byte. "ncclUint8" stays for an NCCL
+// that names it.
 int datatypeBytes(const char* name) {
   static const struct {
     const char* name;
     int bytes;
   } kTypes[] = {{"ncclInt8", 1},    {"ncclUint8", 1},    {"ncclInt32", 4},      {"ncclUint32", 4},
                 {"ncclInt64", 8},   {"ncclUint64", 8},   {"ncclFloat16", 2},    {"ncclFloat32", 4},
-                {"ncclFloat64", 8}, {"ncclBfloat16", 2}, {"ncclFloat8e4m3", 1}, {"ncclFloat8e5m2", 1}};
+                {"ncclFloat64", 8}, {"ncclBfloat16", 2}, {"ncclFloat8e4m3", 1}, {"ncclFloat8e5m2", 1},
+                {"Unknown", 1}};  // ncclUint8 (above)
   if (name == nullptr) return 0;
   for (const auto& t : kTypes)
     if (strcmp(name, t.name) == 0) return t.bytes;

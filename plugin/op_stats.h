@@ -38,7 +38,8 @@ constexpr int kOpKinds = (int)OpKind::Count;
 const char* opKindName(OpKind kind);
 // NCCL's ncclFuncToString names; Other for anything else (or null).
 OpKind opKindOf(const char* func);
-// Bytes per element of NCCL's ncclDatatypeToString names; 0 when unknown.
+// Bytes per element of NCCL's ncclDatatypeToString names (its "Unknown" is
+// ncclUint8: 1); 0 for any other name, or null.
 int datatypeBytes(const char* name);
 // Histogram bucket: 0 for 0 bytes, else 1 + floor(log2(bytes)).
 int log2Bucket(uint64_t bytes);

@@ -2,8 +2,9 @@
  * libnccl-profiler-dcp.so: the exported symbols. ncclProfiler_v5 (NCCL
  * 2.28) and ncclProfiler_v6 (2.29+) share one implementation; NCCL takes the
  * newest it knows and refuses the library if it knows neither. Every entry
- * point returns ncclSuccess unless its arguments are unusable, and turns
- * the plugin off (one warning) instead of letting a failure reach NCCL.
+ * point returns ncclSuccess unless its arguments are unusable (init: always,
+ * see notProfiled), and turns the plugin off (one warning) instead of
+ * letting a failure reach NCCL.
  * ncclDcpProfilerHook_v1 is the door for libnccl_dcp's own calls.
  ************************************************************************/
 #include <dlfcn.h>
@@ -81,6 +82,17 @@ void stayLoaded() {
   });
 }
 
+// A communicator the plugin does not profile (bad arguments, memory short):
+// one WARN, no context, ncclSuccess, and the activation mask -- NCCL's, one
+// for the whole process -- left as the other communicators set it. Never an
+// error: NCCL 2.30 (src/plugin/profiler.cc, ncclProfilerPluginInit) unloads
+// the plugin when init fails and again at that communicator's finalize
+// (ncclProfilerPluginFinalize unloads whether or not it had a context), so
+// one failed init would drop the plugin's reference count twice and close
+// it under the process's other communicators. NCCL calls no finalize for a
+// null context and hands a null context to startEvent, which ignores it.
+ncclResult_t notProfiled() { return ncclSuccess; }
+
 int activationMask(bool kernelTiming, int abiVersion) {
   int mask = ncclProfileGroup | ncclProfileColl | ncclProfileP2p;
   if (kernelTiming) mask |= ncclProfileKernelCh;
@@ -93,8 +105,9 @@ ncclResult_t initComm(void** context, uint64_t commId, int* eActivationMask, con
   Registry& reg = registry();
   reg.setLogger(logfn);
   if (context == nullptr || eActivationMask == nullptr) {
-    reg.log(NCCL_LOG_WARN, "init: null %s", context == nullptr ? "context" : "eActivationMask");
-    return ncclInvalidArgument;
+    reg.log(NCCL_LOG_WARN, "init: null %s; not profiled", context == nullptr ? "context" : "eActivationMask");
+    if (context != nullptr) *context = nullptr;
+    return notProfiled();
   }
   *context = nullptr;
   if (!reg.enabled()) {
@@ -103,7 +116,7 @@ ncclResult_t initComm(void** context, uint64_t commId, int* eActivationMask, con
   }
   if (nranks <= 0 || rank < 0 || rank >= nranks) {
     reg.log(NCCL_LOG_WARN, "init: rank %d of nranks %d is no communicator; not profiled", rank, nranks);
-    return ncclInvalidArgument;
+    return notProfiled();
   }
   const Settings settings = reg.settings();
   if (settings.injectFault == "init") throw std::runtime_error("injected init fault");
@@ -118,7 +131,7 @@ ncclResult_t initComm(void** context, uint64_t commId, int* eActivationMask, con
   CommProfile* p = reg.addComm(id, settings.kernelTiming);
   if (p == nullptr) {
     reg.log(NCCL_LOG_WARN, "init: out of memory for communicator %016llx; not profiled", (unsigned long long)commId);
-    return ncclSystemError;
+    return notProfiled();
   }
   *eActivationMask = activationMask(settings.kernelTiming, abiVersion);
   *context = p;

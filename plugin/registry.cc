@@ -121,6 +121,19 @@ void Registry::disable(const std::string& why) {
     disabledWhy_ = why;
   }
   log(NCCL_LOG_WARN, "disabled after an internal failure (%s); NCCL goes on without it", why.c_str());
+  writeDisabledReport();
+}
+
+// Once off, the plugin writes no report at finalize or at exit, so the
+// reason goes into the file now: the finished communicators' elements
+// under a head whose "disabled" names it (live ones are left out: their
+// counts stop here). Runs in guarded's handler: nothing may escape.
+void Registry::writeDisabledReport() {
+  try {
+    std::lock_guard<std::mutex> order(writeMutex_);
+    writeJson(collect(false), finishedJson_);
+  } catch (...) {
+  }
 }
 
 CommProfile* Registry::addComm(const CommIdentity& id, bool kernelTiming) {
@@ -144,7 +157,7 @@ bool Registry::finalizeComm(CommProfile* p) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = std::find_if(live_.begin(), live_.end(), [p](const std::unique_ptr<CommProfile>& q) { return q.get() == p; });
     if (it == live_.end()) return false;
-    done = (*it)->finish();
+    done = (*it)->finish(true);
     live_.erase(it);  // frees the profile: NCCL sends no event after finalize
   }
   if (!enabled()) return true;
@@ -200,8 +213,8 @@ ReportInput Registry::collect(bool withLive) {
   }
   in.dcpDropped = dcpDropped_.load(relaxed);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (withLive)
-    for (const auto& p : live_) in.comms.push_back(p->snapshot());
+  if (withLive)  // the exit's report: the GPU time of their last plans folded in, as at finalize
+    for (const auto& p : live_) in.comms.push_back(p->finish(false));
   in.disabled = disabledWhy_;
   for (DcpSnapshot& d : in.dcp) {
     auto it = commsPerKey_.find({d.cudaDev, d.rank, d.nRanks});

@@ -50,7 +50,9 @@ class Registry {
   static Registry& instance();  // never destroyed: NCCL's threads may outlive static destructors
 
   bool enabled() const { return !disabled_.load(std::memory_order_relaxed); }
-  // Turns the plugin off; the first call warns.
+  // Turns the plugin off; the first call warns and writes the reason into
+  // the report (its "disabled" field; nothing is written after that).
+  // Never called with writeMutex_ held (guarded calls it after unwinding).
   void disable(const std::string& why);
 
   void setLogger(ncclDebugLogger_t logger);
@@ -66,7 +68,8 @@ class Registry {
   // (finalized already, or never created).
   bool finalizeComm(CommProfile* p);
   // Rewrites the JSON with the live communicators too (process exit
-  // without finalize); nothing when none is live.
+  // without finalize), the GPU time of their last plans folded in as at
+  // finalize; nothing when none is live or the plugin is off.
   void writeAtExit();
 
   void recordDcpCall(const ncclDcpProfilerCall_v1_t& call);
@@ -76,6 +79,7 @@ class Registry {
   struct DcpEntry;
   DcpEntry* dcpEntry(const ncclDcpProfilerCall_v1_t& call);
   ReportInput collect(bool withLive);
+  void writeDisabledReport();
   void markListed(const DcpSnapshot& d);
   // The report: head, `elements` (of which the file already holds the
   // first `state_.elementsBytes` when they are the finished ones), tail.
@@ -87,8 +91,9 @@ class Registry {
   std::string disabledWhy_;
   std::atomic<ncclDebugLogger_t> logger_{nullptr};
 
-  // Held from a report's collect() to its rename: the file always ends
-  // with the newest state, whichever thread finalizes last.
+  // Held from a report's collect() to its write (rename or tail rewrite):
+  // the file always ends with the newest state, whichever thread finalizes
+  // last.
   std::mutex writeMutex_;
   std::string finishedJson_;  // (writeMutex_) the finished communicators' elements, rendered once each
   // (writeMutex_) The report file as written last: a finalize appends its

@@ -40,10 +40,16 @@ std::string numberOrNull(double v, bool present) { return present ? json::number
 
 }  // namespace
 
+// The library's verdict when a context of the communicator reported one;
+// else "unknown" whatever nNodes says: one node need not be one NVLink
+// domain (PCIe GPUs), and several nodes can be (multi-node NVLink), so the
+// plugin's node count alone decides neither way.
 DomainVerdict nvlinkDomainOf(const CommSnapshot& comm, const std::vector<const DcpSnapshot*>& dcp) {
-  if (comm.id.nNodes > 1) return {"no", format("ranks span %d nodes", comm.id.nNodes)};
   for (const DcpSnapshot* d : dcp)
     if (d->nvlink >= 0) return {nvlinkName(d->nvlink), "nccl-dcp context topology"};
+  if (comm.id.nNodes > 1)
+    return {"unknown", format("ranks span %d nodes (NCCL's nNodes); one NVLink domain only with multi-node NVLink, "
+                              "not verified", comm.id.nNodes)};
   if (comm.id.nNodes == 1) return {"unknown", "one node (nNodes == 1); NVLink between its GPUs not verified"};
   return {"unknown", "NCCL gave no node count"};
 }

@@ -51,10 +51,12 @@ struct DomainVerdict {
   std::string source;   // what it rests on
 };
 
-// TOPOLOGY SEAM. What the plugin can know by itself is nNodes; a
-// communicator with a nccl-dcp context adds the library's topology report
+// TOPOLOGY SEAM. What the plugin can know by itself is nNodes, which
+// settles nothing (multi-node NVLink spans nodes; PCIe GPUs share one); a
+// communicator with a nccl-dcp context takes the library's topology report
 // (its hwloc/NVML model, src/topology.*). A communicator without one stays
-// "unknown" on a single node until the plugin can ask that model directly.
+// "unknown", one node or several, until the plugin can ask that model
+// directly.
 DomainVerdict nvlinkDomainOf(const CommSnapshot& comm, const std::vector<const DcpSnapshot*>& dcp);
 
 // nccl-dcp contexts belonging to a communicator: same device, rank and size.

@@ -4,9 +4,11 @@
  * - NCCL_DCP_PROFILE_FILE is expanded as NCCL expands NCCL_DEBUG_FILE
  *   (%h short host name, %p pid, %% a '%'), and a pattern without %p gets
  *   the pid anyway: ranks never share one file;
- * - a report replaces the last one atomically (a fresh temporary file
- *   beside it, renamed over it): a reader sees one whole report or the
- *   one before, never a torn one;
+ * - a report written whole replaces the last one atomically (a fresh
+ *   temporary file beside it, renamed over it: replaceFile); a finalize
+ *   that only adds its communicator rewrites the file's end in place
+ *   (rewriteTail), which is not atomic: a reader during it, or a process
+ *   killed in it, can see a torn report;
  * - nothing that is not a regular file is written through or replaced: a
  *   symbolic link (planted or not), a FIFO, a device, /dev/null.
  ************************************************************************/
@@ -50,7 +52,9 @@ bool replaceFile(const std::string& path, const std::vector<const std::string*>&
                  WrittenFile* written = nullptr);
 
 // Rewrites the end of the file `path` in place: `text` at offset `at`,
-// the file cut to at + text.size(). Only while `path` is still the
+// the file cut to at + text.size(). Not atomic: until it returns, the file
+// can hold part of `text` over the old end (or the old end past the new
+// one), which is no JSON. Only while `path` is still the
 // regular file the plugin wrote last (`expected`: same inode, same size);
 // opened O_NOFOLLOW and checked again with fstat. False with *why empty
 // when it is not (gone, replaced, grown: the caller writes it whole); false

@@ -1,6 +1,6 @@
 // The perf harness's host parts (perf/harness.h, perf/team.h): the options
-// (nccl-tests' letters with nccl-tests' meanings and defaults, ours as long
-// options), sizes in bytes (-b -e -i) or rows (--min-rows ...), the batch sweep, rank placement, aggregation
+// (nccl-tests' letters with nccl-tests' meanings, ours as long options;
+// bad input refused before any GPU), sizes in bytes (-b -e -i) or rows (--min-rows ...), the batch sweep, rank placement, aggregation
 // across ranks, the rows, the table and its footer, the floors' header,
 // the JSON report (valid JSON, finite numbers, nccl-tests' fields), and the
 // team of threads (x processes) that gathers every rank's figures.
@@ -373,6 +373,14 @@ TEST(PerfArgs, ErrorsNameTheOption) {
       {{"-z", "1"}, "only its default, -z 0, is accepted"},
       {{"-y", "1"}, "nccl-tests' --stream_null"},
       {{"-u", "1"}, "--unalign"},
+      // A step of 0 bytes with no -f (nccl-tests would loop for ever; it
+      // used to fall back to -f 2 unsaid), as --step-rows 0 is.
+      {{"-i", "0"}, "-i 0: a step of 0 bytes"},
+      {{"--stepbytes", "0", "-b", "1K"}, "-i 0"},
+      // A prefix of two long options, and a value for one that takes none.
+      {{"--min", "5"}, "'--min' is ambiguous: it begins --minbytes, --min-rows"},
+      {{"--help=1"}, "option --help takes no value"},
+      {{"--vers=1"}, "option --version takes no value"},
   };
   for (const auto& [argv, what] : bad) {
     Args a;
@@ -380,6 +388,98 @@ TEST(PerfArgs, ErrorsNameTheOption) {
     EXPECT_EQ(parse(argv, &a, &err), ParseResult::Error) << argv[0];
     EXPECT_NE(err.find(what), std::string::npos) << argv[0] << ": " << err;
   }
+}
+
+// Everything that needs no GPU is refused before the binary touches one
+// (main calls checkBeforeGpu before cudaGetDeviceCount; exit 2 there):
+// sizes at the run's rank count, the config, the -J path. Each message
+// names the option.
+TEST(PerfArgs, BadInputIsRefusedBeforeAnyGpu) {
+  const std::vector<std::pair<std::vector<const char*>, std::vector<const char*>>> bad = {
+      {{"-e", "0"}, {"-e's 0 rows", "without -b / --min-rows the sweep starts at 1 row"}},
+      {{"-b", "32M"}, {"-b is 2048 rows", "nccl-tests' -b/-e default, 32M, is not ours"}},  // 1 rank: 16 KiB a row
+      {{"--min-rows", "4", "-e", "32K"}, {"--min-rows is 4 rows, more than -e's 2 rows"}},
+      {{"--head-dim", "513"}, {"--head-dim 513: not a config the library takes", "multiple of 16 bytes"}},
+      {{"--head-dim", "4"}, {"--head-dim 4: not a config the library takes"}},
+      {{"--wire", "fp8", "--head-dim", "8"}, {"--head-dim 8 with --wire fp8", "headDim % 16 == 0"}},
+      {{"-d", "fp32", "--wire", "fp8"}, {"-d fp32 with --wire fp8", "needs dtype bf16 or fp16"}},
+      {{"--max-batch", "1", "-J", "/nonexistent/x.json"}, {"-J/--output_file", "/nonexistent/x.json"}},
+  };
+  for (const auto& [argv, what] : bad) {
+    Args a;
+    std::string err;
+    ASSERT_EQ(parse(argv, &a, &err), ParseResult::Ok) << argv[0] << ": " << err;
+    EXPECT_FALSE(checkBeforeGpu(&a, ranksBeforeGpu(a, 1), true, &err)) << argv[0];
+    for (const char* w : what) EXPECT_NE(err.find(w), std::string::npos) << argv[0] << ": " << err;
+  }
+  // What runs: the defaults, nccl-tests' own sweep at 2 ranks, every
+  // dtype at D 8 (16 bytes a row: fp32 and fp16 / bf16 at D 8 and 16).
+  for (std::vector<const char*> argv : std::vector<std::vector<const char*>>{
+           {}, {"-b", "8", "-e", "128M", "-g", "2"}, {"--head-dim", "8"}, {"--head-dim", "4", "-d", "fp32"},
+           {"--wire", "fp8", "--head-dim", "16"}, {"--virtual-ranks", "8", "-b", "32M", "-e", "64M"}}) {
+    Args a;
+    std::string err;
+    ASSERT_EQ(parse(argv, &a, &err), ParseResult::Ok) << err;
+    EXPECT_TRUE(checkBeforeGpu(&a, ranksBeforeGpu(a, 1), true, &err)) << (argv.empty() ? "" : argv[0]) << ": " << err;
+  }
+  // Sizes become rows at the run's ranks (and the JSON is not probed
+  // unless asked: process 0 alone probes it).
+  Args v;
+  std::string err;
+  ASSERT_EQ(parse({"--virtual-ranks", "8", "-b", "32M", "-e", "64M", "-J", "/nonexistent/x.json"}, &v, &err),
+            ParseResult::Ok);
+  ASSERT_TRUE(checkBeforeGpu(&v, ranksBeforeGpu(v, 1), false, &err)) << err;
+  EXPECT_EQ(v.minRows, 256);  // 32 MiB / (8 x 16 x 512 x 2 B)
+  EXPECT_EQ(v.maxRows, 512);
+}
+
+TEST(PerfArgs, RanksAreKnownBeforeAnyGpu) {
+  Args a;
+  EXPECT_EQ(ranksBeforeGpu(a, 1), 1);
+  a.threads = 2;
+  a.gpusPerThread = 2;
+  EXPECT_EQ(ranksBeforeGpu(a, 3), 12);  // mpirun -np 3, -t 2 -g 2
+  a.threads = a.gpusPerThread = 1;
+  a.virtualRanks = 8;
+  EXPECT_EQ(ranksBeforeGpu(a, 1), 8);
+}
+
+// -J is probed as nccl-tests opens its file before the run: a path that
+// cannot be written is refused; the probe leaves no file behind and an
+// existing one as it was (the run overwrites it at its end).
+TEST(PerfArgs, OutputFileIsProbedWithoutLeavingATrace) {
+  char dir[] = "/tmp/dcp_perf_json_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string fresh = std::string(dir) + "/new.json", kept = std::string(dir) + "/old.json";
+  std::string err;
+  EXPECT_TRUE(probeOutputFile(fresh, &err)) << err;
+  EXPECT_NE(access(fresh.c_str(), F_OK), 0) << "the probe left " << fresh;
+  FILE* f = fopen(kept.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fputs("{}\n", f);
+  fclose(f);
+  EXPECT_TRUE(probeOutputFile(kept, &err)) << err;
+  f = fopen(kept.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  char buf[8] = "";
+  EXPECT_NE(fgets(buf, sizeof(buf), f), nullptr);
+  fclose(f);
+  EXPECT_STREQ(buf, "{}\n");  // not truncated
+  EXPECT_FALSE(probeOutputFile(dir, &err));  // a directory
+  EXPECT_NE(err.find("-J/--output_file"), std::string::npos) << err;
+  EXPECT_FALSE(probeOutputFile(std::string(dir) + "/missing/x.json", &err));
+  EXPECT_NE(err.find("No such file or directory"), std::string::npos) << err;
+  unlink(kept.c_str());
+  rmdir(dir);
+}
+
+// -i 0 with -f: the factor wins (as in nccl-tests, which never adds -i then).
+TEST(PerfArgs, StepOfZeroBytesRunsOnlyWithAFactor) {
+  Args a;
+  std::string err;
+  ASSERT_EQ(parse({"-i", "0", "-f", "4"}, &a, &err), ParseResult::Ok) << err;
+  EXPECT_FALSE(stepsBy(a));
+  EXPECT_EQ(batchSweep(a), (std::vector<int64_t>{1, 4, 16, 64, 256, 1024}));
 }
 
 // What scripts written for nccl-tests pass at its defaults runs here
@@ -721,7 +821,10 @@ TEST(PerfTable, HeaderNamesTheBaselineAndTheSettings) {
                    "agg iters: 7 validation: 1 graph: 3"),
             std::string::npos)
       << h;
-  EXPECT_NE(h.find("time: the mean per call over 20 iterations (nccl-tests' statistic)"), std::string::npos) << h;
+  EXPECT_NE(h.find("time: the mean per call over 20 iterations, each timed by CUDA events (nccl-tests: the host's "
+                   "clock over all of them)"),
+            std::string::npos)
+      << h;
   a.cpuTime = 1;
   const std::string cpu = tableHeader(a, 2, columnsOf(a, false, false));
   EXPECT_NE(cpu.find("  cputime    median"), std::string::npos) << cpu;
@@ -787,7 +890,7 @@ TEST(PerfTable, BaselineTwoColumnsLineUp) {
 }
 
 // nccl-tests' closing lines (scripts grep "Avg bus bandwidth" and take the
-// 6th field).
+// 6th field: one line, the fused call's; the baseline's is labelled apart).
 TEST(PerfTable, FooterAsNcclTests) {
   std::vector<Row> rows(3);
   for (int i = 0; i < 3; i++) {
@@ -802,7 +905,10 @@ TEST(PerfTable, FooterAsNcclTests) {
   std::string f = tableFooter(rows, true);
   EXPECT_NE(f.find("# Out of bounds values : 0 OK\n"), std::string::npos) << f;
   EXPECT_NE(f.find("# Avg bus bandwidth    : 116.667 \n"), std::string::npos) << f;
-  EXPECT_NE(f.find("# Avg bus bandwidth    : 29.1667 (the baseline's)\n"), std::string::npos) << f;
+  EXPECT_NE(f.find("# Baseline avg busbw   : 29.1667\n"), std::string::npos) << f;
+  std::string lower = f;
+  for (char& ch : lower) ch = (char)tolower((unsigned char)ch);
+  EXPECT_EQ(lower.find("bus bandwidth"), lower.rfind("bus bandwidth")) << "grep -i 'Avg bus bandwidth': one line\n" << f;
   EXPECT_NE(f.find("# Speed-up             : 4 (geometric mean)"), std::string::npos) << f;
   EXPECT_NE(f.find("# Collective test concluded: dcp_a2a_lse_reduce_perf\n"), std::string::npos) << f;
   rows[1].fusedWrong = 3;
@@ -980,6 +1086,15 @@ TEST(PerfJson, IsValidJsonWithNcclTestsFieldsAndOurs) {
   EXPECT_EQ(at(at(doc, "out_of_bounds"), "count").number, 0);
   EXPECT_TRUE(at(at(doc, "out_of_bounds"), "okay").boolean);
   EXPECT_GT(at(at(doc, "average_bus_bandwidth"), "bandwidth").number, 0);
+  // nccl-tests' errors list (NCCL's last error), after the bandwidth: empty.
+  EXPECT_EQ(at(doc, "errors").type, json::Value::Array);
+  EXPECT_TRUE(at(doc, "errors").array.empty());
+  size_t bw = 0, errs = 0;
+  for (size_t i = 0; i < doc.object.size(); i++) {
+    if (doc.object[i].first == "average_bus_bandwidth") bw = i;
+    if (doc.object[i].first == "errors") errs = i;
+  }
+  EXPECT_EQ(errs, bw + 1);
   // Ours, in nccl-tests' style: snake_case, no figure twice.
   EXPECT_EQ(at(doc, "protocol").string, "LL128");
   EXPECT_EQ(at(doc, "provider").string, "nccl-window");

@@ -45,7 +45,9 @@
 // Allocation counter: the executable's malloc, calloc and realloc interpose
 // the C library's for every library in the process (the dynamic linker
 // looks in the executable first), the plugin's operator new included
-// (libstdc++'s calls malloc), so an event that allocates shows.
+// (libstdc++'s calls malloc), so an event that allocates shows. Also a
+// shortage on demand: while gFailAllocationsFrom is set, a malloc of that
+// many bytes or more returns null.
 extern "C" {
 void* __libc_malloc(size_t n);
 void* __libc_calloc(size_t n, size_t size);
@@ -54,6 +56,11 @@ void* __libc_realloc(void* p, size_t n);
 namespace {
 std::atomic<bool> gCountAllocations{false};
 std::atomic<long> gAllocations{0};
+std::atomic<size_t> gFailAllocationsFrom{0};  // 0: none fails
+bool failAllocation(size_t n) {
+  const size_t from = gFailAllocationsFrom.load(std::memory_order_relaxed);
+  return from != 0 && n >= from;
+}
 void countAllocation() {
   if (gCountAllocations.load(std::memory_order_relaxed)) gAllocations.fetch_add(1, std::memory_order_relaxed);
 }
@@ -61,7 +68,7 @@ void countAllocation() {
 extern "C" {
 void* malloc(size_t n) {
   countAllocation();
-  return __libc_malloc(n);
+  return failAllocation(n) ? nullptr : __libc_malloc(n);
 }
 void* calloc(size_t n, size_t size) {
   countAllocation();
@@ -448,6 +455,45 @@ TEST_F(PluginTest, CollectivesGetSizesAndALog2Histogram) {
   EXPECT_EQ(hist, want);
 }
 
+// NCCL 2.28.9 to 2.30.7's ncclDatatypeToString has no case for ncclUint8
+// and names it "Unknown" (every other type has its name): one byte, not an
+// unknown type counted as 0 bytes (every size in one bucket).
+TEST_F(PluginTest, NcclsUnknownDatatypeIsUint8) {
+  FakeComm c(1, 4);
+  for (int i = 0; i < 3; i++) c.allToAllPlan(256, 1, false, "Unknown");  // 4 ranks x 256 B
+  c.allToAllPlan(1000, 1, false, "Unknown");
+  void* g = c.startGroup();
+  void* t = c.startColl(g, "AllGather", 3, "Unknown");
+  c.stop(t);
+  c.stop(g);
+  ASSERT_EQ(c.finalize(), ncclSuccess);
+  const json::Value report = readReport();
+  const json::Value* comm = commIn(report, c.hash);
+  ASSERT_NE(comm, nullptr);
+  EXPECT_EQ(sizeCalls(*comm, "AlltoAll", 1024), 3u);
+  EXPECT_EQ(sizeCalls(*comm, "AlltoAll", 4000), 1u);
+  EXPECT_EQ(number(opIn(*comm, "AllGather"), "bytes"), 3);
+  EXPECT_EQ(anomaly(*comm, "unknownDatatype"), 0);
+
+  void* ctx = nullptr;  // a copy-engine all-to-all (v6) of ncclUint8
+  int mask = 0;
+  const uint64_t hash = freshHash();
+  ASSERT_EQ(plugin().v6->init(&ctx, hash, &mask, "ce-u8", 1, 4, 0, captureLog), ncclSuccess);
+  ncclProfilerEventDescr_v6_t d = {};
+  d.type = ncclProfileCeColl;
+  d.ceColl.func = "AlltoAll";
+  d.ceColl.datatype = "Unknown";
+  d.ceColl.count = 100;
+  void* h = nullptr;
+  ASSERT_EQ(plugin().v6->startEvent(ctx, &h, &d), ncclSuccess);
+  ASSERT_EQ(plugin().v6->finalize(ctx), ncclSuccess);
+  const json::Value ceReport = readReport();
+  const json::Value* ce = commIn(ceReport, hash);
+  ASSERT_NE(ce, nullptr);
+  EXPECT_EQ(sizeCalls(*ce, "AlltoAll", 400), 1u);
+  EXPECT_EQ(anomaly(*ce, "unknownDatatype"), 0);
+}
+
 // ---------------------------------------------------------------------------
 // GPU time.
 
@@ -590,14 +636,13 @@ TEST_F(PluginTest, EachFinalizeRendersOnlyItsOwnCommunicator) {
 // ---------------------------------------------------------------------------
 // Malformed sequences: never a crash, never a count that is not there.
 
+// init never fails (AFailedInitIsAnUnprofiledCommunicatorNotAnError); the
+// other entry points ignore nulls.
 TEST_F(PluginTest, NullsAreRefusedOrIgnored) {
   int mask = 0;
-  void* ctx = nullptr;
-  EXPECT_EQ(plugin().v5->init(nullptr, 1, &mask, "x", 1, 2, 0, captureLog), ncclInvalidArgument);
-  EXPECT_EQ(plugin().v5->init(&ctx, 1, nullptr, "x", 1, 2, 0, captureLog), ncclInvalidArgument);
-  EXPECT_EQ(plugin().v5->init(&ctx, 1, &mask, "x", 1, 0, 0, captureLog), ncclInvalidArgument);
-  EXPECT_EQ(ctx, nullptr);
-  EXPECT_EQ(plugin().v5->init(&ctx, 1, &mask, "x", 1, 2, 2, captureLog), ncclInvalidArgument);
+  void* ctx = (void*)0x1;
+  EXPECT_EQ(plugin().v5->init(nullptr, 1, &mask, "x", 1, 2, 0, captureLog), ncclSuccess);
+  EXPECT_EQ(plugin().v5->init(&ctx, 1, nullptr, "x", 1, 2, 0, captureLog), ncclSuccess);
   EXPECT_EQ(ctx, nullptr);
 
   FakeComm c(0, 2, 1, nullptr);  // NCCL may pass no name
@@ -636,6 +681,53 @@ TEST_F(PluginTest, NullsAreRefusedOrIgnored) {
   EXPECT_EQ(number(opIn(*comm, "Other"), "bytes"), 0);
   EXPECT_EQ(anomaly(*comm, "unknownDatatype"), 1);
   EXPECT_EQ(anomaly(*comm, "unmatchedEvents"), 1) << "the KernelChStop without arguments";
+}
+
+// NCCL 2.30 unloads the plugin when init returns an error and again at the
+// communicator's finalize (src/plugin/profiler.cc): one failed init would
+// drop its reference count twice. So a communicator the plugin cannot
+// profile gets ncclSuccess, no context and the process-wide activation
+// mask untouched; NCCL then hands its events a null context, and the
+// plugin stays on for the others.
+TEST_F(PluginTest, AFailedInitIsAnUnprofiledCommunicatorNotAnError) {
+  const int otherComms = ncclProfileGroup | ncclProfileP2p;  // what the other communicators asked for
+  struct Bad {
+    int nRanks, rank;
+    size_t failFrom;  // a shortage: no memory for the profile
+  };
+  for (const Bad& b : {Bad{0, 0, 0}, Bad{2, 2, 0}, Bad{2, -1, 0}, Bad{-3, 0, 0}, Bad{2, 0, 16 << 10}}) {
+    for (int v = 5; v <= 6; v++) {
+      void* ctx = (void*)0x1;
+      int mask = otherComms;
+      gFailAllocationsFrom = b.failFrom;
+      const auto init = v == 5 ? plugin().v5->init : plugin().v6->init;
+      const ncclResult_t r = init(&ctx, freshHash(), &mask, "bad", 1, b.nRanks, b.rank, captureLog);
+      gFailAllocationsFrom = 0;
+      EXPECT_EQ(r, ncclSuccess) << "v" << v << " rank " << b.rank << " of " << b.nRanks
+                                << (b.failFrom ? ", no memory" : "");
+      EXPECT_EQ(ctx, nullptr);
+      EXPECT_EQ(mask, otherComms) << "one communicator's failure changed the process's mask";
+      // What NCCL then does with a null context: events, and no finalize.
+      ncclProfilerEventDescr_v5_t d5 = {};
+      ncclProfilerEventDescr_v6_t d6 = {};
+      for (uint64_t type : {(uint64_t)ncclProfileGroup, (uint64_t)ncclProfileP2p, (uint64_t)ncclProfileKernelCh,
+                            (uint64_t)ncclProfileCeColl}) {
+        void* h = (void*)0x1;
+        d5.type = d6.type = type;
+        EXPECT_EQ(v == 5 ? plugin().v5->startEvent(ctx, &h, &d5) : plugin().v6->startEvent(ctx, &h, &d6), ncclSuccess);
+        EXPECT_EQ(h, nullptr);
+        EXPECT_EQ(plugin().v5->stopEvent(h), ncclSuccess);
+        EXPECT_EQ(plugin().v5->recordEventState(h, ncclProfilerKernelChStop, nullptr), ncclSuccess);
+      }
+      EXPECT_EQ(plugin().v5->finalize(ctx), ncclSuccess);
+    }
+  }
+  EXPECT_GE(logLinesWith("WARN NCCL-DCP profiler: init: rank 2 of nranks 2 is no communicator; not profiled"), 1);
+  EXPECT_GE(logLinesWith("WARN NCCL-DCP profiler: init: out of memory for communicator"), 1);
+  EXPECT_EQ(logLinesWith("disabled after an internal failure"), 0) << "the plugin stays on";
+  FakeComm after(0, 2);
+  EXPECT_EQ(after.initResult, ncclSuccess);
+  EXPECT_NE(after.ctx, nullptr);
 }
 
 TEST_F(PluginTest, UnknownTypesAndStatesGetNoHandle) {
@@ -887,6 +979,9 @@ TEST_F(PluginTest, TheLibraryFindsTheLoadedPluginAndRecordsItsCalls) {
   EXPECT_EQ(comm->find("nvlinkDomain")->find("verdict")->string, "no");
 }
 
+// nNodes alone settles nothing: several nodes can be one NVLink domain
+// (multi-node NVLink), one node can be none (PCIe). It used to say "no"
+// for any nNodes > 1, over the library's own verdict too.
 TEST_F(PluginTest, NvlinkDomainFromWhatThePluginKnows) {
   FakeComm one(0, 2, 1), two(0, 2, 2);
   one.allToAllPlan(4);
@@ -895,7 +990,35 @@ TEST_F(PluginTest, NvlinkDomainFromWhatThePluginKnows) {
   ASSERT_EQ(two.finalize(), ncclSuccess);
   const json::Value report = readReport();
   EXPECT_EQ(commIn(report, one.hash)->find("nvlinkDomain")->find("verdict")->string, "unknown");
-  EXPECT_EQ(commIn(report, two.hash)->find("nvlinkDomain")->find("verdict")->string, "no");
+  const json::Value* domain = commIn(report, two.hash)->find("nvlinkDomain");
+  EXPECT_EQ(domain->find("verdict")->string, "unknown");
+  EXPECT_NE(domain->find("source")->string.find("ranks span 2 nodes"), std::string::npos);
+}
+
+TEST_F(PluginTest, TheLibrarysVerdictHoldsAcrossNodes) {
+  static int nRanks = 100;  // a size no other test (nor a repeat) uses: see LibraryCallsJoinTheirCommunicator
+  nRanks++;
+  FakeComm probe(0, nRanks);
+  ASSERT_EQ(probe.finalize(), ncclSuccess);
+  const int dev = (int)number(commIn(readReport(), probe.hash), "cudaDev");
+  FakeComm c(4, nRanks, /*nNodes=*/3);
+  ncclDcpProfilerCall_v1_t call = {};
+  static char contexts[1000];  // one per run: the plugin keys a context by its address
+  call.size = sizeof(call);
+  call.context = &contexts[nRanks % 1000];
+  call.comm = &c;
+  call.rank = 4;
+  call.nRanks = nRanks;
+  call.cudaDev = dev;
+  call.rows = 1;
+  call.nvlink = ncclDcpHookNvlinkYes;  // multi-node NVLink, as the library's topology saw it
+  plugin().hook->recordCall(&call);
+  c.allToAllPlan(4);
+  ASSERT_EQ(c.finalize(), ncclSuccess);
+  const json::Value after = readReport();
+  const json::Value* domain = commIn(after, c.hash)->find("nvlinkDomain");
+  EXPECT_EQ(domain->find("verdict")->string, "yes");
+  EXPECT_EQ(domain->find("source")->string, "nccl-dcp context topology");
 }
 
 // ---------------------------------------------------------------------------
@@ -1124,13 +1247,18 @@ TEST_F(PluginTest, ProcessesGivenOneNameWriteOneReportEach) {
 
 // A process that exits without destroying a communicator: the report at
 // exit adds it, marked not finalized, after the finished ones.
+// Its last plans' GPU time is in it too: folded at exit as at finalize
+// (it used to be read unfolded, and a plan's time is folded only when the
+// ring comes back to its slot).
 TEST_F(PluginTest, AnExitWithLiveCommunicatorsReportsThemToo) {
   FakeComm done(0, 2), live(1, 2);
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     done.allToAllPlan(8);
-    live.allToAllPlan(8);
+    const std::vector<void*> tasks = live.allToAllPlan(8);
+    live.kernel(tasks[0], 1000, 4000);  // 3 us
+    live.kernel(tasks[1], 1500, 3500);
     exit(done.finalize() == ncclSuccess ? 0 : 1);  // the plugin's destructor writes at exit
   }
   int status = 0;
@@ -1142,6 +1270,9 @@ TEST_F(PluginTest, AnExitWithLiveCommunicatorsReportsThemToo) {
   EXPECT_TRUE(commIn(report, done.hash)->find("finalized")->boolean);
   EXPECT_FALSE(commIn(report, live.hash)->find("finalized")->boolean);
   EXPECT_EQ(opCalls(*commIn(report, live.hash), "AlltoAll"), 1u);
+  const json::Value* a2a = opIn(*commIn(report, live.hash), "AlltoAll");
+  EXPECT_EQ(number(a2a, "gpuCalls"), 1) << "the live communicator's last plan's GPU time";
+  EXPECT_DOUBLE_EQ(number(a2a, "gpuUs"), 3.0);
   unlink(path.c_str());
 }
 
@@ -1274,6 +1405,48 @@ TEST_F(PluginTest, AFailureInInitTurnsThePluginOffWithOneWarning) {
 
 TEST_F(PluginTest, AFailureInTheReportTurnsThePluginOffWithOneWarning) {
   EXPECT_EXIT(expectFailureTurnsThePluginOff("report"), ::testing::ExitedWithCode(0), "");
+}
+
+// Once off, the plugin writes nothing at finalize or exit; the reason goes
+// into the report when it turns off ("disabled"), where
+// scripts/check_plugin_report.py looks. It used to be never written: a job
+// whose first init failed left no report at all. The child ends with
+// _exit: no exit handler runs, the report is there already.
+TEST_F(PluginTest, TheReportSaysWhyThePluginTurnedOff) {
+  for (const char* fault : {"init", "report"}) {
+    FakeComm before(0, 2);
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      before.allToAllPlan(8);
+      if (before.finalize() != ncclSuccess) _exit(1);
+      setenv("NCCL_DCP_PROFILE_INJECT_FAULT", fault, 1);
+      FakeComm failing(1, 2);
+      if (std::string(fault) == "report") {
+        failing.allToAllPlan(8);
+        if (failing.finalize() != ncclSuccess) _exit(2);
+      }
+      unsetenv("NCCL_DCP_PROFILE_INJECT_FAULT");
+      FakeComm later(0, 2);  // off: finalizes nothing
+      later.finalize();
+      _exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << fault;
+    const std::string path = ::testing::TempDir() + "dcp-plugin-report-" + std::to_string(pid) + ".json";
+    const json::Value report = readJson(path);
+    const json::Value* disabled = report.find("disabled");
+    ASSERT_NE(disabled, nullptr) << fault;
+    EXPECT_EQ(disabled->type, json::Value::String) << fault;
+    EXPECT_NE(disabled->string.find(std::string(fault) == "init" ? "init: injected init fault" :
+                                                                     "finalize: injected report fault"),
+              std::string::npos)
+        << fault << ": " << disabled->string;
+    EXPECT_NE(commIn(report, before.hash), nullptr) << fault << ": the communicators finished before stay";
+    unlink(path.c_str());
+    before.finalize();
+  }
 }
 
 TEST(PluginEnv, EveryVariableIsDocumentedInTheReadme) {  // the variables' page, docs/environment.md

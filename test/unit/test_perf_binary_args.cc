@@ -1,0 +1,93 @@
+/*************************************************************************
+ * The perf binary's refusals of bad input, as a script sees them: the exit
+ * status (2) and a message naming the option, before any GPU is touched.
+ * Runs the binary itself (DCP_PERF_BINARY, set by test/meson.build, which
+ * links this test after the binary so that building the test rebuilds
+ * it), with CUDA_VISIBLE_DEVICES empty: on any machine, input refused only
+ * after cudaGetDeviceCount exits 3 with "no CUDA GPU found" instead (with
+ * GPUs visible it used to reach them: the config's errors exited 5, a bad
+ * -J path failed after the whole sweep). The functions behind the checks
+ * are unit-tested in test_perf_harness.cc.
+ ************************************************************************/
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace nccl_dcp {
+namespace test {
+namespace {
+
+struct Result {
+  int status = -1;  // exit status, -1: did not exit
+  std::string output;
+};
+
+// stdout and stderr together, no GPU visible: a check made after the
+// binary looked for one cannot pass, with or without GPUs in the machine.
+Result runPerf(const std::string& args) {
+  Result r;
+  const std::string cmd = std::string("CUDA_VISIBLE_DEVICES= timeout 120 ") + DCP_PERF_BINARY + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), p)) r.output.append(buf, n);
+  const int s = pclose(p);
+  r.status = WIFEXITED(s) ? WEXITSTATUS(s) : -1;
+  return r;
+}
+
+struct Refusal {
+  const char* args;
+  std::vector<const char*> says;  // in the message, each
+};
+
+// Each refused with exit 2 and its message, and never as far as the GPU
+// (the binary's "no CUDA GPU found" on a machine without one) or the run
+// (its table's header, on a machine with GPUs).
+TEST(PerfBinaryArgs, BadInputExitsTwoBeforeAnyGpu) {
+  const Refusal refusals[] = {
+      // Sizes, at the rank count known before any GPU (1 rank here: 16 KiB a row).
+      {"-e 0", {"-e's 0 rows"}},
+      {"-b 32M", {"-b is 2048 rows", "32M, is not ours"}},
+      {"--min-rows 4 -e 32K", {"--min-rows is 4 rows, more than -e's 2 rows"}},
+      {"-t 2 -g 2 --min-rows 2 -e 64K", {"--min-rows is 2 rows, more than -e's 1 rows", "at 4 ranks"}},
+      // The config, as the library resolves it.
+      {"--head-dim 513", {"--head-dim 513", "not a config the library takes"}},
+      {"--head-dim 4", {"--head-dim 4", "not a config the library takes"}},
+      {"--wire fp8 --head-dim 8", {"--head-dim 8 with --wire fp8"}},
+      // -J: a path that cannot be written (nccl-tests opens its file first).
+      {"-J /nonexistent/x.json", {"-J/--output_file", "/nonexistent/x.json"}},
+      // -i 0 without -f (nccl-tests would loop for ever), as --step-rows 0.
+      {"-i 0", {"-i 0: a step of 0 bytes"}},
+      {"--step-rows 0", {"--step-rows"}},
+      // The parser's own.
+      {"--min 5", {"'--min' is ambiguous"}},
+      {"--help=1", {"--help takes no value"}},
+  };
+  for (const Refusal& c : refusals) {
+    const Result r = runPerf(c.args);
+    SCOPED_TRACE(std::string(c.args) + ":\n" + r.output);
+    EXPECT_EQ(r.status, 2);
+    for (const char* s : c.says) EXPECT_NE(r.output.find(s), std::string::npos) << s;
+    EXPECT_EQ(r.output.find("no CUDA GPU found"), std::string::npos) << "refused only after looking for a GPU";
+    EXPECT_EQ(r.output.find("# nThread"), std::string::npos) << "refused only after the run started";
+  }
+}
+
+// -h needs no GPU either, and says what differs from nccl-tests.
+TEST(PerfBinaryArgs, HelpExitsZero) {
+  const Result r = runPerf("-h");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("USAGE:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("nccl-tests' -b/-e 32M"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace nccl_dcp
