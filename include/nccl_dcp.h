@@ -456,9 +456,11 @@ ncclResult_t ncclDcpContextDestroyGroup(int nCtxs, ncclDcpContext_t* ctxs);
  * Arguments are checked on the host before anything is enqueued.
  * A poisoned context (a device-side wait timed out: a peer did not take
  * part; or, on the fallback path, NCCL's asynchronous error) never hides
- * it: every later call, eager or replayed from a graph, writes NaN into
- * every out row and outLse entry it owns, at once and without waiting on
- * peers, and the eager call returns the async error (ncclRemoteError for a
+ * it: every later call writes NaN into every out row and outLse entry it
+ * owns, at once and without waiting on peers -- on the fused path eager or
+ * replayed from a graph, on the fallback path eager (a replayed graph runs
+ * NCCL's all-to-all, which the communicator's error governs: abort it) --
+ * and the eager call returns the async error (ncclRemoteError for a
  * timeout). Engines that only replay graphs call ncclDcpGetAsyncError.
  * Inside ncclDcpGroupStart/End the call is checked now and enqueued at
  * ncclDcpGroupEnd. Never call it inside the application's

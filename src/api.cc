@@ -136,6 +136,7 @@ NCCL_DCP_API ncclResult_t ncclDcpGetVersion(int* version) {
 NCCL_DCP_API ncclResult_t ncclDcpWorkspaceSize(const ncclDcpConfig_t* cfg, int nRanks, size_t* bytes) {
   clearLastError();
   if (bytes == nullptr) return fail(ncclInvalidArgument, "bytes is NULL");
+  logEnvWarnings();  // this call may be the process's first read of them
   Config c;
   DCPCHECK(resolveConfig(cfg, env(), &c));
   DCPCHECK(checkRanks(nRanks));

@@ -478,7 +478,7 @@ ncclResult_t stepChoosePath(Creation* c) {
 
 // ---- 5. Workspace: memory first, agreed before any rank registers it.
 
-// cuda-ipc: plain device memory (IPC handles need cudaMalloc, DESIGN §9)
+// cuda-ipc: plain device memory (IPC handles need cudaMalloc, DESIGN §12)
 // and the handle the peers open.
 ncclResult_t allocIpcWorkspace(Member& m, size_t bytes) {
   Context* ctx = m.ctx;

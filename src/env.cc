@@ -5,11 +5,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include <atomic>
 #include <mutex>
 
 #include "enums.h"
-#include "log.h"
 #include "nccl_dcp.h"
 
 namespace nccl_dcp {
@@ -117,21 +115,31 @@ thread_local const Env* threadEnvOverride = nullptr;
 void setEnvForTesting(const Env* e) { envOverride = e; }
 void setThreadEnvForTesting(const Env* e) { threadEnvOverride = e; }
 
+namespace {
+
+// The process's environment, parsed once, and what the parse refused (the
+// logger prints those: logEnvWarnings, one layer up).
+struct ProcessEnv {
+  Env env;
+  std::vector<std::string> warnings;
+};
+
+const ProcessEnv& processEnv() {
+  static ProcessEnv p;
+  static std::once_flag once;
+  std::call_once(once, [] { p.env = parseEnv([](const char* n) -> const char* { return getenv(n); }, &p.warnings); });
+  return p;
+}
+
+}  // namespace
+
 const Env& env() {
   if (threadEnvOverride) return *threadEnvOverride;
   if (envOverride) return *envOverride;
-  static Env e;
-  static std::vector<std::string> warnings;
-  static std::once_flag once;
-  static std::atomic<bool> warned{false};
-  std::call_once(once, [] { e = parseEnv([](const char* n) -> const char* { return getenv(n); }, &warnings); });
-  // Through the logger (its level and file: NCCL_DCP_DEBUG, _FILE), once e
-  // is in place; the logger reads env() itself, and those calls find the
-  // flag already set.
-  if (!warned.load(std::memory_order_acquire) && !warned.exchange(true))
-    for (const std::string& w : warnings) WARN("%s", w.c_str());
-  return e;
+  return processEnv().env;
 }
+
+const std::vector<std::string>& envWarnings() { return processEnv().warnings; }
 
 std::vector<std::string> unknownVariables(const char* const* environ) {
   std::vector<std::string> unknown;

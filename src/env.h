@@ -48,6 +48,11 @@ void setEnvForTesting(const Env* e);
 // with its own environment, as separate processes would have.
 void setThreadEnvForTesting(const Env* e);
 
+// What parsing the process's environment refused (a malformed value: the
+// default stands), one line each; parses it first if need be. The logger
+// prints them once (log.h: logEnvWarnings).
+const std::vector<std::string>& envWarnings();
+
 // Names of every variable the library or its tests read, for the test that
 // docs/environment.md lists them.
 const std::vector<const char*>& envVariableNames();

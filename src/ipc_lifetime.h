@@ -1,5 +1,5 @@
 /*************************************************************************
- * How long a cuda-ipc workspace lives (DESIGN §10, issue 34). A rank's
+ * How long a cuda-ipc workspace lives (DESIGN §12, issue 34). A rank's
  * workspace is cudaMalloc memory its peers write into: threads of this
  * process through its raw pointer (peer access), other processes through
  * a cudaIpcOpenMemHandle mapping. It must outlive every such use:

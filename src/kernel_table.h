@@ -1,6 +1,6 @@
 /*************************************************************************
  * The dispatch table: every fused kernel there is, listed once. A kernel
- * is a point of six axes (device/kernel.h builds each one from its layers):
+ * is a point of five axes (device/kernel.h builds each one from its layers):
  *
  *   axis      values                          chosen by
  *   dtype     bf16, fp16, fp32                config->dtype

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <mutex>
 #include <string>
 
@@ -50,7 +51,17 @@ void openLog() {
 
 }  // namespace
 
-LogLevel logLevel() { return env().debug; }
+LogLevel logLevel() {
+  const LogLevel level = env().debug;
+  logEnvWarnings();
+  return level;
+}
+
+void logEnvWarnings() {
+  static std::atomic<bool> printed{false};
+  if (printed.load(std::memory_order_acquire) || printed.exchange(true)) return;
+  for (const std::string& w : envWarnings()) WARN("%s", w.c_str());
+}
 
 void logMessage(LogLevel level, const char* file, int line, const char* fmt, ...) {
   static std::once_flag once;

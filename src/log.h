@@ -10,8 +10,13 @@
 
 namespace nccl_dcp {
 
-// Level in force (from the environment, read once).
+// Level in force (from the environment, read once). The first call prints
+// the environment's warnings (logEnvWarnings).
 LogLevel logLevel();
+// envWarnings() as WARN lines, once per process (later calls, and the
+// logger's own calls while it prints them, do nothing): with the level and
+// file the environment sets, as every other line.
+void logEnvWarnings();
 void logMessage(LogLevel level, const char* file, int line, const char* fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

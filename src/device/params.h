@@ -18,7 +18,7 @@
 namespace nccl_dcp {
 
 // The fused kernel's parameters but the peers and the tensors, filled in
-// one place (makeFusedArgs, src/launch.h) per round from the engine, the
+// one place (makeFusedArgs, src/fused_path.cc) per round from the engine, the
 // call and the round; the launcher adds only what the launch decides
 // (blocksPerRank, the timeline).
 static_assert(kMaxRanks == NCCL_DCP_MAX_RANKS, "one bound on the ranks");
