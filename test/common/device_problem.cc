@@ -1,5 +1,7 @@
 #include "device_problem.h"
 
+#include <algorithm>
+#include <cstring>
 #include <random>
 
 #include "reference.h"
@@ -174,10 +176,20 @@ void DeviceProblem::poison(int r, cudaStream_t stream) {
   if (d.outLse.bytes) cudaMemsetAsync(d.outLse.ptr, 0xff, d.outLse.bytes, stream);
 }
 
+// got starts as a copy of the model's answer (check, outputs): it is
+// poisoned first, so that a copy that fails (a faulted kernel's sticky
+// error) leaves NaN where the model has values, never the model's answer.
 void DeviceProblem::download(int r, RankTensors* got) const {
   const DeviceRank& d = dev_[r];
-  if (d.out.bytes) cudaMemcpy(got->out.data(), d.out.ptr, d.out.bytes, cudaMemcpyDeviceToHost);
-  if (d.outLse.bytes) cudaMemcpy(got->outLse.data(), d.outLse.ptr, d.outLse.bytes, cudaMemcpyDeviceToHost);
+  std::fill(got->out.begin(), got->out.end(), (uint8_t)0xff);
+  memset(got->outLse.data(), 0xff, got->outLse.size() * sizeof(float));
+  auto copy = [r](void* to, const void* from, size_t bytes, const char* what) {
+    if (bytes == 0) return;
+    const cudaError_t e = cudaMemcpy(to, from, bytes, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) ADD_FAILURE() << "rank " << r << ": copying " << what << " back: " << cudaGetErrorString(e);
+  };
+  copy(got->out.data(), d.out.ptr, d.out.bytes, "out");
+  copy(got->outLse.data(), d.outLse.ptr, d.outLse.bytes, "outLse");
 }
 
 RankTensors DeviceProblem::outputs(int r) const {

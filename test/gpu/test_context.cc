@@ -592,14 +592,20 @@ TEST_F(OneRankContext, GroupedCallsOnBothPaths) {
     EXPECT_EQ(ncclDcpA2aLseReduce(fallback, ba.partialOut, (const float*)ba.partialLse, ba.out, ba.outLse, 19, nullptr, stream_),
               ncclInvalidUsage);
     EXPECT_NE(std::string(ncclDcpGetLastError()).find("one call per context per group"), std::string::npos);
+    const uint64_t fusedCalls = contextOf(fused)->stats.calls, fallbackCalls = contextOf(fallback)->stats.calls;
     EXPECT_EQ(ncclDcpGroupEnd(), ncclInvalidUsage);
     EXPECT_NE(std::string(ncclDcpGetLastError()).find("a call of this group was refused"), std::string::npos)
         << ncclDcpGetLastError();
+    EXPECT_EQ(contextOf(fused)->stats.calls, fusedCalls) << "the refused group enqueued a call";
+    EXPECT_EQ(contextOf(fallback)->stats.calls, fallbackCalls) << "the refused group enqueued a call";
     CUDA_ASSERT(cudaStreamSynchronize(stream_));
     for (const DeviceProblem* p : {&a, &b}) {
       const RankTensors got = p->outputs(0);
       EXPECT_EQ(std::count(got.out.begin(), got.out.end(), (uint8_t)0xff), (std::ptrdiff_t)got.out.size())
           << "a call of the refused group wrote its out";
+      size_t poisonedLse = 0;
+      for (float l : got.outLse) poisonedLse += std::isnan(l);
+      EXPECT_EQ(poisonedLse, got.outLse.size()) << "a call of the refused group wrote its outLse";
     }
   }
   DeviceProblem a(cfg, 1, 3, LseMix::Normal, freshSeed());
@@ -626,6 +632,11 @@ TEST_F(OneRankContext, PoisonedContextInAGroupLeavesTheOthersEnqueued) {
   ASSERT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess);
   DeviceProblem a(cfg, 1, 11, LseMix::Normal, freshSeed()), b(cfg, 1, 11, LseMix::Normal, freshSeed());
   const CallBuffers ba = a.buffers(0), bb = b.buffers(0);
+  // The poisoned call's outputs zeroed (not the 0xff poison, NaN already):
+  // only its NaN fill makes them NaN.
+  const size_t elements = (size_t)11 * cfg.localHeads * cfg.headDim, lses = (size_t)11 * cfg.localHeads;
+  CUDA_ASSERT(cudaMemset(ba.out, 0, elements * cfg.eltSize));
+  CUDA_ASSERT(cudaMemset(ba.outLse, 0, lses * sizeof(float)));
   DCP_ASSERT(ncclDcpGroupStart());
   DCP_ASSERT(ncclDcpA2aLseReduce(sick, ba.partialOut, (const float*)ba.partialLse, ba.out, ba.outLse, 11, nullptr, stream_));
   DCP_ASSERT(ncclDcpA2aLseReduce(well, bb.partialOut, (const float*)bb.partialLse, bb.out, bb.outLse, 11, nullptr, stream_));
@@ -634,10 +645,11 @@ TEST_F(OneRankContext, PoisonedContextInAGroupLeavesTheOthersEnqueued) {
   const Mismatch m = b.check(0);
   EXPECT_EQ(m.count, 0u) << "the healthy context's call of the group: " << m.first;
   const RankTensors got = a.outputs(0);
-  size_t nan = 0;
-  const size_t elements = (size_t)11 * cfg.localHeads * cfg.headDim;
+  size_t nan = 0, nanLse = 0;
   for (size_t i = 0; i < elements; i++) nan += std::isnan(loadElement(cfg.dtype, got.out.data(), i));
+  for (size_t i = 0; i < lses; i++) nanLse += std::isnan(got.outLse[i]);
   EXPECT_EQ(nan, elements) << "the poisoned context's call did not write NaN over its rows";
+  EXPECT_EQ(nanLse, lses) << "the poisoned context's call did not write NaN over its outLse";
   DCP_ASSERT(ncclDcpContextDestroy(sick));
   DCP_ASSERT(ncclDcpContextDestroy(well));
 }

@@ -421,7 +421,10 @@ int main(int argc, char** argv) {
     }
   }
 
-  // The graph of every rank: G x [produce, poison, call, compare].
+  // The graph of every rank: G x [poison, produce, call, compare]: the
+  // producer kernel right before the call, so that under PDL the call may
+  // start while the producer still writes (a memset between them would
+  // order them fully).
   for (int i = 0; i < nBuffers; i++) {
     RankBuffers& b = rb[i];
     CHECK_CUDA(cudaSetDevice(b.dev));
@@ -429,8 +432,8 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaStreamBeginCapture(b.stream, cudaStreamCaptureModeThreadLocal));
     for (int k = 0; k < a.graphCalls; k++) {
       const int s = k % 2;
-      produce(i, s, a.delayNs);
       poison(i);
+      produce(i, s, a.delayNs);
       call(i);
       countWrongWords<<<132, 256, 0, b.stream>>>((const uint32_t*)b.out, (const uint32_t*)b.golden[s],
                                                  perBuffer * outBytes / 4, b.wrong);
