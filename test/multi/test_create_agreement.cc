@@ -134,10 +134,11 @@ class CreateRanks : public testing::Test {
       if (ncclDcpA2aLseReduce(o.ctxs[r], b.partialOut, (const float*)b.partialLse, b.out, b.outLse, batch, nullptr, nullptr) !=
           ncclSuccess)
         return threads_.addFailure(r, std::string("call: ") + ncclDcpGetLastError());
-      cudaDeviceSynchronize();
-      ncclResult_t async = ncclSuccess;
-      ncclDcpGetAsyncError(o.ctxs[r], &async);
-      if (async != ncclSuccess) return threads_.addFailure(r, "async error");
+      const cudaError_t synced = cudaDeviceSynchronize();
+      if (synced != cudaSuccess) return threads_.addFailure(r, std::string("sync: ") + cudaGetErrorString(synced));
+      ncclResult_t async = ncclInternalError;
+      if (ncclDcpGetAsyncError(o.ctxs[r], &async) != ncclSuccess || async != ncclSuccess)
+        return threads_.addFailure(r, std::string("async error: ") + ncclDcpGetLastError());
       const Mismatch m = p.check(r);
       if (m.count) threads_.addFailure(r, std::to_string(m.count) + " mismatches, first " + m.first);
     });
@@ -404,7 +405,11 @@ TEST_F(CreateRanks, ProviderIsAgreedWhenOneRankCannotPeer) {
       if (ncclDcpA2aLseReduce(o.ctxs[r], b.partialOut, (const float*)b.partialLse, b.out, b.outLse, 19, nullptr, nullptr) !=
           ncclSuccess)
         return threads_.addFailure(r, std::string("call: ") + ncclDcpGetLastError());
-      cudaDeviceSynchronize();
+      const cudaError_t synced = cudaDeviceSynchronize();
+      if (synced != cudaSuccess) return threads_.addFailure(r, std::string("sync: ") + cudaGetErrorString(synced));
+      ncclResult_t async = ncclInternalError;
+      if (ncclDcpGetAsyncError(o.ctxs[r], &async) != ncclSuccess || async != ncclSuccess)
+        return threads_.addFailure(r, std::string("async error: ") + ncclDcpGetLastError());
       const Mismatch m = p.check(r);
       if (m.count) threads_.addFailure(r, std::to_string(m.count) + " mismatches, first " + m.first);
       if (ncclDcpContextDestroy(o.ctxs[r]) != ncclSuccess) threads_.addFailure(r, "destroy");
