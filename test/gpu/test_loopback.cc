@@ -834,12 +834,13 @@ TEST_F(LoopbackGpu, ViewsOver2GiB) {
   }
 }
 
-// NCCL_DCP_SIMPLE_SEND_WARPS reaches the SIMPLE kernel's launch arguments
-// (read at create into FusedArgs.sendWarps; unset: 0, every sending warp
-// but the signalling one), and every writer count gives the reference's
-// result, the same bits each time (the writers split the sends, never the
-// merge).
-TEST_F(LoopbackGpu, SimpleSendWarpsFromTheEnvironmentReachTheLaunch) {
+// NCCL_DCP_SIMPLE_SEND_WARPS reaches the engine at create (unset: 0,
+// every sending warp but the signalling one), and every writer count gives
+// the reference's result, the same bits each time (the writers split the
+// sends, never the merge). That the launch takes the engine's count
+// (makeFusedArgs, fused_path.cc) is not observable in the outputs, which
+// are the point: this test does not show it.
+TEST_F(LoopbackGpu, SimpleSendWarpsFromTheEnvironmentReachTheEngine) {
   const int cp = 4, B = 2 * kCap + 3;
   const ncclDcpConfig_t c = makeConfig(256, 4, ncclBfloat16, ncclDcpLseBase2, kCap, ncclDcpProtoSimple);
   const Config cfg = resolved(c);

@@ -52,6 +52,10 @@ ncclDcpConfig_t rankConfig() {
   return c;
 }
 
+// The file a rank's process writes once its body ran to the end: a
+// filter that matches no test also exits 0.
+std::string ranMarker(const std::string& idFile, int rank) { return idFile + ".ran." + std::to_string(rank); }
+
 // One rank's process. Failures are gtest failures of this process: its
 // exit status tells the parent.
 TEST(IpcRank, Body) {
@@ -116,6 +120,7 @@ TEST(IpcRank, Body) {
   EXPECT_LE(bytes, need);
   NCCL_TEST_ASSERT(ncclCommAbort(comm));  // rank 1's all-gather is stuck on it
   setEnvForTesting(nullptr);
+  std::ofstream(ranMarker(getenv("DCP_IPC_ID"), rank)) << "ran\n";  // the parent checks that this body ran
 }
 
 // The parent: one process per rank, each bounded.
@@ -160,6 +165,9 @@ TEST(IpcProcesses, DestroyAgreesAcrossProcessesAndAbortKeepsTheWorkspace) {
     }
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
         << "rank " << r << "'s process failed (status " << status << "; its output is above)";
+    EXPECT_EQ(access(ranMarker(idFile, r).c_str(), F_OK), 0)
+        << "rank " << r << "'s process exited without running its body (--gtest_filter=IpcRank.Body matched no test?)";
+    unlink(ranMarker(idFile, r).c_str());
   }
   unlink(idFile.c_str());
 }
