@@ -10,9 +10,13 @@ all-reduced (max) count of mismatches and failures, so the ranks agree and
 stay in step; a case that cannot run here (e.g. needs 2 ranks) raises Skip
 on every rank. Every result is compared with the float64 merge (on the
 CPU) of the partials exchanged by torch's all_to_all_single, on fresh random
-data, with the outputs poisoned (NaN) first. Rank 0 prints one line per
-case, then `N passed, N failed, N skipped`; the exit status is 1 when
-anything failed.
+data: each case draws its own seeds (Suite.seed) from the run's base seed,
+which rank 0 picks (or --seed N gives) and prints at the start; a failed
+case's line names its seed, and `--seed BASE` replays the run. Outputs the
+test passes (out=, out_lse=) are poisoned (NaN) first; outputs the library
+allocates are held (see held()): no earlier merge's answer can sit in their
+memory. Rank 0 prints one line per case, then `N passed, N failed, N
+skipped`; the exit status is 1 when anything failed.
 
 Run the suite again with NCCL_CUMEM_ENABLE=0 exported (vLLM's setting):
 the context must then land on the cuda-ipc provider (library >= 0.2).
@@ -107,11 +111,50 @@ class Inputs:
         self.fill(torch.Generator(device=self.po.device).manual_seed(seed * 1009 + rank), rank)
 
 
+# Every output a merge is written to, alive until the process ends: the
+# caching allocator never hands a block of one back, so an output the library
+# allocates later cannot sit where an earlier call left a correct answer (a
+# kernel that wrote nothing would pass). What such an output can find is
+# memory that held inputs or temporaries, of other data (fresh seeds per case).
+HELD = []
+HELD_RANGES = []  # (data_ptr, nbytes) of HELD's storages
+ALIASED = []      # the running case's outputs that overlapped a held one (Suite.run counts them)
+
+
+def held(*tensors):
+    """Registers fresh outputs (the library's, or the test's poisoned ones):
+    each must share no memory with an output held before -- trivially so
+    for a new allocation, since those are alive; a library that handed back
+    an earlier output, or a cached buffer, fails here: counted against the
+    case (not raised: a rank must not skip the collectives that follow) --
+    then holds it. Returns the tensors (one, or a tuple). Zero-byte tensors
+    are skipped."""
+    for t in tensors:
+        storage = t.untyped_storage()
+        lo, n = storage.data_ptr(), storage.nbytes()
+        if n == 0:
+            continue
+        for other_lo, other_n in HELD_RANGES:
+            if lo < other_lo + other_n and other_lo < lo + n:
+                ALIASED.append(f"an output at {lo:#x} (+{n} bytes) overlaps an earlier output at {other_lo:#x} "
+                               f"(+{other_n} bytes)")
+                print(f"[rank {dist.get_rank()}] {ALIASED[-1]}", flush=True)
+                break
+        HELD.append(t)
+        HELD_RANGES.append((lo, n))
+    return tensors[0] if len(tensors) == 1 else tensors
+
+
+def nan_full(shape, dtype=torch.float32):
+    """A NaN-poisoned output, held (see held())."""
+    return held(torch.full(shape, float("nan"), dtype=dtype, device=DEVICE))
+
+
 def strided_outputs(batch, hl, d, dtype):
-    """out [B, Hl, D + pad][..., :D] and out_lse [B, Hl + 3][:, :Hl]."""
+    """out [B, Hl, D + pad][..., :D] and out_lse [B, Hl + 3][:, :Hl], NaN, held."""
     pad = 16 // torch.tensor([], dtype=dtype).element_size()
-    out = torch.full((batch, hl, d + pad), float("nan"), dtype=dtype, device=DEVICE)[..., :d]
-    out_lse = torch.full((batch, hl + 3), float("nan"), device=DEVICE)[:, :hl]
+    out = nan_full((batch, hl, d + pad), dtype)[..., :d]
+    out_lse = nan_full((batch, hl + 3))[:, :hl]
     return out, out_lse
 
 
@@ -120,29 +163,66 @@ def poison(*tensors):
         t.fill_(float("nan"))
 
 
+def not_nan(*tensors):
+    """Entries of the tensors that are not NaN (a poisoned region written)."""
+    return sum(int((~torch.isnan(t.float())).sum().item()) for t in tensors)
+
+
 # ---- cases: each returns this rank's count of mismatches (0 = pass)
 
 class Skip(Exception):
     """Raised by a case, on every rank alike, that cannot run here."""
 
 
+SEED_STRIDE = 1024  # seeds a case may draw: case i's are base + i * SEED_STRIDE + [0, SEED_STRIDE)
+
+
 class Suite:
-    def __init__(self, group):
+    def __init__(self, group, seed=None):
         self.group = group
         self.rank, self.cp = dist.get_rank(group), dist.get_world_size(group)
         self.cases = []
+        self.requested_seed = seed  # --seed: the base seed of a run to replay
+        self.base_seed = None       # agreed by run()
+        self.case_seed = None       # the running case's first seed
+        self.draws = 0
 
     def case(self, name, fn):
         self.cases.append((name, fn))
 
+    def seed(self):
+        """A fresh seed for the running case's next inputs: its first seed
+        (the run's base + SEED_STRIDE x its index), then the next ones. Every
+        rank draws the same ones (they run the same code; Inputs mixes in
+        the rank), and the same base replays them."""
+        if self.draws >= SEED_STRIDE:
+            raise AssertionError(f"a case drew more than {SEED_STRIDE} seeds")
+        self.draws += 1
+        return self.case_seed + self.draws - 1
+
+    def agree_seed(self):
+        """The run's base seed: --seed's, else a random one, rank 0's on every rank."""
+        mine = self.requested_seed if self.requested_seed is not None else int.from_bytes(os.urandom(4), "little") >> 1
+        seed = torch.tensor([mine if self.rank == 0 else 0], dtype=torch.int64, device=DEVICE)
+        dist.all_reduce(seed, op=dist.ReduceOp.MAX, group=self.group)  # >= 0: rank 0's
+        self.base_seed = int(seed.item())
+        if self.rank == 0:
+            print(f"seed {self.base_seed} (replay the run with --seed {self.base_seed})", flush=True)
+
+    def replay_note(self, index):
+        return f"seed {self.base_seed + index * SEED_STRIDE}, replay with --seed {self.base_seed}"
+
     def run(self):
         """[(name, wrong, detail, seconds, skipped)]"""
+        self.agree_seed()
         results = []
-        for name, fn in self.cases:
+        for index, (name, fn) in enumerate(self.cases):
+            self.case_seed, self.draws = self.base_seed + index * SEED_STRIDE, 0
             start = time.perf_counter()
             detail, skipped = "", 0
+            ALIASED.clear()
             try:
-                bad = int(fn())
+                bad = int(fn()) + len(ALIASED)
             except Skip as e:
                 bad, skipped, detail = 0, 1, f"skipped: {e}"
             except Exception as e:  # a failure on one rank is this rank's verdict, not a crash
@@ -154,9 +234,10 @@ class Suite:
             results.append((name, wrong, detail, time.perf_counter() - start, skipped))
             if self.rank == 0:
                 status = f"FAIL ({wrong} wrong)" if wrong else "SKIP" if skipped else "PASS"
-                print(f"{status:>10}  {name}{'  ' + detail if detail else ''}", flush=True)
+                note = f"  ({self.replay_note(index)})" if wrong else ""
+                print(f"{status:>10}  {name}{'  ' + detail if detail else ''}{note}", flush=True)
             elif detail and not skipped:
-                print(f"[rank {self.rank}] {name}: {detail}", flush=True)
+                print(f"[rank {self.rank}] {name}: {detail} ({self.replay_note(index)})", flush=True)
         return results
 
 
@@ -168,12 +249,14 @@ def compare(inputs, out, out_lse, lse_base, group):
 
 def call_and_compare(ctx, inputs, lse_base, group, out_mode):
     """One call in one output mode, compared with the reference: 'alloc'
-    (out allocated by the call, no LSE), 'return_lse', or 'strided'."""
+    (out allocated by the call, no LSE), 'return_lse' (out and out_lse
+    allocated by the call; both held), or 'strided' (NaN-poisoned outputs
+    passed in)."""
     batch, hl, d = inputs.po.shape[0], ctx.spec.local_heads, ctx.spec.head_dim
     if out_mode == "alloc":
-        out, out_lse = ctx(inputs.po, inputs.pl), None
+        out, out_lse = held(ctx(inputs.po, inputs.pl)), None
     elif out_mode == "return_lse":
-        out, out_lse = ctx(inputs.po, inputs.pl, return_lse=True)
+        out, out_lse = held(*ctx(inputs.po, inputs.pl, return_lse=True))
     else:
         out, out_lse = strided_outputs(batch, hl, d, inputs.po.dtype)
         ctx(inputs.po, inputs.pl, out=out, out_lse=out_lse)
@@ -199,7 +282,7 @@ def add_matrix(suite, group):
             for layout, mode in modes.items():
                 for batch in (1, 37, 300):
                     def one(dtype=dtype, base=base, layout=layout, mode=mode, batch=batch, state=state):
-                        inputs = Inputs(layout, batch, suite.cp, hl, d, dtype, seed=batch, rank=suite.rank)
+                        inputs = Inputs(layout, batch, suite.cp, hl, d, dtype, seed=suite.seed(), rank=suite.rank)
                         return call_and_compare(state["ctx"], inputs, base, group, mode)
                     suite.case(f"matrix/{dname}/base{base}/{layout}/{mode}/B{batch}", one)
             suite.case(f"close/{dname}/base{base}", lambda state=state: state.pop("ctx").close() or 0)
@@ -211,7 +294,8 @@ def add_mla_shape(suite, group):
         bad = 0
         with nccl_dcp.Context(group, head_dim=512, local_heads=16, dtype=torch.bfloat16, lse_base=2) as ctx:
             for batch in (1, 64, 256):
-                inputs = Inputs("transposed", batch, suite.cp, 16, 512, torch.bfloat16, seed=7, rank=suite.rank)
+                inputs = Inputs("transposed", batch, suite.cp, 16, 512, torch.bfloat16, seed=suite.seed(),
+                                rank=suite.rank)
                 bad += call_and_compare(ctx, inputs, 2, group, "strided")
         return bad
     suite.case("mla/bf16/D512/Hl16/B1,64,256", run)
@@ -226,7 +310,8 @@ def add_protocols(suite, group):
                 if ctx.topology()["path"] == "fused" and ctx.topology()["protocol"] != proto:
                     raise AssertionError(f"topology reports protocol {ctx.topology()['protocol']}")
                 for batch in (5, 200):
-                    inputs = Inputs("padded", batch, suite.cp, 4, 128, torch.bfloat16, seed=batch, rank=suite.rank)
+                    inputs = Inputs("padded", batch, suite.cp, 4, 128, torch.bfloat16, seed=suite.seed(),
+                                    rank=suite.rank)
                     bad += call_and_compare(ctx, inputs, "e", group, "strided")
             return bad
         suite.case(f"protocol/{proto}", run)
@@ -241,8 +326,8 @@ def add_graphs(suite, group):
 
         def capture(dtype=dtype, base=base, state=state):
             ctx = nccl_dcp.Context(group, head_dim=d, local_heads=hl, dtype=dtype, lse_base=base, max_batch=64)
-            a = Inputs("packed", 8, suite.cp, hl, d, dtype, seed=1, rank=suite.rank)
-            b = Inputs("transposed", 100, suite.cp, hl, d, dtype, seed=2, rank=suite.rank)
+            a = Inputs("packed", 8, suite.cp, hl, d, dtype, seed=suite.seed(), rank=suite.rank)
+            b = Inputs("transposed", 100, suite.cp, hl, d, dtype, seed=suite.seed(), rank=suite.rank)
             out_b, lse_b = strided_outputs(100, hl, d, dtype)
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
@@ -257,11 +342,11 @@ def add_graphs(suite, group):
             state.update(ctx=ctx, graph=graph, a=a, b=b, outs=(out_a, lse_a, out_b, lse_b))
             return 0
 
-        def replay(i, base=base, state=state):
+        def replay(base=base, state=state):
             a, b = state["a"], state["b"]
             out_a, lse_a, out_b, lse_b = state["outs"]
-            for inputs, seed in ((a, 100 + i), (b, 200 + i)):
-                inputs.fill(torch.Generator(device="cuda").manual_seed(seed * 1009 + suite.rank), suite.rank)
+            for inputs in (a, b):
+                inputs.refill(suite.seed(), suite.rank)
             poison(out_a, lse_a, out_b, lse_b)
             state["graph"].replay()
             torch.cuda.synchronize()
@@ -281,7 +366,7 @@ def add_graphs(suite, group):
 
         suite.case(f"graph/{dname}/base{base}/capture", capture)
         for i in range(4):
-            suite.case(f"graph/{dname}/base{base}/replay{i}", lambda i=i, replay=replay: replay(i))
+            suite.case(f"graph/{dname}/base{base}/replay{i}", replay)
         suite.case(f"graph/{dname}/base{base}/close", release)
 
 
@@ -302,7 +387,7 @@ def add_api(suite, group):
     def errors():
         bad = 0
         with nccl_dcp.Context(group, head_dim=d, local_heads=hl, dtype="bf16", lse_base=2) as ctx:
-            x = Inputs("packed", 4, suite.cp, hl, d, torch.bfloat16, seed=3, rank=suite.rank)
+            x = Inputs("packed", 4, suite.cp, hl, d, torch.bfloat16, seed=suite.seed(), rank=suite.rank)
             bad += expect(ValueError, "partial_out is on cpu", lambda: ctx(x.po.cpu(), x.pl))
             bad += expect(ValueError, "partial_out has dtype float16", lambda: ctx(x.po.half(), x.pl))
             bad += expect(ValueError, "out is on cpu", lambda: ctx(x.po, x.pl, out=torch.empty(
@@ -316,7 +401,7 @@ def add_api(suite, group):
             other.wait_stream(torch.cuda.current_stream())
             ctx.bind_stream(other)
             with torch.cuda.stream(other):
-                out = ctx(x.po, x.pl)
+                out = held(ctx(x.po, x.pl))
             torch.cuda.current_stream().wait_stream(other)
             bad += compare(x, out, None, 2, group)
             ctx.check()
@@ -329,7 +414,7 @@ def add_api(suite, group):
 
     def batch_zero():
         with nccl_dcp.Context(group, head_dim=d, local_heads=hl, dtype="fp16", lse_base="e") as ctx:
-            x = Inputs("packed", 0, suite.cp, hl, d, torch.float16, seed=4, rank=suite.rank)
+            x = Inputs("packed", 0, suite.cp, hl, d, torch.float16, seed=suite.seed(), rank=suite.rank)
             out, out_lse = ctx(x.po, x.pl, return_lse=True)
             return int(tuple(out.shape) != (0, hl, d) or tuple(out_lse.shape) != (0, hl))
 
@@ -337,7 +422,7 @@ def add_api(suite, group):
         from nccl_dcp import _torch
         comm = _torch.comm_ptr_of(group)
         with nccl_dcp.Context(comm, head_dim=d, local_heads=hl, dtype=torch.float32, lse_base=2) as ctx:
-            x = Inputs("padded", 9, suite.cp, hl, d, torch.float32, seed=5, rank=suite.rank)
+            x = Inputs("padded", 9, suite.cp, hl, d, torch.float32, seed=suite.seed(), rank=suite.rank)
             return call_and_compare(ctx, x, 2, group, "strided")
 
     def path():
@@ -371,8 +456,9 @@ def add_api(suite, group):
 
 # ---- streams, as in NCCL: any stream, no bind_stream (issue 24)
 
-def fresh(suite, layout, batch, hl, d, dtype, seed):
-    return Inputs(layout, batch, suite.cp, hl, d, dtype, seed=seed, rank=suite.rank)
+def fresh(suite, layout, batch, hl, d, dtype):
+    """Inputs of a fresh seed (Suite.seed)."""
+    return Inputs(layout, batch, suite.cp, hl, d, dtype, seed=suite.seed(), rank=suite.rank)
 
 
 def add_streams(suite, group):
@@ -387,7 +473,7 @@ def add_streams(suite, group):
         capture stream); replays with fresh data."""
         bad = 0
         with context() as ctx:
-            x = fresh(suite, "transposed", 70, hl, d, dtype, seed=11)  # 70 > max_batch: two chunks
+            x = fresh(suite, "transposed", 70, hl, d, dtype)  # 70 > max_batch: two chunks
             out, lse = strided_outputs(70, hl, d, dtype)
             ctx(x.po, x.pl, out=out, out_lse=lse)
             bad += compare(x, out, lse, 2, group)
@@ -401,14 +487,14 @@ def add_streams(suite, group):
             with torch.cuda.graph(graph):
                 ctx(x.po, x.pl, out=out, out_lse=lse)
             for i in range(3):
-                x.refill(500 + i, suite.rank)
+                x.refill(suite.seed(), suite.rank)
                 poison(out, lse)
                 graph.replay()
                 torch.cuda.synchronize()
                 bad += compare(x, out, lse, 2, group)
                 # an eager call right after the replay, on the current stream, no sync between
-                y = fresh(suite, "packed", 5, hl, d, dtype, seed=600 + i)
-                out_y, lse_y = ctx(y.po, y.pl, return_lse=True)
+                y = fresh(suite, "packed", 5, hl, d, dtype)
+                out_y, lse_y = held(*ctx(y.po, y.pl, return_lse=True))
                 bad += compare(y, out_y, lse_y, 2, group)
             ctx.check()
             del graph
@@ -420,7 +506,7 @@ def add_streams(suite, group):
         bad = 0
         with context() as ctx:
             warm, cap, play = torch.cuda.Stream(), torch.cuda.Stream(), torch.cuda.Stream()
-            x = fresh(suite, "padded", 9, hl, d, dtype, seed=21)
+            x = fresh(suite, "padded", 9, hl, d, dtype)
             out, lse = strided_outputs(9, hl, d, dtype)
             for s in (warm, cap, play):
                 s.wait_stream(torch.cuda.current_stream())
@@ -431,9 +517,9 @@ def add_streams(suite, group):
             with torch.cuda.graph(graph, stream=cap):
                 ctx(x.po, x.pl, out=out, out_lse=lse)
             for i in range(3):
-                x.refill(700 + i, suite.rank)
+                x.refill(suite.seed(), suite.rank)
                 poison(out, lse)
-                y = fresh(suite, "packed", 33, hl, d, dtype, seed=800 + i)
+                y = fresh(suite, "packed", 33, hl, d, dtype)
                 out_y, lse_y = strided_outputs(33, hl, d, dtype)
                 play.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(play):
@@ -453,7 +539,7 @@ def add_streams(suite, group):
         with context() as ctx:
             streams = (torch.cuda.Stream(), torch.cuda.Stream())
             batches = (3, 100, 1, 64, 37, 2, 129, 8)
-            inputs = [fresh(suite, ("packed", "transposed", "padded")[i % 3], b, hl, d, dtype, seed=900 + i)
+            inputs = [fresh(suite, ("packed", "transposed", "padded")[i % 3], b, hl, d, dtype)
                       for i, b in enumerate(batches)]
             outs = [strided_outputs(b, hl, d, dtype) for b in batches]  # NaN
             for s in streams:
@@ -475,8 +561,8 @@ def add_streams(suite, group):
         bad = 0
         with context() as ctx_a, context() as ctx_b:
             sa, sb = torch.cuda.Stream(), torch.cuda.Stream()
-            xa = [fresh(suite, "transposed", 48, hl, d, dtype, seed=1000 + i) for i in range(4)]
-            xb = [fresh(suite, "transposed", 80, hl, d, dtype, seed=1100 + i) for i in range(4)]
+            xa = [fresh(suite, "transposed", 48, hl, d, dtype) for _ in range(4)]
+            xb = [fresh(suite, "transposed", 80, hl, d, dtype) for _ in range(4)]
             oa = [strided_outputs(48, hl, d, dtype) for _ in range(4)]
             ob = [strided_outputs(80, hl, d, dtype) for _ in range(4)]
             for s in (sa, sb):
@@ -506,8 +592,8 @@ def add_streams(suite, group):
                     cap.wait_stream(s)
             for i in range(3):
                 for layer in range(2):
-                    xa[layer].refill(1200 + 10 * i + layer, suite.rank)
-                    xb[layer].refill(1300 + 10 * i + layer, suite.rank)
+                    xa[layer].refill(suite.seed(), suite.rank)
+                    xb[layer].refill(suite.seed(), suite.rank)
                     poison(*oa[layer], *ob[layer])
                 graph.replay()
                 torch.cuda.synchronize()
@@ -542,10 +628,14 @@ def add_compile(suite, group):
                     merged, lse = ctx(po, pl, return_lse=True)
                     return merged * 2, lse
             fn = torch.compile(step, fullgraph=True, mode=None if mode == "default" else mode)
-            for i in range(4):  # reduce-overhead: warm-up, record, then replays
-                x = fresh(suite, "transposed", 24, hl, d, dtype, seed=1400 + i)
-                out = torch.full((24, hl, d), float("nan"), dtype=dtype, device=DEVICE)
+            # Fresh inputs (seeds) every step: the op's own out, which the graph allocates (or, under
+            # reduce-overhead, a static buffer of the last replay), can only hold another step's answer.
+            for _ in range(4):  # reduce-overhead: warm-up, record, then replays
+                x = fresh(suite, "transposed", 24, hl, d, dtype)
+                out = nan_full((24, hl, d), dtype)
                 merged, lse = fn(x.po, x.pl, out)
+                if mode == "default":  # new tensors each call (reduce-overhead's are the graph's static outputs)
+                    held(merged, lse)
                 merged, lse = (merged.float() / 2).to(dtype), lse.clone()  # before the next replay reuses them
                 want, want_lse = x.reference("e", group)
                 bad += reference.count_mismatches(merged, lse, want, want_lse).item()
@@ -576,7 +666,7 @@ def add_failures(suite, group):
                 raise AssertionError(f"timeout_ms {ctx.timeout_ms}")
             if ctx.topology()["path"] != "fused":
                 raise Skip("the context is on the fallback path: an ncclAlltoAll has no timeout")
-            x = fresh(suite, "packed", 8, hl, d, dtype, seed=1500)
+            x = fresh(suite, "packed", 8, hl, d, dtype)
             out, lse = strided_outputs(8, hl, d, dtype)
             ctx(x.po, x.pl, out=out, out_lse=lse)  # a correct call first, on every rank
             bad += compare(x, out, lse, 2, group)
@@ -615,7 +705,7 @@ def add_failures(suite, group):
         (NcclDcpError) without touching the freed communicator."""
         sub = dist.new_group(list(range(suite.cp)))
         ctx = nccl_dcp.Context(sub, head_dim=d, local_heads=hl, dtype=dtype, lse_base=2)
-        x = fresh(suite, "packed", 4, hl, d, dtype, seed=1600)
+        x = fresh(suite, "packed", 4, hl, d, dtype)
         bad = call_and_compare(ctx, x, 2, sub, "return_lse")
         torch.cuda.synchronize()
         dist.destroy_process_group(sub)
@@ -664,8 +754,9 @@ def mode_outputs(scatter, rows, hl, d, dtype, cp):
 
 def check_mode_call(suite, ctx, x, scatter, base, group, out_mode, row_counts=None, seq_lens=None,
                     query_start_loc=None):
-    """One call of a mode ('alloc': out and out_lse made by the call, or
-    'strided' outputs), its shapes checked, compared with the reference."""
+    """One call of a mode ('alloc': out and out_lse made by the call, held;
+    or NaN-poisoned 'strided' outputs), its shapes checked, compared with
+    the reference."""
     batch, hl, d, cp = x.po.shape[0], x.hl, x.po.shape[-1], suite.cp
     heads = hl if scatter == "head" else cp * hl
     rows = batch
@@ -675,7 +766,7 @@ def check_mode_call(suite, ctx, x, scatter, base, group, out_mode, row_counts=No
     extra = dict(row_counts=row_counts, seq_lens=seq_lens, query_start_loc=query_start_loc)
     extra = {k: v for k, v in extra.items() if v is not None}
     if out_mode == "alloc":
-        out, out_lse = ctx(x.po, x.pl, return_lse=True, **extra)
+        out, out_lse = held(*ctx(x.po, x.pl, return_lse=True, **extra))
     else:
         out, out_lse = mode_outputs(scatter, rows, hl, d, x.po.dtype, cp)
         ctx(x.po, x.pl, out=out, out_lse=out_lse, **extra)
@@ -704,16 +795,16 @@ def add_modes(suite, group):
 
             tag = f"modes/{scatter}/{lname}"
             suite.case(f"{tag}/create", create)
-            for i, (layout, batch, out_mode) in enumerate((("packed", 1, "alloc"), ("transposed", 37, "strided"),
-                                                           ("padded", 150, "alloc"))):
+            for layout, batch, out_mode in (("packed", 1, "alloc"), ("transposed", 37, "strided"),
+                                            ("padded", 150, "alloc")):
                 def even(scatter=scatter, lse_dtype=lse_dtype, layout=layout, batch=batch, out_mode=out_mode,
-                         state=state, seed=3000 + i):
-                    x = Inputs(layout, batch, suite.cp, hl, d, dtype, seed, suite.rank, lse_dtype=lse_dtype)
+                         state=state):
+                    x = Inputs(layout, batch, suite.cp, hl, d, dtype, suite.seed(), suite.rank, lse_dtype=lse_dtype)
                     return check_mode_call(suite, state["ctx"], x, scatter, base, group, out_mode)
 
                 def shards(scatter=scatter, lse_dtype=lse_dtype, layout=layout, batch=batch, out_mode=out_mode,
-                           state=state, seed=3100 + i):
-                    x = Inputs(layout, batch, suite.cp, hl, d, dtype, seed, suite.rank, lse_dtype=lse_dtype)
+                           state=state):
+                    x = Inputs(layout, batch, suite.cp, hl, d, dtype, suite.seed(), suite.rank, lse_dtype=lse_dtype)
                     sl, qsl = empty_shards(batch, suite.rank, x.po.device)
                     x.plant_empty(sl, qsl)
                     return check_mode_call(suite, state["ctx"], x, scatter, base, group, out_mode, seq_lens=sl,
@@ -724,7 +815,7 @@ def add_modes(suite, group):
             if scatter == "token":
                 for kind, batch in (("first", 9), ("last", 70), ("uneven", 37), ("uneven", 1)):
                     def host(lse_dtype=lse_dtype, kind=kind, batch=batch, state=state):
-                        x = Inputs("transposed", batch, suite.cp, hl, d, dtype, seed=3200 + batch, rank=suite.rank,
+                        x = Inputs("transposed", batch, suite.cp, hl, d, dtype, seed=suite.seed(), rank=suite.rank,
                                    lse_dtype=lse_dtype)
                         counts = token_counts(batch, suite.cp, kind)
                         bad = check_mode_call(suite, state["ctx"], x, "token", base, group, "strided", counts)
@@ -784,7 +875,9 @@ def add_wire(suite, group):
     37 and 150 (chunked by max_batch 64), the header's LSE corner cases
     included, partials x1000 (past e4m3's 448: a lost scale saturates):
     against the float64 merge within the format's bound, element by element
-    (fp8_mismatches). Bitwise agreement with the CPU model is gpu_fp8_wire's."""
+    (fp8_mismatches). Batch 37 passes NaN-poisoned strided out and out_lse;
+    1 and 150 take the ones the call allocates (held). Bitwise agreement
+    with the CPU model is gpu_fp8_wire's."""
     hl, d, base = 4, 128, 2
     for dtype in (torch.bfloat16, torch.float16):
         for protocol in ("LL128", "SIMPLE", "AUTO"):
@@ -799,9 +892,13 @@ def add_wire(suite, group):
             suite.case(f"{tag}/create", create)
             for batch in (1, 37, 150):
                 def call(dtype=dtype, batch=batch, state=state):
-                    x = Inputs("transposed", batch, suite.cp, hl, d, dtype, seed=4000 + batch, rank=suite.rank)
+                    x = Inputs("transposed", batch, suite.cp, hl, d, dtype, seed=suite.seed(), rank=suite.rank)
                     x.po.mul_(1000)
-                    out, out_lse = state["ctx"](x.po, x.pl, return_lse=True)
+                    if batch == 37:
+                        out, out_lse = strided_outputs(batch, hl, d, dtype)
+                        state["ctx"](x.po, x.pl, out=out, out_lse=out_lse)
+                    else:
+                        out, out_lse = held(*state["ctx"](x.po, x.pl, return_lse=True))
                     return fp8_mismatches(x, out, out_lse, base, group, suite.cp, suite.rank)
 
                 suite.case(f"{tag}/B{batch}", call)
@@ -810,8 +907,9 @@ def add_wire(suite, group):
 
 def add_mode_graphs(suite, group):
     """CUDA graphs: TOKEN with device counts and empty shards whose values
-    change between replays of one capture (no recapture), NONE with bf16
-    LSEs; then device counts that do not sum to B poison the context."""
+    change between replays of one capture (no recapture; the rows past this
+    rank's share keep their NaN), NONE with bf16 LSEs; then device counts
+    that do not sum to B poison the context."""
     hl, d, base, dtype, cp = 4, 128, 2, torch.bfloat16, suite.cp
 
     def capture(ctx, x, out, lse, **extra):
@@ -825,15 +923,23 @@ def add_mode_graphs(suite, group):
             ctx(x.po, x.pl, out=out, out_lse=lse, **extra)
         return graph
 
+    def past_share(out, lse, n, replay):
+        """Entries of the rows past this rank's n (poisoned before the replay) that are not NaN."""
+        written = not_nan(out[n:], lse[n:])
+        if written:
+            print(f"[rank {suite.rank}] replay {replay}: {written} entries past row {n} written", flush=True)
+        return written
+
     def token_device_counts():
         bad, batch = 0, 100
         with nccl_dcp.Context(group, head_dim=d, local_heads=hl, dtype=dtype, lse_base=base, max_batch=64,
                               scatter="token", lse_dtype=torch.bfloat16) as ctx:
-            x = Inputs("transposed", batch, cp, hl, d, dtype, seed=3300, rank=suite.rank, lse_dtype=torch.bfloat16)
+            x = Inputs("transposed", batch, cp, hl, d, dtype, seed=suite.seed(), rank=suite.rank,
+                       lse_dtype=torch.bfloat16)
             counts = torch.tensor(token_counts(batch, cp, "even"), dtype=torch.int32, device=DEVICE)
             sl, qsl = empty_shards(batch, suite.rank)
-            out = torch.full((batch, cp * hl, d), float("nan"), dtype=dtype, device=DEVICE)  # room for any split
-            lse = torch.full((batch, cp * hl), float("nan"), device=DEVICE)
+            out = nan_full((batch, cp * hl, d), dtype)  # room for any split
+            lse = nan_full((batch, cp * hl))
             graph = capture(ctx, x, out, lse, row_counts=counts, seq_lens=sl, query_start_loc=qsl)
             for i, kind in enumerate(("uneven", "first", "last", "even", "uneven")):
                 split = token_counts(batch, cp, kind) if i != 4 else token_counts(batch, cp, kind)[::-1]
@@ -841,7 +947,7 @@ def add_mode_graphs(suite, group):
                 new_sl, new_qsl = empty_shards(batch, (suite.rank + i) % 3)  # other sequences empty this time
                 sl.copy_(new_sl)
                 qsl.copy_(new_qsl)
-                x.refill(3400 + i, suite.rank)
+                x.refill(suite.seed(), suite.rank)
                 x.plant_empty(sl, qsl)
                 poison(out, lse)
                 graph.replay()
@@ -849,6 +955,7 @@ def add_mode_graphs(suite, group):
                 n = split[suite.rank]
                 want, want_lse = x.reference(base, group, "token", split, sl, qsl)
                 bad += reference.count_mismatches(out[:n], lse[:n], want, want_lse).item()
+                bad += past_share(out, lse, n, i)
             ctx.check()
             del graph
         return bad
@@ -857,11 +964,12 @@ def add_mode_graphs(suite, group):
         bad, batch = 0, 48
         with nccl_dcp.Context(group, head_dim=d, local_heads=hl, dtype=dtype, lse_base=base, max_batch=32,
                               scatter="none", lse_dtype=torch.bfloat16) as ctx:
-            x = Inputs("packed", batch, cp, hl, d, dtype, seed=3500, rank=suite.rank, lse_dtype=torch.bfloat16)
+            x = Inputs("packed", batch, cp, hl, d, dtype, seed=suite.seed(), rank=suite.rank,
+                       lse_dtype=torch.bfloat16)
             out, lse = mode_outputs("none", batch, hl, d, dtype, cp)
             graph = capture(ctx, x, out, lse)
             for i in range(3):
-                x.refill(3600 + i, suite.rank)
+                x.refill(suite.seed(), suite.rank)
                 poison(out, lse)
                 graph.replay()
                 torch.cuda.synchronize()
@@ -872,17 +980,25 @@ def add_mode_graphs(suite, group):
         return bad
 
     def bad_device_counts():
-        """Counts that do not sum to B: the kernels refuse them, the context
-        is poisoned (ncclInvalidArgument), the outputs are NaN."""
-        batch = 8
+        """Counts that do not sum to B, in a fresh context's first call: the
+        kernels refuse them, the context is poisoned (ncclInvalidArgument),
+        and nothing is written (a refused call writes NaN over the rows of
+        the last split the kernels accepted, and there is none yet: the
+        header's rowCountsDevice): out and out_lse keep their finite fill."""
+        batch, fill = 8, 7.25  # exact in bf16: neither NaN nor a merge's zero
         ctx = nccl_dcp.Context(group, head_dim=d, local_heads=hl, dtype=dtype, lse_base=base, scatter="token")
         try:
-            x = Inputs("packed", batch, cp, hl, d, dtype, seed=3700, rank=suite.rank)
+            x = Inputs("packed", batch, cp, hl, d, dtype, seed=suite.seed(), rank=suite.rank)
             counts = torch.tensor([batch + 1] + [0] * (cp - 1), dtype=torch.int32, device=DEVICE)
-            out = torch.zeros(batch + 1, cp * hl, d, dtype=dtype, device=DEVICE)
-            ctx(x.po, x.pl, out=out, row_counts=counts)
+            out = held(torch.full((batch + 1, cp * hl, d), fill, dtype=dtype, device=DEVICE))
+            lse = held(torch.full((batch + 1, cp * hl), fill, device=DEVICE))
+            ctx(x.po, x.pl, out=out, out_lse=lse, row_counts=counts)
             torch.cuda.synchronize()
             bad = expect(nccl_dcp.NcclDcpError, "ncclInvalidArgument", ctx.check)
+            written = int((out != fill).sum().item() + (lse != fill).sum().item())
+            if written:
+                print(f"[rank {suite.rank}] the refused call wrote {written} entries", flush=True)
+            bad += written
         finally:
             ctx.abort()
         return bad
@@ -898,27 +1014,28 @@ def add_mode_graphs(suite, group):
         ctx = nccl_dcp.Context(group, head_dim=d, local_heads=hl, dtype=dtype, lse_base=base, max_batch=16,
                                scatter="token")
         try:
-            x = Inputs("packed", batch, cp, hl, d, dtype, seed=3800, rank=suite.rank)
+            x = Inputs("packed", batch, cp, hl, d, dtype, seed=suite.seed(), rank=suite.rank)
             counts = torch.tensor(token_counts(batch, cp, "even"), dtype=torch.int32, device=DEVICE)
-            out = torch.full((batch + 1, cp * hl, d), float("nan"), dtype=dtype, device=DEVICE)
-            lse = torch.full((batch + 1, cp * hl), float("nan"), device=DEVICE)
+            out = nan_full((batch + 1, cp * hl, d), dtype)
+            lse = nan_full((batch + 1, cp * hl))
             graph = capture(ctx, x, out, lse, row_counts=counts)
             splits = [token_counts(batch, cp, "first"), token_counts(batch, cp, "uneven")] if cp > 1 else []
             for i, split in enumerate(splits):
                 counts.copy_(torch.tensor(split, dtype=torch.int32))
-                x.refill(3900 + i, suite.rank)
+                x.refill(suite.seed(), suite.rank)
                 poison(out, lse)
                 graph.replay()
                 torch.cuda.synchronize()
                 n = split[suite.rank]
                 want, want_lse = x.reference(base, group, "token", split)
                 bad += reference.count_mismatches(out[:n], lse[:n], want, want_lse).item()
+                bad += past_share(out, lse, n, i)
             counts.copy_(torch.tensor([batch + 1] + [0] * (cp - 1), dtype=torch.int32))
             poison(out, lse)
             graph.replay()
             torch.cuda.synchronize()
             bad += expect(nccl_dcp.NcclDcpError, "ncclInvalidArgument", ctx.check)
-            bad += int((~torch.isnan(out.float())).sum().item() + (~torch.isnan(lse)).sum().item())
+            bad += not_nan(out, lse)
             del graph
         finally:
             ctx.abort()
@@ -958,15 +1075,17 @@ def add_dropins(suite, group):
     for dtype, lse_dtype in VLLM_DROPIN:
         for batch in DROPIN_BATCHES:
             def call(dtype=dtype, lse_dtype=lse_dtype, batch=batch):
-                x = Inputs("packed", batch, suite.cp, hl, d, dtype, seed=5000 + batch, rank=suite.rank,
+                x = Inputs("packed", batch, suite.cp, hl, d, dtype, seed=suite.seed(), rank=suite.rank,
                            lse_dtype=lse_dtype)
                 if suite.cp == 1:  # as vLLM: one rank has nothing to exchange, its inputs come back
                     out, lse = vllm.dcp_a2a_lse_reduce(x.po, x.pl, group, return_lse=True)
                     return int(out is not x.po or lse is not x.pl)
                 want, want_lse = x.reference("e", group)
-                out = vllm.dcp_a2a_lse_reduce(x.po, x.pl, group)
+                out = held(vllm.dcp_a2a_lse_reduce(x.po, x.pl, group))
                 bad = reference.count_mismatches(out, None, want, None).item()
-                out, lse = vllm.dcp_a2a_lse_reduce(x.po, x.pl, group, return_lse=True, is_lse_base_on_e=True)
+                # The same inputs again: the first answer is held, so this out cannot be handed its block.
+                out, lse = held(*vllm.dcp_a2a_lse_reduce(x.po, x.pl, group, return_lse=True,
+                                                         is_lse_base_on_e=True))
                 if tuple(out.shape) != (batch, hl, d) or lse.dtype != torch.float32:  # as vLLM: fp32 always
                     raise AssertionError(f"out {tuple(out.shape)}, lse {lse.dtype}")
                 return bad + reference.count_mismatches(out, None, want, None).item() + lse_mismatches(lse, want_lse)
@@ -979,10 +1098,10 @@ def add_dropins(suite, group):
         for batch in DROPIN_BATCHES:
             def call(dtype=dtype, base=base, batch=batch):
                 # The attention kernel's [B, heads, cp, D] and [B, heads, cp]: Inputs' transposed storage.
-                x = Inputs("transposed", batch, suite.cp, hl, d, dtype, seed=5100 + batch, rank=suite.rank)
+                x = Inputs("transposed", batch, suite.cp, hl, d, dtype, seed=suite.seed(), rank=suite.rank)
                 po, pl = x.po.transpose(1, 2), x.pl.transpose(1, 2)
-                out = flashinfer.decode_cp_a2a_lse_reduce(po, pl, workspaces[dtype], suite.rank, suite.cp,
-                                                          is_lse_base_on_e=base == "e")
+                out = held(flashinfer.decode_cp_a2a_lse_reduce(po, pl, workspaces[dtype], suite.rank, suite.cp,
+                                                               is_lse_base_on_e=base == "e"))
                 if tuple(out.shape) != (batch, hl, d) or out.dtype != dtype:
                     raise AssertionError(f"out {tuple(out.shape)} {out.dtype}")
                 want, _ = x.reference(base, group)
@@ -1010,7 +1129,7 @@ def add_dropin_graphs(suite, group):
     def run():
         bad = 0
         ws = flashinfer.decode_cp_a2a_lse_reduce_create_workspace(64, hl, suite.cp, d, torch.bfloat16, group)
-        x = Inputs("transposed", 24, suite.cp, hl, d, torch.bfloat16, seed=5200, rank=suite.rank)
+        x = Inputs("transposed", 24, suite.cp, hl, d, torch.bfloat16, seed=suite.seed(), rank=suite.rank)
         po, pl = x.po.transpose(1, 2), x.pl.transpose(1, 2)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -1021,7 +1140,7 @@ def add_dropin_graphs(suite, group):
         with torch.cuda.graph(graph, stream=side):
             out = flashinfer.decode_cp_a2a_lse_reduce(po, pl, ws, suite.rank, suite.cp)
         for i in range(3):
-            x.refill(5300 + i, suite.rank)
+            x.refill(suite.seed(), suite.rank)
             poison(out)
             graph.replay()
             torch.cuda.synchronize()
@@ -1053,13 +1172,15 @@ def add_all(suite, group):
     add_failures(suite, group)  # last: it leaves aborted contexts behind
 
 
-def write_junit(path, results):
+def write_junit(path, results, replay_note=None):
+    """replay_note(index): a failed case's seed (Suite.replay_note), added to its message."""
     suite = et.Element("testsuite", name="python_gpu", tests=str(len(results)),
                        failures=str(sum(1 for r in results if r[1])), skipped=str(sum(1 for r in results if r[4])))
-    for name, bad, detail, seconds, skipped in results:
+    for index, (name, bad, detail, seconds, skipped) in enumerate(results):
         case = et.SubElement(suite, "testcase", classname="python_gpu", name=name, time=f"{seconds:.3f}")
         if bad:
-            et.SubElement(case, "failure", message=detail or f"{bad} wrong")
+            note = f" ({replay_note(index)})" if replay_note else ""
+            et.SubElement(case, "failure", message=(detail or f"{bad} wrong") + note)
         elif skipped:
             et.SubElement(case, "skipped", message=detail)
     root = et.Element("testsuites")
@@ -1070,13 +1191,17 @@ def write_junit(path, results):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--junit", help="write the results as JUnit XML (rank 0)")
+    parser.add_argument("--seed", type=int, help="the base seed (>= 0) of a run to replay (default: a random one, "
+                        "printed at the start)")
     args = parser.parse_args()
+    if args.seed is not None and args.seed < 0:
+        parser.error("--seed must be >= 0")
 
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local_rank)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank), timeout=timedelta(seconds=120))
     group = dist.group.WORLD
-    suite = Suite(group)
+    suite = Suite(group, seed=args.seed)
     if suite.rank == 0:
         lib = nccl_dcp.library()
         print(f"nccl_dcp on {suite.cp} rank(s): {lib.path} (version {lib.version}), NCCL "
@@ -1088,7 +1213,7 @@ def main():
     skipped = sum(1 for r in results if r[4] and not r[1])
     if suite.rank == 0:
         if args.junit:
-            write_junit(args.junit, results)
+            write_junit(args.junit, results, suite.replay_note)
         print(f"{len(results) - failed - skipped} passed, {failed} failed, {skipped} skipped", flush=True)
     dist.destroy_process_group()
     return 1 if failed else 0
