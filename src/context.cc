@@ -209,30 +209,23 @@ struct Creation {
     const ncclResult_t end = ncclGroupEnd();
     DCPCHECK(enqueued);
     for (Member& m : members) DCPCHECK(settle(m.comm, end, "the all-gather of create's records"));
-    ncclResult_t res = ncclSuccess;
-    std::string message;
+    FirstError first;
     for (Member& m : members) {
       cudaSetDevice(m.dev);
       bool noneArrived = false;
       const ncclResult_t r = m.x.collect(m.all.data(), what, -1, &noneArrived);
       if (r == ncclSuccess) continue;
-      if (res == ncclSuccess) {
-        res = r;
-        message = lastError();
-      }
+      first.keep(r);
       // Still queued in the caller's group: what it will send once NCCL
       // runs it tells the peers (those outside a group wait in it).
       if (noneArrived) {
         RankRecord failed = m.mine;
         memset(&failed.status, 0, sizeof(failed.status));
-        recordFailure(&failed.status, r, step == CreateStep::Count ? CreateStep::Arguments : step, message.c_str());
+        recordFailure(&failed.status, r, step == CreateStep::Count ? CreateStep::Arguments : step, first.message());
         m.x.post(&failed, true);
       }
     }
-    if (res != ncclSuccess) {
-      restoreLastError(message.c_str());
-      return res;
-    }
+    DCPCHECK(first.result());
     for (Member& m : members) DCPCHECK(firstFailure(m.all.data(), m.nRanks));
     return ncclSuccess;
   }
@@ -739,13 +732,7 @@ ncclResult_t agreeOnDestroy(const std::vector<Context*>& ctxs, const std::vector
     std::vector<ReleaseRecord> all;
   };
   std::vector<std::unique_ptr<Side>> sides;
-  ncclResult_t res = ncclSuccess;
-  std::string message;
-  auto keep = [&](ncclResult_t r) {
-    if (r == ncclSuccess || res != ncclSuccess) return;
-    res = r;
-    message = lastError();
-  };
+  FirstError first;
   for (size_t i = 0; i < ctxs.size(); i++) {
     Context* ctx = ctxs[i];
     std::unique_ptr<Side> s(new Side{ctx, {}, {}, std::vector<ReleaseRecord>(ctx->nRanks)});
@@ -754,7 +741,7 @@ ncclResult_t agreeOnDestroy(const std::vector<Context*>& ctxs, const std::vector
     const ncclResult_t opened =
         s->x.open(ctx->comm, ctx->rank, ctx->nRanks, ctx->cudaDev, sizeof(ReleaseRecord), "destroy's exchange");
     if (!s->x.usable()) {  // its peers time out: they keep their memory, so does it
-      keep(opened);
+      first.keep(opened);
       continue;
     }
     if (opened != ncclSuccess) WARN("rank %d: %s (the exchange goes on without it)", ctx->rank, lastError());
@@ -766,7 +753,7 @@ ncclResult_t agreeOnDestroy(const std::vector<Context*>& ctxs, const std::vector
   for (auto& s : sides)
     if (start == ncclSuccess && enqueued == ncclSuccess) enqueued = s->x.allGather();
   const ncclResult_t end = start == ncclSuccess ? ncclGroupEnd() : start;
-  keep(enqueued);
+  first.keep(enqueued);
   for (auto& s : sides) {
     Context* ctx = s->ctx;
     cudaSetDevice(ctx->cudaDev);
@@ -783,13 +770,12 @@ ncclResult_t agreeOnDestroy(const std::vector<Context*>& ctxs, const std::vector
       WARN("rank %d: destroy: %s: its workspace is not freed", ctx->rank, why.c_str());
       continue;
     }
-    keep(fail(r, "%s; its cuda-ipc workspace stays allocated for the process's life%s", lastError(),
-              r == ncclRemoteError ? ", and the communicator holds an all-gather no peer may join: abort it "
-                                     "(ncclCommAbort)"
-                                   : ""));
+    first.keep(fail(r, "%s; its cuda-ipc workspace stays allocated for the process's life%s", lastError(),
+                    r == ncclRemoteError ? ", and the communicator holds an all-gather no peer may join: abort it "
+                                           "(ncclCommAbort)"
+                                         : ""));
   }
-  if (res != ncclSuccess) restoreLastError(message.c_str());
-  return res;
+  return first.result();
 }
 
 }  // namespace
@@ -893,8 +879,7 @@ namespace {
 ncclResult_t enqueueFallbackGroup(const std::vector<const GroupedCall*>& calls) {
   std::vector<CallOrder::Call> order(calls.size());
   std::vector<const GroupedCall*> live;
-  ncclResult_t poisoned = ncclSuccess;
-  std::string message;
+  FirstError poisoned;
   int rounds = 0;
   for (size_t i = 0; i < calls.size(); i++) {
     const GroupedCall& g = *calls[i];
@@ -902,8 +887,7 @@ ncclResult_t enqueueFallbackGroup(const std::vector<const GroupedCall*>& calls) 
     DCPCHECK(g.ctx->engine.order.before(g.stream, &order[i]));
     const ncclResult_t e = contextAsyncError(g.ctx);
     if (e != ncclSuccess) {
-      if (poisoned == ncclSuccess) message = lastError();
-      if (poisoned == ncclSuccess) poisoned = e;
+      poisoned.keep(e);
       DCPCHECK(g.ctx->engine.enqueuePoison(&g.buf, 1, g.batch, g.plan, g.stream));
       continue;
     }
@@ -940,8 +924,7 @@ ncclResult_t enqueueFallbackGroup(const std::vector<const GroupedCall*>& calls) 
     DCPCHECK(g.ctx->engine.order.after(g.stream, order[i]));
     profilerRecordCall(g.ctx, g.batch);
   }
-  if (poisoned != ncclSuccess) restoreLastError(message.c_str());
-  return poisoned;
+  return poisoned.result();
 }
 
 }  // namespace
@@ -952,21 +935,14 @@ ncclResult_t enqueueFallbackGroup(const std::vector<const GroupedCall*>& calls) 
 // The first error is returned, with its message.
 ncclResult_t contextEnqueueGroup(const std::vector<GroupedCall>& calls) {
   DeviceGuard guard;
-  ncclResult_t first = ncclSuccess;
-  std::string message;
-  auto keep = [&](ncclResult_t r) {
-    if (r == ncclSuccess || first != ncclSuccess) return;
-    first = r;
-    message = lastError();
-  };
+  FirstError first;
   std::vector<const GroupedCall*> fallback;
   for (const GroupedCall& g : calls) {
     if (g.ctx->path == ncclDcpPathFallback) fallback.push_back(&g);
-    else keep(contextEnqueue(g.ctx, g.buf, g.batch, g.plan, g.stream));
+    else first.keep(contextEnqueue(g.ctx, g.buf, g.batch, g.plan, g.stream));
   }
-  if (!fallback.empty()) keep(enqueueFallbackGroup(fallback));
-  if (first != ncclSuccess) restoreLastError(message.c_str());
-  return first;
+  if (!fallback.empty()) first.keep(enqueueFallbackGroup(fallback));
+  return first.result();
 }
 
 }  // namespace nccl_dcp

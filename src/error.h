@@ -8,6 +8,8 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <string>
+
 namespace nccl_dcp {
 
 // Sets the last error to the formatted message and returns code.
@@ -22,6 +24,29 @@ const char* lastError();
 // Puts back a message saved from lastError() (no log): an unwind that
 // failed on its own must not replace the error it is unwinding from.
 void restoreLastError(const char* message);
+
+// The first failure of steps that all run whatever fails (every call of a
+// group, every step of an unwind): its code and message are what the
+// caller gets; the later ones only logged.
+class FirstError {
+ public:
+  void keep(ncclResult_t r) {
+    if (r == ncclSuccess || first_ != ncclSuccess) return;
+    first_ = r;
+    message_ = lastError();
+  }
+  bool failed() const { return first_ != ncclSuccess; }
+  const char* message() const { return message_.c_str(); }
+  // The first failure's code, its message the last error again.
+  ncclResult_t result() const {
+    if (failed()) restoreLastError(message_.c_str());
+    return first_;
+  }
+
+ private:
+  ncclResult_t first_ = ncclSuccess;
+  std::string message_;
+};
 
 }  // namespace nccl_dcp
 

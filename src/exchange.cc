@@ -77,13 +77,7 @@ ncclResult_t Exchange::open(ncclComm_t comm, int rank, int nRanks, int dev, size
   recordBytes_ = recordBytes;
   slotBytes_ = slotBytesOf(recordBytes);
   host_.assign(slotBytes_ * (nRanks + 1), 0);
-  ncclResult_t first = ncclSuccess;
-  std::string message;  // the first failure's, as lastError() ends with it
-  auto keep = [&](ncclResult_t r) {
-    if (first != ncclSuccess || r == ncclSuccess) return;
-    first = r;
-    message = lastError();
-  };
+  FirstError first;
   if (cudaSetDevice(dev) != cudaSuccess) {
     cudaGetLastError();
     return fail(ncclUnhandledCudaError, "%s: cudaSetDevice(%d) failed", what, dev);
@@ -99,9 +93,9 @@ ncclResult_t Exchange::open(ncclComm_t comm, int rank, int nRanks, int dev, size
     else cudaGetLastError();
     stream_ = cudaStreamPerThread;  // always there: the exchange runs on it
     ownsStream_ = false;
-    keep(inj != ncclSuccess ? inj
-                            : fail(ncclUnhandledCudaError, "%s: cudaStreamCreateWithFlags failed: %s", what,
-                                   cudaGetErrorString(e)));
+    first.keep(inj != ncclSuccess ? inj
+                                  : fail(ncclUnhandledCudaError, "%s: cudaStreamCreateWithFlags failed: %s", what,
+                                         cudaGetErrorString(e)));
   }
 
   const size_t bytes = scratchBytesOf(nRanks, recordBytes);
@@ -112,21 +106,21 @@ ncclResult_t Exchange::open(ncclComm_t comm, int rank, int nRanks, int dev, size
     if (e == cudaSuccess) cudaFree(scratch_);
     scratch_ = takeReserve(dev, bytes);
     reserve_ = scratch_ != nullptr;
-    keep(inj != ncclSuccess ? inj
-                            : fail(ncclSystemError, "%s: cudaMalloc of a %zu-byte scratch failed: %s%s", what, bytes,
-                                   cudaGetErrorString(e),
-                                   reserve_ ? "" : "; no reserve either: this rank cannot take part in the "
-                                                   "exchange, its peers wait in ncclAllGather for it"));
+    first.keep(inj != ncclSuccess
+                   ? inj
+                   : fail(ncclSystemError, "%s: cudaMalloc of a %zu-byte scratch failed: %s%s", what, bytes,
+                          cudaGetErrorString(e),
+                          reserve_ ? "" : "; no reserve either: this rank cannot take part in the "
+                                          "exchange, its peers wait in ncclAllGather for it"));
   }
   if (scratch_ != nullptr) {
     e = cudaMemsetAsync(scratch_, 0, bytes, stream_);
     if (e != cudaSuccess) {
       cudaGetLastError();
-      keep(fail(ncclUnhandledCudaError, "%s: zeroing its scratch failed: %s", what, cudaGetErrorString(e)));
+      first.keep(fail(ncclUnhandledCudaError, "%s: zeroing its scratch failed: %s", what, cudaGetErrorString(e)));
     }
   }
-  if (first != ncclSuccess) restoreLastError(message.c_str());
-  return first;
+  return first.result();
 }
 
 ncclResult_t Exchange::post(const void* record, bool sameGather) {
