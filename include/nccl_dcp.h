@@ -103,8 +103,7 @@ typedef enum {
                              relative RMS error (DESIGN §15); a rank's own
                              share and every LSE stay exact. dtype bf16 or
                              fp16, headDim % 16 == 0, every scatter mode (NONE
-                             runs its direct algorithm; TOKEN and NONE on the
-                             fused path only). Opt-in. Any other
+                             runs its direct algorithm). Opt-in. Any other
                              value: ncclInvalidArgument naming config->wire */
   ncclDcpNumWires = 2
 } ncclDcpWire_t;
@@ -155,11 +154,8 @@ typedef struct ncclDcpConfig_v1 {
                              NCCL_CONFIG_UNDEF_INT is the default), and fp8
                              with dtype fp32 or headDim % 16 != 0; fp8 with
                              scatter NONE and NCCL_DCP_NONE_ALGO=two_phase
-                             (NONE runs direct with fp8). Refused by create
-                             alone (ncclInvalidUsage, every rank): fp8 with
-                             scatter TOKEN or NONE on a context that takes
-                             the fallback path. A 0.3 caller's struct (no
-                             wire) is native */
+                             (NONE runs direct with fp8). A 0.3 caller's
+                             struct (no wire) is native */
 } ncclDcpConfig_t;
 
 #define NCCL_DCP_CONFIG_MAGIC 0xdc9c0f16u

@@ -446,17 +446,6 @@ ncclResult_t choosePath(const Config& cfg, const Member& m) {
   DCPCHECK(chooseProvider(cfg.provider, m.all.data(), m.nRanks, &ctx->provider, &note));
   const bool fused = ctx->provider != ncclDcpProviderFallback;
   ctx->path = fused ? ncclDcpPathFused : ncclDcpPathFallback;
-  // The fallback's pack narrows a unit by its head's owner, HEAD's
-  // destination; TOKEN and NONE gather every unit to every rank, where
-  // each receiver's own share must stay exact and the rest narrowed, which
-  // that layout does not give: measured wrong on one H100 (gpu_fp8_wire
-  // Fp8Wire.EveryScatterMode/FALLBACK_*, 2026-12-05). Every rank decides
-  // alike from the agreed records, so the refusal is agreed.
-  if (!fused && cfg.wire == Wire::Fp8E4m3 && cfg.scatter != Scatter::Head)
-    return fail(ncclInvalidUsage,
-                "config->wire fp8 with scatter %s runs on the fused path only, and this context takes the fallback "
-                "(%s): use the native wire or scatter HEAD here",
-                scatterName((int)cfg.scatter), note.empty() ? "NCCL_DCP_PROVIDER / NCCL_DCP_FORCE_FALLBACK" : note.c_str());
   t.provider = ctx->provider;
   t.lsaSize = lsaSizeOf(m, ctx->provider);
   snprintf(t.pathNote, sizeof(t.pathNote), "%s", note.c_str());

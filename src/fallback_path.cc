@@ -7,9 +7,10 @@
  * (each rank receives its heads); TOKEN and NONE with ncclAllGather (each
  * rank receives everything and merges its rows, or all of them): TOKEN's
  * device counts are unknown to the host, so no exact-size send exists.
- * Wire fp8: the pack encodes the units bound for other ranks and the
- * combine decodes them (device/combine.h, the codec of the fused path), in
- * native-size units with 8-byte LSE words.
+ * Wire fp8: the pack encodes the units that leave the rank (HEAD's bound
+ * for a peer, every unit of the gather) and the combine decodes them
+ * (device/combine.h, the codec of the fused path), the rank's own unit
+ * native, in native-size units with 8-byte LSE words.
  ************************************************************************/
 #include "engine.h"
 
@@ -63,9 +64,10 @@ ncclResult_t FallbackRound::exchange() const {
 ncclResult_t FallbackRound::combine() const {
   const Config& c = engine->cfg;
   const CallBuffers b = buffersAtRow(*buf, plan->strides, c, row0);
-  return launchCombine(makeCombineParams(c, engine->nRanks, plan->shape, engine->rank, row0, rows, fb->recvData,
-                                         fb->recvLse, (char*)b.out, b.outLse, plan->strides, engine->hostErrorDev),
-                       stream);
+  CombineParams l = makeCombineParams(c, engine->nRanks, plan->shape, engine->rank, row0, rows, fb->recvData,
+                                      fb->recvLse, (char*)b.out, b.outLse, plan->strides, engine->hostErrorDev);
+  l.ownData = (const char*)b.partialOut;
+  return launchCombine(l, stream);
 }
 
 ncclResult_t enqueueFallback(const Engine& engine, const FallbackBuffers& fb, ncclComm_t comm, const CallBuffers& buf,

@@ -47,10 +47,7 @@ inline CombineParams makeCombineParams(const Config& c, int nRanks, const CallSh
   l.recvLse = (const char*)recvLse;
   l.out = out;
   l.outLse = outLse;
-  l.outRow = s.outRow;
-  l.outHead = s.outHead;
-  l.outLseRow = s.outLseRow;
-  l.outLseHead = s.outLseHead;
+  l.strides = s;
   l.nRanks = nRanks;
   l.rows = rows;
   l.headDim = c.headDim;

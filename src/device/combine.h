@@ -4,9 +4,11 @@
  * baseline of every benchmark), and the pack that lays strided partials
  * out for them. Same merge math (merge.h), same scatter addressing
  * (scatter.h), same codec (codec.h): a wire-fp8 context's fallback packs
- * each unit bound for another rank as the fused path's sender encodes it,
- * and the combine decodes it with the fused path's merge step, so the
- * fallback gives the CPU model's bits. The units keep their native size in
+ * each unit that leaves the rank as the fused path's sender encodes it,
+ * and the combine decodes it with the fused path's merge step, the rank's
+ * own unit native (from the partials in TOKEN and NONE, whose gather
+ * brings every unit back encoded), so the fallback gives the CPU model's
+ * bits. The units keep their native size in
  * the buffers (ncclAlltoAll moves the same bytes either way; the fallback
  * is NCCL's speed), the LSE words are the codec's. The per-unit bodies are
  * device functions so the perf binary's loopback baseline can run them for
@@ -34,6 +36,19 @@ __device__ __forceinline__ float lseWordScale(const char* base, size_t i) {
   return __uint_as_float(*(const uint32_t*)(base + i * 8 + 4));
 }
 
+// Where the rank's own unit `unit` (row, head) of the round is native:
+// HEAD's all-to-all brings it back as the pack left it; TOKEN's and NONE's
+// gather brings every unit back encoded on a scaled wire, so there the
+// rank's partials hold it.
+template <typename T, class C>
+__device__ __forceinline__ const char* ownUnitOf(const CombineParams& p, int unit, int row, int head) {
+  const size_t headBytes = (size_t)p.headDim * sizeof(T);
+  if (!C::kScaled || p.shape.scatter == Scatter::Head)
+    return p.recvData + ((size_t)p.rank * p.rows * p.shape.heads + unit) * headBytes;
+  const int localHeads = p.shape.heads / p.nRanks;
+  return p.ownData + inOffset(p.strides, row, head / localHeads, head % localHeads) * (int64_t)sizeof(T);
+}
+
 // One warp merges unit `unit` = row * heads + head of the round (rows of
 // `rank`'s share only), 16 bytes of out per lane per step. `scratch`: the
 // warp's 2 * NCCL_DCP_MAX_RANKS floats (weights, then scales).
@@ -53,13 +68,15 @@ __device__ void combineUnit(const CombineParams& p, const int* start, int unit, 
   }
   __syncwarp();
   const float merged = mergeWeightsWarp(weight, p.nRanks, p.lseBase, lane);
-  if (lane == 0 && p.outLse) p.outLse[outRow * p.outLseRow + head * p.outLseHead] = merged;
+  const Strides& st = p.strides;
+  if (lane == 0 && p.outLse) p.outLse[outRow * st.outLseRow + head * st.outLseHead] = merged;
   const size_t headBytes = (size_t)p.headDim * sizeof(T);
-  char* out = p.out + (outRow * p.outRow + head * p.outHead) * (int64_t)sizeof(T);
+  char* out = p.out + (outRow * st.outRow + head * st.outHead) * (int64_t)sizeof(T);
+  const char* own = ownUnitOf<T, C>(p, unit, row, head);
   for (size_t off = (size_t)lane * 16; off < headBytes; off += 32 * 16) {
     float acc[2][W::kPerWord] = {};
     for (int s = 0; s < p.nRanks; s++) {
-      const char* src = p.recvData + (s * unitsPerSource + unit) * headBytes;
+      const char* src = s == p.rank ? own : p.recvData + (s * unitsPerSource + unit) * headBytes;
       const float w = weight[s];
       if constexpr (C::kScaled) {
         if (s != p.rank) {  // 16 bytes of out: one e4m3 word of the unit
@@ -105,7 +122,7 @@ __device__ void packUnit(const PackParams& p, size_t unit) {
   float scale = 1.f;
   bool copy = true;
   if constexpr (C::kScaled) {
-    if (peer != p.rank) {
+    if (peer != p.rank || p.shape.scatter != Scatter::Head) {  // it leaves the rank
       scale = encodeUnit<C>(src, dst, p.headDim, lane).value;
       copy = false;
     }
@@ -126,9 +143,10 @@ __device__ void poisonUnit(const CombineParams& p, const int* start, int unit) {
   const int lane = threadIdx.x & 31;
   const int heads = p.shape.heads, row = unit / heads, head = unit % heads;
   const int64_t outRow = outRowOf(p.shape.scatter, p, start, p.rank, row);
-  if (lane == 0 && p.outLse) p.outLse[outRow * p.outLseRow + head * p.outLseHead] = NAN;
+  const Strides& st = p.strides;
+  if (lane == 0 && p.outLse) p.outLse[outRow * st.outLseRow + head * st.outLseHead] = NAN;
   const size_t headBytes = (size_t)p.headDim * sizeof(T);
-  char* out = p.out + (outRow * p.outRow + head * p.outHead) * (int64_t)sizeof(T);
+  char* out = p.out + (outRow * st.outRow + head * st.outHead) * (int64_t)sizeof(T);
   const uint64_t nan = Word<T>::nan();
   for (size_t off = (size_t)lane * 8; off < headBytes; off += 32 * 8) *(uint64_t*)(out + off) = nan;
 }

@@ -60,9 +60,13 @@ struct FusedParams : FusedArgs {
 struct CombineParams {
   const char* recvData;
   const char* recvLse;
+  // The rank's partials at the round's first row: TOKEN and NONE on a
+  // scaled wire read the rank's own units here, native (the gather brings
+  // every unit back encoded). NULL elsewhere.
+  const char* ownData;
   char* out;    // TOKEN: row 0 of the rank's slice; else the round's first row
   float* outLse;
-  int64_t outRow, outHead, outLseRow, outLseHead;
+  Strides strides;  // the call's: out and outLse, and ownData
   int nRanks, rows, headDim;
   int rank, row0;  // TOKEN: whose slice, and the round's first row of the call
   CallShape shape;
@@ -76,8 +80,10 @@ struct CombineParams {
 // unit (peer p, row, head j) at p * peerUnits + row * rowUnits + j:
 // [cp][rows][Hl] for ncclAlltoAll (peerUnits rows * Hl, rowUnits Hl),
 // [rows][cp * Hl] for ncclAllGather (peerUnits Hl, rowUnits cp * Hl).
-// Empty rows (the shape's seqLens) get LSE -inf. Wire fp8: units bound for
-// a peer but `rank` are encoded (CombineParams says how).
+// Empty rows (the shape's seqLens) get LSE -inf. Wire fp8: the units that
+// leave the rank are encoded: HEAD's bound for a peer but `rank`, and every
+// unit of TOKEN and NONE, whose gather sends each to every rank (the
+// combine reads `rank`'s own from its partials).
 struct PackParams {
   const char* partialOut;
   const char* partialLse;

@@ -654,30 +654,6 @@ TEST_F(OneRankContext, PoisonedContextInAGroupLeavesTheOthersEnqueued) {
   DCP_ASSERT(ncclDcpContextDestroy(well));
 }
 
-// fp8 on the wire with TOKEN or NONE runs on the fused path only: on the
-// fallback create refuses it, naming both (the fallback's pack narrows by
-// the head's owner, wrong where every rank gathers every unit); HEAD is
-// taken.
-TEST_F(OneRankContext, Fp8TokenAndNoneRefusedOnTheFallback) {
-  ScopedEnv env(forcedFallbackEnv());
-  for (int scatter : {(int)ncclDcpScatterHead, (int)ncclDcpScatterToken, (int)ncclDcpScatterNone}) {
-    SCOPED_TRACE(scatterName(scatter));
-    ncclDcpConfig_t c = withScatter(makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8), scatter);
-    c.wire = ncclDcpWireFp8E4m3;
-    ncclDcpContext_t ctx = nullptr;
-    const ncclResult_t r = ncclDcpContextCreate(comm_, &c, &ctx);
-    if (scatter == ncclDcpScatterHead) {
-      EXPECT_EQ(r, ncclSuccess) << ncclDcpGetLastError();
-      if (ctx) DCP_ASSERT(ncclDcpContextDestroy(ctx));
-      continue;
-    }
-    EXPECT_EQ(r, ncclInvalidUsage);
-    EXPECT_EQ(ctx, nullptr);
-    EXPECT_NE(std::string(ncclDcpGetLastError()).find("runs on the fused path only"), std::string::npos)
-        << ncclDcpGetLastError();
-  }
-}
-
 // The group calls on one communicator: DestroyGroup skips NULL entries and
 // clears the ones it destroyed.
 TEST_F(OneRankContext, GroupCallsSkipNullEntries) {

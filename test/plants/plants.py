@@ -267,7 +267,7 @@ PLANTS = [
           [("gpu_context", "OneRankContext.GroupedCallsOnBothPaths", 1)],
           "a call inside ncclDcpGroupStart/End is enqueued at once: the fallback's all-to-alls are not grouped"),
     Plant("grouped_poison_stops_the_group", "src/context.cc",
-          "    else keep(contextEnqueue(g.ctx, g.buf, g.batch, g.plan, g.stream));\n",
+          "    else first.keep(contextEnqueue(g.ctx, g.buf, g.batch, g.plan, g.stream));\n",
           "    else DCPCHECK(contextEnqueue(g.ctx, g.buf, g.batch, g.plan, g.stream));\n",
           [("gpu_context", "OneRankContext.PoisonedContextInAGroupLeavesTheOthersEnqueued", 1)],
           "a poisoned context's call in a group returns its error before the group's later calls are enqueued: "
@@ -593,6 +593,19 @@ PLANTS = [
            ("gpu_fp8_wire", "Protocols/Fp8Wire.EveryScatterMode/LL_bf16", 1)],
           "the CPU model narrows the merging rank's own share too (in every scatter mode), where the kernels "
           "keep it exact"),
+    Plant("fallback_gather_packs_by_the_heads_owner", "src/device/combine.h",
+          "    if (peer != p.rank || p.shape.scatter != Scatter::Head) {  // it leaves the rank\n",
+          "    if (peer != p.rank) {\n",
+          [("gpu_fp8_wire", "Protocols/Fp8Wire.EveryScatterMode/FALLBACK_bf16", 1)],
+          "the fallback's pack encodes by the head's owner in TOKEN and NONE too, whose gather sends every unit to "
+          "every rank: the units of the sender's own heads go out native and are decoded as e4m3 (the bug the "
+          "first GPU run of EveryScatterMode found)"),
+    Plant("fallback_gather_own_unit_from_the_wire", "src/device/combine.h",
+          "  if (!C::kScaled || p.shape.scatter == Scatter::Head)\n",
+          "  if (true)\n",
+          [("gpu_fp8_wire", "Protocols/Fp8Wire.EveryScatterMode/FALLBACK_fp16", 1)],
+          "the fallback's combine reads the rank's own unit from what the gather brought back, encoded, as "
+          "native: its own share is e4m3 bytes read as fp16"),
     Plant("fp8_infinity_in_amax", "src/device/codec.h",
           "NCCL_DCP_HD float amaxTerm(float x) { return finite(x) ? fabsf(x) : 0.f; }",
           "NCCL_DCP_HD float amaxTerm(float x) { return fabsf(x); }",
