@@ -13,6 +13,8 @@
 #include <sstream>
 #include <thread>
 
+#include <sys/wait.h>
+
 #include "reference.h"
 
 namespace nccl_dcp {
@@ -503,6 +505,17 @@ cudaError_t RankBuffers::download(RankTensors* t, cudaStream_t stream) {
 
 double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+CommandResult runCommand(const std::string& cmd) {
+  CommandResult r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), p)) r.output.append(buf, n);
+  const int s = pclose(p);
+  r.status = WIFEXITED(s) ? WEXITSTATUS(s) : -1;
+  return r;
 }
 
 void RankThreads::run(int nRanks, const std::function<void(int)>& body) {

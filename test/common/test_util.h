@@ -92,6 +92,14 @@ size_t freeDeviceMemory();
 
 double secondsSince(std::chrono::steady_clock::time_point t0);
 
+// A shell command run to its end: its exit status (-1: it did not exit, or
+// popen failed) and its stdout and stderr together.
+struct CommandResult {
+  int status = -1;
+  std::string output;
+};
+CommandResult runCommand(const std::string& cmd);
+
 // One thread per rank, as processes would run the ranks. run() calls
 // body(rank) on each and returns once all are back; what rank threads
 // report with addFailure() reaches gtest then, from the calling thread. A

@@ -54,22 +54,6 @@ constexpr int kSizes = 7;  // --min-rows 1 --max-rows 64 -f 2
 // (nccl-tests' defaults, -m 1 -G 0, time single eager calls).
 constexpr const char* kSweep = " --min-rows 1 --max-rows 64 -m 10 -G 1 -B 1 -c 1 ";
 
-struct Result {
-  int status = -1;  // exit status, -1: did not exit
-  std::string output;
-};
-
-Result runCommand(const std::string& cmd) {
-  Result r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof(buf), p)) r.output.append(buf, n);
-  const int s = pclose(p);
-  r.status = WIFEXITED(s) ? WEXITSTATUS(s) : -1;
-  return r;
-}
-
 // The wrong-element count of every results[] entry's timing `key`
 // (out_of_place: the fused call; baseline; baseline2), in file order: -1
 // where the count is null (not checked) or the timing itself is null (not
@@ -136,7 +120,7 @@ void runPerf(const Launch& l, const std::string& flags, std::string* output, std
   ASSERT_GE(fd, 0);
   close(fd);
   const std::string cmd = launcher + binary + " " + l.flags + kSweep + flags + " -J " + json;
-  const Result r = runCommand(cmd);
+  const CommandResult r = runCommand(cmd);
   std::ifstream f(json);
   report->assign((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   unlink(json);

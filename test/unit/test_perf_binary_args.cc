@@ -23,23 +23,10 @@ namespace nccl_dcp {
 namespace test {
 namespace {
 
-struct Result {
-  int status = -1;  // exit status, -1: did not exit
-  std::string output;
-};
-
 // stdout and stderr together, no GPU visible: a check made after the
 // binary looked for one cannot pass, with or without GPUs in the machine.
-Result runPerf(const std::string& args) {
-  Result r;
-  const std::string cmd = std::string("CUDA_VISIBLE_DEVICES= timeout 120 ") + DCP_PERF_BINARY + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof(buf), p)) r.output.append(buf, n);
-  const int s = pclose(p);
-  r.status = WIFEXITED(s) ? WEXITSTATUS(s) : -1;
-  return r;
+CommandResult runPerf(const std::string& args) {
+  return runCommand(std::string("CUDA_VISIBLE_DEVICES= timeout 120 ") + DCP_PERF_BINARY + " " + args);
 }
 
 struct Refusal {
@@ -71,7 +58,7 @@ TEST(PerfBinaryArgs, BadInputExitsTwoBeforeAnyGpu) {
       {"--help=1", {"--help takes no value"}},
   };
   for (const Refusal& c : refusals) {
-    const Result r = runPerf(c.args);
+    const CommandResult r = runPerf(c.args);
     SCOPED_TRACE(std::string(c.args) + ":\n" + r.output);
     EXPECT_EQ(r.status, 2);
     for (const char* s : c.says) EXPECT_NE(r.output.find(s), std::string::npos) << s;
@@ -82,7 +69,7 @@ TEST(PerfBinaryArgs, BadInputExitsTwoBeforeAnyGpu) {
 
 // -h needs no GPU either, and says what differs from nccl-tests.
 TEST(PerfBinaryArgs, HelpExitsZero) {
-  const Result r = runPerf("-h");
+  const CommandResult r = runPerf("-h");
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("USAGE:"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("nccl-tests' -b/-e 32M"), std::string::npos) << r.output;

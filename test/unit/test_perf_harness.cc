@@ -1397,14 +1397,10 @@ TEST(PerfTeamMpi, ProcessesAndThreadsGatherInRankOrder) {
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
   const std::string cmd = std::string("timeout 120 mpirun -np 2 --oversubscribe ") + self +
-                          " --gtest_color=no --gtest_also_run_disabled_tests --gtest_filter=PerfTeamMpi.DISABLED_* 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
-  const int status = pclose(p);
-  EXPECT_EQ(status, 0) << cmd << "\n" << out;
+                          " --gtest_color=no --gtest_also_run_disabled_tests --gtest_filter=PerfTeamMpi.DISABLED_*";
+  const test::CommandResult run = test::runCommand(cmd);
+  const std::string& out = run.output;
+  EXPECT_EQ(run.status, 0) << cmd << "\n" << out;
   size_t passed = 0;
   for (size_t at = out.find("[  PASSED  ] 1 test"); at != std::string::npos; at = out.find("[  PASSED  ] 1 test", at + 1))
     passed++;
