@@ -195,6 +195,13 @@ class FakeComm {
     return start(d);
   }
 
+  // One plan of one collective, as NCCL reaches the profiler.
+  void collectivePlan(const char* func, size_t count, const char* dtype) {
+    void* g = startGroup();
+    stop(startColl(g, func, count, dtype));
+    stop(g);
+  }
+
   // One plan of k all-to-alls of `count` elements per peer, as ncclAlltoAll
   // reaches the profiler: a Send and a Recv task per peer (none to self
   // in place). Returns the task handles.
@@ -429,16 +436,8 @@ TEST_F(PluginTest, SendRecvThatFormNoAllToAllStaySendRecv) {
 
 TEST_F(PluginTest, CollectivesGetSizesAndALog2Histogram) {
   FakeComm c(0, 2);
-  for (size_t count : {1, 1000, 1024, 1025, 4096}) {
-    void* g = c.startGroup();
-    void* t = c.startColl(g, "AllReduce", count, "ncclFloat16");
-    c.stop(t);
-    c.stop(g);
-  }
-  void* g = c.startGroup();
-  void* t = c.startColl(g, "AllGather", 3, "ncclInt8");
-  c.stop(t);
-  c.stop(g);
+  for (size_t count : {1, 1000, 1024, 1025, 4096}) c.collectivePlan("AllReduce", count, "ncclFloat16");
+  c.collectivePlan("AllGather", 3, "ncclInt8");
   ASSERT_EQ(c.finalize(), ncclSuccess);
   const json::Value report = readReport();
   const json::Value* comm = commIn(report, c.hash);
@@ -462,10 +461,7 @@ TEST_F(PluginTest, NcclsUnknownDatatypeIsUint8) {
   FakeComm c(1, 4);
   for (int i = 0; i < 3; i++) c.allToAllPlan(256, 1, false, "Unknown");  // 4 ranks x 256 B
   c.allToAllPlan(1000, 1, false, "Unknown");
-  void* g = c.startGroup();
-  void* t = c.startColl(g, "AllGather", 3, "Unknown");
-  c.stop(t);
-  c.stop(g);
+  c.collectivePlan("AllGather", 3, "Unknown");
   ASSERT_EQ(c.finalize(), ncclSuccess);
   const json::Value report = readReport();
   const json::Value* comm = commIn(report, c.hash);
