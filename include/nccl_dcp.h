@@ -131,7 +131,14 @@ typedef struct ncclDcpConfig_v1 {
                              enough for a healthy peer that is merely late (a
                              compilation, a checkpoint load, a GC pause). At
                              the bound the context is poisoned (see
-                             ncclDcpA2aLseReduce) */
+                             ncclDcpA2aLseReduce). Also bounds the host's
+                             waits on a nonblocking communicator's
+                             ncclInProgress (create, the fallback's exchange,
+                             destroy): past it ncclRemoteError, and the
+                             communicator must be aborted (create's wait for
+                             a communicator still initialising, before the
+                             config is read, takes NCCL_DCP_TIMEOUT_MS or
+                             60000) */
   /* appended in 0.3 (a 0.2 caller's shorter struct takes the defaults) */
   int scatter;            /* ncclDcpScatter_t. Default HEAD. TOKEN's and
                              NONE's workspaces hold all H heads of maxBatch

@@ -80,7 +80,9 @@ ncclResult_t releaseContext(Context* ctx, FreeMode mode) {
   ncclResult_t res = ncclSuccess;
   if (ctx->cudaDev >= 0) cudaSetDevice(ctx->cudaDev);
   if (ctx->ownsWindow)
-    keepFirst(&res, settle(ctx->comm, ncclCommWindowDeregister(ctx->comm, ctx->window), "ncclCommWindowDeregister"),
+    keepFirst(&res,
+              settle(ctx->comm, ncclCommWindowDeregister(ctx->comm, ctx->window), "ncclCommWindowDeregister",
+                     ctx->engine.cfg.timeoutMs),
               "ncclCommWindowDeregister");
   for (int r = 0; r < ctx->nRanks && r < NCCL_DCP_MAX_RANKS; r++) {
     if (ctx->ipcMapped[r]) freeMemory(MemoryKind::IpcImport, ctx->cudaDev, ctx->lsa[r], mode);
@@ -93,7 +95,9 @@ ncclResult_t releaseContext(Context* ctx, FreeMode mode) {
   freeFallbackBuffers(&ctx->fallback, ctx->cudaDev, mode);
   ctx->engine.release(mode);
   if (ctx->hasDevComm)
-    keepFirst(&res, settle(ctx->comm, ncclDevCommDestroy(ctx->comm, &ctx->devComm), "ncclDevCommDestroy"),
+    keepFirst(&res,
+              settle(ctx->comm, ncclDevCommDestroy(ctx->comm, &ctx->devComm), "ncclDevCommDestroy",
+                     ctx->engine.cfg.timeoutMs),
               "ncclDevCommDestroy");
   delete ctx;
   return res;
@@ -160,8 +164,13 @@ struct Creation {
       Member& m = members[i];
       m.comm = comms[i];
       memset(&m.mine, 0, sizeof(m.mine));
-      // A nonblocking communicator may still be initialising.
-      ncclResult_t ready = waitForComm(m.comm, "the communicator");
+      // A nonblocking communicator may still be initialising. The config
+      // is read once the communicator answers: this wait takes
+      // NCCL_DCP_TIMEOUT_MS, else the default. Past it no rank can go on
+      // (the init is collective): return.
+      const int waitMs = env().timeoutMs != kEnvUnset ? env().timeoutMs : kDefaultTimeoutMs;
+      ncclResult_t ready = waitForComm(m.comm, "the communicator", waitMs);
+      if (ready == ncclRemoteError) return ready;
       const std::string why = lastError();
       NCCLCHECK(ncclCommUserRank(m.comm, &m.rank));
       if (ready == ncclSuccess) ready = injectedAt(CreatePoint::WaitForComm, CreateStep::Arguments, m.rank);
@@ -208,7 +217,7 @@ struct Creation {
       if (enqueued == ncclSuccess) enqueued = m.x.allGather();
     const ncclResult_t end = ncclGroupEnd();
     DCPCHECK(enqueued);
-    for (Member& m : members) DCPCHECK(settle(m.comm, end, "the all-gather of create's records"));
+    for (Member& m : members) DCPCHECK(settle(m.comm, end, "the all-gather of create's records", cfg.timeoutMs));
     FirstError first;
     for (Member& m : members) {
       cudaSetDevice(m.dev);
@@ -343,7 +352,7 @@ void createDevComms(Creation* c) {
   for (size_t i = 0; i < c->members.size(); i++) {
     Member& m = c->members[i];
     m.mine.devComm.tried = 1;
-    if (rc[i] == ncclSuccess && end == ncclInProgress) rc[i] = waitForComm(m.comm, "ncclDevCommCreate");
+    if (rc[i] == ncclSuccess && end == ncclInProgress) rc[i] = waitForComm(m.comm, "ncclDevCommCreate", c->cfg.timeoutMs);
     if (rc[i] != ncclSuccess || (end != ncclSuccess && end != ncclInProgress)) {
       INFO("rank %d: ncclDevCommCreate failed (%s: %s): no symmetric memory support (e.g. NCCL_CUMEM_ENABLE=0 "
            "or no P2P)",
@@ -525,7 +534,7 @@ void registerWindows(Creation* c) {
   const ncclResult_t end = start == ncclSuccess ? ncclGroupEnd() : start;
   for (size_t i = 0; i < owners.size(); i++) {
     Context* ctx = owners[i]->ctx;
-    if (rc[i] == ncclSuccess && end == ncclInProgress) rc[i] = waitForComm(ctx->comm, "ncclCommWindowRegister");
+    if (rc[i] == ncclSuccess && end == ncclInProgress) rc[i] = waitForComm(ctx->comm, "ncclCommWindowRegister", ctx->engine.cfg.timeoutMs);
     if (rc[i] == ncclSuccess && (end == ncclSuccess || end == ncclInProgress) && ctx->window != nullptr) {
       ctx->ownsWindow = true;
       continue;
@@ -746,7 +755,7 @@ ncclResult_t agreeOnDestroy(const std::vector<Context*>& ctxs, const std::vector
   for (auto& s : sides) {
     Context* ctx = s->ctx;
     cudaSetDevice(ctx->cudaDev);
-    ncclResult_t r = enqueued != ncclSuccess ? enqueued : settle(ctx->comm, end, "destroy's all-gather");
+    ncclResult_t r = enqueued != ncclSuccess ? enqueued : settle(ctx->comm, end, "destroy's all-gather", ctx->engine.cfg.timeoutMs);
     bool noneArrived = false;
     const int timeoutMs = ctx->engine.cfg.timeoutMs > 0 ? ctx->engine.cfg.timeoutMs : -1;
     if (r == ncclSuccess) r = s->x.collect(s->all.data(), "destroy of a cuda-ipc context", timeoutMs, &noneArrived);
@@ -901,7 +910,7 @@ ncclResult_t enqueueFallbackGroup(const std::vector<const GroupedCall*>& calls) 
       if (exchanged == ncclSuccess) exchanged = f.exchange();
     const ncclResult_t end = ncclGroupEnd();
     DCPCHECK(exchanged);
-    for (const FallbackRound& f : rs) DCPCHECK(settle(f.comm, end, "the fallback's exchange (grouped)"));
+    for (const FallbackRound& f : rs) DCPCHECK(settle(f.comm, end, "the fallback's exchange (grouped)", f.engine->cfg.timeoutMs));
     for (const FallbackRound& f : rs) {
       CUDACHECK(cudaSetDevice(f.engine->cudaDev));
       DCPCHECK(f.combine());

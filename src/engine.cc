@@ -231,21 +231,27 @@ bool Engine::stopAndDrain(uint32_t* statusWord, int drainMs) const {
   return drained;
 }
 
-ncclResult_t waitForComm(ncclComm_t comm, const char* what) {
+ncclResult_t waitForComm(ncclComm_t comm, const char* what, int timeoutMs, CommStateQuery query) {
+  const auto start = std::chrono::steady_clock::now();
   for (;;) {
     ncclResult_t state = ncclSuccess;
-    const ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+    const ncclResult_t r = query(comm, &state);
     if (r != ncclSuccess) return fail(r, "%s: ncclCommGetAsyncError failed: %s", what, ncclGetErrorString(r));
     if (state == ncclSuccess) return ncclSuccess;
     if (state != ncclInProgress)
       return fail(state, "%s failed on the communicator: %s (%s)", what, ncclGetErrorString(state),
                   ncclGetLastError(comm));
+    if (timeoutMs > 0 && std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(timeoutMs))
+      return fail(ncclRemoteError,
+                  "%s: the communicator is still in progress after %d ms (timeoutMs; a peer that never joined?): "
+                  "abort it (ncclCommAbort)",
+                  what, timeoutMs);
     std::this_thread::yield();
   }
 }
 
-ncclResult_t settle(ncclComm_t comm, ncclResult_t r, const char* what) {
-  if (r == ncclInProgress) return waitForComm(comm, what);
+ncclResult_t settle(ncclComm_t comm, ncclResult_t r, const char* what, int timeoutMs) {
+  if (r == ncclInProgress) return waitForComm(comm, what, timeoutMs);
   if (r != ncclSuccess) return fail(r, "%s failed: %s (%s)", what, ncclGetErrorString(r), ncclGetLastError(comm));
   return ncclSuccess;
 }

@@ -200,11 +200,17 @@ inline CallBuffers buffersAtRow(const CallBuffers& b, const Strides& s, const Co
 // A nonblocking communicator (ncclConfig_t.blocking = 0) answers
 // ncclInProgress while NCCL finishes an operation in the background:
 // waits the way NCCL documents (ncclCommGetAsyncError until it is not in
-// progress) and returns what the operation came to. Blocking: a no-op.
-ncclResult_t waitForComm(ncclComm_t comm, const char* what);
+// progress) and returns what the operation came to. At most timeoutMs
+// (0: for ever): past it ncclRemoteError, since an operation a peer never
+// joined stays pending and only ncclCommAbort ends it. Blocking: a no-op.
+// `query` is NCCL's, or a test's.
+using CommStateQuery = ncclResult_t (*)(ncclComm_t, ncclResult_t*);
+ncclResult_t waitForComm(ncclComm_t comm, const char* what, int timeoutMs,
+                         CommStateQuery query = ncclCommGetAsyncError);
 // What an NCCL call's result r comes to: a nonblocking communicator's
-// ncclInProgress waited for; a failure with its message set.
-ncclResult_t settle(ncclComm_t comm, ncclResult_t r, const char* what);
+// ncclInProgress waited for (waitForComm's bound); a failure with its
+// message set.
+ncclResult_t settle(ncclComm_t comm, ncclResult_t r, const char* what, int timeoutMs);
 
 // Fallback path (fallback_path.cc): buffers of maxBatch rows for
 // ncclAlltoAll (HEAD) or ncclAllGather (TOKEN, NONE: every rank receives

@@ -80,7 +80,7 @@ ncclResult_t enqueueFallback(const Engine& engine, const FallbackBuffers& fb, nc
     const ncclResult_t end = ncclGroupEnd();
     DCPCHECK(exchanged);
     // Nonblocking communicators: the all-to-all is on the stream once NCCL is done with it.
-    DCPCHECK(settle(comm, end, "the fallback's exchange"));
+    DCPCHECK(settle(comm, end, "the fallback's exchange", engine.cfg.timeoutMs));
     return round.combine();
   });
 }
