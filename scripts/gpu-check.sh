@@ -11,7 +11,8 @@
 #       device counts, a graph replay), NONE in two phases, fp8 on the wire.
 #     stress-short: dcp_stress briefly (STRESS_SHORT_CALLS, 20000 calls) on
 #       every 0.4 path and protocol: HEAD, TOKEN, TOKEN with device counts,
-#       NONE direct and in two phases (the run must say which), fp8; at
+#       NONE direct and in two phases (the run must say which), fp8 with
+#       HEAD, with TOKEN on device counts and with NONE; at
 #       loopback cp STRESS_SHORT_CPS (default "8 2").
 #     check-filters: every GoogleTest filter this script runs names tests
 #       of the built binaries (each pattern; no GPU needed); the sanitizer
@@ -439,7 +440,7 @@ if has stress-short; then
     for cp in ${STRESS_SHORT_CPS:-8 2}; do
       for P in LL LL128 SIMPLE; do
         for mode in "head:" "token:-S token" "token-counts:-S token -C" "none-direct:-S none" "none-two_phase:-S none" \
-          "wire-fp8:-W fp8"; do
+          "wire-fp8:-W fp8" "wire-fp8-token-counts:-W fp8 -S token -C" "wire-fp8-none:-W fp8 -S none"; do
           name=${mode%%:*} algo="" want=""
           case $name in none-direct) algo=direct want="(direct)" ;; none-two_phase) algo=two_phase want="(two phases)" ;; esac
           log=$LOGS/stress-short-cp$cp-$name-$P.log

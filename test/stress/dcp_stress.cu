@@ -35,8 +35,10 @@
  *   -P AUTO|LL|LL128|SIMPLE  -D head dim (512)  -H local heads (16)
  *   -u producer delay in ns (2000)  -S head|token|none scatter mode (head)
  *   -C TOKEN's counts from the device, rewritten per call (cp >= 2)
- *   -W native|fp8 the wire (native); fp8's golden calls are checked against
- *      the fp8 CPU model (HEAD only)
+ *   -W native|fp8 the wire (native), in every scatter mode; fp8's golden
+ *      calls are checked against the fp8 CPU model and the oracle's fp8
+ *   -s seed of the two input sets (0, the default: a fresh one; the run's
+ *      line prints it, -s replays it)
  *   -h this help
  ************************************************************************/
 #include <cuda_runtime_api.h>
@@ -114,7 +116,8 @@ const char* const kUsage =
     "  -u producer delay in ns (2000)  -S head|token|none scatter mode (head)\n"
     "  -C         TOKEN's counts from a device array the producer rewrites per call\n"
     "             (even, then skewed with rank 0 owning no row; cp >= 2)\n"
-    "  -W native|fp8  the wire (native); fp8 needs -S head\n"
+    "  -W native|fp8  the wire (native)\n"
+    "  -s seed    of the input sets (0: a fresh one, printed; -s replays it)\n"
     "  -h         this help\n";
 
 struct Args {
@@ -122,7 +125,7 @@ struct Args {
   long calls = 1000000;
   int protocol = ncclDcpProtoAuto, scatter = ncclDcpScatterHead, wire = ncclDcpWireNative;
   bool deviceCounts = false, help = false;
-  uint64_t delayNs = 2000;
+  uint64_t delayNs = 2000, seed = 0;
 };
 
 // The arguments, or what is wrong with them ("" when nothing).
@@ -147,6 +150,7 @@ std::string parse(int argc, char** argv, Args* a) {
     else if (f == "-D") a->headDim = atoi(v.c_str());
     else if (f == "-H") a->localHeads = atoi(v.c_str());
     else if (f == "-u") a->delayNs = strtoull(v.c_str(), nullptr, 10);
+    else if (f == "-s") a->seed = strtoull(v.c_str(), nullptr, 10);
     else if (f == "-P") {
       if (!parseProtocol(v.c_str(), &a->protocol)) return "-P " + v + ": AUTO, LL, LL128 or SIMPLE";
     } else if (f == "-S") {
@@ -254,7 +258,9 @@ int main(int argc, char** argv) {
   // Two input sets of every rank on the host, and their reference outputs.
   std::vector<uint8_t> hostIn[2], refOut[2];
   std::vector<float> hostLse[2], refLse[2];
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = a.seed != 0 ? a.seed : std::random_device{}() | 1;
+  std::mt19937_64 rng(seed);
+  printf("dcp_stress: input seed %llu (-s %llu replays it)\n", (unsigned long long)seed, (unsigned long long)seed);
   std::uniform_real_distribution<float> value(-1.f, 1.f), lse(-6.f, 6.f);
   for (int s = 0; s < 2; s++) {
     hostIn[s].resize(cp * inBytes);
@@ -477,10 +483,10 @@ int main(int argc, char** argv) {
   const WorkspaceLayout& layout = loopback ? lb->engine().layout : contextOf(ctxs[0])->engine.layout;
   const char* noneAlgo = a.scatter != ncclDcpScatterNone ? "" : layout.small.relayBytes ? " (two phases)" : " (direct)";
   printf("dcp_stress: %s cp %d %s scatter %s%s%s wire %s batch %d D %d Hl %d: %ld calls per rank in %.1f s, "
-         "producer delay %llu ns: %llu mismatched words, async error %s\n",
+         "producer delay %llu ns, seed %llu: %llu mismatched words, async error %s\n",
          loopback ? "loopback" : "NCCL ranks", cp, protocolName(a.protocol), scatterName(a.scatter), noneAlgo,
          a.deviceCounts ? " (device counts)" : "", wireName(a.wire), a.batch, cfg.headDim, cfg.localHeads, replays * a.graphCalls,
-         seconds, (unsigned long long)a.delayNs, wrong, async == ncclSuccess ? "none" : ncclGetErrorString(async));
+         seconds, (unsigned long long)a.delayNs, (unsigned long long)seed, wrong, async == ncclSuccess ? "none" : ncclGetErrorString(async));
   for (int i = 0; i < nBuffers; i++) {
     cudaSetDevice(rb[i].dev);
     cudaGraphExecDestroy(rb[i].graph);
