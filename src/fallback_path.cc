@@ -64,10 +64,11 @@ ncclResult_t FallbackRound::exchange() const {
 ncclResult_t FallbackRound::combine() const {
   const Config& c = engine->cfg;
   const CallBuffers b = buffersAtRow(*buf, plan->strides, c, row0);
-  CombineParams l = makeCombineParams(c, engine->nRanks, plan->shape, engine->rank, row0, rows, fb->recvData,
-                                      fb->recvLse, (char*)b.out, b.outLse, plan->strides, engine->hostErrorDev);
-  l.ownData = (const char*)b.partialOut;
-  return launchCombine(l, stream);
+  const Strides& s = plan->strides;
+  const OwnPartials own = {(const char*)b.partialOut, s.inRow, s.inPeer, s.inHead};
+  return launchCombine(makeCombineParams(c, engine->nRanks, plan->shape, engine->rank, row0, rows, fb->recvData,
+                                         fb->recvLse, (char*)b.out, b.outLse, s, engine->hostErrorDev),
+                       stream, own);
 }
 
 ncclResult_t enqueueFallback(const Engine& engine, const FallbackBuffers& fb, ncclComm_t comm, const CallBuffers& buf,

@@ -25,7 +25,9 @@ namespace nccl_dcp {
 int simpleWriters(int requested);
 
 // Baseline / fallback combine (CombineParams in device/params.h).
-ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream);
+// `own`: the rank's partials, read where TOKEN and NONE on a scaled wire
+// need the rank's own units native (OwnPartials).
+ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream, const OwnPartials& own = {});
 
 // Fallback pack (PackParams in device/params.h).
 ncclResult_t launchPack(const PackParams& l, cudaStream_t stream);
@@ -47,7 +49,10 @@ inline CombineParams makeCombineParams(const Config& c, int nRanks, const CallSh
   l.recvLse = (const char*)recvLse;
   l.out = out;
   l.outLse = outLse;
-  l.strides = s;
+  l.outRow = s.outRow;
+  l.outHead = s.outHead;
+  l.outLseRow = s.outLseRow;
+  l.outLseHead = s.outLseHead;
   l.nRanks = nRanks;
   l.rows = rows;
   l.headDim = c.headDim;

@@ -36,24 +36,25 @@ __device__ __forceinline__ float lseWordScale(const char* base, size_t i) {
   return __uint_as_float(*(const uint32_t*)(base + i * 8 + 4));
 }
 
-// Where the rank's own unit `unit` (row, head) of the round is native:
-// HEAD's all-to-all brings it back as the pack left it; TOKEN's and NONE's
-// gather brings every unit back encoded on a scaled wire, so there the
-// rank's partials hold it.
-template <typename T, class C>
-__device__ __forceinline__ const char* ownUnitOf(const CombineParams& p, int unit, int row, int head) {
-  const size_t headBytes = (size_t)p.headDim * sizeof(T);
-  if (!C::kScaled || p.shape.scatter == Scatter::Head)
-    return p.recvData + ((size_t)p.rank * p.rows * p.shape.heads + unit) * headBytes;
-  const int localHeads = p.shape.heads / p.nRanks;
-  return p.ownData + inOffset(p.strides, row, head / localHeads, head % localHeads) * (int64_t)sizeof(T);
+// Where the rank's own unit (row, head) of the round is native on a scaled
+// wire: HEAD's all-to-all brings it back as the pack left it
+// (`fromTheWire`); TOKEN's and NONE's gather brings every unit back
+// encoded, so there the rank's partials hold it.
+template <typename T>
+__device__ __forceinline__ const char* ownUnitOf(const CombineParams& p, const OwnPartials& own,
+                                                 const char* fromTheWire, int row, int head) {
+  if (p.shape.scatter == Scatter::Head) return fromTheWire;
+  const int localHeads = p.shape.heads / p.nRanks, peer = head / localHeads;
+  return own.data + (row * own.row + peer * own.peer + (head % localHeads) * own.head) * (int64_t)sizeof(T);
 }
 
 // One warp merges unit `unit` = row * heads + head of the round (rows of
 // `rank`'s share only), 16 bytes of out per lane per step. `scratch`: the
-// warp's 2 * NCCL_DCP_MAX_RANKS floats (weights, then scales).
+// warp's 2 * NCCL_DCP_MAX_RANKS floats (weights, then scales). `own`: the
+// rank's partials (a scaled wire's TOKEN and NONE).
 template <typename T, Wire kWire = Wire::Native>
-__device__ void combineUnit(const CombineParams& p, const int* start, int unit, float* scratch) {
+__device__ void combineUnit(const CombineParams& p, const int* start, int unit, float* scratch,
+                            const OwnPartials& own = {}) {
   using W = Word<T>;
   using C = Codec<T, kWire>;
   float* weight = scratch;
@@ -68,21 +69,20 @@ __device__ void combineUnit(const CombineParams& p, const int* start, int unit, 
   }
   __syncwarp();
   const float merged = mergeWeightsWarp(weight, p.nRanks, p.lseBase, lane);
-  const Strides& st = p.strides;
-  if (lane == 0 && p.outLse) p.outLse[outRow * st.outLseRow + head * st.outLseHead] = merged;
+  if (lane == 0 && p.outLse) p.outLse[outRow * p.outLseRow + head * p.outLseHead] = merged;
   const size_t headBytes = (size_t)p.headDim * sizeof(T);
-  char* out = p.out + (outRow * st.outRow + head * st.outHead) * (int64_t)sizeof(T);
-  const char* own = ownUnitOf<T, C>(p, unit, row, head);
+  char* out = p.out + (outRow * p.outRow + head * p.outHead) * (int64_t)sizeof(T);
   for (size_t off = (size_t)lane * 16; off < headBytes; off += 32 * 16) {
     float acc[2][W::kPerWord] = {};
     for (int s = 0; s < p.nRanks; s++) {
-      const char* src = s == p.rank ? own : p.recvData + (s * unitsPerSource + unit) * headBytes;
+      const char* src = p.recvData + (s * unitsPerSource + unit) * headBytes;
       const float w = weight[s];
       if constexpr (C::kScaled) {
         if (s != p.rank) {  // 16 bytes of out: one e4m3 word of the unit
           C::accumulate(&acc[0][0], w, typename C::Scale{scale[s], 1.f, false}, loadInput8(src + off / sizeof(T)));
           continue;
         }
+        src = ownUnitOf<T>(p, own, src, row, head);
       }
       W::accumulate(acc[0], w, loadInput8(src + off));
       W::accumulate(acc[1], w, loadInput8(src + off + 8));
@@ -143,10 +143,9 @@ __device__ void poisonUnit(const CombineParams& p, const int* start, int unit) {
   const int lane = threadIdx.x & 31;
   const int heads = p.shape.heads, row = unit / heads, head = unit % heads;
   const int64_t outRow = outRowOf(p.shape.scatter, p, start, p.rank, row);
-  const Strides& st = p.strides;
-  if (lane == 0 && p.outLse) p.outLse[outRow * st.outLseRow + head * st.outLseHead] = NAN;
+  if (lane == 0 && p.outLse) p.outLse[outRow * p.outLseRow + head * p.outLseHead] = NAN;
   const size_t headBytes = (size_t)p.headDim * sizeof(T);
-  char* out = p.out + (outRow * st.outRow + head * st.outHead) * (int64_t)sizeof(T);
+  char* out = p.out + (outRow * p.outRow + head * p.outHead) * (int64_t)sizeof(T);
   const uint64_t nan = Word<T>::nan();
   for (size_t off = (size_t)lane * 8; off < headBytes; off += 32 * 8) *(uint64_t*)(out + off) = nan;
 }
@@ -175,7 +174,8 @@ __device__ __forceinline__ CombineUnits combineUnits(const CombineParams& p, int
 
 // One warp per (row, head) of the round (the launch covers every row).
 template <typename T, Wire kWire = Wire::Native>
-__global__ void __launch_bounds__(kCombineThreads) combineKernel(const __grid_constant__ CombineParams p) {
+__global__ void __launch_bounds__(kCombineThreads)
+    combineKernel(const __grid_constant__ CombineParams p, const __grid_constant__ OwnPartials own) {
   __shared__ float weights[kCombineWarps][2 * NCCL_DCP_MAX_RANKS];
   __shared__ int splitScratch[kMaxRanks + 1];
   waitForPrerequisiteGrid();
@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(kCombineThreads) combineKernel(const __grid_co
   const int unit = units.first + blockIdx.x * kCombineWarps + threadIdx.x / 32;
   if (unit >= units.end) return;
   if (units.refused) poisonUnit<T>(p, units.start, unit);
-  else combineUnit<T, kWire>(p, units.start, unit, weights[threadIdx.x / 32]);
+  else combineUnit<T, kWire>(p, units.start, unit, weights[threadIdx.x / 32], own);
 }
 
 // One warp per (row, head) of the round.

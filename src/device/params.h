@@ -60,13 +60,9 @@ struct FusedParams : FusedArgs {
 struct CombineParams {
   const char* recvData;
   const char* recvLse;
-  // The rank's partials at the round's first row: TOKEN and NONE on a
-  // scaled wire read the rank's own units here, native (the gather brings
-  // every unit back encoded). NULL elsewhere.
-  const char* ownData;
   char* out;    // TOKEN: row 0 of the rank's slice; else the round's first row
   float* outLse;
-  Strides strides;  // the call's: out and outLse, and ownData
+  int64_t outRow, outHead, outLseRow, outLseHead;
   int nRanks, rows, headDim;
   int rank, row0;  // TOKEN: whose slice, and the round's first row of the call
   CallShape shape;
@@ -74,6 +70,16 @@ struct CombineParams {
   LseBase lseBase;
   AsyncErrorRecord* hostError;  // where device counts that make no split are recorded (or NULL)
   Wire wire;
+};
+
+// The rank's own partials for the fallback's combine: TOKEN and NONE on a
+// scaled wire read the rank's own units here, native, since their gather
+// brings every unit back encoded. A parameter of its own, not a field of
+// CombineParams, so that the native combine (every benchmark's baseline)
+// keeps its code.
+struct OwnPartials {
+  const char* data;         // at the round's first row; NULL where unused
+  int64_t row, peer, head;  // element strides (Strides' in*)
 };
 
 // Fallback pack: strided partials -> send buffers of units and LSE words,

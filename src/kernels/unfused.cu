@@ -27,11 +27,11 @@ ncclResult_t withKernelTypes(ncclDataType_t dtype, Wire wire, F&& f) {
 
 }  // namespace
 
-ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream) {
+ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream, const OwnPartials& own) {
   const unsigned grid = blocksFor((size_t)l.rows * l.shape.heads);
   if (grid == 0) return ncclSuccess;
   return withKernelTypes(l.dtype, l.wire, [&](auto elt, auto wire) {
-    combineKernel<decltype(elt), decltype(wire)::kWire><<<grid, kCombineThreads, 0, stream>>>(l);
+    combineKernel<decltype(elt), decltype(wire)::kWire><<<grid, kCombineThreads, 0, stream>>>(l, own);
     CUDACHECK(cudaGetLastError());
     return ncclSuccess;
   });

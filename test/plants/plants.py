@@ -601,8 +601,8 @@ PLANTS = [
           "every rank: the units of the sender's own heads go out native and are decoded as e4m3 (the bug the "
           "first GPU run of EveryScatterMode found)"),
     Plant("fallback_gather_own_unit_from_the_wire", "src/device/combine.h",
-          "  if (!C::kScaled || p.shape.scatter == Scatter::Head)\n",
-          "  if (true)\n",
+          "  if (p.shape.scatter == Scatter::Head) return fromTheWire;\n",
+          "  if (true) return fromTheWire;\n",
           [("gpu_fp8_wire", "Protocols/Fp8Wire.EveryScatterMode/FALLBACK_fp16", 1)],
           "the fallback's combine reads the rank's own unit from what the gather brought back, encoded, as "
           "native: its own share is e4m3 bytes read as fp16"),
