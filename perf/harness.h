@@ -122,9 +122,10 @@ int ranksBeforeGpu(const Args& a, int processes);
 // resolves it (resolveConfig, default environment): false with *error
 // naming the options behind the field the library refused, and its rule.
 bool checkConfig(const Args& a, std::string* error);
-// -J: the file can be created or written (probed without truncating an
-// existing file; a file the probe created is removed again). false with
-// *error naming -J, the path and why.
+// -J: the file can be created or written (a file the probe created is
+// removed again, and so is an existing plain file: a run that ends before
+// writing its JSON leaves none). false with *error naming -J, the path
+// and why.
 bool probeOutputFile(const std::string& path, std::string* error);
 // resolveSizes at nRanks ranks, then checkConfig (the workspace's rows
 // follow -e), then, with probeJson (process 0 only), probeOutputFile.

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -618,13 +619,19 @@ bool probeOutputFile(const std::string& path, std::string* error) {
     unlink(path.c_str());
     return true;
   }
-  // An existing one: opened for writing, not truncated (O_NONBLOCK: a FIFO
-  // with no reader yet answers ENXIO instead of blocking).
+  // An existing one: opened for writing (O_NONBLOCK: a FIFO with no reader
+  // yet answers ENXIO instead of blocking), then, a plain file, removed:
+  // an earlier run's JSON left there would read as this run's when this
+  // one ends before writing its own (no GPU, a failed call). A link, a
+  // FIFO or a device (/dev/stdout) is left as it is.
   if (errno == EEXIST) {
     fd = open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd >= 0 || errno == ENXIO) {
       if (fd >= 0) close(fd);
-      return true;
+      struct stat st;
+      if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || unlink(path.c_str()) == 0) return true;
+      *error = "option -J/--output_file: cannot remove the earlier '" + path + "': " + strerror(errno);
+      return false;
     }
   }
   *error = "option -J/--output_file: cannot write '" + path + "': " + strerror(errno);

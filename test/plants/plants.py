@@ -200,6 +200,13 @@ PLANTS = [
           "  int64_t badJson = 0;\n",
           [("unit_perf_binary_args", "PerfBinaryArgs.BadInputExitsTwoBeforeAnyGpu", 0)],
           "an unwritable -J path fails only after the whole sweep (exit 5), not before it with exit 2"),
+    Plant("perf_json_earlier_file_kept", "perf/options.cc",
+          "      if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || unlink(path.c_str()) == 0) return true;\n",
+          "      if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || true) return true;\n",
+          [("unit_perf_harness", "PerfArgs.OutputFileIsProbedWithoutLeavingATrace", 0),
+           ("unit_perf_binary_args", "PerfBinaryArgs.EarlierJsonIsRemovedBeforeAnyGpu", 0)],
+          "-J's file of an earlier run stays until the run writes its own: a run that ends first (no GPU, a "
+          "failed call) leaves it to be read as this run's"),
     Plant("perf_step_of_zero_bytes_ignored", "perf/options.cc",
           "  if (a.stepSize.bytes && a.stepSize.value == 0 && !a.factorGiven) {\n", "  if (false) {\n",
           [("unit_perf_harness", "PerfArgs.ErrorsNameTheOption", 0),

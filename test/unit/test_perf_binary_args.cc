@@ -6,7 +6,8 @@
  * it), with CUDA_VISIBLE_DEVICES empty: on any machine, input refused only
  * after cudaGetDeviceCount exits 3 with "no CUDA GPU found" instead (with
  * GPUs visible it used to reach them: the config's errors exited 5, a bad
- * -J path failed after the whole sweep). The functions behind the checks
+ * -J path failed after the whole sweep), and -J's file of an earlier run
+ * removed before the GPU is looked for. The functions behind the checks
  * are unit-tested in test_perf_harness.cc.
  ************************************************************************/
 #include <stdlib.h>
@@ -65,6 +66,25 @@ TEST(PerfBinaryArgs, BadInputExitsTwoBeforeAnyGpu) {
     EXPECT_EQ(r.output.find("no CUDA GPU found"), std::string::npos) << "refused only after looking for a GPU";
     EXPECT_EQ(r.output.find("# nThread"), std::string::npos) << "refused only after the run started";
   }
+}
+
+// -J's file of an earlier run is gone once the path is checked, before
+// any GPU: a run that ends before writing its own (here no GPU, exit 3;
+// on a GPU a failed call, exit 5) leaves none to be read as this run's.
+TEST(PerfBinaryArgs, EarlierJsonIsRemovedBeforeAnyGpu) {
+  char dir[] = "/tmp/dcp_perf_args_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string json = std::string(dir) + "/perf.json";
+  FILE* f = fopen(json.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fputs("{\"commit\": \"an earlier run\"}\n", f);
+  fclose(f);
+  const CommandResult r = runPerf("-b 16K -e 32K -J " + json);
+  EXPECT_EQ(r.status, 3) << r.output;  // the arguments are good: only the GPU is missing
+  EXPECT_NE(r.output.find("no CUDA GPU found"), std::string::npos) << r.output;
+  EXPECT_NE(access(json.c_str(), F_OK), 0) << "the earlier run's JSON is still at -J";
+  unlink(json.c_str());
+  rmdir(dir);
 }
 
 // -h needs no GPU either, and says what differs from nccl-tests.

@@ -4,6 +4,7 @@
 // across ranks, the rows, the table and its footer, the floors' header,
 // the JSON report (valid JSON, finite numbers, nccl-tests' fields), and the
 // team of threads (x processes) that gathers every rank's figures.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -445,31 +446,43 @@ TEST(PerfArgs, RanksAreKnownBeforeAnyGpu) {
 }
 
 // -J is probed as nccl-tests opens its file before the run: a path that
-// cannot be written is refused; the probe leaves no file behind and an
-// existing one as it was (the run overwrites it at its end).
+// cannot be written is refused; the probe leaves no file behind, and
+// removes an earlier run's (a run that ends before writing its own leaves
+// none), but not a FIFO or a link (/dev/stdout is one), nor a file it
+// cannot write.
 TEST(PerfArgs, OutputFileIsProbedWithoutLeavingATrace) {
   char dir[] = "/tmp/dcp_perf_json_XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string fresh = std::string(dir) + "/new.json", kept = std::string(dir) + "/old.json";
+  const std::string d = dir, fresh = d + "/new.json", old = d + "/old.json", fifo = d + "/fifo",
+                    link = d + "/link.json", target = d + "/target.json", locked = d + "/locked.json";
   std::string err;
   EXPECT_TRUE(probeOutputFile(fresh, &err)) << err;
   EXPECT_NE(access(fresh.c_str(), F_OK), 0) << "the probe left " << fresh;
-  FILE* f = fopen(kept.c_str(), "w");
-  ASSERT_NE(f, nullptr);
-  fputs("{}\n", f);
-  fclose(f);
-  EXPECT_TRUE(probeOutputFile(kept, &err)) << err;
-  f = fopen(kept.c_str(), "r");
-  ASSERT_NE(f, nullptr);
-  char buf[8] = "";
-  EXPECT_NE(fgets(buf, sizeof(buf), f), nullptr);
-  fclose(f);
-  EXPECT_STREQ(buf, "{}\n");  // not truncated
+  for (const std::string& path : {old, target, locked}) {
+    FILE* f = fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fputs("{}\n", f);
+    fclose(f);
+  }
+  EXPECT_TRUE(probeOutputFile(old, &err)) << err;
+  EXPECT_NE(access(old.c_str(), F_OK), 0) << "an earlier run's JSON is left at -J";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  EXPECT_TRUE(probeOutputFile(fifo, &err)) << err;
+  EXPECT_TRUE(probeOutputFile(link, &err)) << err;
+  EXPECT_EQ(access(fifo.c_str(), F_OK), 0) << "the FIFO was removed";
+  EXPECT_EQ(access(link.c_str(), F_OK), 0) << "the link was removed";
+  EXPECT_EQ(access(target.c_str(), F_OK), 0) << "the link's file was removed";
+  if (geteuid() != 0) {  // root writes a file of mode 0444
+    ASSERT_EQ(chmod(locked.c_str(), 0444), 0);
+    EXPECT_FALSE(probeOutputFile(locked, &err));
+    EXPECT_EQ(access(locked.c_str(), F_OK), 0) << "a file -J cannot write was removed";
+  }
   EXPECT_FALSE(probeOutputFile(dir, &err));  // a directory
   EXPECT_NE(err.find("-J/--output_file"), std::string::npos) << err;
-  EXPECT_FALSE(probeOutputFile(std::string(dir) + "/missing/x.json", &err));
+  EXPECT_FALSE(probeOutputFile(d + "/missing/x.json", &err));
   EXPECT_NE(err.find("No such file or directory"), std::string::npos) << err;
-  unlink(kept.c_str());
+  for (const std::string& path : {fifo, link, target, locked}) unlink(path.c_str());
   rmdir(dir);
 }
 
