@@ -9,12 +9,45 @@ directory), so that the tables are regenerated, not retyped:
 "vs" columns are the other's time / ours (above 1 we are faster); xIdeal
 is ours / the ideal; fp8 / native is fp8's time / native HEAD's of the same
 cp. A row a file does not have prints as "-".
+
+Refused: a file with a wrong element (fused call or either baseline),
+files of different commits, a file whose config is not the one its name
+says (perf-wire-fp8.json not fp8, ...). A file run with -c 0 is tabled,
+with a line saying its rows were not checked.
 """
 import argparse
 import os
+import re
 import sys
 
 import perf_json
+
+
+def expected_config(name):
+    """The config that a file's name (scripts/gpu-check.sh's perf and
+    perf-cp stages) says it was run with: perf-scatter-none-two_phase-staged
+    is NONE, two phases, baseline 2 staged; perf-cp4-fp8 4 ranks, fp8 on
+    the wire. What a name leaves out is the default: HEAD, native, not
+    staged."""
+    want = {"scatter": "head", "wire": "native", "staged_gather": False}
+    for word in name.split("-")[1:]:
+        if word in ("scatter", "wire"):
+            continue
+        if word in ("head", "token", "none"):
+            want["scatter"] = word
+        elif word in ("native", "fp8"):
+            want["wire"] = word
+        elif word in ("direct", "two_phase"):
+            want["none_algo"] = word
+        elif word == "staged":
+            want["staged_gather"] = True
+        elif word in ("AUTO", "LL", "LL128", "SIMPLE"):
+            want["protocol"] = word
+        elif re.fullmatch(r"cp\d+", word):
+            want["n_ranks"] = int(word[2:])
+        else:
+            sys.exit(f"{name}.json: '{word}' in its name says no config perf_tables.py knows")
+    return want
 
 
 def table(directory, name):
@@ -25,7 +58,29 @@ def table(directory, name):
     wrong = sum(perf_json.wrong_count(r) for r in rows)
     if wrong:
         sys.exit(f"{path}: {wrong} wrong rows")
+    # A file renamed or copied over from another run would table as the
+    # name's config.
+    for key, want in expected_config(name).items():
+        if meta[key] != want:
+            sys.exit(f"{path}: {key} {meta[key]!r} in the file, its name says {want!r}")
+    unchecked = sum(r["unchecked"] for r in rows)
+    if unchecked:  # not "0 wrong"
+        print(f"{path}: not checked (-c 0): {unchecked} of {len(rows)} rows\n")
     return meta, {r["rows"]: r for r in rows}
+
+
+def tables(directory, names):
+    """table() of each name, {name: (meta, rows)}: files of different
+    commits are refused (a table would set one build's times beside
+    another's)."""
+    loaded = {name: table(directory, name) for name in names}
+    commits = {}
+    for name, (meta, _) in loaded.items():
+        commits.setdefault(meta["commit"], []).append(name + ".json")
+    if len(commits) > 1:
+        sys.exit(f"{directory}: files of different commits: " +
+                 "; ".join(f"{c or 'none recorded'}: {', '.join(n)}" for c, n in commits.items()))
+    return loaded
 
 
 def fmt(value, digits=2):
@@ -49,13 +104,16 @@ def head_token_cells(h, t):
             fmt(t and t["fused_us"]), fmt(t and ratio(t["base_us"], t["fused_us"]))]
 
 
-def cp8(d):
-    _, head = table(d, "perf-AUTO")
-    _, token = table(d, "perf-scatter-token")
-    _, direct = table(d, "perf-scatter-none-direct")
-    _, two = table(d, "perf-scatter-none-two_phase")
-    _, staged = table(d, "perf-scatter-none-two_phase-staged")
-    _, fp8 = table(d, "perf-wire-fp8")
+CP8 = ["perf-AUTO", "perf-scatter-token", "perf-scatter-none-direct", "perf-scatter-none-two_phase",
+       "perf-scatter-none-two_phase-staged", "perf-wire-fp8"]
+
+
+def cp_names(cp):
+    return [f"perf-cp{cp}-{run}" for run in ("head", "token", "none", "fp8")]
+
+
+def cp8(loaded):
+    head, token, direct, two, staged, fp8 = (loaded[name][1] for name in CP8)
     lines, wire = [], []
     for n in sorted(head):
         h, t, nd, n2, ns, f = (x.get(n) for x in (head, token, direct, two, staged, fp8))
@@ -73,11 +131,8 @@ def cp8(d):
     print(markdown(["rows", "native µs", "fp8 µs", "fp8 / native", "native's protocol", "fp8's protocol"], wire))
 
 
-def other_cp(d, cp):
-    _, head = table(d, f"perf-cp{cp}-head")
-    _, token = table(d, f"perf-cp{cp}-token")
-    none_meta, none = table(d, f"perf-cp{cp}-none")
-    _, fp8 = table(d, f"perf-cp{cp}-fp8")
+def other_cp(loaded, cp):
+    (_, head), (_, token), (none_meta, none), (_, fp8) = (loaded[name] for name in cp_names(cp))
     print(f"**cp {cp}** (NONE: {none_meta['none_algo']}; baseline 2 of NONE: "
           f"{none_meta.get('baseline2')})\n")
     lines = []
@@ -98,11 +153,13 @@ def main():
     ap.add_argument("directory")
     ap.add_argument("--cp", type=int, nargs="+", help="the other rank counts' tables (perf-cp<N>-*.json)")
     a = ap.parse_args()
+    # Every file checked before a table prints: one commit across them all.
     if a.cp:
+        loaded = tables(a.directory, [name for cp in a.cp for name in cp_names(cp)])
         for cp in a.cp:
-            other_cp(a.directory, cp)
+            other_cp(loaded, cp)
     else:
-        cp8(a.directory)
+        cp8(tables(a.directory, CP8))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 """Unit tests of scripts/perf_tables.py: docs/perf.md's current one-GPU
 tables are exactly what it prints from the JSON directory perf.md names
 (a table retyped or left behind by a new run fails), and a file with a
-wrong row is refused rather than tabled.
+wrong row (baseline 2's included), files of different commits or a file
+whose config is not the one its name says are refused rather than
+tabled; a run made with -c 0 is tabled as "not checked", not as 0 wrong.
 
 Speaks TAP (meson's `protocol: 'tap'`). Run by hand:
 python3 test/scripts/test_perf_tables.py
@@ -72,21 +74,32 @@ class Tables(unittest.TestCase):
     def test_other_rank_counts_are_the_json(self):
         self.assertPrintedInPerfMd(self.other_dir, "--cp", "2", "4", "16")
 
-    def refused_with(self, fused_wrong, base_wrong):
+    @contextlib.contextmanager
+    def copy_edited(self, directory, name, edit):
+        """A copy of `directory` with edit(data) applied to name.json."""
         with tempfile.TemporaryDirectory() as d:
-            for name in os.listdir(self.dir):
-                shutil.copy(os.path.join(self.dir, name), d)
-            path = os.path.join(d, "perf-AUTO.json")
+            for f in os.listdir(directory):
+                shutil.copy(os.path.join(directory, f), d)
+            path = os.path.join(d, name + ".json")
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
+            edit(data)
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(data, f)
+            yield d
+
+    def refused(self, name, edit, *args):
+        """perf_tables' message refusing the copy of self.dir with `edit` made to name.json."""
+        with self.copy_edited(self.dir, name, edit) as d, self.assertRaises(SystemExit) as e:
+            printed(d, *args)
+        return str(e.exception.code)
+
+    def refused_with(self, fused_wrong, base_wrong):
+        def edit(data):
             row = data["results"][3]
             row["out_of_place"]["nwrong"] = fused_wrong
             row.setdefault("baseline", {"time": 1.0})["nwrong"] = base_wrong
-            with open(path, "w", encoding="utf-8") as f:
-                json.dump(data, f)
-            with self.assertRaises(SystemExit) as e:
-                printed(d)
-            self.assertIn("wrong", str(e.exception.code))
+        self.assertIn("wrong", self.refused("perf-AUTO", edit))
 
     def test_a_wrong_row_is_refused(self):
         self.refused_with(1, 0)
@@ -94,6 +107,56 @@ class Tables(unittest.TestCase):
     def test_a_baseline_not_checked_hides_no_wrong_row(self):
         self.refused_with(1, None)  # "not measured" (-1) must not cancel a wrong element
 
+    def test_a_wrong_baseline2_is_refused(self):
+        def edit(data):
+            data["results"][3]["baseline2"]["nwrong"] = 2
+        why = self.refused("perf-scatter-none-two_phase", edit)
+        self.assertIn("perf-scatter-none-two_phase.json", why)
+        self.assertIn("wrong", why)
+
+    def test_files_of_different_commits_are_refused(self):
+        def edit(data):
+            data["commit"] = "0123abc"
+        for name, args in (("perf-wire-fp8", ()), ("perf-cp4-none", ("--cp", "2", "4"))):
+            with self.subTest(name):
+                why = self.refused(name, edit, *args)
+                self.assertIn("commit", why)
+                self.assertIn(f"0123abc: {name}.json", why)  # the odd one, and the others by name
+                self.assertIn("perf-cp2-head.json" if args else "perf-AUTO.json", why)
+
+    def test_a_config_its_name_contradicts_is_refused(self):
+        for name, key, value in (("perf-wire-fp8", "wire", "native"), ("perf-AUTO", "wire", "fp8"),
+                                 ("perf-AUTO", "protocol", "LL128"), ("perf-scatter-token", "scatter", "head"),
+                                 ("perf-scatter-none-direct", "none_algo", "two_phase"),
+                                 ("perf-scatter-none-two_phase", "none_algo", "direct"),
+                                 ("perf-scatter-none-two_phase", "staged_gather", True),
+                                 ("perf-scatter-none-two_phase-staged", "staged_gather", False),
+                                 ("perf-cp16-token", "n_ranks", 8), ("perf-cp2-fp8", "wire", "native")):
+            with self.subTest(f"{name} {key}"):
+                why = self.refused(name, lambda data: data.update({key: value}),
+                                   *(("--cp", name[7:].split("-")[0]) if name.startswith("perf-cp") else ()))
+                self.assertIn(f"{name}.json", why)
+                self.assertIn(key, why)
+
+    def test_a_run_made_without_checking_says_not_checked(self):
+        def edit(data):
+            data["config"]["validation"] = 0  # -c 0: every nwrong null
+            for row in data["results"]:
+                for call in ("out_of_place", "baseline", "baseline2"):
+                    if row.get(call):
+                        row[call]["nwrong"] = None
+        with self.copy_edited(self.dir, "perf-wire-fp8", edit) as d:
+            out = printed(d)
+        self.assertIn("perf-wire-fp8.json", out)
+        self.assertIn("not checked", out)
+        self.assertNotIn("perf-AUTO.json", out)  # the checked files say nothing
+        with self.copy_edited(self.dir, "perf-AUTO", lambda data: None) as d:
+            self.assertNotIn("not checked", printed(d))
+
+    def test_3d8eed4_passes_the_checks(self):
+        out = printed(os.path.join(ROOT, "docs", "data", "loopback-0.5-3d8eed4"))
+        self.assertIn("| 1024 |", out)
+        self.assertNotIn("not checked", out)
 
 if __name__ == "__main__":
     sys.exit(tap.run_module(__name__))
