@@ -43,7 +43,10 @@
  *           instead of cp-1. The bits are the same either way.
  *   Batch invariance: the bits of merged[b][h] depend only on the cp inputs
  *   of (b, h) -- not on the batch, its chunking (maxBatch), the protocol, the
- *   path (fused or fallback), the scatter mode or the split.
+ *   path (fused or fallback), the scatter mode or the split. With fp8 on the
+ *   wire they depend on the merging rank too, whose own share stays exact:
+ *   NONE's ranks then hold the same merges to e4m3's rounding, not
+ *   bitwise.
  ************************************************************************/
 #ifndef NCCL_DCP_H_
 #define NCCL_DCP_H_
@@ -469,6 +472,9 @@ ncclResult_t ncclDcpContextDestroyGroup(int nCtxs, ncclDcpContext_t* ctxs);
  * NCCL's all-to-all, which the communicator's error governs: abort it) --
  * and the eager call returns the async error (ncclRemoteError for a
  * timeout). Engines that only replay graphs call ncclDcpGetAsyncError.
+ * On the fallback path a context poisoned by its own device counts still
+ * takes part in NCCL's exchange (its peers would wait in it for ever),
+ * sending units that merge to NaN on every peer.
  * Inside ncclDcpGroupStart/End the call is checked now and enqueued at
  * ncclDcpGroupEnd. Never call it inside the application's
  * ncclGroupStart/End: the fallback path's all-to-all would be deferred past
@@ -499,9 +505,12 @@ ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* partialOut,
  *    accepted one. The host cannot know n_r: out must hold the rows the
  *    counts give this rank.
  *  Every rank passes the same counts. Counts that differ between ranks
- *  (or valid on some ranks only) never mix the splits: TOKEN's flags carry
- *  a tag of each rank's split, so every protocol's waits time out alike
- *  (ncclRemoteError on the ranks involved, the context poisoned).
+ *  (or valid on some ranks only) never mix the splits on the fused path:
+ *  TOKEN's flags carry a tag of each rank's split, so every protocol's
+ *  waits time out alike (ncclRemoteError on the ranks involved, the
+ *  context poisoned). The fallback path has no such check: there each
+ *  rank merges the rows its own counts give it, and rows may be merged
+ *  twice or by no rank, without an error.
  *  Only a TOKEN context takes counts.
  * Empty shards (vLLM's seq_lens / query_start_loc), any scatter mode:
  *  - seqLens: device int32[numSeqs], this rank's local KV length of each

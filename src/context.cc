@@ -858,47 +858,51 @@ ncclResult_t contextEnqueue(Context* ctx, const CallBuffers& buf, int batch, con
   DeviceGuard guard;
   CUDACHECK(cudaSetDevice(ctx->cudaDev));
   noteCommError(ctx);  // run() reports it
-  DCPCHECK(ctx->engine.run(&buf, 1, batch, plan, stream, [&] {
-    if (ctx->path == ncclDcpPathFallback)
-      return enqueueFallback(ctx->engine, ctx->fallback, ctx->comm, buf, batch, plan, stream);
-    Addressing addr = {};
-    addr.loopback = false;
-    addr.lsa = ctx->lsa;
-    return ctx->engine.enqueueFused(&buf, batch, plan, addr, stream);
-  }));
+  if (ctx->path == ncclDcpPathFallback) {
+    const auto fallback = [&](bool poisoned) {
+      return enqueueFallback(ctx->engine, ctx->fallback, ctx->comm, buf, batch, plan, stream, poisoned);
+    };
+    DCPCHECK(ctx->engine.run(stream, [&] { return fallback(false); }, [&] { return fallback(true); }));
+  } else {
+    DCPCHECK(ctx->engine.run(&buf, 1, batch, plan, stream, [&] {
+      Addressing addr = {};
+      addr.loopback = false;
+      addr.lsa = ctx->lsa;
+      return ctx->engine.enqueueFused(&buf, batch, plan, addr, stream);
+    }));
+  }
   profilerRecordCall(ctx, batch);
   return ncclSuccess;
 }
 
 namespace {
 
-// The fallback calls of a group: each ordered after its context's last
-// call; a poisoned context writes NaN and takes no part in the exchange.
-ncclResult_t enqueueFallbackGroup(const std::vector<const GroupedCall*>& calls) {
-  std::vector<CallOrder::Call> order(calls.size());
-  std::vector<const GroupedCall*> live;
-  FirstError poisoned;
+// The rounds of a group's fallback calls, every context's in the same NCCL
+// groups. A poisoned context writes NaN over its outputs and, unless its
+// communicator failed, still takes part in the exchange with the poisoned
+// pattern (its peers would wait in NCCL for ever). The poisoned contexts'
+// errors go to *poisoned; a failure to enqueue is returned.
+ncclResult_t exchangeFallbackGroup(const std::vector<const GroupedCall*>& calls, FirstError* poisoned) {
+  std::vector<std::pair<const GroupedCall*, bool>> sending;  // (call, poisoned)
   int rounds = 0;
-  for (size_t i = 0; i < calls.size(); i++) {
-    const GroupedCall& g = *calls[i];
-    CUDACHECK(cudaSetDevice(g.ctx->cudaDev));
-    DCPCHECK(g.ctx->engine.order.before(g.stream, &order[i]));
-    const ncclResult_t e = contextAsyncError(g.ctx);
+  for (const GroupedCall* g : calls) {
+    CUDACHECK(cudaSetDevice(g->ctx->cudaDev));
+    const ncclResult_t e = contextAsyncError(g->ctx);
     if (e != ncclSuccess) {
-      poisoned.keep(e);
-      DCPCHECK(g.ctx->engine.enqueuePoison(&g.buf, 1, g.batch, g.plan, g.stream));
-      continue;
+      poisoned->keep(e);
+      DCPCHECK(g->ctx->engine.enqueuePoison(&g->buf, 1, g->batch, g->plan, g->stream));
+      if (!g->ctx->engine.poisonedByItsCounts()) continue;
     }
-    live.push_back(&g);
-    rounds = std::max(rounds, (g.batch + g.ctx->engine.cfg.maxBatch - 1) / g.ctx->engine.cfg.maxBatch);
+    sending.push_back({g, e != ncclSuccess});
+    rounds = std::max(rounds, (g->batch + g->ctx->engine.cfg.maxBatch - 1) / g->ctx->engine.cfg.maxBatch);
   }
   for (int r = 0; r < rounds; r++) {
     std::vector<FallbackRound> rs;
-    for (const GroupedCall* g : live) {
+    for (const auto& [g, sick] : sending) {
       const int maxBatch = g->ctx->engine.cfg.maxBatch, row0 = r * maxBatch;
       if (row0 < g->batch)
         rs.push_back({&g->ctx->engine, &g->ctx->fallback, g->ctx->comm, &g->buf, &g->plan, g->stream, row0,
-                      std::min(maxBatch, g->batch - row0)});
+                      std::min(maxBatch, g->batch - row0), sick});
     }
     for (const FallbackRound& f : rs) {
       CUDACHECK(cudaSetDevice(f.engine->cudaDev));
@@ -910,19 +914,46 @@ ncclResult_t enqueueFallbackGroup(const std::vector<const GroupedCall*>& calls) 
       if (exchanged == ncclSuccess) exchanged = f.exchange();
     const ncclResult_t end = ncclGroupEnd();
     DCPCHECK(exchanged);
-    for (const FallbackRound& f : rs) DCPCHECK(settle(f.comm, end, "the fallback's exchange (grouped)", f.engine->cfg.timeoutMs));
+    for (const FallbackRound& f : rs)
+      DCPCHECK(settle(f.comm, end, "the fallback's exchange (grouped)", f.engine->cfg.timeoutMs));
     for (const FallbackRound& f : rs) {
       CUDACHECK(cudaSetDevice(f.engine->cudaDev));
       DCPCHECK(f.combine());
     }
   }
-  for (size_t i = 0; i < calls.size(); i++) {
-    const GroupedCall& g = *calls[i];
-    CUDACHECK(cudaSetDevice(g.ctx->cudaDev));
-    DCPCHECK(g.ctx->engine.order.after(g.stream, order[i]));
-    profilerRecordCall(g.ctx, g.batch);
+  return ncclSuccess;
+}
+
+// The fallback calls of a group, each ordered after its context's last call
+// and before its next whatever fails in between: a call left unordered
+// would let a later call on another stream reuse its buffers early.
+ncclResult_t enqueueFallbackGroup(const std::vector<const GroupedCall*>& calls) {
+  std::vector<CallOrder::Call> order(calls.size());
+  FirstError first, poisoned;
+  size_t ordered = 0;
+  for (; ordered < calls.size(); ordered++) {
+    const GroupedCall& g = *calls[ordered];
+    ncclResult_t r = ncclSuccess;
+    if (cudaSetDevice(g.ctx->cudaDev) != cudaSuccess) {
+      cudaGetLastError();
+      r = fail(ncclUnhandledCudaError, "cudaSetDevice(%d) failed", g.ctx->cudaDev);
+    }
+    if (r == ncclSuccess) r = g.ctx->engine.order.before(g.stream, &order[ordered]);
+    if (r != ncclSuccess) {
+      first.keep(r);
+      break;
+    }
   }
-  return poisoned.result();
+  const ncclResult_t enqueued = first.failed() ? ncclSuccess : exchangeFallbackGroup(calls, &poisoned);
+  first.keep(enqueued);
+  for (size_t i = 0; i < ordered; i++) {
+    const GroupedCall& g = *calls[i];
+    cudaSetDevice(g.ctx->cudaDev);
+    first.keep(g.ctx->engine.order.after(g.stream, order[i]));
+    if (!first.failed()) profilerRecordCall(g.ctx, g.batch);
+  }
+  if (!first.failed()) return poisoned.result();
+  return first.result();
 }
 
 }  // namespace

@@ -116,10 +116,22 @@ struct Engine {
   // The host side of an admitted call of batch > 0 rows on `stream`: ordered
   // after the previous call (CallOrder), then enqueue() -- or, on a poisoned
   // context, NaN written into every output row the call owns and its async
-  // error returned.
+  // error returned. The second form takes what a poisoned call enqueues
+  // instead (the fallback's still joins the exchange its peers wait in).
   template <typename F>
   ncclResult_t run(const CallBuffers* buffers, int nBuffers, int batch, const CallPlan& plan, cudaStream_t stream,
-                   F&& enqueue);
+                   F&& enqueue) {
+    return run(stream, enqueue, [&] { return enqueuePoison(buffers, nBuffers, batch, plan, stream); });
+  }
+  template <typename F, typename P>
+  ncclResult_t run(cudaStream_t stream, F&& enqueue, P&& enqueuePoisoned);
+
+  // Whether this poisoned engine's error is its own call's (device counts
+  // its kernels refused), leaving the communicator sound; else NCCL's.
+  bool poisonedByItsCounts() const {
+    const volatile AsyncErrorRecord* e = host ? &host->error : nullptr;
+    return e != nullptr && e->code == ncclInvalidArgument;
+  }
 
   // The region (and kernel) of a round of `rows` rows, by the policy, and
   // the protocol that kernel runs.
@@ -169,14 +181,13 @@ ncclResult_t forEachRound(int batch, int maxBatch, F&& f) {
   return ncclSuccess;
 }
 
-template <typename F>
-ncclResult_t Engine::run(const CallBuffers* buffers, int nBuffers, int batch, const CallPlan& plan,
-                         cudaStream_t stream, F&& enqueue) {
+template <typename F, typename P>
+ncclResult_t Engine::run(cudaStream_t stream, F&& enqueue, P&& enqueuePoisoned) {
   CallOrder::Call call;
   DCPCHECK(order.before(stream, &call));
   const ncclResult_t poisoned = asyncError();
   const std::string message = poisoned == ncclSuccess ? "" : lastError();
-  ncclResult_t res = poisoned == ncclSuccess ? enqueue() : enqueuePoison(buffers, nBuffers, batch, plan, stream);
+  ncclResult_t res = poisoned == ncclSuccess ? enqueue() : enqueuePoisoned();
   const ncclResult_t ordered = order.after(stream, call);
   if (res == ncclSuccess) res = ordered;
   if (poisoned == ncclSuccess) return res;
@@ -233,17 +244,29 @@ struct FallbackRound {
   const CallPlan* plan;
   cudaStream_t stream;
   int row0, rows;
+  // A poisoned context's round still exchanges (its peers would wait in
+  // NCCL for ever), sending the poisoned pattern and merging nothing.
+  bool poisoned = false;
 
   ncclResult_t pack() const;      // strided partials -> send buffers
   ncclResult_t exchange() const;  // the two ncclAlltoAll / ncclAllGather (the caller groups them)
   ncclResult_t combine() const;   // recv buffers -> outputs
 };
 
+// What a poisoned context's fallback round sends in place of its partials:
+// payload bytes 0xff (NaN in every dtype, and in e4m3) under LSE words of
+// bytes 0x3f (0.747, fp8's scale too): finite and non-zero, so each peer's
+// merge of those units comes out NaN. A NaN or -inf LSE would not do: the
+// merge reads it as an empty shard and leaves the units out, silently.
+constexpr int kPoisonedPayloadByte = 0xff, kPoisonedLseByte = 0x3f;
+
 // On the current device.
 ncclResult_t allocFallbackBuffers(const Config& cfg, int nRanks, FallbackBuffers* b);
 void freeFallbackBuffers(FallbackBuffers* b, int dev, FreeMode mode);
+// A poisoned call (`poisoned`): NaN into its outputs, and the exchange
+// still made with the poisoned pattern unless its communicator failed.
 ncclResult_t enqueueFallback(const Engine& engine, const FallbackBuffers& fb, ncclComm_t comm, const CallBuffers& buf,
-                             int batch, const CallPlan& plan, cudaStream_t stream);
+                             int batch, const CallPlan& plan, cudaStream_t stream, bool poisoned = false);
 
 }  // namespace nccl_dcp
 

@@ -38,6 +38,12 @@ void freeFallbackBuffers(FallbackBuffers* b, int dev, FreeMode mode) {
 
 ncclResult_t FallbackRound::pack() const {
   const Config& c = engine->cfg;
+  if (poisoned) {
+    const size_t units = (size_t)engine->nRanks * rows * c.localHeads;  // HEAD's and the gather's alike
+    CUDACHECK(cudaMemsetAsync(fb->sendData, kPoisonedPayloadByte, units * c.headDim * c.eltSize, stream));
+    CUDACHECK(cudaMemsetAsync(fb->sendLse, kPoisonedLseByte, units * lseWordBytesOf(c.wire), stream));
+    return ncclSuccess;
+  }
   const CallBuffers b = buffersAtRow(*buf, plan->strides, c, row0);
   return launchPack(makePackParams(c, engine->nRanks, engine->rank, plan->shape, row0, rows, b, fb->sendData,
                                    fb->sendLse, plan->strides),
@@ -62,6 +68,7 @@ ncclResult_t FallbackRound::exchange() const {
 }
 
 ncclResult_t FallbackRound::combine() const {
+  if (poisoned) return ncclSuccess;  // its outputs are NaN-filled once for the call
   const Config& c = engine->cfg;
   const CallBuffers b = buffersAtRow(*buf, plan->strides, c, row0);
   const Strides& s = plan->strides;
@@ -72,9 +79,13 @@ ncclResult_t FallbackRound::combine() const {
 }
 
 ncclResult_t enqueueFallback(const Engine& engine, const FallbackBuffers& fb, ncclComm_t comm, const CallBuffers& buf,
-                             int batch, const CallPlan& plan, cudaStream_t stream) {
+                             int batch, const CallPlan& plan, cudaStream_t stream, bool poisoned) {
+  if (poisoned) {
+    DCPCHECK(engine.enqueuePoison(&buf, 1, batch, plan, stream));
+    if (!engine.poisonedByItsCounts()) return ncclSuccess;  // the communicator failed: no exchange to join
+  }
   return forEachRound(batch, engine.cfg.maxBatch, [&](int row0, int rows) {
-    const FallbackRound round = {&engine, &fb, comm, &buf, &plan, stream, row0, rows};
+    const FallbackRound round = {&engine, &fb, comm, &buf, &plan, stream, row0, rows, poisoned};
     DCPCHECK(round.pack());
     NCCLCHECK(ncclGroupStart());
     const ncclResult_t exchanged = round.exchange();

@@ -623,6 +623,12 @@ PLANTS = [
           "the fallback's pack encodes by the head's owner in TOKEN and NONE too, whose gather sends every unit to "
           "every rank: the units of the sender's own heads go out native and are decoded as e4m3 (the bug the "
           "first GPU run of EveryScatterMode found)"),
+    Plant("fallback_poisoned_sender_reads_as_empty", "src/engine.h",
+          "constexpr int kPoisonedPayloadByte = 0xff, kPoisonedLseByte = 0x3f;",
+          "constexpr int kPoisonedPayloadByte = 0xff, kPoisonedLseByte = 0xff;",
+          [("unit_reference", "AllTypes/ReferenceExact.APoisonedSendersUnitsMergeToNaN/bf16", 0)],
+          "a poisoned context's fallback call sends NaN LSE words, which the merge reads as empty shards: its "
+          "peers merge without its units and never see NaN"),
     Plant("fallback_gather_own_unit_from_the_wire", "src/device/combine.h",
           "  if (p.shape.scatter == Scatter::Head) return fromTheWire;\n",
           "  if (true) return fromTheWire;\n",

@@ -18,6 +18,7 @@
 
 #include "device/merge.h"
 #include "error.h"
+#include "engine.h"
 #include "reference.h"
 #include "test_util.h"
 #include "validate.h"
@@ -199,6 +200,26 @@ TEST_P(ReferenceExact, NanPayloadsBehindEmptySourcesDoNotLeak) {
         EXPECT_EQ(ranks[dst].outLse[b * s.outLseRow + j * s.outLseHead], 0.5f);
       }
     }
+  }
+}
+
+// A poisoned context's fallback call still sends (its peers wait in NCCL
+// for ever otherwise), its partials replaced by engine.h's poisoned pattern.
+// Every unit it feeds must merge to NaN on every receiver: a pattern the
+// merge reads as an empty shard would leave the units out silently.
+TEST_P(ReferenceExact, APoisonedSendersUnitsMergeToNaN) {
+  const int sick = 1;
+  std::vector<uint8_t>& payload = ranks[sick].partialOut;
+  memset(payload.data(), kPoisonedPayloadByte, payload.size());
+  memset(ranks[sick].partialLse.data(), kPoisonedLseByte, ranks[sick].partialLse.size() * sizeof(float));
+  runReference(cfg, kRanks, kBatch, s, ranks);
+  for (int dst = 0; dst < kRanks; dst++) {
+    size_t finite = 0;
+    for (int b = 0; b < kBatch; b++)
+      for (int j = 0; j < kHeads; j++)
+        for (int e = 0; e < cfg.headDim; e++)
+          finite += !std::isnan(loadElement(cfg.dtype, ranks[dst].out.data(), outIndex(b, j) + e));
+    EXPECT_EQ(finite, 0u) << "rank " << dst << ": elements merged without the poisoned sender's NaN";
   }
 }
 
