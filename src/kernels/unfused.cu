@@ -3,6 +3,8 @@
  * (device/combine.h): the fallback's pack and combine, and the poison of a
  * poisoned context's calls. One dtype dispatch per wire.
  ************************************************************************/
+#include <utility>
+
 #include "device/combine.h"
 #include "error.h"
 #include "launch.h"
@@ -12,6 +14,20 @@ namespace nccl_dcp {
 namespace {
 
 unsigned blocksFor(size_t units) { return (unsigned)((units + kCombineWarps - 1) / kCombineWarps); }
+
+// cudaLaunchKernelEx's result is this launch's own: <<<>>> and then
+// cudaGetLastError would also take an error the application left pending,
+// and fail a fallback call between its pack and the exchange its peers
+// wait in (and consume the application's error).
+template <typename... Params, typename... Args>
+ncclResult_t launchUnfused(void (*kernel)(Params...), unsigned grid, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(kCombineThreads);
+  cfg.stream = stream;
+  CUDACHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+  return ncclSuccess;
+}
 
 // f(T{}, wire tag) for the element type of `dtype` and the wire: every
 // native dtype, fp8 with bf16 and fp16 (the config check refuses the rest).
@@ -31,9 +47,7 @@ ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream, const Ow
   const unsigned grid = blocksFor((size_t)l.rows * l.shape.heads);
   if (grid == 0) return ncclSuccess;
   return withKernelTypes(l.dtype, l.wire, [&](auto elt, auto wire) {
-    combineKernel<decltype(elt), decltype(wire)::kWire><<<grid, kCombineThreads, 0, stream>>>(l, own);
-    CUDACHECK(cudaGetLastError());
-    return ncclSuccess;
+    return launchUnfused(combineKernel<decltype(elt), decltype(wire)::kWire>, grid, stream, l, own);
   });
 }
 
@@ -41,9 +55,7 @@ ncclResult_t launchPack(const PackParams& l, cudaStream_t stream) {
   const unsigned grid = blocksFor((size_t)l.nRanks * l.rows * l.localHeads);
   if (grid == 0) return ncclSuccess;
   return withKernelTypes(l.dtype, l.wire, [&](auto elt, auto wire) {
-    packKernel<decltype(elt), decltype(wire)::kWire><<<grid, kCombineThreads, 0, stream>>>(l);
-    CUDACHECK(cudaGetLastError());
-    return ncclSuccess;
+    return launchUnfused(packKernel<decltype(elt), decltype(wire)::kWire>, grid, stream, l);
   });
 }
 
@@ -51,9 +63,7 @@ ncclResult_t launchPoison(const CombineParams& l, cudaStream_t stream) {
   const unsigned grid = blocksFor((size_t)l.rows * l.shape.heads);
   if (grid == 0) return ncclSuccess;
   return withElementType(l.dtype, [&](auto elt) {
-    poisonKernel<decltype(elt)><<<grid, kCombineThreads, 0, stream>>>(l);
-    CUDACHECK(cudaGetLastError());
-    return ncclSuccess;
+    return launchUnfused(poisonKernel<decltype(elt)>, grid, stream, l);
   });
 }
 

@@ -654,6 +654,24 @@ TEST_F(OneRankContext, PoisonedContextInAGroupLeavesTheOthersEnqueued) {
   DCP_ASSERT(ncclDcpContextDestroy(well));
 }
 
+// An error the application left pending (a failed cudaMalloc) is its own:
+// a call on either path neither fails on it -- the fallback's did, between
+// its pack and the exchange its peers wait in -- nor consumes it.
+TEST_F(OneRankContext, AnErrorTheApplicationLeftPendingIsNotTheCalls) {
+  for (bool fallback : {false, true}) {
+    SCOPED_TRACE(fallback ? "fallback" : "fused");
+    std::unique_ptr<ScopedEnv> env(fallback ? new ScopedEnv(forcedFallbackEnv()) : nullptr);
+    const ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8);
+    ncclDcpContext_t ctx = nullptr;
+    DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &ctx));
+    void* huge = nullptr;
+    ASSERT_EQ(cudaMalloc(&huge, (size_t)1 << 50), cudaErrorMemoryAllocation);
+    callAndCheck(ctx, c, 5);
+    EXPECT_EQ(cudaGetLastError(), cudaErrorMemoryAllocation) << "the call consumed the application's pending error";
+    DCP_ASSERT(ncclDcpContextDestroy(ctx));
+  }
+}
+
 // The group calls on one communicator: DestroyGroup skips NULL entries and
 // clears the ones it destroyed.
 TEST_F(OneRankContext, GroupCallsSkipNullEntries) {
