@@ -911,6 +911,66 @@ TEST(TokenCountsRanks, CountsThatDifferBetweenRanksTimeOutOnEveryProtocol) {
   }
 }
 
+// On the fallback a context poisoned by its own device counts still takes
+// part in NCCL's all-gather: its peer, whose call is sound, completes (it
+// waited in NCCL for ever before) and merges the poisoned rank's units to
+// NaN. Call 1: rank 0's device counts are invalid (its combine poisons the
+// context); call 2: valid counts on both ranks.
+TEST(TokenCountsRanks, APoisonedFallbackRankStillJoinsTheExchange) {
+  constexpr int kRanks = 2;
+  DCP_REQUIRE_GPUS(kRanks);
+  ScopedEnv env(forcedFallbackEnv());
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  RankThreads threads_{kHangSeconds};
+  std::vector<ncclComm_t> comms(kRanks, nullptr);
+  threads_.run(kRanks, [&](int r) {
+    cudaSetDevice(r);
+    if (ncclCommInitRank(&comms[r], kRanks, id, r) != ncclSuccess) threads_.addFailure(r, "ncclCommInitRank");
+  });
+  const int batch = 40;
+  const ncclDcpConfig_t c = withScatter(makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 64), ncclDcpScatterToken);
+  Config cfg;
+  ASSERT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess) << ncclDcpGetLastError();
+  DeviceProblem p(cfg, kRanks, batch, LseMix::Normal, freshSeed(), CallSpec{}, {0, 1});
+  const int invalid[kRanks] = {-1, batch + 1}, valid[kRanks] = {batch / 2, batch - batch / 2};
+  threads_.run(kRanks, [&](int r) {
+    CUDA_OR_FAIL(r, cudaSetDevice(r));
+    ncclDcpContext_t ctx = nullptr;
+    if (ncclDcpContextCreate(comms[r], &c, &ctx) != ncclSuccess)
+      return threads_.addFailure(r, std::string("create: ") + ncclDcpGetLastError());
+    int* counts = nullptr;
+    CUDA_OR_FAIL(r, cudaMalloc(&counts, sizeof(valid)));
+    const CallBuffers b = p.buffers(r);
+    ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
+    args.rowCountsDevice = counts;
+    for (int call = 0; call < 2; call++) {
+      CUDA_OR_FAIL(r, cudaMemcpy(counts, call == 0 && r == 0 ? invalid : valid, sizeof(valid), cudaMemcpyHostToDevice));
+      CUDA_OR_FAIL(r, cudaMemset(b.out, 0, (size_t)valid[r] * cfg.localHeads * kRanks * cfg.headDim * cfg.eltSize));
+      const ncclResult_t res =
+          ncclDcpA2aLseReduceEx(ctx, b.partialOut, b.partialLse, b.out, b.outLse, batch, nullptr, &args, nullptr);
+      const ncclResult_t want = call == 1 && r == 0 ? ncclInvalidArgument : ncclSuccess;
+      if (res != want)
+        threads_.addFailure(r, "call " + std::to_string(call) + ": " + ncclGetErrorString(res) + ", want " +
+                                   ncclGetErrorString(want) + ": " + ncclDcpGetLastError());
+      CUDA_OR_FAIL(r, cudaDeviceSynchronize());
+    }
+    if (r == 1) {  // its rows, every head: each merges rank 0's poisoned unit
+      const RankTensors got = p.outputs(r);
+      const size_t elements = (size_t)valid[r] * cfg.localHeads * kRanks * cfg.headDim;
+      size_t finite = 0;
+      for (size_t i = 0; i < elements; i++) finite += !std::isnan(loadElement(cfg.dtype, got.out.data(), i));
+      if (finite != 0) threads_.addFailure(r, std::to_string(finite) + " elements merged without rank 0's NaN");
+    }
+    cudaFree(counts);
+    ncclDcpContextAbort(ctx);
+  });
+  for (int r = 0; r < kRanks; r++) {
+    cudaSetDevice(r);
+    if (comms[r]) ncclCommDestroy(comms[r]);
+  }
+}
+
 TEST_P(ScatterRanks, FusedAndFallback) {
   const int scatter = GetParam();
   std::mt19937_64 rng(freshSeed());
