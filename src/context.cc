@@ -352,7 +352,8 @@ void createDevComms(Creation* c) {
   for (size_t i = 0; i < c->members.size(); i++) {
     Member& m = c->members[i];
     m.mine.devComm.tried = 1;
-    if (rc[i] == ncclSuccess && end == ncclInProgress) rc[i] = waitForComm(m.comm, "ncclDevCommCreate", c->cfg.timeoutMs);
+    if (rc[i] == ncclSuccess && end == ncclInProgress)
+      rc[i] = waitForComm(m.comm, "ncclDevCommCreate", c->cfg.timeoutMs);
     if (rc[i] != ncclSuccess || (end != ncclSuccess && end != ncclInProgress)) {
       INFO("rank %d: ncclDevCommCreate failed (%s: %s): no symmetric memory support (e.g. NCCL_CUMEM_ENABLE=0 "
            "or no P2P)",
@@ -534,7 +535,8 @@ void registerWindows(Creation* c) {
   const ncclResult_t end = start == ncclSuccess ? ncclGroupEnd() : start;
   for (size_t i = 0; i < owners.size(); i++) {
     Context* ctx = owners[i]->ctx;
-    if (rc[i] == ncclSuccess && end == ncclInProgress) rc[i] = waitForComm(ctx->comm, "ncclCommWindowRegister", ctx->engine.cfg.timeoutMs);
+    if (rc[i] == ncclSuccess && end == ncclInProgress)
+      rc[i] = waitForComm(ctx->comm, "ncclCommWindowRegister", ctx->engine.cfg.timeoutMs);
     if (rc[i] == ncclSuccess && (end == ncclSuccess || end == ncclInProgress) && ctx->window != nullptr) {
       ctx->ownsWindow = true;
       continue;
@@ -755,7 +757,9 @@ ncclResult_t agreeOnDestroy(const std::vector<Context*>& ctxs, const std::vector
   for (auto& s : sides) {
     Context* ctx = s->ctx;
     cudaSetDevice(ctx->cudaDev);
-    ncclResult_t r = enqueued != ncclSuccess ? enqueued : settle(ctx->comm, end, "destroy's all-gather", ctx->engine.cfg.timeoutMs);
+    ncclResult_t r = enqueued != ncclSuccess
+                         ? enqueued
+                         : settle(ctx->comm, end, "destroy's all-gather", ctx->engine.cfg.timeoutMs);
     bool noneArrived = false;
     const int timeoutMs = ctx->engine.cfg.timeoutMs > 0 ? ctx->engine.cfg.timeoutMs : -1;
     if (r == ncclSuccess) r = s->x.collect(s->all.data(), "destroy of a cuda-ipc context", timeoutMs, &noneArrived);
