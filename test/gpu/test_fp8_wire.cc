@@ -226,6 +226,49 @@ TEST_P(Fp8Wire, EveryScatterMode) {
   }
 }
 
+// TOKEN and NONE where a wrong peer / head split of the merging rank's own
+// units would show (packed strides hide it: there peer * inPeer +
+// head * inHead is the head's offset either way): padded strides, empty
+// shards, and TOKEN's uneven split with a rank of no rows, from the host
+// and from the device. Each against the fp8 model (within a rounding) and
+// the fp64 oracle's bound.
+TEST_P(Fp8Wire, TokenAndNoneStridedUnevenEmptyShards) {
+  const int protocol = std::get<0>(GetParam());
+  const bool fallback = protocol < 0;
+  const int cp = 5, batch = 11;
+  for (int scatter : {(int)ncclDcpScatterToken, (int)ncclDcpScatterNone})
+    for (int variant = 0; variant < (scatter == ncclDcpScatterToken ? 3 : 1); variant++) {
+      const ncclDcpConfig_t c = withScatter(
+          fp8Config(128, 3, std::get<1>(GetParam()), fallback ? ncclDcpProtoAuto : protocol, ncclDcpWireFp8E4m3, 4),
+          scatter);
+      const Config cfg = resolved(c);
+      const Strides strided = paddedStrides(cfg, cp);
+      CallSpec spec;
+      spec.emptyShards = true;
+      if (variant > 0) spec.rowCounts = {3, 0, 5, 1, 2};  // sum = batch; rank 1 merges nothing
+      spec.deviceCounts = variant == 2;
+      const uint64_t seed = freshSeed();
+      SCOPED_TRACE(testing::Message() << (fallback ? "fallback" : protocolName(protocol)) << " "
+                                      << scatterName(scatter) << (variant == 0 ? " even" : " uneven")
+                                      << (spec.deviceCounts ? " device counts" : "") << " seed " << seed);
+      DeviceProblem p(cfg, cp, batch, LseMix::Special, seed, spec, {}, 1, &strided);
+      if (fallback) {
+        ASSERT_NO_FATAL_FAILURE(runFallbackRounds(p, p.args(0)));
+      } else {
+        std::unique_ptr<Loopback> lb = makeLoopback(c, cp);
+        ASSERT_TRUE(lb);
+        const std::vector<CallBuffers> b = p.allBuffers();
+        const ncclDcpStrides_t api = p.apiStrides();
+        DCP_ASSERT(lb->call(b.data(), batch, &api, nullptr, p.args(0)));
+        CUDA_ASSERT(cudaDeviceSynchronize());
+        DCP_ASSERT(lb->asyncError());
+      }
+      const Mismatch m = p.checkAll();
+      EXPECT_EQ(m.count, 0u) << m.first;
+      if (HasFatalFailure()) return;
+    }
+}
+
 // SIMPLE's large rounds on one GPU, where more of a block's 16 warps send
 // once a round has 8 chunks a block (proto_simple.h's sendWarpsOf: 10, and
 // 11 for fp8's HEAD and TOKEN from cp 8): at cp 8 on an H200 (16 blocks a rank) a
