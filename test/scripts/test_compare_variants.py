@@ -3,7 +3,7 @@
 scripts/perf-variants.sh run) on synthetic perf JSON: each variant's time
 over the tree's is against the mean of the tree's first and last runs, a
 wrong row fails the run after the table, and a run without the tree's
-last sweep is refused; and scripts/perf-variants.sh refuses a log
+last sweep is refused, and a sweep it lacks is named; and scripts/perf-variants.sh refuses a log
 directory that already holds a run's JSON and, stopped in a variant, puts
 the variant's text back.
 
@@ -108,6 +108,17 @@ class Variants(unittest.TestCase):
     def test_without_baseline2_there_is_one_table(self):
         _, out = self.table({"base-0.json": perf_json({1: 10.0}), "base-again-0.json": perf_json({1: 10.0})})
         self.assertNotIn("baseline 2", out)
+
+    def test_a_sweep_without_the_trees_last_run_is_named(self):
+        # The call's time limit stopped base-again after its first sweep:
+        # sweep 1's ratios have no drift control, and the output says so.
+        code, out = self.table({"base-0.json": perf_json({1: 10.0}), "v-0.json": perf_json({1: 9.0}),
+                                "base-again-0.json": perf_json({1: 10.0}),
+                                "base-1.json": perf_json({1: 10.0, 2: 20.0}),
+                                "v-1.json": perf_json({1: 9.0, 2: 18.0})})
+        self.assertEqual(code, 0)
+        self.assertIn("sweep 1 (cp 2 HEAD): no base-again at 1/2 rows", out)
+        self.assertNotIn("sweep 0", out)
 
     def test_without_the_trees_last_run_it_refuses(self):
         code, _ = self.table({"base-0.json": perf_json({1: 10.0}), "v-0.json": perf_json({1: 5.0})})
