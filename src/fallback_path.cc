@@ -7,10 +7,10 @@
  * (each rank receives its heads); TOKEN and NONE with ncclAllGather (each
  * rank receives everything and merges its rows, or all of them): TOKEN's
  * device counts are unknown to the host, so no exact-size send exists.
- * Wire fp8: the pack encodes the units that leave the rank (HEAD's bound
- * for a peer, every unit of the gather) and the combine decodes them
- * (device/combine.h, the codec of the fused path), the rank's own unit
- * native, in native-size units with 8-byte LSE words.
+ * Wire fp8: the pack encodes every unit into D bytes (device/combine.h,
+ * the codec of the fused path), NCCL moves them as ncclUint8 -- half a
+ * bf16 unit's bytes -- beside 8-byte LSE words, and the combine decodes
+ * them, reading the rank's own units native from its partials.
  ************************************************************************/
 #include "engine.h"
 
@@ -21,8 +21,9 @@ ncclResult_t allocFallbackBuffers(const Config& c, int nRanks, FallbackBuffers* 
   // Hl per peer, the gather every peer's rows of H heads.
   const size_t sendUnits = (size_t)nRanks * c.maxBatch * c.localHeads;
   const size_t recvUnits = (size_t)nRanks * c.maxBatch * headsPerRow(c, nRanks);
-  CUDACHECK(cudaMalloc(&b->sendData, sendUnits * c.headDim * c.eltSize));
-  CUDACHECK(cudaMalloc(&b->recvData, recvUnits * c.headDim * c.eltSize));
+  const size_t unitBytes = fallbackUnitBytesOf(c.wire, c.headDim, c.eltSize);
+  CUDACHECK(cudaMalloc(&b->sendData, sendUnits * unitBytes));
+  CUDACHECK(cudaMalloc(&b->recvData, recvUnits * unitBytes));
   CUDACHECK(cudaMalloc(&b->sendLse, sendUnits * lseWordBytesOf(c.wire)));
   CUDACHECK(cudaMalloc(&b->recvLse, recvUnits * lseWordBytesOf(c.wire)));
   return ncclSuccess;
@@ -40,7 +41,8 @@ ncclResult_t FallbackRound::pack() const {
   const Config& c = engine->cfg;
   if (poisoned) {
     const size_t units = (size_t)engine->nRanks * rows * c.localHeads;  // HEAD's and the gather's alike
-    CUDACHECK(cudaMemsetAsync(fb->sendData, kPoisonedPayloadByte, units * c.headDim * c.eltSize, stream));
+    const size_t unitBytes = fallbackUnitBytesOf(c.wire, c.headDim, c.eltSize);
+    CUDACHECK(cudaMemsetAsync(fb->sendData, kPoisonedPayloadByte, units * unitBytes, stream));
     CUDACHECK(cudaMemsetAsync(fb->sendLse, kPoisonedLseByte, units * lseWordBytesOf(c.wire), stream));
     return ncclSuccess;
   }
@@ -51,18 +53,21 @@ ncclResult_t FallbackRound::pack() const {
 }
 
 // Inside the caller's ncclGroupStart/End: enqueued by its ncclGroupEnd.
-// The LSE words cross as fp32 pairs (fp8's {lse, scale}) or fp32s.
+// The units cross as the dtype's elements or fp8's bytes (ncclUint8), the
+// LSE words as fp32 pairs (fp8's {lse, scale}) or fp32s.
 ncclResult_t FallbackRound::exchange() const {
   const Config& c = engine->cfg;
+  const size_t elements = c.headDim;  // a unit's, of unitType
+  const ncclDataType_t unitType = c.wire == Wire::Fp8E4m3 ? ncclUint8 : c.dtype;
   const size_t lseFloats = lseWordBytesOf(c.wire) / sizeof(float);
   if (plan->shape.scatter == Scatter::Head) {
     const size_t units = (size_t)rows * c.localHeads;  // per peer
-    NCCLCHECK(ncclAlltoAll(fb->sendData, fb->recvData, units * c.headDim, c.dtype, comm, stream));
+    NCCLCHECK(ncclAlltoAll(fb->sendData, fb->recvData, units * elements, unitType, comm, stream));
     NCCLCHECK(ncclAlltoAll(fb->sendLse, fb->recvLse, units * lseFloats, ncclFloat32, comm, stream));
     return ncclSuccess;
   }
   const size_t units = (size_t)rows * engine->nRanks * c.localHeads;  // per rank
-  NCCLCHECK(ncclAllGather(fb->sendData, fb->recvData, units * c.headDim, c.dtype, comm, stream));
+  NCCLCHECK(ncclAllGather(fb->sendData, fb->recvData, units * elements, unitType, comm, stream));
   NCCLCHECK(ncclAllGather(fb->sendLse, fb->recvLse, units * lseFloats, ncclFloat32, comm, stream));
   return ncclSuccess;
 }

@@ -4,13 +4,11 @@
  * baseline of every benchmark), and the pack that lays strided partials
  * out for them. Same merge math (merge.h), same scatter addressing
  * (scatter.h), same codec (codec.h): a wire-fp8 context's fallback packs
- * each unit that leaves the rank as the fused path's sender encodes it,
- * and the combine decodes it with the fused path's merge step, the rank's
- * own unit native (from the partials in TOKEN and NONE, whose gather
- * brings every unit back encoded), so the fallback gives the CPU model's
- * bits. The units keep their native size in
- * the buffers (ncclAlltoAll moves the same bytes either way; the fallback
- * is NCCL's speed), the LSE words are the codec's. The per-unit bodies are
+ * every unit as the fused path's sender encodes it, D e4m3 bytes apart,
+ * so NCCL moves half the bytes (the LSE words are the codec's 8-byte
+ * ones), and the combine decodes it with the fused path's merge step, the
+ * rank's own unit read native from its partials: the fallback gives the
+ * CPU model's bits. The per-unit bodies are
  * device functions so the perf binary's loopback baseline can run them for
  * several virtual ranks in one launch.
  ************************************************************************/
@@ -36,22 +34,21 @@ __device__ __forceinline__ float lseWordScale(const char* base, size_t i) {
   return __uint_as_float(*(const uint32_t*)(base + i * 8 + 4));
 }
 
-// Where the rank's own unit (row, head) of the round is native on a scaled
-// wire: HEAD's all-to-all brings it back as the pack left it
-// (`fromTheWire`); TOKEN's and NONE's gather brings every unit back
-// encoded, so there the rank's partials hold it.
+// The rank's own unit (row, head) of the round, native, on a scaled wire:
+// its partials hold it (the wire's units are all e4m3). HEAD merges the
+// rank's own heads (peer = rank, head local); TOKEN and NONE every head.
 template <typename T>
-__device__ __forceinline__ const char* ownUnitOf(const CombineParams& p, const OwnPartials& own,
-                                                 const char* fromTheWire, int row, int head) {
-  if (p.shape.scatter == Scatter::Head) return fromTheWire;
-  const int localHeads = p.shape.heads / p.nRanks, peer = head / localHeads;
+__device__ __forceinline__ const char* ownUnitOf(const CombineParams& p, const OwnPartials& own, int row, int head) {
+  const bool headMode = p.shape.scatter == Scatter::Head;
+  const int localHeads = headMode ? p.shape.heads : p.shape.heads / p.nRanks;
+  const int peer = headMode ? p.rank : head / localHeads;
   return own.data + (row * own.row + peer * own.peer + (head % localHeads) * own.head) * (int64_t)sizeof(T);
 }
 
 // One warp merges unit `unit` = row * heads + head of the round (rows of
 // `rank`'s share only), 16 bytes of out per lane per step. `scratch`: the
 // warp's 2 * NCCL_DCP_MAX_RANKS floats (weights, then scales). `own`: the
-// rank's partials (a scaled wire's TOKEN and NONE).
+// rank's partials (a scaled wire's own units).
 template <typename T, Wire kWire = Wire::Native>
 __device__ void combineUnit(const CombineParams& p, const int* start, int unit, float* scratch,
                             const OwnPartials& own = {}) {
@@ -78,11 +75,12 @@ __device__ void combineUnit(const CombineParams& p, const int* start, int unit, 
       const char* src = p.recvData + (s * unitsPerSource + unit) * headBytes;
       const float w = weight[s];
       if constexpr (C::kScaled) {
-        if (s != p.rank) {  // 16 bytes of out: one e4m3 word of the unit
-          C::accumulate(&acc[0][0], w, typename C::Scale{scale[s], 1.f, false}, loadInput8(src + off / sizeof(T)));
+        if (s != p.rank) {  // D e4m3 bytes a unit; 16 bytes of out: one e4m3 word of it
+          const char* encoded = p.recvData + (s * unitsPerSource + unit) * p.headDim;
+          C::accumulate(&acc[0][0], w, typename C::Scale{scale[s], 1.f, false}, loadInput8(encoded + off / sizeof(T)));
           continue;
         }
-        src = ownUnitOf<T>(p, own, src, row, head);
+        src = ownUnitOf<T>(p, own, row, head);
       }
       W::accumulate(acc[0], w, loadInput8(src + off));
       W::accumulate(acc[1], w, loadInput8(src + off + 8));
@@ -106,7 +104,8 @@ __device__ typename C::Scale encodeUnit(const char* src, char* dst, int headDim,
 
 // One warp copies unit (peer * rows + row) * Hl + head of the strided
 // partials into the send layout, its LSE word beside (-inf where the row
-// is empty). Wire fp8: a unit bound for another rank is encoded.
+// is empty). Wire fp8: every unit encoded, D bytes apart (the combine reads
+// the rank's own from its partials).
 template <typename T, Wire kWire = Wire::Native>
 __device__ void packUnit(const PackParams& p, size_t unit) {
   using C = Codec<T, kWire>;
@@ -118,18 +117,14 @@ __device__ void packUnit(const PackParams& p, size_t unit) {
   const Strides& s = p.strides;
   const size_t headBytes = (size_t)p.headDim * sizeof(T);
   const char* src = p.partialOut + inOffset(s, row, peer, head) * (int64_t)sizeof(T);
-  char* dst = p.sendData + dstUnit * headBytes;
   float scale = 1.f;
-  bool copy = true;
   if constexpr (C::kScaled) {
-    if (peer != p.rank || p.shape.scatter != Scatter::Head) {  // it leaves the rank
-      scale = encodeUnit<C>(src, dst, p.headDim, lane).value;
-      copy = false;
-    }
-  }
-  if (copy)
+    scale = encodeUnit<C>(src, p.sendData + dstUnit * p.headDim, p.headDim, lane).value;
+  } else {
+    char* dst = p.sendData + dstUnit * headBytes;
     for (size_t off = (size_t)lane * 16; off < headBytes; off += 32 * 16)
       *(uint4*)(dst + off) = __ldg((const uint4*)(src + off));
+  }
   if (lane == 0) {
     const float lse = partialLseOf(p.shape, s, p.row0, p.partialLse, p.seqLens, p.queryStartLoc, row, peer, head);
     if constexpr (C::kScaled) *(uint64_t*)(p.sendLse + dstUnit * 8) = fp8::packLseWord(lse, scale);

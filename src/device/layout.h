@@ -123,6 +123,11 @@ NCCL_DCP_HD size_t alignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 // An LSE array's element (SIMPLE's slots, the fallback's buffers): fp32
 // LSEs, or fp8's 8-byte {lse, scale} words (codec.h).
 NCCL_DCP_HD size_t lseWordBytesOf(Wire wire) { return wire == Wire::Fp8E4m3 ? 8 : 4; }
+// A unit (one head's D elements) in the fallback's buffers: D e4m3 bytes,
+// or D elements.
+NCCL_DCP_HD size_t fallbackUnitBytesOf(Wire wire, int headDim, int eltSize) {
+  return (size_t)headDim * (wire == Wire::Fp8E4m3 ? 1 : eltSize);
+}
 
 // Geometry of one protocol region.
 struct Region {

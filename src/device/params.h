@@ -54,9 +54,9 @@ struct FusedParams : FusedArgs {
 // words [cp][rows][heads] (as ncclAlltoAll (HEAD) or ncclAllGather (TOKEN,
 // NONE) delivers them; heads = shape.heads) into strided outputs: every row
 // of the round, or (TOKEN) those of `rank`'s slice. Poison: the same rows.
-// Wire fp8: the sources but `rank`'s are the codec's units (codec.h): D
-// e4m3 bytes at the start of each native-size unit, the LSE words 8-byte
-// {lse, scale} (lseWordBytesOf).
+// Wire fp8: the units are the codec's (codec.h), D e4m3 bytes each
+// (fallbackUnitBytesOf), the LSE words 8-byte {lse, scale}
+// (lseWordBytesOf); `rank`'s own are read from OwnPartials.
 struct CombineParams {
   const char* recvData;
   const char* recvLse;
@@ -72,11 +72,10 @@ struct CombineParams {
   Wire wire;
 };
 
-// The rank's own partials for the fallback's combine: TOKEN and NONE on a
-// scaled wire read the rank's own units here, native, since their gather
-// brings every unit back encoded. A parameter of its own, not a field of
-// CombineParams, so that the native combine (every benchmark's baseline)
-// keeps its code.
+// The rank's own partials for the fallback's combine: on a scaled wire it
+// reads the rank's own units here, native, since every unit in its
+// buffers is e4m3. A parameter of its own, not a field of CombineParams,
+// so that the native combine (every benchmark's baseline) keeps its code.
 struct OwnPartials {
   const char* data;         // at the round's first row; NULL where unused
   int64_t row, peer, head;  // element strides (Strides' in*)
@@ -86,10 +85,9 @@ struct OwnPartials {
 // unit (peer p, row, head j) at p * peerUnits + row * rowUnits + j:
 // [cp][rows][Hl] for ncclAlltoAll (peerUnits rows * Hl, rowUnits Hl),
 // [rows][cp * Hl] for ncclAllGather (peerUnits Hl, rowUnits cp * Hl).
-// Empty rows (the shape's seqLens) get LSE -inf. Wire fp8: the units that
-// leave the rank are encoded: HEAD's bound for a peer but `rank`, and every
-// unit of TOKEN and NONE, whose gather sends each to every rank (the
-// combine reads `rank`'s own from its partials).
+// Empty rows (the shape's seqLens) get LSE -inf. Wire fp8: every unit
+// encoded, D e4m3 bytes each (fallbackUnitBytesOf; the combine reads
+// `rank`'s own from its partials).
 struct PackParams {
   const char* partialOut;
   const char* partialLse;

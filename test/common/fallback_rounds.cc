@@ -16,7 +16,7 @@ namespace {
 // the gather: all of s's).
 ncclResult_t exchangeByCopies(const Config& cfg, int cp, int rows, const std::vector<FallbackBuffers>& fb,
                               bool gather) {
-  const size_t unitBytes = (size_t)cfg.headDim * cfg.eltSize, lseBytes = lseWordBytesOf(cfg.wire);
+  const size_t unitBytes = fallbackUnitBytesOf(cfg.wire, cfg.headDim, cfg.eltSize), lseBytes = lseWordBytesOf(cfg.wire);
   const size_t units = gather ? (size_t)rows * cp * cfg.localHeads : (size_t)rows * cfg.localHeads;
   for (int dst = 0; dst < cp; dst++)
     for (int src = 0; src < cp; src++) {
