@@ -8,9 +8,9 @@
  * so NCCL moves half the bytes (the LSE words are the codec's 8-byte
  * ones), and the combine decodes it with the fused path's merge step, the
  * rank's own unit read native from its partials: the fallback gives the
- * CPU model's bits. The per-unit bodies are
- * device functions so the perf binary's loopback baseline can run them for
- * several virtual ranks in one launch.
+ * CPU model's bits. The per-unit bodies are device functions so the perf
+ * binary's loopback baseline can run them for several virtual ranks in one
+ * launch.
  ************************************************************************/
 #ifndef NCCL_DCP_DEVICE_COMBINE_H_
 #define NCCL_DCP_DEVICE_COMBINE_H_
