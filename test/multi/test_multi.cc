@@ -860,23 +860,16 @@ INSTANTIATE_TEST_SUITE_P(Modes, ScatterRanks,
                          testing::Values(ncclDcpScatterHead, ncclDcpScatterToken, ncclDcpScatterNone),
                          [](const testing::TestParamInfo<int>& i) { return std::string(scatterName(i.param)); });
 
+// TOKEN's counts on real ranks, on ScatterRanks' communicators.
+class TokenCountsRanks : public ScatterRanks {};
+
 // TOKEN host counts that are valid on each rank but differ between them:
 // the ranks' splits differ, so their units must never be taken for each
 // other's (SIMPLE would place them in the wrong rows). Each protocol tags
 // TOKEN's flags with the split (device/modes.h): every rank's call times
 // out alike (ncclRemoteError, the context poisoned) on LL, LL128 and
 // SIMPLE, never a silent result.
-TEST(TokenCountsRanks, CountsThatDifferBetweenRanksTimeOutOnEveryProtocol) {
-  constexpr int kRanks = 2;
-  DCP_REQUIRE_GPUS(kRanks);
-  ncclUniqueId id;
-  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
-  RankThreads threads_{kHangSeconds};
-  std::vector<ncclComm_t> comms(kRanks, nullptr);
-  threads_.run(kRanks, [&](int r) {
-    cudaSetDevice(r);
-    if (ncclCommInitRank(&comms[r], kRanks, id, r) != ncclSuccess) threads_.addFailure(r, "ncclCommInitRank");
-  });
+TEST_F(TokenCountsRanks, CountsThatDifferBetweenRanksTimeOutOnEveryProtocol) {
   const int batch = 40;
   const std::vector<int> counts[kRanks] = {{10, 30}, {30, 10}};
   for (int proto : {ncclDcpProtoLL, ncclDcpProtoLL128, ncclDcpProtoSimple}) {
@@ -889,7 +882,7 @@ TEST(TokenCountsRanks, CountsThatDifferBetweenRanksTimeOutOnEveryProtocol) {
     threads_.run(kRanks, [&](int r) {
       CUDA_OR_FAIL(r, cudaSetDevice(r));
       ncclDcpContext_t ctx = nullptr;
-      if (ncclDcpContextCreate(comms[r], &c, &ctx) != ncclSuccess)
+      if (ncclDcpContextCreate(comms_[r], &c, &ctx) != ncclSuccess)
         return threads_.addFailure(r, std::string("create: ") + ncclDcpGetLastError());
       ncclDcpCallArgs_t args = NCCL_DCP_CALL_ARGS_INITIALIZER;
       args.rowCounts = counts[r].data();
@@ -905,10 +898,6 @@ TEST(TokenCountsRanks, CountsThatDifferBetweenRanksTimeOutOnEveryProtocol) {
       ncclDcpContextAbort(ctx);
     });
   }
-  for (int r = 0; r < kRanks; r++) {
-    cudaSetDevice(r);
-    if (comms[r]) ncclCommDestroy(comms[r]);
-  }
 }
 
 // On the fallback a context poisoned by its own device counts still takes
@@ -916,18 +905,8 @@ TEST(TokenCountsRanks, CountsThatDifferBetweenRanksTimeOutOnEveryProtocol) {
 // waited in NCCL for ever before) and merges the poisoned rank's units to
 // NaN. Call 1: rank 0's device counts are invalid (its combine poisons the
 // context); call 2: valid counts on both ranks.
-TEST(TokenCountsRanks, APoisonedFallbackRankStillJoinsTheExchange) {
-  constexpr int kRanks = 2;
-  DCP_REQUIRE_GPUS(kRanks);
+TEST_F(TokenCountsRanks, APoisonedFallbackRankStillJoinsTheExchange) {
   ScopedEnv env(forcedFallbackEnv());
-  ncclUniqueId id;
-  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
-  RankThreads threads_{kHangSeconds};
-  std::vector<ncclComm_t> comms(kRanks, nullptr);
-  threads_.run(kRanks, [&](int r) {
-    cudaSetDevice(r);
-    if (ncclCommInitRank(&comms[r], kRanks, id, r) != ncclSuccess) threads_.addFailure(r, "ncclCommInitRank");
-  });
   const int batch = 40;
   const ncclDcpConfig_t c = withScatter(makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 64), ncclDcpScatterToken);
   Config cfg;
@@ -937,7 +916,7 @@ TEST(TokenCountsRanks, APoisonedFallbackRankStillJoinsTheExchange) {
   threads_.run(kRanks, [&](int r) {
     CUDA_OR_FAIL(r, cudaSetDevice(r));
     ncclDcpContext_t ctx = nullptr;
-    if (ncclDcpContextCreate(comms[r], &c, &ctx) != ncclSuccess)
+    if (ncclDcpContextCreate(comms_[r], &c, &ctx) != ncclSuccess)
       return threads_.addFailure(r, std::string("create: ") + ncclDcpGetLastError());
     int* counts = nullptr;
     CUDA_OR_FAIL(r, cudaMalloc(&counts, sizeof(valid)));
@@ -965,10 +944,6 @@ TEST(TokenCountsRanks, APoisonedFallbackRankStillJoinsTheExchange) {
     cudaFree(counts);
     ncclDcpContextAbort(ctx);
   });
-  for (int r = 0; r < kRanks; r++) {
-    cudaSetDevice(r);
-    if (comms[r]) ncclCommDestroy(comms[r]);
-  }
 }
 
 TEST_P(ScatterRanks, FusedAndFallback) {
