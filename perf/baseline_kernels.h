@@ -1,8 +1,8 @@
 /*************************************************************************
  * The loopback baseline's launches (perf only): the library's pack and
  * combine unit bodies (src/device/combine.h) for `copies` virtual ranks in
- * one launch each, copy c at every pointer + c * its stride (bytes).
- * Implemented in kernels.cu.
+ * one launch each, copy c at every pointer + c * its stride (bytes); and
+ * -c's sign flip of the inputs. Implemented in kernels.cu.
  ************************************************************************/
 #ifndef NCCL_DCP_PERF_BASELINE_KERNELS_H_
 #define NCCL_DCP_PERF_BASELINE_KERNELS_H_
@@ -54,6 +54,10 @@ struct Exchange {
   ExchangePlane plane[2];
 };
 cudaError_t launchExchange(const Exchange& x, cudaStream_t stream);
+
+// The sign bit of every element (eltSize 2 or 4) of `bytes` bytes flipped:
+// flipSignBits (inputs.h) on the device.
+cudaError_t launchFlipSignBits(void* data, size_t bytes, size_t eltSize, cudaStream_t stream);
 
 }  // namespace perf
 }  // namespace nccl_dcp

@@ -38,6 +38,10 @@ void tile(const std::vector<uint8_t>& block, int rank, size_t eltSize, std::vect
 
 }  // namespace
 
+void flipSignBits(uint8_t* data, size_t bytes, size_t eltSize) {
+  for (size_t i = eltSize - 1; i < bytes; i += eltSize) data[i] ^= 0x80;  // little-endian: the sign is in the last byte
+}
+
 Inputs::Inputs(const Config& cfg, int nRanks, int64_t maxRows) : cfg_(cfg), nRanks_(nRanks) {
   const std::vector<uint8_t> block = randomBlock(cfg);
   const size_t units = (size_t)maxRows * nRanks * cfg.localHeads;

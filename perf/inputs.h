@@ -18,6 +18,14 @@
 namespace nccl_dcp {
 namespace perf {
 
+// The sign bit of every element (eltSize 2 or 4) of `bytes` bytes flipped,
+// in place. -c's checked calls run on inputs flipped so (every other call:
+// sweep.cc), which negates the outputs exactly: the merge's weights come
+// from the LSEs alone and sums round symmetrically, the e4m3 wire's scale
+// comes from |x| and its rounding is symmetric, and the LSEs do not move.
+// Their outputs are flipped back before the count.
+void flipSignBits(uint8_t* data, size_t bytes, size_t eltSize);
+
 class Inputs {
  public:
   // Every rank's inputs for maxRows rows, packed [B][cp][Hl][D] (a prefix

@@ -245,6 +245,13 @@ __global__ void __launch_bounds__(kCopyThreads) exchangeKernel(Exchange x) {
   }
 }
 
+template <typename Word>  // one element of 2 or 4 bytes
+__global__ void __launch_bounds__(kCopyThreads) flipSignBitsKernel(Word* data, size_t elements) {
+  constexpr Word kSign = Word(1) << (8 * sizeof(Word) - 1);
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < elements; i += stride) data[i] ^= kSign;
+}
+
 unsigned blocksFor(size_t units) { return (unsigned)((units + kCombineWarps - 1) / kCombineWarps); }
 
 }  // namespace
@@ -280,6 +287,19 @@ cudaError_t launchExchange(const Exchange& x, cudaStream_t stream) {
   const int64_t perBlock = (int64_t)kCopyThreads * kUnroll * 16;
   const unsigned blocks = (unsigned)std::min<int64_t>(std::max<int64_t>((most + perBlock - 1) / perBlock, 1), 64);
   exchangeKernel<<<dim3(blocks, x.ranks * x.ranks, x.planes), kCopyThreads, 0, stream>>>(x);
+  return cudaGetLastError();
+}
+
+cudaError_t launchFlipSignBits(void* data, size_t bytes, size_t eltSize, cudaStream_t stream) {
+  if ((eltSize != 2 && eltSize != 4) || bytes % eltSize != 0) return cudaErrorInvalidValue;
+  const size_t elements = bytes / eltSize;
+  if (elements == 0) return cudaSuccess;
+  const unsigned blocks = (unsigned)std::min<size_t>((elements + kCopyThreads - 1) / kCopyThreads, 4096);
+  if (eltSize == 2) {
+    flipSignBitsKernel<<<blocks, kCopyThreads, 0, stream>>>((uint16_t*)data, elements);
+  } else {
+    flipSignBitsKernel<<<blocks, kCopyThreads, 0, stream>>>((uint32_t*)data, elements);
+  }
   return cudaGetLastError();
 }
 

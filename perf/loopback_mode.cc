@@ -291,8 +291,8 @@ class LoopbackMode : public Mode {
     }
   }
 
-  int64_t countWrong(Call c, int64_t rows) override {
-    if (c == Call::Baseline2) return countWrongGathered(rows);
+  int64_t countWrong(Call c, int64_t rows, bool negated) override {
+    if (c == Call::Baseline2) return countWrongGathered(rows, negated);
     const bool base = c != Call::Fused;
     char* out = base ? t_.outBase : t_.out;
     float* outLse = base ? t_.outLseBase : t_.outLse;
@@ -310,13 +310,13 @@ class LoopbackMode : public Mode {
       const size_t units = (size_t)outRowsOf(shape, r) * shape.heads;
       if (units == 0) continue;  // TOKEN: a rank of no rows (B < cp)
       outs.push_back(download(r, out + r * t_.outBytes, units * cfg_.headDim * cfg_.eltSize,
-                              (const float*)((const char*)outLse + r * t_.outLseBytes), units));
+                              (const float*)((const char*)outLse + r * t_.outLseBytes), units, negated));
     }
     return inputs_.countWrong(rows, outs, base ? Wire::Native : cfg_.wire);
   }
 
   // Baseline 2: each rank's all-gathered merged heads [cp][B][Hl].
-  int64_t countWrongGathered(int64_t rows) {
+  int64_t countWrongGathered(int64_t rows, bool negated) {
     const size_t bytes = (size_t)cp_ * rows * cfg_.localHeads * cfg_.headDim * cfg_.eltSize;
     const size_t lseBytes = (size_t)cp_ * rows * cfg_.localHeads * 4;
     CUDA_OR_DIE(cudaMemsetAsync(t_.gather, 0xff, (size_t)cp_ * cp_ * t_.outHeadBytes, slots_[0].stream));
@@ -326,9 +326,14 @@ class LoopbackMode : public Mode {
     std::vector<Inputs::RankOutputs> gathered;
     for (int r = 0; r < cp_; r++) {
       gathered.push_back(download(r, t_.gather + (size_t)r * bytes, bytes,
-                                  (const float*)((const char*)t_.gatherLse + (size_t)r * lseBytes), lseBytes / 4));
+                                  (const float*)((const char*)t_.gatherLse + (size_t)r * lseBytes), lseBytes / 4,
+                                  negated));
     }
     return inputs_.countWrongGathered(rows, gathered);
+  }
+
+  void flipInputSigns() override {
+    CUDA_OR_DIE(launchFlipSignBits(t_.in, cp_ * t_.inBytes, cfg_.eltSize, slots_[0].stream));
   }
 
   // Every rank's inputs read, the payload written into and read out of the

@@ -32,10 +32,12 @@ RoundTripState* Mode::newRoundTripState() const {
   return st;
 }
 
-Inputs::RankOutputs Mode::download(int rank, const void* out, size_t outBytes, const float* outLse, size_t lseCount) {
+Inputs::RankOutputs Mode::download(int rank, const void* out, size_t outBytes, const float* outLse, size_t lseCount,
+                                   bool negated) const {
   Inputs::RankOutputs o = {rank, std::vector<uint8_t>(outBytes), std::vector<float>(lseCount)};
   CUDA_OR_DIE(cudaMemcpy(o.out.data(), out, outBytes, cudaMemcpyDeviceToHost));
   CUDA_OR_DIE(cudaMemcpy(o.outLse.data(), outLse, lseCount * sizeof(float), cudaMemcpyDeviceToHost));
+  if (negated) flipSignBits(o.out.data(), outBytes, cfg_.eltSize);
   return o;
 }
 

@@ -67,8 +67,12 @@ class Mode {
   // One call on every slot, grouped where NCCL needs it; capturable.
   virtual void enqueue(Call c, int64_t rows) = 0;
   // Poisons c's outputs (Fused, Baseline or Baseline2), runs one call, and
-  // counts the wrong elements of this thread's ranks.
-  virtual int64_t countWrong(Call c, int64_t rows) = 0;
+  // counts the wrong elements of this thread's ranks; `negated`: the inputs'
+  // signs are flipped (flipInputSigns), so the outputs are compared negated back.
+  virtual int64_t countWrong(Call c, int64_t rows, bool negated) = 0;
+  // Flips the sign bit of every element of this thread's ranks' partial
+  // outputs, on their streams (-c's checked calls, sweep.cc).
+  virtual void flipInputSigns() = 0;
   // Loopback: the ideal time of a size at the copy bandwidth (0: none).
   virtual double idealUs(int64_t) const { return 0; }
   // Floor (c) timed out on one of this thread's ranks.
@@ -97,9 +101,10 @@ class Mode {
   // waits for the device (the setup's memsets) before returning.
   RoundTripState* newRoundTripState() const;
   // Rank `rank`'s outputs copied from the current device (outBytes of out,
-  // lseCount of outLse), as Inputs::countWrong takes them.
-  static Inputs::RankOutputs download(int rank, const void* out, size_t outBytes, const float* outLse,
-                                      size_t lseCount);
+  // lseCount of outLse), as Inputs::countWrong takes them; `negated`: the
+  // outputs of negated inputs, their signs flipped back on the host.
+  Inputs::RankOutputs download(int rank, const void* out, size_t outBytes, const float* outLse, size_t lseCount,
+                               bool negated) const;
 
   Config cfg_;
   std::vector<Slot> slots_;

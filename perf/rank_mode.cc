@@ -211,8 +211,8 @@ class RankMode : public Mode {
     }
   }
 
-  int64_t countWrong(Call c, int64_t rows) override {
-    if (c == Call::Baseline2) return countWrongGathered(rows);
+  int64_t countWrong(Call c, int64_t rows, bool negated) override {
+    if (c == Call::Baseline2) return countWrongGathered(rows, negated);
     const bool base = c != Call::Fused;
     CallShape shape;
     NCCL_OR_DIE(resolveCallArgs(nullptr, cfg_, nRanks(), (int)rows, &shape));
@@ -231,13 +231,13 @@ class RankMode : public Mode {
       if (units == 0) continue;  // TOKEN: a rank of no rows (B < cp)
       CUDA_OR_DIE(cudaSetDevice(r.dev));
       outs.push_back(download(r.rank, base ? r.outBase : r.out, units * cfg_.headDim * cfg_.eltSize,
-                              base ? r.outLseBase : r.outLse, units));
+                              base ? r.outLseBase : r.outLse, units, negated));
     }
     return inputs_.countWrong(rows, outs, base ? Wire::Native : cfg_.wire);
   }
 
   // Baseline 2: each rank's all-gathered merged heads [cp][B][Hl].
-  int64_t countWrongGathered(int64_t rows) {
+  int64_t countWrongGathered(int64_t rows, bool negated) {
     const size_t units = (size_t)nRanks() * rows * cfg_.localHeads;
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));
@@ -249,9 +249,17 @@ class RankMode : public Mode {
     std::vector<Inputs::RankOutputs> gathered;
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));
-      gathered.push_back(download(r.rank, r.gather, units * cfg_.headDim * cfg_.eltSize, r.gatherLse, units));
+      gathered.push_back(
+          download(r.rank, r.gather, units * cfg_.headDim * cfg_.eltSize, r.gatherLse, units, negated));
     }
     return inputs_.countWrongGathered(rows, gathered);
+  }
+
+  void flipInputSigns() override {
+    for (Rank& r : ranks_) {
+      CUDA_OR_DIE(cudaSetDevice(r.dev));
+      CUDA_OR_DIE(launchFlipSignBits(r.in, inputs_.partialOut(r.rank).size(), cfg_.eltSize, r.stream));
+    }
   }
 
   bool roundTripTimedOut() override {

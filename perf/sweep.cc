@@ -159,10 +159,18 @@ RankTimes timeEveryRank(const Args& a, Team& team, int thread, Mode& m, Call c, 
   return r;
 }
 
-// The wrong elements of -c checked calls of c, summed over every rank.
+// The wrong elements of -c checked calls of c, summed over every rank. The
+// inputs' signs flip before each checked call (and back after an odd
+// number), so that no call's data is the call's before it, timed or
+// checked: a kernel that reads an earlier call's data from its workspace
+// shows as wrong elements, where the same inputs every time would hide it.
 int64_t checkEveryRank(const Args& a, Team& team, int thread, Mode& m, Call c, int64_t rows) {
   int64_t wrong = 0;
-  for (int pass = 0; pass < a.check; pass++) wrong += m.countWrong(c, rows);
+  for (int pass = 0; pass < a.check; pass++) {
+    m.flipInputSigns();
+    wrong += m.countWrong(c, rows, pass % 2 == 0);
+  }
+  if (a.check % 2 == 1) m.flipInputSigns();
   return team.sum(thread, wrong);
 }
 

@@ -1279,19 +1279,24 @@ TEST(PerfTeam, OneProcessWithoutALauncher) {
 // of its own against the reference of the mode.
 
 // Every rank's outputs of a `rows`-row call as the reference computes them
-// from the perf inputs, in the layout countWrong takes.
-std::vector<Inputs::RankOutputs> referenceOutputs(const Inputs& in, int rows, Wire wire = Wire::Native) {
+// from the perf inputs (with every sign flipped when `negatedInputs`), in
+// the layout countWrong takes.
+std::vector<Inputs::RankOutputs> referenceOutputs(const Inputs& in, int rows, Wire wire = Wire::Native,
+                                                  bool negatedInputs = false) {
   const Config& cfg = in.config();
   const int n = in.nRanks();
   CallShape shape;
   EXPECT_EQ(resolveCallArgs(nullptr, cfg, n, rows, &shape), ncclSuccess);
   std::vector<Inputs::RankOutputs> outs(n);
   std::vector<CallBuffers> bufs(n);
+  std::vector<std::vector<uint8_t>> partials(n);
   for (int r = 0; r < n; r++) {
     const size_t units = (size_t)outRowsOf(shape, r) * shape.heads;
     outs[r] = {r, std::vector<uint8_t>(units * cfg.headDim * cfg.eltSize), std::vector<float>(units)};
-    bufs[r] = {const_cast<uint8_t*>(in.partialOut(r).data()), const_cast<float*>(in.partialLse(r).data()),
-               outs[r].out.data(), outs[r].outLse.data()};
+    partials[r] = in.partialOut(r);
+    if (negatedInputs) flipSignBits(partials[r].data(), partials[r].size(), cfg.eltSize);
+    bufs[r] = {partials[r].data(), const_cast<float*>(in.partialLse(r).data()), outs[r].out.data(),
+               outs[r].outLse.data()};
   }
   referenceA2aLseReduce(cfg, n, rows, packedStrides(cfg, n), bufs.data(), &shape, wire);
   return outs;
@@ -1308,6 +1313,37 @@ TEST(PerfInputs, NoneOnTheFp8WireHasAReferencePerRank) {
   ASSERT_NE(outs[0].out, outs[3].out) << "the ranks' fp8 outputs are alike: the test shows nothing";
   EXPECT_EQ(in.countWrong(9, outs, Wire::Fp8E4m3), 0);
   EXPECT_EQ(in.countWrong(9, referenceOutputs(in, 9)), 0);  // the native wire: one reference
+}
+
+// -c's checked calls read the inputs with every sign flipped, every other
+// call (perf/sweep.cc): in every mode, on both wires and for every element
+// type each carries, the outputs of flipped inputs flipped back are the
+// reference's (equal numbers: a sum that cancels exactly is +0 either
+// way), the LSEs bit for bit; left unflipped they are wrong, so a checked
+// call that read the data of the call before it would count.
+TEST(PerfInputs, FlippedInputsFlipTheOutputsExactly) {
+  for (int scatter : {(int)ncclDcpScatterHead, (int)ncclDcpScatterToken, (int)ncclDcpScatterNone})
+    for (ncclDataType_t dtype : {ncclBfloat16, ncclFloat16, ncclFloat32})
+      for (Wire wire : {Wire::Native, Wire::Fp8E4m3}) {
+        if (wire == Wire::Fp8E4m3 && dtype == ncclFloat32) continue;  // fp8 carries 16-bit types alone
+        SCOPED_TRACE(std::string(scatterName(scatter)) + " dtype " + std::to_string((int)dtype) +
+                     (wire == Wire::Native ? " native" : " fp8"));
+        ncclDcpConfig_t c = test::withScatter(test::makeConfig(64, 2, dtype, ncclDcpLseBase2), scatter);
+        if (wire == Wire::Fp8E4m3) c.wire = ncclDcpWireFp8E4m3;
+        Inputs in(test::resolved(c), 4, 9);
+        const std::vector<Inputs::RankOutputs> want = referenceOutputs(in, 9, wire);
+        std::vector<Inputs::RankOutputs> got = referenceOutputs(in, 9, wire, true);
+        EXPECT_GT(in.countWrong(9, got, wire), 0) << "the outputs do not depend on the inputs' signs";
+        for (Inputs::RankOutputs& o : got) flipSignBits(o.out.data(), o.out.size(), in.config().eltSize);
+        EXPECT_EQ(in.countWrong(9, got, wire), 0);
+        for (size_t r = 0; r < got.size(); r++) {
+          EXPECT_EQ(got[r].outLse, want[r].outLse) << "rank " << r;
+          size_t differ = 0;
+          for (size_t i = 0; i < want[r].out.size() / in.config().eltSize; i++)
+            differ += loadElement(dtype, got[r].out.data(), i) != loadElement(dtype, want[r].out.data(), i);
+          EXPECT_EQ(differ, 0u) << "rank " << r;
+        }
+      }
 }
 
 // 2.0 at element i of a bf16 output whose merges lie in [-1, 1]: wrong.
