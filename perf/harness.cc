@@ -13,6 +13,7 @@ namespace nccl_dcp {
 namespace perf {
 
 const char* baselineName(int baseline, int scatter) {
+  if (baseline == kBaselineNativeWire) return "fused, native wire";
   const bool full = baseline == kBaselineFull;
   if (baseline != kBaselineFull && baseline != kBaselineAllToAll) return "none";
   switch (scatter) {
@@ -29,6 +30,19 @@ const char* baseline2Name(const Args& a) {
   return a.stagedGather
              ? "HEAD + all-gather of the merged heads, staged (a copy into a staging buffer, then into every output)"
              : "HEAD + all-gather of the merged heads, direct (one copy into every output: loopback only)";
+}
+
+bool secondContextConfig(const Args& a, ncclDcpConfig_t* config) {
+  *config = configOf(a);
+  if (hasBaseline2(a)) {
+    config->scatter = ncclDcpScatterHead;
+    return true;
+  }
+  if (a.baseline == kBaselineNativeWire) {
+    config->wire = ncclDcpWireNative;
+    return true;
+  }
+  return false;
 }
 
 int headsOf(int scatter, int nRanks, int localHeads) {

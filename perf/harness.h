@@ -31,6 +31,7 @@ constexpr int kExitFailed = 5;  // a CUDA / NCCL / nccl-dcp / MPI call failed
 constexpr int kBaselineOff = 0;
 constexpr int kBaselineFull = 1;      // ncclAlltoAll (data + LSE) + the combine kernel
 constexpr int kBaselineAllToAll = 2;  // the same all-to-all alone (compare with alltoall_perf)
+constexpr int kBaselineNativeWire = 3;  // with --wire fp8: the fused call itself on the native wire
 // What the baseline's exchange is, per scatter mode (--scatter): HEAD
 // ncclAlltoAll of each peer's heads; TOKEN ncclAlltoAll of each peer's rows
 // in token layout (blocks padded to ceil(B/cp) rows: equal sizes); NONE
@@ -75,7 +76,7 @@ struct Args {
   int lseBase = 0;                      // --lse-base (-L) 2|e
   int virtualRanks = 0;                 // --virtual-ranks N loopback ranks on one GPU (0: real ranks)
   int maxBatch = 0;                     // --max-batch workspace rows (0: = -e); larger batches run in chunks
-  int baseline = kBaselineFull;         // --baseline (-B) 0|1|2
+  int baseline = kBaselineFull;         // --baseline (-B) 0|1|2|3
   int scatter = ncclDcpScatterHead;     // --scatter head|token|none: the config's scatter mode
   int stagedGather = 0;                 // --staged-gather 1: loopback NONE's baseline 2 staged (options.cc)
   int wire = ncclDcpWireNative;         // --wire native|fp8: the config's wire (the baselines stay native)
@@ -339,7 +340,8 @@ std::vector<std::string> relevantEnvironment(char** envp);
 std::string nowString();
 
 // What the baseline (-B) runs in a scatter mode: "a2a + combine",
-// "token a2a + combine", "all-gather + combine", "... alone", "none".
+// "token a2a + combine", "all-gather + combine", "... alone", "fused,
+// native wire", "none".
 const char* baselineName(int baseline, int scatter = ncclDcpScatterHead);
 // True when the run has NONE's second baseline: NONE with -B 1.
 bool hasBaseline2(const Args& a);
@@ -347,6 +349,9 @@ bool hasBaseline2(const Args& a);
 // all-gather is a copy kernel: written straight into every output (which
 // real ranks cannot do with unregistered buffers) unless --staged-gather 1.
 const char* baseline2Name(const Args& a);
+// The config of the second context a run's baselines call on the same
+// ranks, if any: NONE's baseline 2 the HEAD mode, -B 3 the native wire.
+bool secondContextConfig(const Args& a, ncclDcpConfig_t* config);
 
 }  // namespace perf
 }  // namespace nccl_dcp

@@ -11,7 +11,8 @@
  * heads, as copies: one copy straight into every rank's output (which real
  * ranks cannot do with unregistered buffers), or with --staged-gather 1 two,
  * through a staging buffer, as NCCL's all-gather moves unregistered
- * buffers (into the peer's staging FIFO, then out of it). The floors are
+ * buffers (into the peer's staging FIFO, then out of it). -B 3's baseline
+ * is the fused call on the native wire (a second loopback). The floors are
  * local copies of the mode's traffic, and the ideal time is the bytes the
  * op must move at the measured copy bandwidth.
  ************************************************************************/
@@ -181,10 +182,11 @@ double measureCopyGBps(cudaStream_t stream) {
 
 class LoopbackMode : public Mode {
  public:
-  LoopbackMode(const Args& a, Inputs& inputs, std::unique_ptr<Loopback> lb, std::unique_ptr<Loopback> lbHead)
-      : Mode(lb->config()), cp_(a.virtualRanks), baseline_(a.baseline != kBaselineOff), staged_(a.stagedGather != 0),
-        baseline2Name_(baseline2Name(a)), inputs_(inputs),
-        lb_(std::move(lb)), lbHead_(std::move(lbHead)) {
+  LoopbackMode(const Args& a, Inputs& inputs, std::unique_ptr<Loopback> lb, std::unique_ptr<Loopback> lb2)
+      : Mode(lb->config()), cp_(a.virtualRanks), baseline_(a.baseline != kBaselineOff),
+        nativeWireBaseline_(a.baseline == kBaselineNativeWire), baseline2_(hasBaseline2(a)),
+        staged_(a.stagedGather != 0), baseline2Name_(baseline2Name(a)), inputs_(inputs), lb_(std::move(lb)),
+        lb2_(std::move(lb2)) {
     CUDA_OR_DIE(cudaGetDevice(&dev_));
     CUDA_OR_DIE(cudaGetDeviceProperties(&prop_, dev_));
     cudaStream_t stream;
@@ -208,17 +210,21 @@ class LoopbackMode : public Mode {
   int nRanks() const override { return cp_; }
 
   std::string title() const override {
+    const std::string baseline =
+        nativeWireBaseline_ ? "the fused call on the native wire (a second loopback)"
+                            : std::string("one copy kernel doing every virtual rank's ") +
+                                  (cfg_.scatter == Scatter::Head    ? "all-to-all"
+                                   : cfg_.scatter == Scatter::Token ? "all-to-all in token layout (blocks of ceil(B/cp) rows)"
+                                                                    : "all-gather of every partial") +
+                                  " + one combine kernel for all";
     char s[1024];
     snprintf(s, sizeof(s),
              "# nccl-dcp %d  NCCL %d  loopback: %d virtual ranks on %s; device-to-device copy %.0f GB/s (read + write)\n"
-             "# scatter %s%s; baseline: one copy kernel doing every virtual rank's %s + one combine kernel for all%s%s",
+             "# scatter %s%s; baseline: %s%s%s",
              NCCL_DCP_VERSION_CODE, ncclVersion(), cp_, prop_.name, copyGBps_, scatterName((int)cfg_.scatter),
              cfg_.scatter != Scatter::None ? "" : noneRelays(cfg_, cp_) ? " (two phases)" : " (direct)",
-             cfg_.scatter == Scatter::Head    ? "all-to-all"
-             : cfg_.scatter == Scatter::Token ? "all-to-all in token layout (blocks of ceil(B/cp) rows)"
-                                              : "all-gather of every partial",
-             lbHead_ ? "\n# baseline 2: the HEAD call (a second loopback in HEAD mode) + " : "",
-             lbHead_ ? baseline2Name_ : "");
+             baseline.c_str(), baseline2_ ? "\n# baseline 2: the HEAD call (a second loopback in HEAD mode) + " : "",
+             baseline2_ ? baseline2Name_ : "");
     return s;
   }
 
@@ -280,10 +286,16 @@ class LoopbackMode : public Mode {
     const cudaStream_t s = slots_[0].stream;
     switch (c) {
       case Call::Fused: NCCL_OR_DIE(lb_->call(calls_.data(), (int)rows, nullptr, s)); break;
-      case Call::Baseline: launchLoopbackBaseline(cfg_, cp_, (int)rows, t_, false, s); break;
+      case Call::Baseline:
+        if (nativeWireBaseline_) {
+          NCCL_OR_DIE(lb2_->call(calls2_.data(), (int)rows, nullptr, s));
+        } else {
+          launchLoopbackBaseline(cfg_, cp_, (int)rows, t_, false, s);
+        }
+        break;
       case Call::BaselineAllToAll: launchLoopbackBaseline(cfg_, cp_, (int)rows, t_, true, s); break;
       case Call::Baseline2:
-        NCCL_OR_DIE(lbHead_->call(headCalls_.data(), (int)rows, nullptr, s));
+        NCCL_OR_DIE(lb2_->call(calls2_.data(), (int)rows, nullptr, s));
         CUDA_OR_DIE(launchExchange(mergedHeadsGather(cfg_, cp_, (int)rows, t_, staged_), s));
         if (staged_) CUDA_OR_DIE(launchExchange(unstageGather(cfg_, cp_, (int)rows, t_), s));
         break;
@@ -347,7 +359,7 @@ class LoopbackMode : public Mode {
   bool roundTripTimedOut() override { return timedOut(rig_); }
   void checkAsyncErrors() override {
     NCCL_OR_DIE(lb_->asyncError());
-    if (lbHead_) NCCL_OR_DIE(lbHead_->asyncError());
+    if (lb2_) NCCL_OR_DIE(lb2_->asyncError());
   }
 
  private:
@@ -379,10 +391,12 @@ class LoopbackMode : public Mode {
     if (baseline_) {
       CUDA_OR_DIE(cudaMalloc(&t_.outBase, cp_ * t_.outBytes));
       CUDA_OR_DIE(cudaMalloc(&t_.outLseBase, cp_ * t_.outLseBytes));
+    }
+    if (baseline_ && !nativeWireBaseline_) {
       CUDA_OR_DIE(cudaMalloc(&t_.recv, (size_t)cp_ * recvUnits * headBytes));
       CUDA_OR_DIE(cudaMalloc(&t_.recvLse, (size_t)cp_ * recvUnits * 4));
     }
-    if (lbHead_) {
+    if (baseline2_) {
       t_.outHeadBytes = units * headBytes;
       t_.outLseHeadBytes = units * 4;
       CUDA_OR_DIE(cudaMalloc(&t_.outHead, cp_ * t_.outHeadBytes));
@@ -400,9 +414,12 @@ class LoopbackMode : public Mode {
                              cudaMemcpyHostToDevice));
       calls_.push_back({t_.in + r * t_.inBytes, (float*)((char*)t_.lse + r * t_.lseBytes), t_.out + r * t_.outBytes,
                         (float*)((char*)t_.outLse + r * t_.outLseBytes)});
-      if (lbHead_)
-        headCalls_.push_back({t_.in + r * t_.inBytes, (float*)((char*)t_.lse + r * t_.lseBytes),
-                              t_.outHead + r * t_.outHeadBytes, (float*)((char*)t_.outLseHead + r * t_.outLseHeadBytes)});
+      if (baseline2_)
+        calls2_.push_back({t_.in + r * t_.inBytes, (float*)((char*)t_.lse + r * t_.lseBytes),
+                           t_.outHead + r * t_.outHeadBytes, (float*)((char*)t_.outLseHead + r * t_.outLseHeadBytes)});
+      if (nativeWireBaseline_)
+        calls2_.push_back({t_.in + r * t_.inBytes, (float*)((char*)t_.lse + r * t_.lseBytes),
+                           t_.outBase + r * t_.outBytes, (float*)((char*)t_.outLseBase + r * t_.outLseBytes)});
     }
   }
 
@@ -427,15 +444,17 @@ class LoopbackMode : public Mode {
   }
 
   int cp_, dev_ = 0;
-  bool baseline_, staged_;
+  bool baseline_, nativeWireBaseline_, baseline2_, staged_;
   const char* baseline2Name_;
   Inputs& inputs_;
   std::unique_ptr<Loopback> lb_;
-  std::unique_ptr<Loopback> lbHead_;  // NONE's baseline 2: the same ranks in HEAD mode (else null)
+  // The same ranks' second loopback (secondContextConfig): NONE's baseline 2
+  // in HEAD mode, -B 3 on the native wire; else null.
+  std::unique_ptr<Loopback> lb2_;
   cudaDeviceProp prop_;
   double copyGBps_ = 0;
   LoopbackTensors t_ = {};
-  std::vector<CallBuffers> calls_, headCalls_;
+  std::vector<CallBuffers> calls_, calls2_;  // calls2_: lb2_'s
   char *floorSrc_ = nullptr, *floorDst_ = nullptr, *flagLines_ = nullptr;
   FloorRig rig_;
 };
@@ -444,14 +463,11 @@ class LoopbackMode : public Mode {
 
 std::unique_ptr<Mode> makeLoopbackMode(const Args& a, Inputs& inputs) {
   const ncclDcpConfig_t c = configOf(a);
-  std::unique_ptr<Loopback> lb, lbHead;
+  std::unique_ptr<Loopback> lb, lb2;
   NCCL_OR_DIE(Loopback::create(&c, a.virtualRanks, &lb));
-  if (hasBaseline2(a)) {
-    ncclDcpConfig_t h = c;
-    h.scatter = ncclDcpScatterHead;
-    NCCL_OR_DIE(Loopback::create(&h, a.virtualRanks, &lbHead));
-  }
-  return std::unique_ptr<Mode>(new LoopbackMode(a, inputs, std::move(lb), std::move(lbHead)));
+  ncclDcpConfig_t c2;
+  if (secondContextConfig(a, &c2)) NCCL_OR_DIE(Loopback::create(&c2, a.virtualRanks, &lb2));
+  return std::unique_ptr<Mode>(new LoopbackMode(a, inputs, std::move(lb), std::move(lb2)));
 }
 
 }  // namespace perf

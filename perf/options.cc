@@ -115,9 +115,10 @@ std::string usage(const char* program) {
     << "                            (default 0: real ranks)\n"
     << "  --max-batch <rows>        workspace capacity in rows (default: the largest size); larger batches\n"
     << "                            run in chunks\n"
-    << "  -B, --baseline <0|1|2>    baseline in the same run: 0 none, 1 ncclAlltoAll + combine, 2 the\n"
-    << "                            partials' all-to-all alone, to compare with nccl-tests' alltoall_perf\n"
-    << "                            (default 1)\n"
+    << "  -B, --baseline <0-3>      baseline in the same run: 0 none, 1 ncclAlltoAll + combine, 2 the\n"
+    << "                            partials' all-to-all alone, to compare with nccl-tests' alltoall_perf,\n"
+    << "                            3 the fused call on the native wire (--wire fp8: speedup = native / fp8,\n"
+    << "                            both timed in this process) (default 1)\n"
     << "  -F, --floors <0|1>        floors in the same run: peer-write kernel, copy engine, flag round trip\n"
     << "                            (default 1)\n"
     << "  --timeline                the fused kernel's in-kernel timeline per size, one call, per rank\n"
@@ -345,7 +346,7 @@ const IntOption kIntOptions[] = {
     {kOptHeadDim, 1, NCCL_DCP_MAX_HEAD_DIM, [](Args* a, int64_t v) { a->headDim = (int)v; }},
     {kOptVirtualRanks, 0, 16, [](Args* a, int64_t v) { a->virtualRanks = (int)v; }},
     {kOptMaxBatch, 0, NCCL_DCP_MAX_BATCH_CAPACITY, [](Args* a, int64_t v) { a->maxBatch = (int)v; }},
-    {'B', 0, 2, [](Args* a, int64_t v) { a->baseline = (int)v; }},
+    {'B', 0, 3, [](Args* a, int64_t v) { a->baseline = (int)v; }},
     {'F', 0, 1, [](Args* a, int64_t v) { a->floors = (int)v; }},
     {kOptStagedGather, 0, 1, [](Args* a, int64_t v) { a->stagedGather = (int)v; }},
 };
@@ -448,6 +449,10 @@ bool checkCombination(const Args& a, std::string* error) {
   // never reach -e there; here it used to fall back to -f 2 unsaid.
   if (a.stepSize.bytes && a.stepSize.value == 0 && !a.factorGiven) {
     *error = "-i 0: a step of 0 bytes never reaches -e (nccl-tests would loop for ever): give -i > 0, or -f";
+    return false;
+  }
+  if (a.baseline == kBaselineNativeWire && a.wire != ncclDcpWireFp8E4m3) {
+    *error = "-B 3 times the fused call on the native wire beside the config's: it needs --wire fp8";
     return false;
   }
   if (a.stagedGather && (a.virtualRanks == 0 || a.scatter != ncclDcpScatterNone || a.baseline != kBaselineFull)) {

@@ -35,7 +35,9 @@ struct Rank {
   cudaStream_t stream = nullptr;
   ncclComm_t comm = nullptr;
   ncclDcpContext_t ctx = nullptr;
-  ncclDcpContext_t ctxHead = nullptr;  // NONE's baseline 2 (HEAD mode), else null
+  // The second context (secondContextConfig): NONE's baseline 2 in HEAD
+  // mode, -B 3 on the native wire; else null.
+  ncclDcpContext_t ctx2 = nullptr;
   ncclDcpTopology_t topo = NCCL_DCP_TOPOLOGY_INITIALIZER;
   char *in = nullptr, *inPeerMajor = nullptr, *out = nullptr, *outBase = nullptr, *recv = nullptr;
   float *lse = nullptr, *lsePeerMajor = nullptr, *outLse = nullptr, *outLseBase = nullptr, *recvLse = nullptr;
@@ -69,12 +71,12 @@ class RankMode : public Mode {
     for (Rank& r : ranks_)
       if (r.win) NCCL_OR_DIE(ncclCommWindowDeregister(r.comm, r.win));
     NCCL_OR_DIE(ncclGroupEnd());
-    std::vector<ncclDcpContext_t> ctxs, heads;
+    std::vector<ncclDcpContext_t> ctxs, seconds;
     for (Rank& r : ranks_) {
       ctxs.push_back(r.ctx);
-      if (r.ctxHead) heads.push_back(r.ctxHead);
+      if (r.ctx2) seconds.push_back(r.ctx2);
     }
-    if (!heads.empty()) NCCL_OR_DIE(ncclDcpContextDestroyGroup((int)heads.size(), heads.data()));
+    if (!seconds.empty()) NCCL_OR_DIE(ncclDcpContextDestroyGroup((int)seconds.size(), seconds.data()));
     NCCL_OR_DIE(ncclDcpContextDestroyGroup((int)ctxs.size(), ctxs.data()));
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));
@@ -167,7 +169,7 @@ class RankMode : public Mode {
   // [cp][B][Hl] (the pack kernel), TOKEN each peer's rows [cp][ceil(B/cp)][H]
   // (padding rows unused), NONE the partials as they are [B][H].
   void prepare(int64_t rows) override {
-    if (a_.baseline == kBaselineOff) return;
+    if (a_.baseline == kBaselineOff || a_.baseline == kBaselineNativeWire) return;
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));
       CallShape shape;
@@ -200,7 +202,10 @@ class RankMode : public Mode {
   void enqueue(Call c, int64_t rows) override {
     switch (c) {
       case Call::Fused: return enqueueFused(rows);
-      case Call::Baseline: enqueueAllToAll(rows, true); return enqueueCombine(rows);
+      case Call::Baseline:
+        if (a_.baseline == kBaselineNativeWire) return enqueueFused(rows, true);
+        enqueueAllToAll(rows, true);
+        return enqueueCombine(rows);
       case Call::BaselineAllToAll: return enqueueAllToAll(rows, false);
       case Call::Baseline2: return enqueueHeadThenGather(rows);
       default:
@@ -276,8 +281,8 @@ class RankMode : public Mode {
       ncclResult_t async = ncclSuccess;
       NCCL_OR_DIE(ncclDcpGetAsyncError(r.ctx, &async));
       NCCL_OR_DIE(async);
-      if (r.ctxHead) {
-        NCCL_OR_DIE(ncclDcpGetAsyncError(r.ctxHead, &async));
+      if (r.ctx2) {
+        NCCL_OR_DIE(ncclDcpGetAsyncError(r.ctx2, &async));
         NCCL_OR_DIE(async);
       }
     }
@@ -307,12 +312,11 @@ class RankMode : public Mode {
     std::vector<ncclDcpContext_t> ctxs(comms.size());
     const ncclDcpConfig_t c = configOf(a_);
     NCCL_OR_DIE(ncclDcpContextCreateGroup((int)comms.size(), comms.data(), &c, ctxs.data()));
-    if (hasBaseline2(a_)) {  // the HEAD call of NONE's baseline 2: a second context on the same communicators
-      ncclDcpConfig_t h = c;
-      h.scatter = ncclDcpScatterHead;
-      std::vector<ncclDcpContext_t> heads(comms.size());
-      NCCL_OR_DIE(ncclDcpContextCreateGroup((int)comms.size(), comms.data(), &h, heads.data()));
-      for (size_t i = 0; i < ranks_.size(); i++) ranks_[i].ctxHead = heads[i];
+    ncclDcpConfig_t c2;
+    if (secondContextConfig(a_, &c2)) {  // on the same communicators
+      std::vector<ncclDcpContext_t> seconds(comms.size());
+      NCCL_OR_DIE(ncclDcpContextCreateGroup((int)comms.size(), comms.data(), &c2, seconds.data()));
+      for (size_t i = 0; i < ranks_.size(); i++) ranks_[i].ctx2 = seconds[i];
     }
     for (size_t i = 0; i < ranks_.size(); i++) {
       ranks_[i].ctx = ctxs[i];
@@ -349,7 +353,7 @@ class RankMode : public Mode {
     NCCL_OR_DIE(ncclMemAlloc((void**)&r.recvLse, recvUnits * 4));
     for (char** q : {&r.out, &r.outBase}) CUDA_OR_DIE(cudaMalloc(q, outUnits * headBytes));
     for (float** q : {&r.outLse, &r.outLseBase}) CUDA_OR_DIE(cudaMalloc(q, outUnits * 4));
-    if (r.ctxHead) {  // the HEAD call's outputs are the all-gather's send buffers: ncclMemAlloc too
+    if (hasBaseline2(a_)) {  // the HEAD call's outputs are the all-gather's send buffers: ncclMemAlloc too
       NCCL_OR_DIE(ncclMemAlloc((void**)&r.outHead, units * headBytes));
       NCCL_OR_DIE(ncclMemAlloc((void**)&r.outLseHead, units * 4));
       NCCL_OR_DIE(ncclMemAlloc((void**)&r.gather, nRanks() * units * headBytes));
@@ -359,11 +363,17 @@ class RankMode : public Mode {
     CUDA_OR_DIE(cudaMemcpy(r.lse, inputs_.partialLse(r.rank).data(), inUnits * 4, cudaMemcpyHostToDevice));
   }
 
-  void enqueueFused(int64_t rows) {
+  // The fused call on every rank of this thread (one group); nativeWire:
+  // -B 3's, the second context into the baseline's outputs.
+  void enqueueFused(int64_t rows, bool nativeWire = false) {
     NCCL_OR_DIE(ncclGroupStart());
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));
-      NCCL_OR_DIE(ncclDcpA2aLseReduce(r.ctx, r.in, r.lse, r.out, r.outLse, (int)rows, nullptr, r.stream));
+      if (nativeWire) {
+        NCCL_OR_DIE(ncclDcpA2aLseReduce(r.ctx2, r.in, r.lse, r.outBase, r.outLseBase, (int)rows, nullptr, r.stream));
+      } else {
+        NCCL_OR_DIE(ncclDcpA2aLseReduce(r.ctx, r.in, r.lse, r.out, r.outLse, (int)rows, nullptr, r.stream));
+      }
     }
     NCCL_OR_DIE(ncclGroupEnd());
   }
@@ -416,7 +426,7 @@ class RankMode : public Mode {
     NCCL_OR_DIE(ncclGroupStart());
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));
-      NCCL_OR_DIE(ncclDcpA2aLseReduce(r.ctxHead, r.in, r.lse, r.outHead, r.outLseHead, (int)rows, nullptr, r.stream));
+      NCCL_OR_DIE(ncclDcpA2aLseReduce(r.ctx2, r.in, r.lse, r.outHead, r.outLseHead, (int)rows, nullptr, r.stream));
     }
     NCCL_OR_DIE(ncclGroupEnd());
     NCCL_OR_DIE(ncclGroupStart());

@@ -7,8 +7,11 @@ directory), so that the tables are regenerated, not retyped:
     scripts/perf_tables.py DIR --cp 2 4 16   the other rank counts
 
 "vs" columns are the other's time / ours (above 1 we are faster); xIdeal
-is ours / the ideal; fp8 / native is fp8's time / native HEAD's of the same
-cp. A row a file does not have prints as "-".
+is ours / the ideal; fp8 / native is fp8's time / the native wire's: the
+fp8 file's own baseline where it was run with -B 3 (both timed in one
+process, and said above the table), else native HEAD's file of the same cp
+(another process: a ratio within 2% is a tie). A row a file does not have
+prints as "-".
 
 Refused: a file with a wrong element (fused call or either baseline),
 files of different commits, a file whose config is not the one its name
@@ -98,6 +101,20 @@ def markdown(header, lines):
     return "\n".join(out)
 
 
+NATIVE_WIRE = "fused, native wire"  # -B 3's baseline (perf/harness.cc, baselineName)
+
+
+def native_us(fp8_meta, f, h):
+    """The native wire's time beside fp8's row f: f's own baseline when
+    the fp8 file ran -B 3, else HEAD's row h (another process)."""
+    return f["base_us"] if fp8_meta["baseline"] == NATIVE_WIRE else h["fused_us"]
+
+
+def say_native_source(fp8_meta, name):
+    if fp8_meta["baseline"] == NATIVE_WIRE:
+        print(f"fp8 / native: both timed in one process ({name}.json, -B 3)\n")
+
+
 def head_token_cells(h, t):
     """HEAD's time, against its baseline and its ideal; TOKEN's time and against its baseline."""
     return [fmt(h["fused_us"]), fmt(ratio(h["base_us"], h["fused_us"])), fmt(ratio(h["fused_us"], h["ideal_us"])),
@@ -114,6 +131,7 @@ def cp_names(cp):
 
 def cp8(loaded):
     head, token, direct, two, staged, fp8 = (loaded[name][1] for name in CP8)
+    fp8_meta = loaded[CP8[-1]][0]
     lines, wire = [], []
     for n in sorted(head):
         h, t, nd, n2, ns, f = (x.get(n) for x in (head, token, direct, two, staged, fp8))
@@ -122,25 +140,28 @@ def cp8(loaded):
                       fmt(n2 and ratio(n2["base2_us"], n2["fused_us"])),
                       fmt(ns and ratio(ns["base2_us"], ns["fused_us"])), h["protocol"]])
         if f:
-            wire.append([str(n), fmt(h["fused_us"]), fmt(f["fused_us"]), fmt(ratio(f["fused_us"], h["fused_us"])),
+            native = native_us(fp8_meta, f, h)
+            wire.append([str(n), fmt(native), fmt(f["fused_us"]), fmt(ratio(f["fused_us"], native)),
                          h["protocol"], f["protocol"]])
     print(markdown(["rows", "HEAD µs", "HEAD vs baseline", "HEAD xIdeal", "TOKEN µs", "TOKEN vs baseline",
                     "NONE direct µs", "NONE two phases µs", "two phases vs direct",
                     "vs HEAD + all-gather, direct copy", "vs HEAD + all-gather, staged", "HEAD's protocol"], lines))
     print()
+    say_native_source(fp8_meta, CP8[-1])
     print(markdown(["rows", "native µs", "fp8 µs", "fp8 / native", "native's protocol", "fp8's protocol"], wire))
 
 
 def other_cp(loaded, cp):
-    (_, head), (_, token), (none_meta, none), (_, fp8) = (loaded[name] for name in cp_names(cp))
+    (_, head), (_, token), (none_meta, none), (fp8_meta, fp8) = (loaded[name] for name in cp_names(cp))
     print(f"**cp {cp}** (NONE: {none_meta['none_algo']}; baseline 2 of NONE: "
           f"{none_meta.get('baseline2')})\n")
+    say_native_source(fp8_meta, cp_names(cp)[-1])
     lines = []
     for n in sorted(head):
         h, t, o, f = (x.get(n) for x in (head, token, none, fp8))
         lines.append([str(n), *head_token_cells(h, t),
                       fmt(o and o["fused_us"]), fmt(o and ratio(o["base2_us"], o["fused_us"])),
-                      fmt(f and f["fused_us"]), fmt(f and ratio(f["fused_us"], h["fused_us"])),
+                      fmt(f and f["fused_us"]), fmt(f and ratio(f["fused_us"], native_us(fp8_meta, f, h))),
                       h["protocol"], f["protocol"] if f else "-"])
     print(markdown(["rows", "HEAD µs", "HEAD vs baseline", "HEAD xIdeal", "TOKEN µs", "TOKEN vs baseline",
                     "NONE µs", "NONE vs HEAD + all-gather", "fp8 µs", "fp8 / native", "HEAD's protocol",

@@ -189,6 +189,35 @@ INSTANTIATE_TEST_SUITE_P(LaunchesAndModes, PerfScatter,
                            return std::string(std::get<0>(i.param).name) + "_" + std::get<1>(i.param);
                          });
 
+// -B 3: fp8 on the wire against the same call on the native wire, both
+// timed in one process (no second process's clocks and placement in the
+// ratio) and each checked against its wire's reference (runPerf: every
+// baseline count 0).
+const Launch kWireLaunches[] = {
+    {"loopbackV4", 1, "--virtual-ranks 4", false}, {"t1", 1, "-t 1", false}, {"t2", 2, "-t 2", false},
+    {"t2fallback", 2, "-t 2 --provider fallback", false},
+};
+
+class PerfWireBaseline : public testing::TestWithParam<std::tuple<Launch, const char*>> {};
+
+TEST_P(PerfWireBaseline, Fp8AgainstTheNativeWireInOneProcess) {
+  const Launch& l = std::get<0>(GetParam());
+  std::string output, report;
+  bool skipped = true;
+  runPerf(l, std::string("-P AUTO --wire fp8 -B 3 --scatter ") + std::get<1>(GetParam()), &output, &report, &skipped);
+  if (skipped || HasFatalFailure()) return;
+  SCOPED_TRACE(output);
+  EXPECT_NE(output.find("baseline (fused, native wire)"), std::string::npos);
+  EXPECT_NE(report.find("\"baseline\": \"fused, native wire\""), std::string::npos);
+  EXPECT_NE(report.find("\"wire\": \"fp8\""), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(LaunchesAndModes, PerfWireBaseline,
+                         testing::Combine(testing::ValuesIn(kWireLaunches), testing::ValuesIn(kScatterModes)),
+                         [](const testing::TestParamInfo<PerfWireBaseline::ParamType>& i) {
+                           return std::string(std::get<0>(i.param).name) + "_" + std::get<1>(i.param);
+                         });
+
 }  // namespace
 }  // namespace test
 }  // namespace nccl_dcp

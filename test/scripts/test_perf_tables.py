@@ -153,6 +153,25 @@ class Tables(unittest.TestCase):
         with self.copy_edited(self.dir, "perf-AUTO", lambda data: None) as d:
             self.assertNotIn("not checked", printed(d))
 
+    def test_fp8_run_with_b3_is_divided_by_its_own_baseline(self):
+        """-B 3: the native wire's time is the fp8 file's baseline (one
+        process), not HEAD's file's, and the table says so."""
+        def edit(data):
+            data["baseline"] = perf_tables.NATIVE_WIRE
+            for row in data["results"]:
+                row["baseline"] = {"time": 2 * row["out_of_place"]["time"], "nwrong": 0}
+        for name, args in (("perf-wire-fp8", ()), ("perf-cp2-fp8", ("--cp", "2"))):
+            with self.subTest(name), self.copy_edited(self.other_dir if args else self.dir, name, edit) as d:
+                out = printed(d, *args)
+                said = f"fp8 / native: both timed in one process ({name}.json, -B 3)"
+                self.assertIn(said, out)
+                after = out[out.index(said):].splitlines()  # the table below the line
+                wire = [l.split(" | ") for l in after if l.startswith("| ") and l[2].isdigit()]
+                self.assertGreater(len(wire), 5, out)
+                col = -3  # fp8 / native, before the two protocols
+                ratios = {cells[col] for cells in wire if cells[col] != "-"}
+                self.assertEqual(ratios, {"0.50"}, out)
+
     def test_3d8eed4_passes_the_checks(self):
         out = printed(os.path.join(ROOT, "docs", "data", "loopback-0.5-3d8eed4"))
         self.assertIn("| 1024 |", out)

@@ -49,6 +49,8 @@ TEST(PerfBinaryArgs, BadInputExitsTwoBeforeAnyGpu) {
       {"--head-dim 513", {"--head-dim 513", "not a config the library takes"}},
       {"--head-dim 4", {"--head-dim 4", "not a config the library takes"}},
       {"--wire fp8 --head-dim 8", {"--head-dim 8 with --wire fp8"}},
+      // -B 3 (the fused call on the native wire) beside the native wire.
+      {"-B 3", {"-B 3 times the fused call on the native wire", "--wire fp8"}},
       // -J: a path that cannot be written (nccl-tests opens its file first).
       {"-J /nonexistent/x.json", {"-J/--output_file", "/nonexistent/x.json"}},
       // -i 0 without -f (nccl-tests would loop for ever), as --step-rows 0.

@@ -150,6 +150,39 @@ TEST(PerfArgs, ScatterModeSetsTheConfig) {
   EXPECT_STREQ(baselineName(kBaselineFull, ncclDcpScatterNone), "all-gather + combine");
   EXPECT_STREQ(baselineName(kBaselineAllToAll, ncclDcpScatterNone), "all-gather alone");
   EXPECT_STREQ(baselineName(kBaselineOff, ncclDcpScatterNone), "none");
+  EXPECT_STREQ(baselineName(kBaselineNativeWire, ncclDcpScatterToken), "fused, native wire");
+}
+
+// The second context a run's baselines call: NONE's baseline 2 in HEAD
+// mode, -B 3 on the native wire (else the config's in every field), and
+// none otherwise.
+TEST(PerfArgs, SecondContextOfTheBaselines) {
+  std::string err;
+  ncclDcpConfig_t c2;
+  Args head;
+  EXPECT_FALSE(secondContextConfig(head, &c2));
+  Args none;
+  ASSERT_EQ(parse({"--scatter", "none", "--wire", "fp8"}, &none, &err), ParseResult::Ok) << err;
+  ASSERT_TRUE(secondContextConfig(none, &c2));
+  EXPECT_EQ(c2.scatter, ncclDcpScatterHead);
+  EXPECT_EQ(c2.wire, ncclDcpWireFp8E4m3);
+  Args wire;
+  ASSERT_EQ(parse({"--scatter", "token", "--wire", "fp8", "-B", "3", "-P", "LL"}, &wire, &err), ParseResult::Ok)
+      << err;
+  ASSERT_TRUE(secondContextConfig(wire, &c2));
+  ncclDcpConfig_t want = configOf(wire);
+  want.wire = ncclDcpWireNative;
+  for (auto field : {&ncclDcpConfig_t::headDim, &ncclDcpConfig_t::localHeads, &ncclDcpConfig_t::lseBase,
+                     &ncclDcpConfig_t::maxBatch, &ncclDcpConfig_t::protocol, &ncclDcpConfig_t::timeoutMs,
+                     &ncclDcpConfig_t::scatter, &ncclDcpConfig_t::wire})
+    EXPECT_EQ(c2.*field, want.*field);
+  EXPECT_EQ(c2.dtype, want.dtype);
+  EXPECT_EQ(c2.lseDtype, want.lseDtype);
+  EXPECT_FALSE(hasBaseline2(wire));
+  wire.scatter = ncclDcpScatterNone;  // NONE with -B 3: no baseline 2, the native wire's context
+  ASSERT_TRUE(secondContextConfig(wire, &c2));
+  EXPECT_EQ(c2.scatter, ncclDcpScatterNone);
+  EXPECT_EQ(c2.wire, ncclDcpWireNative);
 }
 
 // What each rank must receive per batch row, per mode (the floors' bytes),
@@ -346,7 +379,8 @@ TEST(PerfArgs, ErrorsNameTheOption) {
       {{"-m", "0"}, "-m"},
       {{"-G", "-1"}, "-G"},
       {{"-T", "x"}, "-T"},
-      {{"-B", "3"}, "-B"},
+      {{"-B", "4"}, "-B"},
+      {{"-B", "3"}, "-B 3 times the fused call on the native wire beside the config's: it needs --wire fp8"},
       {{"-F", "2"}, "-F"},
       {{"-n", "5000000000"}, "-n"},
       {{"--provider", "nvshmem"}, "--provider"},
