@@ -40,6 +40,7 @@ struct Rank {
   ncclDcpContext_t ctx2 = nullptr;
   ncclDcpTopology_t topo = NCCL_DCP_TOPOLOGY_INITIALIZER;
   char *in = nullptr, *inPeerMajor = nullptr, *out = nullptr, *outBase = nullptr, *recv = nullptr;
+  size_t inBytes = 0, inPeerMajorBytes = 0;
   float *lse = nullptr, *lsePeerMajor = nullptr, *outLse = nullptr, *outLseBase = nullptr, *recvLse = nullptr;
   char *outHead = nullptr, *gather = nullptr;  // baseline 2 (ncclMemAlloc)
   float *outLseHead = nullptr, *gatherLse = nullptr;
@@ -260,10 +261,13 @@ class RankMode : public Mode {
     return inputs_.countWrongGathered(rows, gathered);
   }
 
+  // The inputs, and the baseline's copy of them prepare() made for this
+  // size (its exchange's send layout: the same elements, moved).
   void flipInputSigns() override {
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));
-      CUDA_OR_DIE(launchFlipSignBits(r.in, inputs_.partialOut(r.rank).size(), cfg_.eltSize, r.stream));
+      CUDA_OR_DIE(launchFlipSignBits(r.in, r.inBytes, cfg_.eltSize, r.stream));
+      CUDA_OR_DIE(launchFlipSignBits(r.inPeerMajor, r.inPeerMajorBytes, cfg_.eltSize, r.stream));
     }
   }
 
@@ -342,12 +346,14 @@ class RankMode : public Mode {
                                                               : (size_t)nRanks() * inUnits;
     const size_t outUnits = (size_t)maxOutRows(scatter, nRanks(), maxRows_) * heads;
     CUDA_OR_DIE(cudaSetDevice(r.dev));
-    CUDA_OR_DIE(cudaMalloc(&r.in, inUnits * headBytes));
+    r.inBytes = inUnits * headBytes;
+    r.inPeerMajorBytes = sendUnits * headBytes;
+    CUDA_OR_DIE(cudaMalloc(&r.in, r.inBytes));
     CUDA_OR_DIE(cudaMalloc(&r.lse, inUnits * 4));
     // The baseline's exchange buffers from ncclMemAlloc, as nccl-tests
     // allocates them: NCCL then registers them in graph capture and moves
     // large messages without its staging copy (docs/perf.md, baseline).
-    NCCL_OR_DIE(ncclMemAlloc((void**)&r.inPeerMajor, sendUnits * headBytes));
+    NCCL_OR_DIE(ncclMemAlloc((void**)&r.inPeerMajor, r.inPeerMajorBytes));
     NCCL_OR_DIE(ncclMemAlloc((void**)&r.recv, recvUnits * headBytes));
     NCCL_OR_DIE(ncclMemAlloc((void**)&r.lsePeerMajor, sendUnits * 4));
     NCCL_OR_DIE(ncclMemAlloc((void**)&r.recvLse, recvUnits * 4));
@@ -359,7 +365,7 @@ class RankMode : public Mode {
       NCCL_OR_DIE(ncclMemAlloc((void**)&r.gather, nRanks() * units * headBytes));
       NCCL_OR_DIE(ncclMemAlloc((void**)&r.gatherLse, nRanks() * units * 4));
     }
-    CUDA_OR_DIE(cudaMemcpy(r.in, inputs_.partialOut(r.rank).data(), inUnits * headBytes, cudaMemcpyHostToDevice));
+    CUDA_OR_DIE(cudaMemcpy(r.in, inputs_.partialOut(r.rank).data(), r.inBytes, cudaMemcpyHostToDevice));
     CUDA_OR_DIE(cudaMemcpy(r.lse, inputs_.partialLse(r.rank).data(), inUnits * 4, cudaMemcpyHostToDevice));
   }
 
