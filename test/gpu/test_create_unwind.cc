@@ -2,8 +2,10 @@
  * Create's failures and abort on one GPU (cp 1), through the test build of
  * the library (failure injection, src/testing.h): a failure injected at
  * each step of create returns an error naming the step and the rank,
- * releases everything it had created (device memory back within 2 MiB),
- * and a following create on the same communicator works. Abort returns
+ * releases everything it had created (every allocation, stream, event,
+ * window and device communicator counted exactly by live_resources.h, and
+ * device memory back within 2 MiB), and a following create on the same
+ * communicator works. Abort returns
  * within a second, on a 1-rank context and on loopback ranks whose waits
  * would otherwise last 20 s. The 2-GPU counterparts are in
  * test/multi/test_create_agreement.cc.
@@ -18,6 +20,7 @@
 
 #include "context.h"
 #include "device_problem.h"
+#include "live_resources.h"
 #include "loopback.h"
 #include "test_util.h"
 #include "testing.h"
@@ -55,6 +58,20 @@ class CreateUnwind : public OneRankComm {
     EXPECT_EQ(m.count, 0u) << m.first;
   }
 
+  // What the process holds now: the counted resources and free device memory.
+  struct Held {
+    LiveResources counted;
+    size_t freeMemory;
+  };
+  static Held held() { return {liveResources(), freeDeviceMemory()}; }
+  // Nothing more than at h: every counted resource exactly (one forgotten
+  // stream or event shows), device memory within kMemorySlack (NCCL's own).
+  static void nothingLeftSince(const Held& h) {
+    EXPECT_EQ(resourceDifference(h.counted, liveResources()), "") << "resources not given back";
+    const long long lost = (long long)h.freeMemory - (long long)freeDeviceMemory();
+    EXPECT_LT(lost, kMemorySlack) << "device memory not given back: " << lost << " bytes";
+  }
+
   // Create, a call, destroy: the communicator is still good for us.
   void createWorks(const ncclDcpConfig_t& c) {
     ncclDcpContext_t ctx = nullptr;
@@ -71,7 +88,7 @@ class CreateUnwind : public OneRankComm {
     if (HasFatalFailure()) return;
     for (CreateStep step : kLocalSteps) {
       SCOPED_TRACE(testing::Message() << "fault at step '" << createStepName(step) << "'");
-      const size_t before = freeDeviceMemory();
+      const Held before = held();
       const CreateFault fault = {step, 0, ncclSystemError};
       injectCreateFault(&fault);
       ncclDcpContext_t ctx = nullptr;
@@ -82,13 +99,26 @@ class CreateUnwind : public OneRankComm {
       EXPECT_NE(msg.find("step '" + std::string(createStepName(step)) + "' failed on rank 0"), std::string::npos)
           << msg;
       EXPECT_NE(msg.find("injected"), std::string::npos) << msg;
-      const long long lost = (long long)before - (long long)freeDeviceMemory();
-      EXPECT_LT(lost, kMemorySlack) << "device memory not given back: " << lost << " bytes";
+      nothingLeftSince(before);
       createWorks(c);
       if (HasFatalFailure()) return;
     }
   }
 };
+
+// The counting wrappers see this binary's library (the test build, linked
+// statically): a live context holds counted resources and gives them all
+// back, so the counts the unwind tests compare can show a leak.
+TEST_F(CreateUnwind, TheCountersSeeTheTestLibrary) {
+  const ncclDcpConfig_t c = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 32);
+  createWorks(c);  // first use
+  const LiveResources before = liveResources();
+  ncclDcpContext_t ctx = nullptr;
+  DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &ctx));
+  EXPECT_NE(resourceDifference(before, liveResources()), "") << "a live context holds no counted resource";
+  DCP_ASSERT(ncclDcpContextDestroy(ctx));
+  EXPECT_EQ(resourceDifference(before, liveResources()), "");
+}
 
 TEST_F(CreateUnwind, FusedPathEveryStep) {
   const ncclDcpConfig_t c = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 32);
@@ -168,7 +198,7 @@ TEST_F(CreateUnwind, LocalFailuresBeforeACollectiveStepGoThroughTheGather) {
     for (const PointCase& pc : kPointCases) {
       SCOPED_TRACE(testing::Message() << providerName(provider) << ": " << createPointName(pc.point) << " at step '"
                                       << createStepName(pc.step) << "'");
-      const size_t before = freeDeviceMemory();
+      const Held before = held();
       CreateFault fault = {pc.step, 0, ncclSystemError};
       fault.point = pc.point;
       injectCreateFault(&fault);
@@ -186,8 +216,7 @@ TEST_F(CreateUnwind, LocalFailuresBeforeACollectiveStepGoThroughTheGather) {
         EXPECT_NE(msg.find(pc.named), std::string::npos) << msg;
       }
       CUDA_ASSERT(cudaGetLastError());
-      const long long lost = (long long)before - (long long)freeDeviceMemory();
-      EXPECT_LT(lost, kMemorySlack) << "device memory not given back: " << lost << " bytes";
+      nothingLeftSince(before);
       createWorks(c);
       if (HasFatalFailure()) return;
     }
@@ -250,12 +279,12 @@ TEST_F(CreateUnwind, BadArgumentsAreRefusedInTheFirstStep) {
   createWorks(good);
 }
 
-// Abort of a healthy 1-rank context: quick, memory back once the next
+// Abort of a healthy 1-rank context: quick, everything back once the next
 // create/destroy runs, and ncclCommAbort works after it.
 TEST_F(CreateUnwind, AbortIsQuickAndGivesEverythingBack) {
   const ncclDcpConfig_t c = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, 64);
   createWorks(c);
-  const size_t before = freeDeviceMemory();
+  const Held before = held();
   for (int i = 0; i < 5; i++) {
     ncclDcpContext_t ctx = nullptr;
     DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &ctx));
@@ -265,8 +294,7 @@ TEST_F(CreateUnwind, AbortIsQuickAndGivesEverythingBack) {
     EXPECT_LT(secondsSince(t0), 1.0);
   }
   createWorks(c);  // frees what the aborts deferred
-  const long long lost = (long long)before - (long long)freeDeviceMemory();
-  EXPECT_LT(lost, kMemorySlack) << "device memory not given back after 5 aborts: " << lost << " bytes";
+  nothingLeftSince(before);
 
   ncclDcpContext_t ctx = nullptr;
   DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &ctx));
