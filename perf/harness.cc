@@ -34,15 +34,12 @@ const char* baseline2Name(const Args& a) {
 
 bool secondContextConfig(const Args& a, ncclDcpConfig_t* config) {
   *config = configOf(a);
+  config->wire = ncclDcpWireNative;  // the baselines stay native (checked against the native reference)
   if (hasBaseline2(a)) {
     config->scatter = ncclDcpScatterHead;
     return true;
   }
-  if (a.baseline == kBaselineNativeWire) {
-    config->wire = ncclDcpWireNative;
-    return true;
-  }
-  return false;
+  return a.baseline == kBaselineNativeWire;
 }
 
 int headsOf(int scatter, int nRanks, int localHeads) {

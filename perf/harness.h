@@ -350,7 +350,8 @@ bool hasBaseline2(const Args& a);
 // real ranks cannot do with unregistered buffers) unless --staged-gather 1.
 const char* baseline2Name(const Args& a);
 // The config of the second context a run's baselines call on the same
-// ranks, if any: NONE's baseline 2 the HEAD mode, -B 3 the native wire.
+// ranks, if any: the native wire (as every baseline), and for NONE's
+// baseline 2 the HEAD mode.
 bool secondContextConfig(const Args& a, ncclDcpConfig_t* config);
 
 }  // namespace perf
