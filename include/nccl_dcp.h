@@ -155,8 +155,8 @@ typedef struct ncclDcpConfig_v1 {
                              then differ in size. Set to 0 by the initializer */
   int wire;               /* ncclDcpWire_t. Default native. fp8 narrows the
                              units that cross the link, on every protocol and
-                             path (the fallback path applies the same rounding
-                             and moves native bytes); the workspace shrinks
+                             path (the fallback path's units cross as D e4m3
+                             bytes, ncclUint8); the workspace shrinks
                              with the units. Refused by create and
                              ncclDcpWorkspaceSize (ncclInvalidArgument naming
                              config->wire): a value that is no ncclDcpWire_t
@@ -474,7 +474,11 @@ ncclResult_t ncclDcpContextDestroyGroup(int nCtxs, ncclDcpContext_t* ctxs);
  * timeout). Engines that only replay graphs call ncclDcpGetAsyncError.
  * On the fallback path a context poisoned by its own device counts still
  * takes part in NCCL's exchange (its peers would wait in it for ever),
- * sending units that merge to NaN on every peer.
+ * sending units that merge to NaN on every peer. A call on that path whose
+ * own launch fails (a CUDA error before its exchange) returns the error
+ * without joining the exchange, as an NCCL collective that fails to
+ * enqueue does: its peers wait in NCCL, bounded only on a nonblocking
+ * communicator (abort the communicator).
  * Inside ncclDcpGroupStart/End the call is checked now and enqueued at
  * ncclDcpGroupEnd. Never call it inside the application's
  * ncclGroupStart/End: the fallback path's all-to-all would be deferred past

@@ -895,7 +895,7 @@ ncclResult_t exchangeFallbackGroup(const std::vector<const GroupedCall*>& calls,
     if (e != ncclSuccess) {
       poisoned->keep(e);
       DCPCHECK(g->ctx->engine.enqueuePoison(&g->buf, 1, g->batch, g->plan, g->stream));
-      if (!g->ctx->engine.poisonedByItsCounts()) continue;
+      if (!g->ctx->engine.exchangesWhilePoisoned(g->ctx->comm)) continue;
     }
     sending.push_back({g, e != ncclSuccess});
     rounds = std::max(rounds, (g->batch + g->ctx->engine.cfg.maxBatch - 1) / g->ctx->engine.cfg.maxBatch);

@@ -126,11 +126,15 @@ struct Engine {
   template <typename F, typename P>
   ncclResult_t run(cudaStream_t stream, F&& enqueue, P&& enqueuePoisoned);
 
-  // Whether this poisoned engine's error is its own call's (device counts
-  // its kernels refused), leaving the communicator sound; else NCCL's.
-  bool poisonedByItsCounts() const {
+  // Whether this poisoned engine's fallback calls still join their peers'
+  // exchanges: its error is its own call's (device counts its kernels
+  // refused) and `comm` has none since (the record keeps the first error
+  // only, so it is asked). Else there is no exchange to join.
+  bool exchangesWhilePoisoned(ncclComm_t comm) const {
     const volatile AsyncErrorRecord* e = host ? &host->error : nullptr;
-    return e != nullptr && e->code == ncclInvalidArgument;
+    ncclResult_t commError = ncclSuccess;
+    return e != nullptr && e->code == ncclInvalidArgument && ncclCommGetAsyncError(comm, &commError) == ncclSuccess &&
+           (commError == ncclSuccess || commError == ncclInProgress);
   }
 
   // The region (and kernel) of a round of `rows` rows, by the policy, and
@@ -255,10 +259,14 @@ struct FallbackRound {
 
 // What a poisoned context's fallback round sends in place of its partials:
 // payload bytes 0xff (NaN in every dtype, and in e4m3) under LSE words of
-// bytes 0x3f (0.747, fp8's scale too): finite and non-zero, so each peer's
-// merge of those units comes out NaN. A NaN or -inf LSE would not do: the
-// merge reads it as an empty shard and leaves the units out, silently.
-constexpr int kPoisonedPayloadByte = 0xff, kPoisonedLseByte = 0x3f;
+// bytes 0x7f (3.39e38, fp8's scale too): finite, so the merge keeps it, and
+// above any real LSE, so it is every merge's maximum: its units weigh 1
+// (1/k from k such senders), every other source's exactly 0, and each
+// peer's merge comes out NaN (its outLse ~3.4e38) whatever the healthy LSEs.
+// 0x3f (0.747) lost to a healthy LSE above ~104 (base e), whose weight
+// underflowed it to 0: the NaN left out, silently. A NaN or -inf LSE would
+// not do either: the merge reads it as an empty shard.
+constexpr int kPoisonedPayloadByte = 0xff, kPoisonedLseByte = 0x7f;
 
 // On the current device.
 ncclResult_t allocFallbackBuffers(const Config& cfg, int nRanks, FallbackBuffers* b);

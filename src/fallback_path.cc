@@ -87,7 +87,7 @@ ncclResult_t enqueueFallback(const Engine& engine, const FallbackBuffers& fb, nc
                              int batch, const CallPlan& plan, cudaStream_t stream, bool poisoned) {
   if (poisoned) {
     DCPCHECK(engine.enqueuePoison(&buf, 1, batch, plan, stream));
-    if (!engine.poisonedByItsCounts()) return ncclSuccess;  // the communicator failed: no exchange to join
+    if (!engine.exchangesWhilePoisoned(comm)) return ncclSuccess;  // the communicator failed: no exchange to join
   }
   return forEachRound(batch, engine.cfg.maxBatch, [&](int row0, int rows) {
     const FallbackRound round = {&engine, &fb, comm, &buf, &plan, stream, row0, rows, poisoned};

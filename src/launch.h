@@ -25,8 +25,8 @@ namespace nccl_dcp {
 int simpleWriters(int requested);
 
 // Baseline / fallback combine (CombineParams in device/params.h).
-// `own`: the rank's partials, read where TOKEN and NONE on a scaled wire
-// need the rank's own units native (OwnPartials).
+// `own`: the rank's partials, from which a scaled wire's combine reads the
+// rank's own units native, in every mode (OwnPartials).
 ncclResult_t launchCombine(const CombineParams& l, cudaStream_t stream, const OwnPartials& own = {});
 
 // Fallback pack (PackParams in device/params.h).

@@ -212,6 +212,12 @@ TEST_P(ReferenceExact, APoisonedSendersUnitsMergeToNaN) {
   std::vector<uint8_t>& payload = ranks[sick].partialOut;
   memset(payload.data(), kPoisonedPayloadByte, payload.size());
   memset(ranks[sick].partialLse.data(), kPoisonedLseByte, ranks[sick].partialLse.size() * sizeof(float));
+  // Row 0's healthy LSEs large (2^-199 of their weight would be a small
+  // poisoned LSE's): the poisoned units must still dominate, not vanish.
+  for (int src = 0; src < kRanks; src++)
+    for (int dst = 0; dst < kRanks; dst++)
+      for (int j = 0; j < kHeads; j++)
+        if (src != sick) lse(src, 0, dst, j) = 200.f;
   runReference(cfg, kRanks, kBatch, s, ranks);
   for (int dst = 0; dst < kRanks; dst++) {
     size_t finite = 0;
