@@ -12,6 +12,7 @@
 #include "device/nccl_compat.h"
 #include "device/proto_simple.h"
 #include "error.h"
+#include "kernels/launch_kernel.cuh"
 
 namespace nccl_dcp {
 
@@ -57,8 +58,7 @@ ncclResult_t resolveLsaPointers(ncclWindow_t window, size_t offset, int nRanks, 
   // the device, stuck ones of an aborted context included.
   char** dev = nullptr;
   CUDACHECK(cudaMallocAsync(&dev, sizeof(char*) * nRanks, stream));
-  resolveLsaKernel<<<1, 64, 0, stream>>>(window, offset, nRanks, dev);
-  cudaError_t e = cudaGetLastError();
+  cudaError_t e = launchKernel(resolveLsaKernel, dim3(1), dim3(64), stream, window, offset, nRanks, dev);
   if (e == cudaSuccess) e = cudaMemcpyAsync(lsa, dev, sizeof(char*) * nRanks, cudaMemcpyDeviceToHost, stream);
   const cudaError_t freed = cudaFreeAsync(dev, stream);
   if (e == cudaSuccess) e = freed;
@@ -70,8 +70,7 @@ ncclResult_t resolveLsaPointers(ncclWindow_t window, size_t offset, int nRanks, 
 
 ncclResult_t launchZeroWindow(ncclWindow_t window, size_t offset, size_t bytes, cudaStream_t stream) {
   if (bytes % sizeof(uint4) != 0) return fail(ncclInternalError, "window region of %zu bytes is not 16-byte sized", bytes);
-  zeroWindowKernel<<<1024, 256, 0, stream>>>(window, offset, bytes);
-  CUDACHECK(cudaGetLastError());
+  CUDACHECK(launchKernel(zeroWindowKernel, dim3(1024), dim3(256), stream, window, offset, bytes));
   return ncclSuccess;
 }
 

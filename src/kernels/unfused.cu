@@ -3,10 +3,9 @@
  * (device/combine.h): the fallback's pack and combine, and the poison of a
  * poisoned context's calls. One dtype dispatch per wire.
  ************************************************************************/
-#include <utility>
-
 #include "device/combine.h"
 #include "error.h"
+#include "kernels/launch_kernel.cuh"
 #include "launch.h"
 
 namespace nccl_dcp {
@@ -15,17 +14,9 @@ namespace {
 
 unsigned blocksFor(size_t units) { return (unsigned)((units + kCombineWarps - 1) / kCombineWarps); }
 
-// cudaLaunchKernelEx's result is this launch's own: <<<>>> and then
-// cudaGetLastError would also take an error the application left pending,
-// and fail a fallback call between its pack and the exchange its peers
-// wait in (and consume the application's error).
 template <typename... Params, typename... Args>
-ncclResult_t launchUnfused(void (*kernel)(Params...), unsigned grid, cudaStream_t stream, Args&&... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(kCombineThreads);
-  cfg.stream = stream;
-  CUDACHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+ncclResult_t launchUnfused(void (*kernel)(Params...), unsigned grid, cudaStream_t stream, const Args&... args) {
+  CUDACHECK(launchKernel(kernel, dim3(grid), dim3(kCombineThreads), stream, args...));
   return ncclSuccess;
 }
 
