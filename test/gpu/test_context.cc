@@ -655,19 +655,21 @@ TEST_F(OneRankContext, PoisonedContextInAGroupLeavesTheOthersEnqueued) {
 }
 
 // An error the application left pending (a failed cudaMalloc) is its own:
-// a call on either path neither fails on it -- the fallback's did, between
-// its pack and the exchange its peers wait in -- nor consumes it.
+// create and a call on either path neither fail on it -- the fallback's
+// call did, between its pack and the exchange its peers wait in; create
+// did in its window kernels' launches -- nor consume it.
 TEST_F(OneRankContext, AnErrorTheApplicationLeftPendingIsNotTheCalls) {
   for (bool fallback : {false, true}) {
     SCOPED_TRACE(fallback ? "fallback" : "fused");
     std::unique_ptr<ScopedEnv> env(fallback ? new ScopedEnv(forcedFallbackEnv()) : nullptr);
     const ncclDcpConfig_t c = makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8);
-    ncclDcpContext_t ctx = nullptr;
-    DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &ctx));
     void* huge = nullptr;
     ASSERT_EQ(cudaMalloc(&huge, (size_t)1 << 50), cudaErrorMemoryAllocation);
+    ncclDcpContext_t ctx = nullptr;
+    DCP_ASSERT(ncclDcpContextCreate(comm_, &c, &ctx));
     callAndCheck(ctx, c, 5);
-    EXPECT_EQ(cudaGetLastError(), cudaErrorMemoryAllocation) << "the call consumed the application's pending error";
+    EXPECT_EQ(cudaGetLastError(), cudaErrorMemoryAllocation)
+        << "create or the call consumed the application's pending error";
     DCP_ASSERT(ncclDcpContextDestroy(ctx));
   }
 }
