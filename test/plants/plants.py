@@ -653,6 +653,12 @@ PLANTS = [
           [("unit_reference", "AllTypes/ReferenceExact.APoisonedSendersUnitsMergeToNaN/bf16", 0)],
           "a poisoned context's fallback call sends NaN LSE words, which the merge reads as empty shards: its "
           "peers merge without its units and never see NaN"),
+    Plant("launch_takes_the_applications_pending_error", "src/kernels/launch_kernel.cuh",
+          "  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);\n",
+          "  cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);\n  return cudaGetLastError();\n",
+          [("gpu_context", "OneRankContext.AnErrorTheApplicationLeftPendingIsNotTheCalls", 1)],
+          "create's window kernels and the unfused kernels report cudaGetLastError: an error the application left "
+          "pending fails create and the fallback's calls, and is consumed"),
     Plant("fallback_poisoned_lse_loses_to_a_large_one", "src/engine.h",
           "constexpr int kPoisonedPayloadByte = 0xff, kPoisonedLseByte = 0x7f;",
           "constexpr int kPoisonedPayloadByte = 0xff, kPoisonedLseByte = 0x3f;",
