@@ -861,7 +861,10 @@ INSTANTIATE_TEST_SUITE_P(Modes, ScatterRanks,
                          [](const testing::TestParamInfo<int>& i) { return std::string(scatterName(i.param)); });
 
 // TOKEN's counts on real ranks, on ScatterRanks' communicators.
-class TokenCountsRanks : public ScatterRanks {};
+class TokenCountsRanks : public ScatterRanks {
+ protected:
+  void poisonedRankJoinsTheExchange(int wire);
+};
 
 // TOKEN host counts that are valid on each rank but differ between them:
 // the ranks' splits differ, so their units must never be taken for each
@@ -904,11 +907,21 @@ TEST_F(TokenCountsRanks, CountsThatDifferBetweenRanksTimeOutOnEveryProtocol) {
 // part in NCCL's all-gather: its peer, whose call is sound, completes (it
 // waited in NCCL for ever before) and merges the poisoned rank's units to
 // NaN. Call 1: rank 0's device counts are invalid (its combine poisons the
-// context); call 2: valid counts on both ranks.
+// context); call 2: valid counts on both ranks. Both wires: fp8's poisoned
+// units cross as e4m3 bytes under the poisoned scale.
 TEST_F(TokenCountsRanks, APoisonedFallbackRankStillJoinsTheExchange) {
+  for (int wire : {(int)ncclDcpWireNative, (int)ncclDcpWireFp8E4m3}) {
+    SCOPED_TRACE(wireName(wire));
+    poisonedRankJoinsTheExchange(wire);
+    if (HasFatalFailure()) return;
+  }
+}
+
+void TokenCountsRanks::poisonedRankJoinsTheExchange(int wire) {
   ScopedEnv env(forcedFallbackEnv());
   const int batch = 40;
-  const ncclDcpConfig_t c = withScatter(makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 64), ncclDcpScatterToken);
+  ncclDcpConfig_t c = withScatter(makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 64), ncclDcpScatterToken);
+  c.wire = wire;
   Config cfg;
   ASSERT_EQ(resolveConfig(&c, Env(), &cfg), ncclSuccess) << ncclDcpGetLastError();
   DeviceProblem p(cfg, kRanks, batch, LseMix::Normal, freshSeed(), CallSpec{}, {0, 1});
