@@ -420,10 +420,9 @@ IpcOutcome ipcOutcome(const Member& m) {
       if (t.link[r] != ncclDcpLinkNvlink) return {(int32_t)IpcBlock::NotVisible, r};
       continue;
     }
-    if (cudaDeviceCanAccessPeer(&canAccess, m.dev, peerDev) != cudaSuccess || !canAccess) {
-      cudaGetLastError();
-      return {(int32_t)IpcBlock::NoP2p, r};
-    }
+    const cudaError_t e = cudaDeviceCanAccessPeer(&canAccess, m.dev, peerDev);
+    if (e != cudaSuccess) cudaGetLastError();  // only ours: the application's pending error stays
+    if (e != cudaSuccess || !canAccess) return {(int32_t)IpcBlock::NoP2p, r};
   }
   return {(int32_t)IpcBlock::None, -1};
 }

@@ -207,7 +207,7 @@ ncclResult_t Exchange::collect(void* out, const char* what, int timeoutMs, bool*
 
 void Exchange::close() {
   if (stream_ == nullptr && scratch_ == nullptr) return;
-  if (dev_ >= 0) cudaSetDevice(dev_);
+  bool failed = dev_ >= 0 && cudaSetDevice(dev_) != cudaSuccess;
   if (queued_) {
     WARN("rank %d: an all-gather of nccl-dcp's may still be queued on the communicator (NCCL runs one deferred by "
          "ncclGroupStart at the caller's ncclGroupEnd): its %zu-byte scratch and its stream stay allocated for the "
@@ -217,11 +217,13 @@ void Exchange::close() {
     parked.push_back({scratch_, ownsStream_ ? stream_ : nullptr});
     if (reserve_) giveBackReserve(dev_, true);
   } else {
-    if (ownsStream_) cudaStreamDestroy(stream_);
+    if (ownsStream_) failed |= cudaStreamDestroy(stream_) != cudaSuccess;
     if (reserve_) giveBackReserve(dev_, false);
-    else if (scratch_) cudaFree(scratch_);
+    else if (scratch_) failed |= cudaFree(scratch_) != cudaSuccess;
   }
-  cudaGetLastError();
+  // A failure here is ours, with nothing to report it to: cleared. Never
+  // otherwise: the error would be the application's, left pending.
+  if (failed) cudaGetLastError();
   stream_ = nullptr;
   scratch_ = nullptr;
   ownsStream_ = reserve_ = queued_ = false;
