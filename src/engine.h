@@ -262,7 +262,8 @@ struct FallbackRound {
 // bytes 0x7f (3.39e38, fp8's scale too): finite, so the merge keeps it, and
 // above any real LSE, so it is every merge's maximum: its units weigh 1
 // (1/k from k such senders), every other source's exactly 0, and each
-// peer's merge comes out NaN (its outLse ~3.4e38) whatever the healthy LSEs.
+// peer's merge comes out NaN (its outLse ~3.4e38) whatever the healthy LSEs
+// below 3.39e38 (every real one).
 // 0x3f (0.747) lost to a healthy LSE above ~104 (base e), whose weight
 // underflowed it to 0: the NaN left out, silently. A NaN or -inf LSE would
 // not do either: the merge reads it as an empty shard.

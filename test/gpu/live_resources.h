@@ -7,8 +7,12 @@
  * A test binary that links live_resources.cc defines those functions
  * itself: the executable comes first in the dynamic linker's search order,
  * so libnccl_dcp.so's calls (and the test's own) land here, are counted,
- * and go on to the real function (dlsym(RTLD_NEXT)). NCCL's allocations
- * for itself (its CUDA runtime is linked statically) are not seen.
+ * and go on to the real function (dlsym(RTLD_NEXT)). NCCL's CUDA runtime
+ * calls for itself are not seen (its runtime is linked statically), but
+ * its own calls of the NCCL functions counted here would be: ncclDevCommCreate
+ * and ncclDevCommDestroy register and deregister a resource window
+ * through them when the requirements ask for one (barriers), which
+ * nccl-dcp's never do (NCCL 2.28.9, 2.30), so the counts balance.
  ************************************************************************/
 #ifndef NCCL_DCP_TEST_LIVE_RESOURCES_H_
 #define NCCL_DCP_TEST_LIVE_RESOURCES_H_
