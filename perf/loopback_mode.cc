@@ -210,13 +210,13 @@ class LoopbackMode : public Mode {
   int nRanks() const override { return cp_; }
 
   std::string title() const override {
-    const std::string baseline =
-        nativeWireBaseline_ ? "the fused call on the native wire (a second loopback)"
-                            : std::string("one copy kernel doing every virtual rank's ") +
-                                  (cfg_.scatter == Scatter::Head    ? "all-to-all"
-                                   : cfg_.scatter == Scatter::Token ? "all-to-all in token layout (blocks of ceil(B/cp) rows)"
-                                                                    : "all-gather of every partial") +
-                                  " + one combine kernel for all";
+    const char* exchange = cfg_.scatter == Scatter::Head    ? "all-to-all"
+                           : cfg_.scatter == Scatter::Token ? "all-to-all in token layout (blocks of ceil(B/cp) rows)"
+                                                            : "all-gather of every partial";
+    const std::string baseline = nativeWireBaseline_
+                                     ? std::string("the fused call on the native wire (a second loopback)")
+                                     : std::string("one copy kernel doing every virtual rank's ") + exchange +
+                                           " + one combine kernel for all";
     char s[1024];
     snprintf(s, sizeof(s),
              "# nccl-dcp %d  NCCL %d  loopback: %d virtual ranks on %s; device-to-device copy %.0f GB/s (read + write)\n"
