@@ -68,16 +68,16 @@ __device__ void combineUnit(const CombineParams& p, const int* start, int unit, 
   const float merged = mergeWeightsWarp(weight, p.nRanks, p.lseBase, lane);
   if (lane == 0 && p.outLse) p.outLse[outRow * p.outLseRow + head * p.outLseHead] = merged;
   const size_t headBytes = (size_t)p.headDim * sizeof(T);
+  const size_t unitBytes = C::kScaled ? (size_t)p.headDim : headBytes;  // in recvData (fallbackUnitBytesOf)
   char* out = p.out + (outRow * p.outRow + head * p.outHead) * (int64_t)sizeof(T);
   for (size_t off = (size_t)lane * 16; off < headBytes; off += 32 * 16) {
     float acc[2][W::kPerWord] = {};
     for (int s = 0; s < p.nRanks; s++) {
-      const char* src = p.recvData + (s * unitsPerSource + unit) * headBytes;
+      const char* src = p.recvData + (s * unitsPerSource + unit) * unitBytes;
       const float w = weight[s];
       if constexpr (C::kScaled) {
-        if (s != p.rank) {  // D e4m3 bytes a unit; 16 bytes of out: one e4m3 word of it
-          const char* encoded = p.recvData + (s * unitsPerSource + unit) * p.headDim;
-          C::accumulate(&acc[0][0], w, typename C::Scale{scale[s], 1.f, false}, loadInput8(encoded + off / sizeof(T)));
+        if (s != p.rank) {  // 16 bytes of out: one e4m3 word of the unit
+          C::accumulate(&acc[0][0], w, typename C::Scale{scale[s], 1.f, false}, loadInput8(src + off / sizeof(T)));
           continue;
         }
         src = ownUnitOf<T>(p, own, row, head);
