@@ -578,11 +578,11 @@ struct SimpleProtocol {
             if (src >= n || v0 + 32 * j + lane >= total) continue;
             if constexpr (kOwnInX) {
               x[j][b] = src == rank ? Codec::loadOwnVector(at[j].own)
-                                    : loadVolatile16(at[j].remote + (size_t)(src < rank ? src : src - 1) * sourceBytes);
+                                    : loadPayload16(at[j].remote + (size_t)(src < rank ? src : src - 1) * sourceBytes);
             } else if (src == rank) {
               own[j] = Codec::loadOwnVector(at[j].own);
             } else {
-              x[j][b] = loadVolatile16(at[j].remote + (size_t)(src < rank ? src : src - 1) * sourceBytes);
+              x[j][b] = loadPayload16(at[j].remote + (size_t)(src < rank ? src : src - 1) * sourceBytes);
               scale[j][b] = Codec::scaleOfLseWord(
                   (uint64_t)loadVolatile4(ws + r.lseOffsetOf(slot, src, rank, at[j].pos) + 4) << 32);
             }
