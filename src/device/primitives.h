@@ -159,12 +159,14 @@ __device__ __forceinline__ uint4 loadVolatile16(const void* p) {
                : "l"(p));
   return v;
 }
-// SIMPLE's payload, read once its chunk's flags are acquired (by this
-// warp, or by its group's first warp before their barrier): that acquire
-// orders a weak load after the writers' release, so the strong
-// system-scope ld.volatile is not needed; no L1 line is allocated, so a
-// later round's load cannot hit one. 3-5% faster at 16 rows, never
-// slower than 1% (docs/perf-history.md, "SIMPLE's merge loads, weaker").
+// SIMPLE's payload, read once its chunk's flags are acquired (by a lane
+// of the group's first warp, then the group's barrier): the writers'
+// release, that acquire and the barrier order even a weak load after the
+// payload's stores (in practice, the acquire's CCTL.IVALL clears the SM's
+// L1), so the strong system-scope ld.volatile is not needed.
+// L1::no_allocate is only a hint, kept off L1 for reuse, not for safety.
+// 3-5% faster at 16 rows, never slower than 1% (docs/perf-history.md,
+// "SIMPLE's merge loads, weaker").
 __device__ __forceinline__ uint4 loadPayload16(const void* p) {
   uint4 v;
   asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
