@@ -14,9 +14,10 @@ process, and said above the table), else native HEAD's file of the same cp
 prints as "-".
 
 Refused: a file with a wrong element (fused call or either baseline),
-files of different commits, a file whose config is not the one its name
-says (perf-wire-fp8.json not fp8, ...). A file run with -c 0 is tabled,
-with a line saying its rows were not checked.
+files of different commits or GPUs (the GPU is printed first), a file
+whose config is not the one its name says (perf-wire-fp8.json not fp8,
+...). A file run with -c 0 is tabled, with a line saying its rows were
+not checked.
 """
 import argparse
 import os
@@ -74,15 +75,19 @@ def table(directory, name):
 
 def tables(directory, names):
     """table() of each name, {name: (meta, rows)}: files of different
-    commits are refused (a table would set one build's times beside
-    another's)."""
+    commits or GPUs are refused (a table would set one build's or card's
+    times beside another's); the GPU is printed above the tables, so that
+    no table is headed with another card's name."""
     loaded = {name: table(directory, name) for name in names}
-    commits = {}
-    for name, (meta, _) in loaded.items():
-        commits.setdefault(meta["commit"], []).append(name + ".json")
-    if len(commits) > 1:
-        sys.exit(f"{directory}: files of different commits: " +
-                 "; ".join(f"{c or 'none recorded'}: {', '.join(n)}" for c, n in commits.items()))
+    for key, what in (("commit", "commits"), ("device", "GPUs")):
+        seen = {}
+        for name, (meta, _) in loaded.items():
+            seen.setdefault(meta[key], []).append(name + ".json")
+        if len(seen) > 1:
+            sys.exit(f"{directory}: files of different {what}: " +
+                     "; ".join(f"{v or 'none recorded'}: {', '.join(n)}" for v, n in seen.items()))
+    device = next(iter(loaded.values()))[0]["device"]
+    print(f"GPU: {device or 'none recorded'}\n")
     return loaded
 
 

@@ -2,9 +2,10 @@
 """Unit tests of scripts/perf_tables.py: docs/perf.md's current one-GPU
 tables are exactly what it prints from the JSON directory perf.md names
 (a table retyped or left behind by a new run fails), and a file with a
-wrong row (baseline 2's included), files of different commits or a file
-whose config is not the one its name says are refused rather than
-tabled; a run made with -c 0 is tabled as "not checked", not as 0 wrong.
+wrong row (baseline 2's included), files of different commits or GPUs
+or a file whose config is not the one its name says are refused rather
+than tabled; a section headed with one card names JSON measured on it;
+a run made with -c 0 is tabled as "not checked", not as 0 wrong.
 
 Speaks TAP (meson's `protocol: 'tap'`). Run by hand:
 python3 test/scripts/test_perf_tables.py
@@ -24,6 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 sys.path.insert(0, HERE)
+import perf_json  # noqa: E402
 import perf_tables  # noqa: E402
 import tap  # noqa: E402
 
@@ -50,6 +52,33 @@ def section_dir(perf_md, heading):
 
 CP8 = "## Current: one H200, loopback cp 8"
 OTHER_CPS = "### Other rank counts: cp 2, 4 and 16"
+H100_CP8 = "## One H100, loopback cp 8"
+
+
+def sections_naming_json(perf_md):
+    """(heading, its card, directory) of every perf.md section that names
+    a docs/data/loopback-* directory: the card (H100, H200) of its own
+    heading, else of the `##` heading it sits under."""
+    found, card, heading, text = [], None, None, []
+
+    def close():
+        m = re.search(r"JSON: `(docs/data/loopback-[^`/]+)/", "\n".join(text))
+        if heading and m:
+            found.append((heading, card, os.path.join(ROOT, m.group(1))))
+
+    for line in perf_md.splitlines():
+        if line.startswith("## ") or line.startswith("### "):
+            close()
+            heading, text = line, []
+            named = re.search(r"\b(H100|H200)\b", line)
+            if line.startswith("## "):
+                card = named.group(1) if named else None
+            elif named:
+                card = named.group(1)
+        else:
+            text.append(line)
+    close()
+    return found
 
 
 class Tables(unittest.TestCase):
@@ -73,6 +102,33 @@ class Tables(unittest.TestCase):
 
     def test_other_rank_counts_are_the_json(self):
         self.assertPrintedInPerfMd(self.other_dir, "--cp", "2", "4", "16")
+
+    def test_h100_tables_are_the_json(self):
+        directory = section_dir(self.perf_md, H100_CP8)
+        self.assertIsNotNone(directory, "perf.md's H100 section names no docs/data/loopback-* directory")
+        self.assertPrintedInPerfMd(directory)
+
+    def test_each_sections_card_is_its_jsons(self):
+        """A section headed with one card names JSON measured on it (the
+        first H100 run's tables could have been pasted under the H200's
+        heading: nothing else would notice)."""
+        found = sections_naming_json(self.perf_md)
+        self.assertGreaterEqual(len(found), 3, found)
+        for heading, card, directory in found:
+            with self.subTest(heading):
+                self.assertIsNotNone(card, f"{heading}: no card (H100, H200) in it or the section above")
+                devices = {perf_json.load(os.path.join(directory, f))[0]["device"]
+                           for f in os.listdir(directory) if f.endswith(".json")}
+                self.assertEqual(len(devices), 1, devices)
+                self.assertIn(card, devices.pop(), f"{heading} names {directory}")
+
+    def test_files_of_different_gpus_are_refused(self):
+        def edit(data):
+            data["device"] = "NVIDIA H100 80GB HBM3"
+        why = self.refused("perf-wire-fp8", edit)
+        self.assertIn("GPUs", why)
+        self.assertIn("NVIDIA H100 80GB HBM3: perf-wire-fp8.json", why)
+        self.assertIn("perf-AUTO.json", why)
 
     @contextlib.contextmanager
     def copy_edited(self, directory, name, edit):
