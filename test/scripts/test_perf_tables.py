@@ -59,7 +59,7 @@ def sections_naming_json(perf_md):
     """(heading, its card, directory) of every perf.md section that names
     a docs/data/loopback-* directory: the card (H100, H200) of its own
     heading, else of the `##` heading it sits under."""
-    found, card, heading, text = [], None, None, []
+    found, parent, card, heading, text = [], None, None, None, []
 
     def close():
         m = re.search(r"JSON: `(docs/data/loopback-[^`/]+)/", "\n".join(text))
@@ -72,9 +72,8 @@ def sections_naming_json(perf_md):
             heading, text = line, []
             named = re.search(r"\b(H100|H200)\b", line)
             if line.startswith("## "):
-                card = named.group(1) if named else None
-            elif named:
-                card = named.group(1)
+                parent = named.group(1) if named else None
+            card = named.group(1) if named else parent
         else:
             text.append(line)
     close()
