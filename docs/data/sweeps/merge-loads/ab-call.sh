@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Timed 2026-12-05 on an H100 (ab-97d677b-h100/); weak.patch landed in 3c24654,
-# so both patches apply to 97d677b and earlier only.
+# Timed 2026-12-05 on an H100 (ab-97d677b-h100/). weak.patch landed in 3c24654:
+# both patches apply only to trees before it (97d677b).
 # The A/B call prepared 2026-12-05 for the next GPU session (docs/perf-history.md,
 # "SIMPLE's merge loads, weaker"): the merges' payload loads as ld.global.cg
 # (SASS LDG.E.128.STRONG.GPU; cg.patch) and as weak L1::no_allocate loads
