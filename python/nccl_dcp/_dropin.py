@@ -39,6 +39,19 @@ def uses_library(tensor, group):
     backend is NCCL. Otherwise nccl_dcp.reference does (same result)."""
     if not isinstance(tensor, torch.Tensor) or not tensor.is_cuda:
         return False
+    return _nccl_backend(group)
+
+
+def library_device(group):
+    """The device whose tensors nccl-dcp would merge on this group, before
+    any call: the current CUDA device where the group's CUDA backend is
+    NCCL, else None (nccl_dcp.reference runs the calls)."""
+    if not torch.cuda.is_available() or not _nccl_backend(group):
+        return None
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def _nccl_backend(group):
     return "nccl" in str(dist.get_backend(group)).lower()
 
 

@@ -24,11 +24,14 @@ never copied; other leading shapes as views too when their leading dims
 can be merged into one (else a copy of them). The workspace is an object
 of this module, not a tensor: it holds the group and the nccl-dcp contexts
 its calls need, one per LSE base (and one of a single head per row, for
-leading entries that are not a multiple of local_heads), each made by the
-first call that needs it (collective: before CUDA-graph capture, as
-FlashInfer asks of its workspace). Unlike FlashInfer's, one workspace
-serves any stream. workspace.close() is collective. CPU tensors run
-nccl_dcp.reference instead (tests, CPU runs).
+leading entries that are not a multiple of local_heads). Creating the
+workspace makes the context of its lse_mode ("base2", FlashInfer's
+default; a keyword of ours) on the current CUDA device, collectively, as
+FlashInfer's creation does its collective work, so a first call can be
+captured in a CUDA graph; any other context is made by the first call
+that needs it (collective: before capture). Unlike FlashInfer's, one
+workspace serves any stream. workspace.close() is collective. CPU tensors
+run nccl_dcp.reference instead (tests, CPU runs).
 """
 
 import torch
@@ -51,8 +54,9 @@ def decode_cp_a2a_lse_reduce_workspace_size(max_tokens, local_heads, cp_size, he
 class Workspace:
     """What decode_cp_a2a_lse_reduce_create_workspace returns."""
 
-    def __init__(self, max_tokens, local_heads, cp_size, head_dim, dtype, group):
+    def __init__(self, max_tokens, local_heads, cp_size, head_dim, dtype, group, lse_mode="base2"):
         _check_geometry(max_tokens, local_heads, cp_size, head_dim, dtype)
+        base = None if lse_mode is None else _lse_base(lse_mode, None)
         self.group = _dropin.process_group(group)
         self.rank, n = dist.get_rank(self.group), dist.get_world_size(self.group)
         if n != cp_size:
@@ -60,6 +64,9 @@ class Workspace:
         self.max_tokens, self.local_heads, self.cp_size, self.head_dim, self.dtype = (
             max_tokens, local_heads, cp_size, head_dim, dtype)
         self._contexts = _dropin.ContextCache()
+        device = _dropin.library_device(self.group)
+        if base is not None and device is not None:
+            self.context(base, device)  # collective now, as FlashInfer's creation: not at a captured first call
 
     def context(self, base, device, local_heads=None):
         """The context of one LSE base: local_heads heads per row (the
@@ -75,9 +82,12 @@ class Workspace:
         self._contexts.close()
 
 
-def decode_cp_a2a_lse_reduce_create_workspace(max_tokens, local_heads, cp_size, head_dim, dtype, group):
-    """group: a ProcessGroup or its name, the CP ranks."""
-    return Workspace(max_tokens, local_heads, cp_size, head_dim, dtype, group)
+def decode_cp_a2a_lse_reduce_create_workspace(max_tokens, local_heads, cp_size, head_dim, dtype, group, *,
+                                              lse_mode="base2"):
+    """group: a ProcessGroup or its name, the CP ranks. Collective. lse_mode
+    (ours, by keyword): the LSE base whose context is made now, on the
+    current CUDA device ("base2" or "basee"; None: at its first call)."""
+    return Workspace(max_tokens, local_heads, cp_size, head_dim, dtype, group, lse_mode)
 
 
 _LSE_MODES = {"base2": False, "basee": True}

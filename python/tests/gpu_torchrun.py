@@ -1121,8 +1121,8 @@ def add_dropins(suite, group):
 
 def add_dropin_graphs(suite, group):
     """FlashInfer's drop-in captured in a CUDA graph, as an engine captures
-    a decode step (an eager warm-up first: it makes the context), replayed
-    with fresh inputs. (vLLM's runs the same context; on one rank it passes
+    a decode step (an eager warm-up first; and without one, its first call
+    captured: the workspace made the context), replayed with fresh inputs. (vLLM's runs the same context; on one rank it passes
     its inputs through, so FlashInfer's is the one that runs everywhere.)"""
     hl, d = 4, 128
 
@@ -1150,6 +1150,27 @@ def add_dropin_graphs(suite, group):
         ws.close()
         return bad
     suite.case("dropin/flashinfer/graph_replays", run)
+
+    def first_call_captured():
+        # As FlashInfer allows: workspace, then capture, no eager call first
+        # (the workspace's creation made its context).
+        ws = flashinfer.decode_cp_a2a_lse_reduce_create_workspace(64, hl, suite.cp, d, torch.bfloat16, group)
+        x = Inputs("transposed", 8, suite.cp, hl, d, torch.bfloat16, seed=suite.seed(), rank=suite.rank)
+        po, pl = x.po.transpose(1, 2), x.pl.transpose(1, 2)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=side):
+            out = flashinfer.decode_cp_a2a_lse_reduce(po, pl, ws, suite.rank, suite.cp)
+        poison(out)
+        graph.replay()
+        torch.cuda.synchronize()
+        want, _ = x.reference(2, group)
+        bad = reference.count_mismatches(out, None, want, None).item()
+        del graph
+        ws.close()
+        return bad
+    suite.case("dropin/flashinfer/first_call_captured", first_call_captured)
 
 
 # ---- main

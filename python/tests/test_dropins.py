@@ -42,6 +42,7 @@ CASES = [
     "flashinfer/cpu/bfloat16/lse_mode_positional", "flashinfer/refuses_bad_lse_modes",
     "flashinfer/cpu/float16/leading_dims", "flashinfer/library_path/leading_dims",
     "flashinfer/library_path/errors_name_the_callers_arguments",
+    "flashinfer/library_path/workspace_makes_its_context",
 ]
 
 
@@ -406,6 +407,31 @@ def run_case(name, rank):
             StandIn.on_cuda = False
         check(name, "partial_out" not in text, f"Context's name in {text!r}")
         ws.close()
+    elif name == "flashinfer/library_path/workspace_makes_its_context":
+        # FlashInfer's creation does the collective work, so an engine may
+        # capture the first call: the workspace's context is made with it.
+        StandIn.made.clear()
+        create = flashinfer.decode_cp_a2a_lse_reduce_create_workspace
+        ws = create(16, HL, WORLD, D, torch.bfloat16, world)
+        check(name, len(StandIn.made) == 1, f"{len(StandIn.made)} contexts made by the creation, not 1")
+        check(name, StandIn.made[0].config == dict(head_dim=D, local_heads=HL, dtype=torch.bfloat16, lse_base=2,
+                                                   max_batch=16, lse_dtype="float32"),
+              f"config {StandIn.made[0].config}")
+        po, pl = flashinfer_inputs(3, torch.bfloat16, rank, seed=65)
+        want, _ = flashinfer_oracle(po, pl, rank, 2)
+        out = flashinfer.decode_cp_a2a_lse_reduce(po, pl, ws, rank, WORLD)
+        check(name, mismatches(out, want) == 0 and len(StandIn.made) == 1 and len(StandIn.made[0].calls) == 1,
+              "the first call did not run on the creation's context")
+        ws_e = create(16, HL, WORLD, D, torch.bfloat16, world, lse_mode="basee")
+        check(name, len(StandIn.made) == 2 and StandIn.made[1].config["lse_base"] == "e", "lse_mode='basee': no base-e")
+        ws_none = create(16, HL, WORLD, D, torch.bfloat16, world, lse_mode=None)
+        check(name, len(StandIn.made) == 2, "lse_mode=None made a context")
+        raises(name, "lse_mode 'base10'", lambda: create(16, HL, WORLD, D, torch.bfloat16, world, lse_mode="base10"),
+               ValueError, "lse_mode must be 'base2' or 'basee'")
+        check(name, len(StandIn.made) == 2, "a refused lse_mode made a context")
+        for w in (ws, ws_e, ws_none):
+            w.close()
+        check(name, all(c.closed for c in StandIn.made), "close() left one open")
     elif name == "flashinfer/refuses_bad_arguments":
         ws = flashinfer.decode_cp_a2a_lse_reduce_create_workspace(8, HL, WORLD, D, torch.bfloat16, world)
         po, pl = flashinfer_inputs(2, torch.bfloat16, rank, seed=40)
@@ -434,12 +460,14 @@ def worker(rank, port, results):
     from nccl_dcp import _dropin
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    real_context, real_uses = _dropin.Context, _dropin.uses_library
+    real_context, real_uses, real_device = _dropin.Context, _dropin.uses_library, _dropin.library_device
     try:
         for name in CASES:
             library_path = "/library_path/" in name
             _dropin.Context = StandIn if library_path else real_context
             _dropin.uses_library = (lambda t, g: True) if library_path else real_uses
+            # The stand-in's device: these cases' CPU tensors, so a workspace's context serves their calls.
+            _dropin.library_device = (lambda g: torch.device("cpu")) if library_path else real_device
             try:
                 run_case(name, rank)
                 results.put((rank, name, None))
