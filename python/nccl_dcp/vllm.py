@@ -55,8 +55,7 @@ def dcp_a2a_lse_reduce(cp_attn_out, cp_attn_lse, cp_group, ctx=None, return_lse=
         raise ValueError(f"cp_attn_out has {heads} heads, not a multiple of the group's {cp} ranks")
     _check_empty_shards(seq_lens, query_start_loc)
     local_heads, base = heads // cp, _dropin.lse_base(is_lse_base_on_e)
-    if cp_attn_out.stride(-1) != 1:
-        cp_attn_out = cp_attn_out.contiguous()
+    cp_attn_out = _as_the_library_takes_it(cp_attn_out)
     if cp_attn_lse.stride(-1) != 1:
         cp_attn_lse = cp_attn_lse.contiguous()
     if _dropin.uses_library(cp_attn_out, group):
@@ -69,6 +68,20 @@ def dcp_a2a_lse_reduce(cp_attn_out, cp_attn_lse, cp_group, ctx=None, return_lse=
     out, out_lse = reference.a2a_lse_reduce(cp_attn_out, cp_attn_lse, local_heads, base, group, seq_lens=seq_lens,
                                             query_start_loc=query_start_loc)
     return (out, out_lse) if return_lse else out
+
+
+def _as_the_library_takes_it(t):
+    """cp_attn_out as it is where the library can read it in place (unit
+    last stride, every other stride and the pointer 16-byte aligned), else
+    a packed copy: vLLM takes any strides, so its callers may pass views
+    the library would refuse."""
+    elt = t.element_size()
+    strided_ok = all(size <= 1 or (stride > 0 and stride * elt % 16 == 0)
+                     for size, stride in zip(t.shape[:-1], t.stride()[:-1]))
+    if t.stride(-1) == 1 and strided_ok and t.data_ptr() % 16 == 0:
+        return t
+    packed = t.contiguous()
+    return packed if packed.data_ptr() != t.data_ptr() else t.clone()  # contiguous but misaligned: a fresh one
 
 
 def _check_empty_shards(seq_lens, query_start_loc):

@@ -36,7 +36,7 @@ CASES = [
     "vllm/library_path/layout_config_cache", "vllm/one_rank_passes_through", "vllm/refuses_bad_shapes",
     "vllm/cpu/float32/base_e/seq_lens", "vllm/cpu/bfloat16/base_2/seq_lens_lse_bf16",
     "vllm/library_path/seq_lens_and_fp32_lse", "vllm/library_path/errors_name_the_callers_arguments",
-    "vllm/refuses_bad_arguments",
+    "vllm/refuses_bad_arguments", "vllm/library_path/views_the_library_cannot_take_are_copied",
     "flashinfer/cpu/bfloat16/base_2", "flashinfer/cpu/float16/base_e", "flashinfer/cpu/bfloat16/base_e",
     "flashinfer/library_path/strided_view_and_cache", "flashinfer/refuses_bad_arguments",
     "flashinfer/cpu/bfloat16/lse_mode_positional", "flashinfer/refuses_bad_lse_modes",
@@ -288,6 +288,25 @@ def run_case(name, rank):
         check(name, len(StandIn.made) == 2 and StandIn.made[1].config["lse_base"] == 2, "no second context")
         vllm.close_contexts()
         check(name, all(c.closed for c in StandIn.made), "close_contexts left one open")
+    elif name == "vllm/library_path/views_the_library_cannot_take_are_copied":
+        # vLLM takes any strides; the library wants 16-byte strides and pointer.
+        StandIn.made.clear()
+        po, pl = vllm_inputs(5, torch.bfloat16, torch.float32, rank, seed=54)
+        want, want_lse = vllm_oracle(po, pl, rank, "e")
+        b, h, d = po.shape
+        padded = torch.full((b, h, d + 1), math.nan, dtype=po.dtype)[..., :d]  # head stride d + 1: 34 bytes
+        padded.copy_(po)
+        shifted = torch.full((b * h * d + 1,), math.nan, dtype=po.dtype)[1:].view(b, h, d)  # packed, 2 bytes off
+        shifted.copy_(po)
+        for what, view in (("a padded head stride", padded), ("a pointer 2 bytes off", shifted)):
+            out, lse = vllm.dcp_a2a_lse_reduce(view, pl, world, return_lse=True)
+            seen = StandIn.made[-1].calls[-1][0]
+            check(name, seen.data_ptr() % 16 == 0 and all(st * 2 % 16 == 0 for st in seen.stride()[:-1]),
+                  f"{what}: handed on as {seen.stride()} at {seen.data_ptr() % 16} bytes off")
+            check(name, mismatches(out, want, lse, want_lse) == 0, f"{what}: off the float64 oracle")
+        vllm.dcp_a2a_lse_reduce(po, pl, world)
+        check(name, StandIn.made[-1].calls[-1][0].data_ptr() == po.data_ptr(), "a packed, aligned input was copied")
+        vllm.close_contexts()
     elif name == "vllm/one_rank_passes_through":
         groups = [dist.new_group([r]) for r in range(WORLD)]
         po, pl = vllm_inputs(4, torch.bfloat16, torch.float32, rank, seed=6)

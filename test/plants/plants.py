@@ -485,6 +485,13 @@ PLANTS = [
           [("pytest", "python/tests/test_validate.py::test_transposed_attention_layout_is_passed_as_strides", 0),
            ("pytest", "python/tests/test_validate.py::test_padded_rows_and_strided_outputs", 0)],
           "the Python binding checks the tensors' strides but passes 0 (packed) for every one"),
+    Plant("vllm_dropin_hands_on_unaligned_views", "python/nccl_dcp/vllm.py",
+          "    cp_attn_out = _as_the_library_takes_it(cp_attn_out)\n",
+          "    cp_attn_out = cp_attn_out.contiguous() if cp_attn_out.stride(-1) != 1 else cp_attn_out\n",
+          [("pytest", "python/tests/test_dropins.py::"
+                      "test_dropin[vllm/library_path/views_the_library_cannot_take_are_copied]", 0)],
+          "the vLLM drop-in hands the library a view with 34-byte head strides or a misaligned pointer: "
+          "refused (ValueError) where vLLM's own op takes any strides"),
     Plant("flashinfer_workspace_context_at_first_call", "python/nccl_dcp/flashinfer.py",
           "            self.context(base, device)  # collective now, as FlashInfer's creation: "
           "not at a captured first call\n",
