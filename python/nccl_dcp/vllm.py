@@ -28,6 +28,7 @@ made on the first call and cached; close_contexts() closes them
 without NCCL) run nccl_dcp.reference instead: the same result, no kernel.
 """
 
+import torch
 import torch.distributed as dist
 
 from . import _dropin, reference
@@ -59,6 +60,8 @@ def dcp_a2a_lse_reduce(cp_attn_out, cp_attn_lse, cp_group, ctx=None, return_lse=
     if cp_attn_lse.stride(-1) != 1:
         cp_attn_lse = cp_attn_lse.contiguous()
     if _dropin.uses_library(cp_attn_out, group):
+        # vLLM's kernel takes any integer dtype; the library int32 (vLLM passes int32).
+        seq_lens, query_start_loc = (_as_int32(t) for t in (seq_lens, query_start_loc))
         with _dropin.caller_names(_NAMES):
             c = _contexts.get(group, cp_attn_out.device, head_dim=head_dim, local_heads=local_heads,
                               dtype=cp_attn_out.dtype, lse_base=base, lse_dtype=cp_attn_lse.dtype)
@@ -82,6 +85,10 @@ def _as_the_library_takes_it(t):
         return t
     packed = t.contiguous()
     return packed if packed.data_ptr() != t.data_ptr() else t.clone()  # contiguous but misaligned: a fresh one
+
+
+def _as_int32(t):
+    return t.to(torch.int32) if isinstance(t, torch.Tensor) and t.dtype == torch.int64 else t
 
 
 def _check_empty_shards(seq_lens, query_start_loc):

@@ -229,6 +229,13 @@ def run_case(name, rank):
         c = StandIn.made[-1]
         check(name, c.extras[-1][0] is seq_lens and c.extras[-1][1] is qsl, "seq_lens / query_start_loc not handed on")
         check(name, c.config["lse_dtype"] == torch.bfloat16, f"config {c.config}")
+        # int64 metadata, which vLLM's kernel takes too: handed on as int32.
+        out, lse = vllm.dcp_a2a_lse_reduce(po, pl, world, return_lse=True, is_lse_base_on_e=False,
+                                           seq_lens=seq_lens.long(), query_start_loc=qsl.long())
+        check(name, mismatches(out, want, lse, want_lse) == 0, "int64 seq_lens: wrong merge")
+        s64, q64 = c.extras[-1]
+        check(name, s64.dtype == q64.dtype == torch.int32 and torch.equal(s64, seq_lens) and torch.equal(q64, qsl),
+              f"int64 seq_lens handed on as {s64.dtype} / {q64.dtype}")
         vllm.close_contexts()
     elif name == "vllm/library_path/errors_name_the_callers_arguments":
         StandIn.made.clear()
