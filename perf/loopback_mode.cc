@@ -414,12 +414,13 @@ class LoopbackMode : public Mode {
                              cudaMemcpyHostToDevice));
       calls_.push_back({t_.in + r * t_.inBytes, (float*)((char*)t_.lse + r * t_.lseBytes), t_.out + r * t_.outBytes,
                         (float*)((char*)t_.outLse + r * t_.outLseBytes)});
-      if (baseline2_)
-        calls2_.push_back({t_.in + r * t_.inBytes, (float*)((char*)t_.lse + r * t_.lseBytes),
-                           t_.outHead + r * t_.outHeadBytes, (float*)((char*)t_.outLseHead + r * t_.outLseHeadBytes)});
-      if (nativeWireBaseline_)
-        calls2_.push_back({t_.in + r * t_.inBytes, (float*)((char*)t_.lse + r * t_.lseBytes),
-                           t_.outBase + r * t_.outBytes, (float*)((char*)t_.outLseBase + r * t_.outLseBytes)});
+      if (lb2_) {  // the same inputs: into baseline 2's HEAD outputs, or -B 3's into the baseline's
+        CallBuffers c2 = calls_.back();
+        c2.out = baseline2_ ? t_.outHead + r * t_.outHeadBytes : t_.outBase + r * t_.outBytes;
+        c2.outLse = baseline2_ ? (float*)((char*)t_.outLseHead + r * t_.outLseHeadBytes)
+                               : (float*)((char*)t_.outLseBase + r * t_.outLseBytes);
+        calls2_.push_back(c2);
+      }
     }
   }
 

@@ -375,11 +375,8 @@ class RankMode : public Mode {
     NCCL_OR_DIE(ncclGroupStart());
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));
-      if (nativeWire) {
-        NCCL_OR_DIE(ncclDcpA2aLseReduce(r.ctx2, r.in, r.lse, r.outBase, r.outLseBase, (int)rows, nullptr, r.stream));
-      } else {
-        NCCL_OR_DIE(ncclDcpA2aLseReduce(r.ctx, r.in, r.lse, r.out, r.outLse, (int)rows, nullptr, r.stream));
-      }
+      NCCL_OR_DIE(ncclDcpA2aLseReduce(nativeWire ? r.ctx2 : r.ctx, r.in, r.lse, nativeWire ? r.outBase : r.out,
+                                      nativeWire ? r.outLseBase : r.outLse, (int)rows, nullptr, r.stream));
     }
     NCCL_OR_DIE(ncclGroupEnd());
   }

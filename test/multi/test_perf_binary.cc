@@ -140,6 +140,11 @@ void runPerf(const Launch& l, const std::string& flags, std::string* output, std
   }
 }
 
+// A (launch, protocol or mode) case's name: "<launch>_<value>".
+std::string launchAndValueName(const testing::TestParamInfo<std::tuple<Launch, const char*>>& i) {
+  return std::string(std::get<0>(i.param).name) + "_" + std::get<1>(i.param);
+}
+
 class PerfBinary : public testing::TestWithParam<std::tuple<Launch, const char*>> {};
 
 TEST_P(PerfBinary, RunsEverySizeWithoutWrongResults) {
@@ -151,9 +156,7 @@ TEST_P(PerfBinary, RunsEverySizeWithoutWrongResults) {
 
 INSTANTIATE_TEST_SUITE_P(LaunchesAndProtocols, PerfBinary,
                          testing::Combine(testing::ValuesIn(kLaunches), testing::ValuesIn(kProtocols)),
-                         [](const testing::TestParamInfo<PerfBinary::ParamType>& i) {
-                           return std::string(std::get<0>(i.param).name) + "_" + std::get<1>(i.param);
-                         });
+                         launchAndValueName);
 
 // --scatter: each mode's fused call and baselines, checked against that
 // mode's reference. NONE has baseline 2 (the HEAD call + an all-gather of
@@ -185,9 +188,7 @@ TEST_P(PerfScatter, EveryModeAgainstItsReferenceAndBaselines) {
 
 INSTANTIATE_TEST_SUITE_P(LaunchesAndModes, PerfScatter,
                          testing::Combine(testing::ValuesIn(kScatterLaunches), testing::ValuesIn(kScatterModes)),
-                         [](const testing::TestParamInfo<PerfScatter::ParamType>& i) {
-                           return std::string(std::get<0>(i.param).name) + "_" + std::get<1>(i.param);
-                         });
+                         launchAndValueName);
 
 // -B 3: fp8 on the wire against the same call on the native wire, both
 // timed in one process (no second process's clocks and placement in the
@@ -214,9 +215,7 @@ TEST_P(PerfWireBaseline, Fp8AgainstTheNativeWireInOneProcess) {
 
 INSTANTIATE_TEST_SUITE_P(LaunchesAndModes, PerfWireBaseline,
                          testing::Combine(testing::ValuesIn(kWireLaunches), testing::ValuesIn(kScatterModes)),
-                         [](const testing::TestParamInfo<PerfWireBaseline::ParamType>& i) {
-                           return std::string(std::get<0>(i.param).name) + "_" + std::get<1>(i.param);
-                         });
+                         launchAndValueName);
 
 }  // namespace
 }  // namespace test
