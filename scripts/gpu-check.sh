@@ -524,6 +524,10 @@ if has perf-cp; then
     bgrun "$@" -J "$LOGS/$name.json" > "$LOGS/$name.txt" 2>&1
     record $? "perf loopback cp $cp $what (table in $name.txt)"
   }
+  # The first GPU's memory in MiB (unread: taken as an H200's).
+  gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 2>/dev/null | head -1)
+  token_cp16_rows=512
+  [ "${gpu_mib:-143771}" -ge 102400 ] 2>/dev/null || token_cp16_rows=256
   for cp in ${PERF_CPS:-2 4 16}; do
     for run in head token none fp8; do
       flags=(--scatter "$run")
@@ -531,9 +535,10 @@ if has perf-cp; then
       # NONE's baseline receives every partial on every rank: cp^2 x the
       # inputs (cp 16 at 1024 rows: 69 GB), so its sweep stops at 256 rows
       # there; TOKEN's loopback workspace did not fit one H200 at cp 16 and
-      # 1024 rows (out of memory, 2026-12-03): 512.
+      # 1024 rows (out of memory, 2026-12-03): 512, and 256 on a card of
+      # less than 100 GiB (an H100's 80 GB ran out at 512, 2026-12-05).
       [ "$run" != none ] || [ "$cp" -lt 16 ] || flags+=(--max-rows 256)
-      [ "$run" != token ] || [ "$cp" -lt 16 ] || flags+=(--max-rows 512)
+      [ "$run" != token ] || [ "$cp" -lt 16 ] || flags+=(--max-rows "$token_cp16_rows")
       cp_table "perf-cp$cp-$run" "$run" "$PERF" --virtual-ranks "$cp" "${PERF_SHAPE[@]}" -P AUTO "${flags[@]}"
     done
     # AUTO's one-GPU crossover to SIMPLE at this cp: HEAD per protocol,
