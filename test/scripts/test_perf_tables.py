@@ -53,6 +53,7 @@ def section_dir(perf_md, heading):
 CP8 = "## Current: one H200, loopback cp 8"
 OTHER_CPS = "### Other rank counts: cp 2, 4 and 16"
 H100_CP8 = "## One H100, loopback cp 8"
+H100_OTHER_CPS = "### One H100: cp 2, 4 and 16"
 
 
 def sections_naming_json(perf_md):
@@ -106,6 +107,11 @@ class Tables(unittest.TestCase):
         directory = section_dir(self.perf_md, H100_CP8)
         self.assertIsNotNone(directory, "perf.md's H100 section names no docs/data/loopback-* directory")
         self.assertPrintedInPerfMd(directory)
+
+    def test_h100_other_rank_counts_are_the_json(self):
+        directory = section_dir(self.perf_md, H100_OTHER_CPS)
+        self.assertIsNotNone(directory, "perf.md's H100 cp 2, 4 and 16 section names no docs/data/loopback-* directory")
+        self.assertPrintedInPerfMd(directory, "--cp", "2", "4", "16")
 
     def test_each_sections_card_is_its_jsons(self):
         """A section headed with one card names JSON measured on it (the
