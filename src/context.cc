@@ -45,6 +45,7 @@
 #include "exchange.h"
 #include "ipc_lifetime.h"
 #include "log.h"
+#include "memory.h"
 #include "device/nccl_compat.h"
 #include "profiler_hook.h"
 #include "testing.h"
@@ -490,7 +491,8 @@ ncclResult_t allocIpcWorkspace(Member& m, size_t bytes) {
   if (e != cudaSuccess) {
     cudaGetLastError();
     ctx->ownedMemory = nullptr;
-    return fail(ncclSystemError, "cudaMalloc of a %zu-byte workspace failed: %s", bytes, cudaGetErrorString(e));
+    return fail(ncclSystemError, "cudaMalloc of a %zu-byte workspace failed: %s: %s", bytes, cudaGetErrorString(e),
+                workspaceShortfall(bytes, ctx->engine.cfg.maxBatch).c_str());
   }
   // From here its lifetime is the exported workspace's (ipc_lifetime.h).
   ctx->exported = exportWorkspace(ctx->ownedMemory, bytes, m.dev, m.rank);
@@ -514,7 +516,8 @@ ncclResult_t allocWorkspace(Member& m, const AppWindow* w) {
   const size_t bytes = ctx->engine.layout.totalBytes;
   if (ctx->provider == ncclDcpProviderCudaIpc) return allocIpcWorkspace(m, bytes);
   if (ncclMemAlloc(&ctx->ownedMemory, bytes) != ncclSuccess)
-    return fail(ncclSystemError, "ncclMemAlloc of %zu bytes failed: %s", bytes, ncclGetLastError(m.comm));
+    return fail(ncclSystemError, "ncclMemAlloc of a %zu-byte workspace failed: %s: %s", bytes,
+                ncclGetLastError(m.comm), workspaceShortfall(bytes, ctx->engine.cfg.maxBatch).c_str());
   return ncclSuccess;
 }
 

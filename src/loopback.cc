@@ -23,7 +23,14 @@ ncclResult_t Loopback::create(const ncclDcpConfig_t* cfgIn, int nRanks, std::uni
       oneGpuTiers(nRanks, (long)cfg.localHeads * cfg.headDim * wireElt, wireElt, headShaped);
   DCPCHECK(lb->engine_.init(cfg, nRanks, 0, chooseProtocols(cfg.protocol, links, cfg.simpleMinRows, tiers)));
   const size_t bytes = (size_t)nRanks * lb->engine_.layout.totalBytes;
-  CUDACHECK(cudaMalloc(&lb->workspace_, bytes));
+  const cudaError_t e = cudaMalloc(&lb->workspace_, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // our own failure, reported here
+    lb->workspace_ = nullptr;
+    return fail(ncclUnhandledCudaError,
+                "loopback: cudaMalloc of %d virtual ranks' workspaces (%zu bytes) failed: %s (%s): %s", nRanks,
+                bytes, cudaGetErrorString(e), cudaGetErrorName(e), workspaceShortfall(bytes, cfg.maxBatch).c_str());
+  }
   CUDACHECK(cudaMemset(lb->workspace_, 0, bytes));
   CUDACHECK(cudaDeviceSynchronize());
   *out = std::move(lb);

@@ -3,8 +3,11 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <stdio.h>
+
 #include <algorithm>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "log.h"
@@ -60,6 +63,17 @@ void flushDeferredFrees(int dev) {
     deferred.erase(mine, deferred.end());
   }
   for (const Deferred& d : todo) freeNow(d.kind, d.dev, d.ptr);
+}
+
+std::string workspaceShortfall(size_t bytes, int maxBatch) {
+  constexpr size_t kMiB = (size_t)1 << 20;
+  char text[256];
+  int n = snprintf(text, sizeof text, "%zu MiB for rounds of maxBatch %d rows", (bytes + kMiB - 1) / kMiB, maxBatch);
+  size_t freeBytes = 0, totalBytes = 0;
+  if (cudaMemGetInfo(&freeBytes, &totalBytes) == cudaSuccess)
+    n += snprintf(text + n, sizeof text - n, ", %zu of %zu MiB free on this GPU", freeBytes / kMiB, totalBytes / kMiB);
+  snprintf(text + n, sizeof text - n, "; a smaller config->maxBatch (NCCL_DCP_MAX_BATCH) needs less");
+  return text;
 }
 
 }  // namespace nccl_dcp

@@ -3,10 +3,15 @@
  * work on the device, and after a peer died that work may include NCCL
  * kernels stuck on it until the application calls ncclCommAbort. Abort
  * must not wait for them (DESIGN §10), so it defers its frees to the next
- * call on that GPU that blocks anyway (create, destroy).
+ * call on that GPU that blocks anyway (create, destroy). And what a failed
+ * workspace allocation tells the user.
  ************************************************************************/
 #ifndef NCCL_DCP_MEMORY_H_
 #define NCCL_DCP_MEMORY_H_
+
+#include <stddef.h>
+
+#include <string>
 
 namespace nccl_dcp {
 
@@ -28,6 +33,11 @@ void freeMemory(MemoryKind kind, int dev, void* ptr, FreeMode mode);
 // Frees what aborts deferred on device dev. Create and destroy call it for
 // their devices (never for another: its GPU may still hold stuck kernels).
 void flushDeferredFrees(int dev);
+
+// Why a workspace of `bytes` did not fit, for its error message: its size,
+// the rounds of maxBatch rows that set it, what the current GPU has free,
+// and the knob that shrinks it.
+std::string workspaceShortfall(size_t bytes, int maxBatch);
 
 }  // namespace nccl_dcp
 

@@ -709,6 +709,26 @@ TEST(LiveResourceCounting, SeesTheLibrarysCalls) {
   EXPECT_EQ(resourceDifference(before, liveResources()), "");
 }
 
+// A loopback whose workspaces cannot fit the GPU (cp 16, rounds of the
+// most rows a config takes: terabytes) says what they need, what sets it
+// and what the GPU has free, and leaves nothing allocated and no error
+// pending (the failure is reported, not left to the application's next
+// cudaGetLastError).
+TEST(LoopbackWorkspace, ThatDoesNotFitSaysWhatItNeeds) {
+  DCP_REQUIRE_GPUS(1);
+  const ncclDcpConfig_t c = makeConfig(512, 16, ncclBfloat16, ncclDcpLseBase2, NCCL_DCP_MAX_BATCH_CAPACITY);
+  const LiveResources before = liveResources();
+  std::unique_ptr<Loopback> lb;
+  EXPECT_EQ(Loopback::create(&c, 16, &lb), ncclUnhandledCudaError);
+  const std::string why = ncclDcpGetLastError();
+  for (const char* part : {"cudaMalloc of 16 virtual ranks' workspaces", "for rounds of maxBatch 1048576 rows",
+                           "MiB free on this GPU", "NCCL_DCP_MAX_BATCH"})
+    EXPECT_NE(why.find(part), std::string::npos) << "\"" << part << "\" not in: " << why;
+  EXPECT_EQ(lb, nullptr);
+  EXPECT_EQ(resourceDifference(before, liveResources()), "");
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the failed cudaMalloc left its error pending";
+}
+
 // Create/destroy cycles, with calls now and then, on the fused and the
 // fallback path: every allocation, stream, window and device communicator
 // is given back (counted exactly), and no device memory is lost.
