@@ -575,7 +575,7 @@ TEST(Ranks, LoopbackRefusesMoreVirtualRanksThanItHolds) {
 
 // A workspace that does not fit: the message says its size, the rounds
 // that set it and the knob that shrinks it (and, on a GPU, what is free).
-TEST(Ranks, AWorkspaceShortfallNamesItsSizeAndKnob) {
+TEST(WorkspaceShortfall, NamesItsSizeRoundsAndKnob) {
   const std::string why = workspaceShortfall(((size_t)3 << 20) + 1, 7);
   EXPECT_EQ(why.rfind("4 MiB for rounds of maxBatch 7 rows", 0), 0u) << why;
   EXPECT_NE(why.find("a smaller config->maxBatch (NCCL_DCP_MAX_BATCH) needs less"), std::string::npos) << why;
