@@ -3,8 +3,6 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include <stdio.h>
-
 #include <algorithm>
 #include <mutex>
 #include <string>
@@ -67,13 +65,13 @@ void flushDeferredFrees(int dev) {
 
 std::string workspaceShortfall(size_t bytes, int maxBatch) {
   constexpr size_t kMiB = (size_t)1 << 20;
-  char text[256];
-  int n = snprintf(text, sizeof text, "%zu MiB for rounds of maxBatch %d rows", (bytes + kMiB - 1) / kMiB, maxBatch);
+  std::string why = std::to_string((bytes + kMiB - 1) / kMiB) + " MiB for rounds of maxBatch " +
+                    std::to_string(maxBatch) + " rows";
   size_t freeBytes = 0, totalBytes = 0;
   if (cudaMemGetInfo(&freeBytes, &totalBytes) == cudaSuccess)
-    n += snprintf(text + n, sizeof text - n, ", %zu of %zu MiB free on this GPU", freeBytes / kMiB, totalBytes / kMiB);
-  snprintf(text + n, sizeof text - n, "; a smaller config->maxBatch (NCCL_DCP_MAX_BATCH) needs less");
-  return text;
+    why += ", " + std::to_string(freeBytes / kMiB) + " of " + std::to_string(totalBytes / kMiB) +
+           " MiB free on this GPU";
+  return why + "; a smaller config->maxBatch (NCCL_DCP_MAX_BATCH) needs less";
 }
 
 }  // namespace nccl_dcp
