@@ -559,6 +559,59 @@ ncclResult_t ncclDcpA2aLseReduceEx(ncclDcpContext_t ctx, const void* partialOut,
                                    void* out, float* outLse, int batch, const ncclDcpStrides_t* strides,
                                    const ncclDcpCallArgs_t* args, cudaStream_t stream);
 
+/* Registered outputs: NONE's phase 2 straight into the peers' buffers.
+ * NONE in two phases merges each rank's heads there, then sends every
+ * merged head to every peer. Into unregistered outputs it crosses twice:
+ * into the peer's workspace, then the peer copies it into its out. Into
+ * outputs registered here it crosses once: the owner stores it straight
+ * into the peer's out and outLse, as NCCL writes a registered symmetric
+ * buffer (loopback, one H100: 0.66-0.70x the staged time from 64 rows at
+ * cp 8; docs/perf-history.md).
+ * ncclDcpOutputRegister registers out [out, out + outBytes) and outLse
+ * [outLse, outLse + outLseBytes) (NULL and 0: none) on ctx. COLLECTIVE: every
+ * rank registers, in the same order relative to its calls on ctx, ranges
+ * of the same sizes. out 16-byte aligned, outLse 4-byte aligned, neither
+ * empty, neither wrapping, not overlapping (ncclInvalidArgument naming
+ * the argument). A call then takes the direct path when
+ *  - ctx runs NONE in two phases (NCCL_DCP_NONE_ALGO two_phase, or auto
+ *    from 3 ranks), on the fused path with the nccl-window provider;
+ *  - every element the call writes lies inside one registration: out,
+ *    and outLse if the call passes one;
+ *  - every rank passes out and outLse at the same offsets of its
+ *    registration, with the same strides (NCCL's rule for symmetric
+ *    buffers);
+ * and only for its rounds on the SIMPLE protocol (the line protocols of
+ * the smallest batches stage: their flags ride in the payload). Other
+ * calls, other modes, the fallback path and the cuda-ipc provider stage,
+ * as before: registering there is accepted, holds no resource beyond the
+ * record, and an INFO line says why. nccl-window: both ranges are
+ * registered as NCCL windows (ncclCommWindowRegister), so they must be
+ * memory NCCL can map for its peers: ncclMemAlloc's (NCCL's symmetric
+ * memory rules; PyTorch: a MemPool on NCCL's allocator); a failure there
+ * is returned with NCCL's message and nothing registered.
+ * A call that breaks the same-offset rule is not silent: phase 2's flags
+ * carry a tag of the offsets and strides, so the ranks that disagree wait
+ * out the context's timeout (ncclRemoteError, the context poisoned, NaN
+ * over the heads they did not get); a peer may by then have written its
+ * merged heads into this rank's registered memory at its own offset. As
+ * with any registered buffer, after a peer failed a late peer may still
+ * write into it until ncclDcpContextAbort and ncclCommAbort have run.
+ * Blocking; not capturable; calls captured in a graph keep the path they
+ * were captured with: deregister only once no graph replays them.
+ * handle: set on success. */
+typedef struct ncclDcpOutput* ncclDcpOutput_t;
+ncclResult_t ncclDcpOutputRegister(ncclDcpContext_t ctx, void* out, size_t outBytes, float* outLse,
+                                   size_t outLseBytes, ncclDcpOutput_t* handle);
+
+/* Undoes ncclDcpOutputRegister: waits for the context's last call to
+ * finish (no peer writes into this rank's outputs once it has: each
+ * waits for its owners' flags), then deregisters the windows. COLLECTIVE
+ * in the sense of register: every rank deregisters between the same two
+ * calls on ctx. A handle that is not registered on ctx (deregistered, or
+ * another context's) gets ncclInvalidArgument. Destroy and abort release
+ * what is still registered. NULL: a no-op. */
+ncclResult_t ncclDcpOutputDeregister(ncclDcpContext_t ctx, ncclDcpOutput_t handle);
+
 /* Kept for source compatibility with 0.1, when a context was bound to one
  * stream: calls may now come on any stream (see ncclDcpA2aLseReduce), so
  * this only checks ctx. Local. */

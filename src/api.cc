@@ -235,6 +235,29 @@ NCCL_DCP_API ncclResult_t ncclDcpA2aLseReduce(ncclDcpContext_t ctx, const void* 
   return ncclDcpA2aLseReduceEx(ctx, partialOut, partialLse, out, outLse, batch, strides, nullptr, stream);
 }
 
+NCCL_DCP_API ncclResult_t ncclDcpOutputRegister(ncclDcpContext_t ctx, void* out, size_t outBytes, float* outLse,
+                                                size_t outLseBytes, ncclDcpOutput_t* handle) {
+  clearLastError();
+  if (ctx == nullptr) return fail(ncclInvalidArgument, "ctx is NULL");
+  if (handle == nullptr) return fail(ncclInvalidArgument, "handle is NULL");
+  DCPCHECK(checkOutputRanges(out, outBytes, outLse, outLseBytes));
+  ContextUse c(ctx, "ctx");
+  if (c.get() == nullptr) return ncclInvalidArgument;
+  RegisteredOutput* reg = nullptr;
+  DCPCHECK(registerOutput(c.get(), {(char*)out, outBytes}, {(char*)outLse, outLseBytes}, &reg));
+  *handle = (ncclDcpOutput_t)reg;
+  return ncclSuccess;
+}
+
+NCCL_DCP_API ncclResult_t ncclDcpOutputDeregister(ncclDcpContext_t ctx, ncclDcpOutput_t handle) {
+  clearLastError();
+  if (ctx == nullptr) return fail(ncclInvalidArgument, "ctx is NULL");
+  if (handle == nullptr) return ncclSuccess;
+  ContextUse c(ctx, "ctx");
+  if (c.get() == nullptr) return ncclInvalidArgument;
+  return deregisterOutput(c.get(), (RegisteredOutput*)handle);
+}
+
 NCCL_DCP_API ncclResult_t ncclDcpContextBindStream(ncclDcpContext_t ctx, cudaStream_t) {
   clearLastError();
   if (ctx == nullptr) return fail(ncclInvalidArgument, "ctx is NULL");

@@ -77,9 +77,22 @@ void keepFirst(ncclResult_t* res, ncclResult_t r, const char* what) {
     *res = fail(r, "%s failed while releasing a context: %s", what, ncclGetLastError(nullptr));
 }
 
+// A registered output's windows and bases table (every step local).
+void releaseOutput(Context* ctx, RegisteredOutput* reg, FreeMode mode, ncclResult_t* res) {
+  for (ncclWindow_t w : {reg->outWindow, reg->lseWindow})
+    if (w != nullptr)
+      keepFirst(res, settle(ctx->comm, ncclCommWindowDeregister(ctx->comm, w), "ncclCommWindowDeregister",
+                            ctx->engine.cfg.timeoutMs),
+                "ncclCommWindowDeregister of a registered output");
+  freeMemory(MemoryKind::Device, ctx->cudaDev, reg->bases, mode);
+  delete reg;
+}
+
 ncclResult_t releaseContext(Context* ctx, FreeMode mode) {
   ncclResult_t res = ncclSuccess;
   if (ctx->cudaDev >= 0) cudaSetDevice(ctx->cudaDev);
+  for (RegisteredOutput* reg : ctx->outputs) releaseOutput(ctx, reg, mode, &res);
+  ctx->outputs.clear();
   if (ctx->ownsWindow)
     keepFirst(&res,
               settle(ctx->comm, ncclCommWindowDeregister(ctx->comm, ctx->window), "ncclCommWindowDeregister",
@@ -859,6 +872,113 @@ ncclResult_t contextAsyncError(Context* ctx) {
   return ctx->engine.asyncError();
 }
 
+namespace {
+
+// Why calls of ctx cannot write its peers' outputs directly (NULL: they can).
+const char* whyOutputsStage(const Context* ctx) {
+  if (ctx->path == ncclDcpPathFallback) return "the fallback path exchanges through NCCL's own buffers";
+  if (!noneRelays(ctx->engine.cfg, ctx->nRanks)) return "only NONE in two phases writes its peers' outputs";
+  if (ctx->provider != ncclDcpProviderNcclWindow) return "the cuda-ipc provider does not map outputs yet";
+  return nullptr;
+}
+
+// out and outLse as symmetric windows, in one NCCL group (collective).
+ncclResult_t registerOutputWindows(Context* ctx, RegisteredOutput* reg) {
+  const OutputRange* ranges[2] = {&reg->out, &reg->outLse};
+  ncclWindow_t* windows[2] = {&reg->outWindow, &reg->lseWindow};
+  ncclResult_t rc[2] = {ncclSuccess, ncclSuccess};
+  const ncclResult_t start = ncclGroupStart();
+  for (int i = 0; start == ncclSuccess && i < 2; i++)
+    if (ranges[i]->bytes > 0)
+      rc[i] = ncclCommWindowRegister(ctx->comm, ranges[i]->base, ranges[i]->bytes, windows[i], NCCL_WIN_DEFAULT);
+  const ncclResult_t end = start == ncclSuccess ? ncclGroupEnd() : start;
+  for (int i = 0; i < 2; i++) {
+    if (ranges[i]->bytes == 0) continue;
+    ncclResult_t r = rc[i] != ncclSuccess ? rc[i] : end == ncclInProgress ? ncclSuccess : end;
+    if (r == ncclSuccess && end == ncclInProgress)
+      r = waitForComm(ctx->comm, "ncclCommWindowRegister", ctx->engine.cfg.timeoutMs);
+    if (r == ncclSuccess && *windows[i] != nullptr) continue;
+    *windows[i] = nullptr;
+    return fail(r != ncclSuccess ? r : ncclSystemError,
+                "ncclCommWindowRegister of %s (%zu bytes at %p) failed: %s (NCCL maps ncclMemAlloc memory for its "
+                "peers)",
+                i == 0 ? "out" : "outLse", ranges[i]->bytes, (void*)ranges[i]->base, ncclGetLastError(ctx->comm));
+  }
+  return ncclSuccess;
+}
+
+// Every rank's out and outLse as this rank addresses them, into a device
+// table the kernels read (DirectOutputs).
+ncclResult_t resolveOutputBases(Context* ctx, RegisteredOutput* reg) {
+  char* out[NCCL_DCP_MAX_RANKS] = {};
+  char* lse[NCCL_DCP_MAX_RANKS] = {};
+  cudaStream_t s;
+  CUDACHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  ncclResult_t r = resolveLsaPointers(reg->outWindow, 0, ctx->nRanks, out, s);
+  if (r == ncclSuccess && reg->lseWindow) r = resolveLsaPointers(reg->lseWindow, 0, ctx->nRanks, lse, s);
+  cudaStreamDestroy(s);
+  DCPCHECK(r);
+  PeerOutput table[NCCL_DCP_MAX_RANKS];
+  for (int q = 0; q < ctx->nRanks; q++) table[q] = {out[q], (float*)lse[q]};
+  const size_t bytes = sizeof(PeerOutput) * ctx->nRanks;
+  CUDACHECK(cudaMalloc(&reg->bases, bytes));
+  CUDACHECK(cudaMemcpy(reg->bases, table, bytes, cudaMemcpyHostToDevice));
+  return ncclSuccess;
+}
+
+// The registration a call's outputs lie in, as its DirectCall (NULL: it
+// stages). The newest registration that holds them wins.
+const DirectCall* directCallIn(const Context* ctx, const CallBuffers& buf, int batch, const CallPlan& plan,
+                               DirectCall* call) {
+  for (auto it = ctx->outputs.rbegin(); it != ctx->outputs.rend(); ++it)
+    if (directCallOf(ctx->engine.cfg, ctx->nRanks, **it, buf, batch, plan.strides, call)) return call;
+  return nullptr;
+}
+
+}  // namespace
+
+ncclResult_t registerOutput(Context* ctx, const OutputRange& out, const OutputRange& outLse, RegisteredOutput** handle) {
+  DeviceGuard guard;
+  CUDACHECK(cudaSetDevice(ctx->cudaDev));
+  std::unique_ptr<RegisteredOutput> reg(new RegisteredOutput());
+  reg->out = out;
+  reg->outLse = outLse;
+  if (const char* why = whyOutputsStage(ctx)) {
+    INFO("rank %d: registered output [%p, +%zu): calls stage (%s)", ctx->rank, (void*)out.base, out.bytes, why);
+  } else {
+    ncclResult_t r = registerOutputWindows(ctx, reg.get());
+    if (r == ncclSuccess) r = resolveOutputBases(ctx, reg.get());
+    if (r != ncclSuccess) {
+      const std::string message = lastError();
+      ncclResult_t ignored = ncclSuccess;
+      releaseOutput(ctx, reg.release(), FreeMode::Now, &ignored);
+      restoreLastError(message.c_str());
+      return r;
+    }
+    reg->direct = true;
+    INFO("rank %d: registered output [%p, +%zu), outLse [%p, +%zu): NONE's phase 2 writes the peers' directly",
+         ctx->rank, (void*)out.base, out.bytes, (void*)outLse.base, outLse.bytes);
+  }
+  ctx->outputs.push_back(reg.get());
+  *handle = reg.release();
+  return ncclSuccess;
+}
+
+ncclResult_t deregisterOutput(Context* ctx, RegisteredOutput* reg) {
+  auto it = std::find(ctx->outputs.begin(), ctx->outputs.end(), reg);
+  if (it == ctx->outputs.end())
+    return fail(ncclInvalidArgument, "handle %p is not registered on ctx (deregistered already, or another context's)",
+                (void*)reg);
+  DeviceGuard guard;
+  CUDACHECK(cudaSetDevice(ctx->cudaDev));
+  // Once this rank's last call is done no owner writes its outputs any more.
+  if (ctx->engine.order.hasLast) CUDACHECK(cudaEventSynchronize(ctx->engine.order.done));
+  ctx->outputs.erase(it);
+  ncclResult_t res = ncclSuccess;
+  releaseOutput(ctx, reg, FreeMode::Now, &res);
+  return res;
+}
+
 ncclResult_t contextEnqueue(Context* ctx, const CallBuffers& buf, int batch, const CallPlan& plan,
                             cudaStream_t stream) {
   DeviceGuard guard;
@@ -874,7 +994,8 @@ ncclResult_t contextEnqueue(Context* ctx, const CallBuffers& buf, int batch, con
       Addressing addr = {};
       addr.loopback = false;
       addr.lsa = ctx->lsa;
-      return ctx->engine.enqueueFused(&buf, batch, plan, addr, stream);
+      DirectCall direct;
+      return ctx->engine.enqueueFused(&buf, batch, plan, addr, stream, -1, directCallIn(ctx, buf, batch, plan, &direct));
     }));
   }
   profilerRecordCall(ctx, batch);

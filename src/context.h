@@ -21,6 +21,7 @@
 #include "ipc_lifetime.h"
 #include "nccl_dcp.h"
 #include "profiler_hook.h"
+#include "registered_output.h"
 
 namespace nccl_dcp {
 
@@ -54,6 +55,10 @@ struct Context {
   FallbackBuffers fallback;
 
   ncclDcpTopology_t topology = NCCL_DCP_TOPOLOGY_INITIALIZER;
+
+  // Registered outputs (ncclDcpOutputRegister), oldest first; released
+  // with the context.
+  std::vector<RegisteredOutput*> outputs;
 
   CallStats stats;  // the one place calls are recorded (profiler_hook.h)
 };
@@ -99,6 +104,14 @@ void signalAbort(Context* ctx);
 // out; on the fallback path, NCCL's asynchronous error on the communicator).
 // Never synchronizes.
 ncclResult_t contextAsyncError(Context* ctx);
+
+// ncclDcpOutputRegister (ranges checked, checkOutputRanges): nccl-window
+// on a NONE context in two phases registers both as windows (collective)
+// and resolves every rank's bases; elsewhere records them, unused.
+ncclResult_t registerOutput(Context* ctx, const OutputRange& out, const OutputRange& outLse, RegisteredOutput** reg);
+// ncclDcpOutputDeregister: reg must be one of ctx->outputs (else
+// ncclInvalidArgument); waits for ctx's last call first.
+ncclResult_t deregisterOutput(Context* ctx, RegisteredOutput* reg);
 
 // Enqueues one call (arguments already admitted by ctx->engine), on any
 // stream, ordered after the context's previous call (CallOrder).

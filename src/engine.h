@@ -18,6 +18,7 @@
 #include "launch.h"
 #include "memory.h"
 #include "protocol.h"
+#include "registered_output.h"
 #include "validate.h"
 
 namespace nccl_dcp {
@@ -146,8 +147,10 @@ struct Engine {
   }
 
   // Fused path (fused_path.cc): rounds of at most cfg.maxBatch rows.
+  // `direct`: NONE's phase 2 into the registered outputs of the call
+  // (registered_output.h), or NULL.
   ncclResult_t enqueueFused(const CallBuffers* buffers, int batch, const CallPlan& plan, const Addressing& addr,
-                            cudaStream_t stream, int silentRank = -1) const;
+                            cudaStream_t stream, int silentRank = -1, const DirectCall* direct = nullptr) const;
 
   // NaN into every output element of `batch` rows that each of nBuffers
   // ranks owns (buffers[i] is rank i's, or with one buffer this engine's rank).

@@ -42,12 +42,14 @@ FusedArgs makeFusedArgs(const Engine& e, const CallPlan& plan, const Region& reg
 }  // namespace
 
 ncclResult_t Engine::enqueueFused(const CallBuffers* buffers, int batch, const CallPlan& plan,
-                                  const Addressing& addr, cudaStream_t s, int silentRank) const {
+                                  const Addressing& addr, cudaStream_t s, int silentRank,
+                                  const DirectCall* direct) const {
   const int nIo = addr.loopback ? nRanks : 1;
   RankIo io[kMaxLoopbackRanks];
   return forEachRound(batch, cfg.maxBatch, [&](int row0, int rows) {
     const RoundTier tier = tierOfRound(rows);
-    const FusedArgs args = makeFusedArgs(*this, plan, regionOf(tier), row0, rows, silentRank);
+    FusedArgs args = makeFusedArgs(*this, plan, regionOf(tier), row0, rows, silentRank);
+    args.direct = directOutputsOfRound(direct, cfg, plan.strides, row0, protocolOfRound(rows));
     for (int i = 0; i < nIo; i++) {
       const CallBuffers b = buffersAtRow(buffers[i], plan.strides, cfg, row0);
       io[i] = {(const char*)b.partialOut, (const char*)b.partialLse, (char*)b.out, b.outLse, b.seqLens,

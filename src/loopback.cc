@@ -3,6 +3,8 @@
  ************************************************************************/
 #include "loopback.h"
 
+#include <string>
+
 #include "error.h"
 #include "memory.h"
 
@@ -53,8 +55,39 @@ ncclResult_t Loopback::call(const CallBuffers* ranks, int batch, const ncclDcpSt
   addr.loopback = true;
   addr.base = workspace_;
   addr.rankBytes = engine_.layout.totalBytes;
+  DirectCall direct;
+  const DirectCall* d = takesDirectPath(ranks, batch, plan.strides, &direct) ? &direct : nullptr;
   return engine_.run(ranks, engine_.nRanks, batch, plan, stream,
-                     [&] { return engine_.enqueueFused(ranks, batch, plan, addr, stream, silentRank_); });
+                     [&] { return engine_.enqueueFused(ranks, batch, plan, addr, stream, silentRank_, d); });
+}
+
+ncclResult_t Loopback::registerOutputs(const CallBuffers* ranks, size_t outBytes, size_t lseBytes) {
+  if (ranks == nullptr) return fail(ncclInvalidArgument, "ranks is NULL");
+  std::vector<RegisteredOutput> regs(engine_.nRanks);
+  for (int r = 0; r < engine_.nRanks; r++) {
+    if (checkOutputRanges(ranks[r].out, outBytes, ranks[r].outLse, lseBytes) != ncclSuccess)
+      return fail(ncclInvalidArgument, "virtual rank %d: %s", r, std::string(lastError()).c_str());
+    regs[r].out = {(char*)ranks[r].out, outBytes};
+    regs[r].outLse = {(char*)ranks[r].outLse, lseBytes};
+    regs[r].direct = true;  // one GPU addresses every virtual rank's outputs
+  }
+  outputs_ = std::move(regs);
+  return ncclSuccess;
+}
+
+// Every virtual rank's outputs inside its registration at the same offsets:
+// what real ranks promise (trusted there, checked here).
+bool Loopback::takesDirectPath(const CallBuffers* ranks, int batch, const Strides& s, DirectCall* call) const {
+  if (outputs_.empty()) return false;
+  for (int r = 0; r < engine_.nRanks; r++) {
+    DirectCall c;
+    if (!directCallOf(engine_.cfg, engine_.nRanks, outputs_[r], ranks[r], batch, s, &c)) return false;
+    if (r > 0 && (c.outOffset != call->outOffset || c.lseOffset != call->lseOffset || c.withLse != call->withLse))
+      return false;
+    *call = c;
+  }
+  call->bases = nullptr;  // the kernel reaches the peers' outputs through their RankIo
+  return true;
 }
 
 ncclResult_t Loopback::abort(int drainMs) {

@@ -8,8 +8,10 @@
 #define NCCL_DCP_LOOPBACK_H_
 
 #include <memory>
+#include <vector>
 
 #include "engine.h"
+#include "registered_output.h"
 
 namespace nccl_dcp {
 
@@ -26,6 +28,18 @@ class Loopback {
   // ordered after the previous call as a context orders them.
   ncclResult_t call(const CallBuffers* ranks, int batch, const ncclDcpStrides_t* strides, cudaStream_t stream,
                     const ncclDcpCallArgs_t* args = nullptr);
+
+  // ncclDcpOutputRegister's loopback form: virtual rank r's out is
+  // [ranks[r].out, + outBytes), its outLse [ranks[r].outLse, + lseBytes)
+  // (0 and NULL: none). A NONE call in two phases whose every rank's
+  // outputs lie inside, at the same offsets, then writes its SIMPLE rounds'
+  // phase 2 straight into the peers' outputs, as real ranks with registered
+  // outputs do; any other call stages. Replaces an earlier registration;
+  // no memory is held.
+  ncclResult_t registerOutputs(const CallBuffers* ranks, size_t outBytes, size_t lseBytes);
+  void deregisterOutputs() { outputs_.clear(); }
+  // Whether a call of these buffers would take the direct path.
+  bool takesDirectPath(const CallBuffers* ranks, int batch, const Strides& s, DirectCall* call) const;
 
   // ncclDcpContextAbort's device side on one GPU: every wait gives up at
   // once, the kernels leave (at most `drainMs`), the workspace is freed.
@@ -51,6 +65,7 @@ class Loopback {
   char* workspace_ = nullptr;  // nRanks * layout.totalBytes
   bool aborted_ = false;
   int silentRank_ = -1;
+  std::vector<RegisteredOutput> outputs_;  // per virtual rank, or none
 };
 
 }  // namespace nccl_dcp

@@ -36,6 +36,7 @@ struct FusedArgs {
   // of a chunk (SIMPLE).
   // (byHeads: the heads of a workspace row; byLocalHeads: Hl.)
   Divisor byRanks, byPeers, byHeads, byLocalHeads, byGroups, byVectors, byChunkUnits;
+  DirectOutputs direct;  // NONE in two phases: phase 2 into the peers' registered outputs (tag 0: staged)
   uint64_t timeoutNs;
   AsyncErrorRecord* hostError;
   uint64_t* timeline;  // [grid][kTimelineSlots] or NULL

@@ -518,10 +518,10 @@ struct SimpleProtocol {
     if (lane < count) {
       const int u = first + lane * step, row = p.byHeads.quotient(u), head = u - row * Hl;
       const float merged = mergeWeights(weight[lane], n, p.lseBase, weight[lane]);
-      if (io.outLse)
-        io.outLse[outRow<Mode>(p, start, rank, row) * s.outLseRow + mergedOutHead<Mode>(p, rank, head) * s.outLseHead] =
-            merged;
-      if constexpr (Mode::kRelays) SimpleRelay::forwardLse(p, rank, slot, u - base, merged);
+      const int64_t lseAt =
+          outRow<Mode>(p, start, rank, row) * s.outLseRow + mergedOutHead<Mode>(p, rank, head) * s.outLseHead;
+      if (io.outLse) io.outLse[lseAt] = merged;
+      if constexpr (Mode::kRelays) SimpleRelay::forwardLse(p, rank, slot, u - base, lseAt, merged);
     }
     __syncwarp();
   }
@@ -606,7 +606,8 @@ struct SimpleProtocol {
       for (int j = 0; j < kVectors; j++) {
         if (v0 + 32 * j + lane >= total) continue;
         Codec::storeVector(at[j].out, acc[j]);
-        if constexpr (Mode::kRelays) SimpleRelay::forwardVector(p, rank, slot, at[j].inBlock, Codec::packVector(acc[j]));
+        if constexpr (Mode::kRelays)
+          SimpleRelay::forwardVector(p, rank, slot, at[j].inBlock, at[j].out - io.out, Codec::packVector(acc[j]));
       }
     }
     __syncwarp();  // weight[] is the warp's next chunk's
@@ -658,10 +659,12 @@ struct SimpleProtocol {
                                       int barrier, float (*weight)[NCCL_DCP_MAX_RANKS], int* failed,
                                       Waiter& waiter, int lane) {
     const Region& r = p.region;
-    // Phase 2's flags: the same offsets in the phase-2 half.
+    // Phase 2's flags: the same offsets in the phase-2 half, tagged with
+    // registered outputs.
     char* flags = kRelayed ? ws + r.relayBytes : ws;
+    const uint32_t waitFlag = kRelayed ? SimpleRelay::phase2Flag(p, flag) : flag;
     if (receiver == 0) {  // the one warp whose verdict the group follows
-      const bool ok = !waiter.failed && waitChunk(r, flags, p.nRanks, rank, slot, flag, c, lane, waiter);
+      const bool ok = !waiter.failed && waitChunk(r, flags, p.nRanks, rank, slot, waitFlag, c, lane, waiter);
       if (lane == 0) *failed = !ok;
       stamp(p.timeline, kStageLastFlag);
     }
@@ -677,7 +680,7 @@ struct SimpleProtocol {
     }
     groupSync(barrier, warps);  // every warp has read the verdict before the next one is written
     if constexpr (Mode::kRelays && !kRelayed)
-      if (ok && receiver == 0) SimpleRelay::flagForwarded(p, rank, slot, flag, c, lane);
+      if (ok && receiver == 0) SimpleRelay::flagForwarded(p, rank, slot, SimpleRelay::phase2Flag(p, flag), c, lane);
     if (ok && receiver == 0)
       for (int src = lane; src < p.nRanks; src += 32)
         if (src != rank) storeVolatile8(flags + r.flagOffsetOf(slot, src, rank, c), 0);

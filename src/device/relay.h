@@ -20,7 +20,15 @@
  * SimpleRelay: a merging lane also stores its merged vector and LSE into
  * every peer's phase-2 half; the group's first warp then fences and flags
  * the chunk there (as the signalling warp flags a send step); phase 2
- * waits for every peer's chunk flag and copies.
+ * waits for every peer's chunk flag and copies. With registered outputs
+ * (p.direct, types.h) the lane stores them straight into every peer's out
+ * and outLse, where the peer owns the head at the offset this rank does;
+ * the flags stay in the phase-2 half, tagged, and phase 2 only waits: one
+ * crossing instead of two. A peer's out may be written then: an owner
+ * merges only with every peer's phase-1 data of the round, which a peer
+ * sends after its grid-dependency wait (every earlier kernel of its stream,
+ * a reader of the last call's out included, is done), and a peer's kernel
+ * ends only once its phase 2 has seen every owner's flags.
  ************************************************************************/
 #ifndef NCCL_DCP_DEVICE_RELAY_H_
 #define NCCL_DCP_DEVICE_RELAY_H_
@@ -102,22 +110,55 @@ struct LineRelay {
 };
 
 struct SimpleRelay {
-  // What this rank merged at `inBlock` of its block of a slot, into the
-  // same place of every peer's phase-2 half (source `rank`).
+  // Peer dst's out and outLse at the round's first row (registered
+  // outputs only; outLse NULL when the call has none).
   template <class Peers>
-  __device__ static void forwardVector(const FusedParams<Peers>& p, int rank, int slot, size_t inBlock, uint4 v) {
+  __device__ static char* directOut(const FusedParams<Peers>& p, int dst) {
+    if constexpr (Peers::kLoopback) return p.io[dst].out;
+    else return p.direct.bases[dst].out + p.direct.outOffset;
+  }
+  template <class Peers>
+  __device__ static float* directOutLse(const FusedParams<Peers>& p, int dst) {
+    if (!p.direct.withLse) return nullptr;
+    if constexpr (Peers::kLoopback) return p.io[dst].outLse;
+    else return p.direct.bases[dst].outLse + p.direct.lseOffset;
+  }
+  // Phase 2's chunk flags: tagged when it writes the outputs directly, so
+  // an owner and a peer that took different paths never match.
+  template <class Peers>
+  __device__ static uint32_t phase2Flag(const FusedParams<Peers>& p, uint32_t flag) {
+    return p.direct.tag != 0 ? taggedFlag(flag, p.direct.tag) : flag;
+  }
+
+  // What this rank merged at `inBlock` of its block of a slot, into the
+  // same place of every peer's phase-2 half (source `rank`), or with
+  // registered outputs into every peer's out at `outAt` bytes from the
+  // round's first row.
+  template <class Peers>
+  __device__ static void forwardVector(const FusedParams<Peers>& p, int rank, int slot, size_t inBlock,
+                                       int64_t outAt, uint4 v) {
+    const bool direct = p.direct.tag != 0;
     const Region half = p.region.relayHalf();
     for (int turn = 1; turn < p.nRanks; turn++) {
       const int dst = rank + turn < p.nRanks ? rank + turn : rank + turn - p.nRanks;
-      store16(p.peers.peerWorkspace(dst) + half.unitOffsetAt(slot, rank, dst, 0) + inBlock, v);
+      char* to = direct ? directOut(p, dst) + outAt
+                        : p.peers.peerWorkspace(dst) + half.unitOffsetAt(slot, rank, dst, 0) + inBlock;
+      store16(to, v);
     }
   }
+  // The merged LSE of slot position `pos`, outLse element `lseAt` of the
+  // round, likewise.
   template <class Peers>
-  __device__ static void forwardLse(const FusedParams<Peers>& p, int rank, int slot, int pos, float lse) {
+  __device__ static void forwardLse(const FusedParams<Peers>& p, int rank, int slot, int pos, int64_t lseAt,
+                                    float lse) {
     const Region half = p.region.relayHalf();
-    for (int dst = 0; dst < p.nRanks; dst++)
-      if (dst != rank)
+    for (int dst = 0; dst < p.nRanks; dst++) {
+      if (dst == rank) continue;
+      if (p.direct.tag == 0)
         storeVolatile4(p.peers.peerWorkspace(dst) + half.lseOffsetOf(slot, rank, dst, pos), __float_as_uint(lse));
+      else if (float* outLse = directOutLse(p, dst))
+        outLse[lseAt] = lse;
+    }
   }
 
   // Chunk c of this rank's merge is in every peer's phase-2 half (the
@@ -136,11 +177,13 @@ struct SimpleRelay {
   // Phase 2 of units first + k * step (k < count) of every peer, from this
   // rank's phase-2 half into out heads src * Hl + head, the merged LSEs
   // into outLse (NaN when the wait gave up); kMergeVectors loads in flight
-  // per lane.
+  // per lane. Registered outputs: nothing to copy, NaN when the wait gave
+  // up.
   template <typename T, class Peers>
   __device__ static void copyRelayed(const FusedParams<Peers>& p, const RankIo& io, const char* ws, int rank,
                                      int slot, int first, int count, int step, bool ok, int lane) {
     constexpr int kVectors = 4;
+    if (ok && p.direct.tag != 0) return;  // the owners wrote it
     const Region half = p.region.relayHalf();
     const Strides& s = p.strides;
     const int Hl = half.localHeads, vectors = (int)p.byVectors.d, total = count * vectors;

@@ -120,6 +120,26 @@ struct RankIo {
   const int* queryStartLoc;
 };
 
+// NONE in two phases with registered outputs (ncclDcpOutputRegister,
+// relay.h): phase 2 stores each merged head straight into every peer's
+// out and outLse instead of its workspace. Peer q's at the round's first
+// row: bases[q].out + outOffset bytes, bases[q].outLse + lseOffset floats
+// (NCCL: the registration's LSA pointers, a device table; loopback: the
+// virtual ranks' RankIo, bases NULL). tag 0: staged, the default; else the
+// tag of phase 2's flags (taggedFlag): a hash of what every rank must pass
+// alike (offsets, strides, an outLse or none), so a rank that disagrees
+// times out instead of reading what was never written.
+struct PeerOutput {
+  char* out;
+  float* outLse;
+};
+struct DirectOutputs {
+  const PeerOutput* bases;
+  int64_t outOffset, lseOffset;
+  uint32_t tag;
+  bool withLse;
+};
+
 // Record of the first device-side failure, in host-mapped memory so the host
 // reads it without synchronising (ncclDcpGetAsyncError).
 struct AsyncErrorRecord {

@@ -40,6 +40,9 @@ class DeviceProblem {
   const CallShape& shape() const { return shape_; }
   CallBuffers buffers(int rank) const;
   std::vector<CallBuffers> allBuffers() const;
+  // The bytes of rank's out and outLse buffers, slack rows included (0: no outLse).
+  size_t outBytes(int rank) const { return dev_[rank].out.bytes; }
+  size_t outLseBytes(int rank) const { return dev_[rank].outLse.bytes; }
   // Rank's call args for the spec: its device arrays (on its GPU), the host
   // counts (owned here); NULL when the call has none (the NULL-args path).
   const ncclDcpCallArgs_t* args(int rank) const;

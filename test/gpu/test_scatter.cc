@@ -858,6 +858,204 @@ TEST_F(ScatterGpu, BatchInvariance) {
   }
 }
 
+// ---- NONE in two phases into registered outputs (Loopback::registerOutputs,
+// ncclDcpOutputRegister's loopback form): SIMPLE's phase 2 stores each
+// merged head straight into the peers' outputs, the line protocols' rounds
+// stage. Every case asserts the call takes the direct path (else it would
+// show nothing), checks it against the reference and the oracle with every
+// output byte poisoned first, and compares it bitwise with the staged
+// path's outputs on the same inputs.
+class NoneRegisteredOutputs : public testing::TestWithParam<int /*proto*/> {
+ protected:
+  void SetUp() override { DCP_REQUIRE_GPUS(1); }
+  ncclDcpConfig_t config(int cp) const {
+    ncclDcpConfig_t c = withScatter(makeConfig(128, cp >= 8 ? 1 : 3, ncclBfloat16,
+                                               cp % 2 ? ncclDcpLseBaseE : ncclDcpLseBase2, kCap, GetParam()),
+                                    ncclDcpScatterNone);
+    c.timeoutMs = 10000;  // a phase 2 that never comes fails in seconds
+    return c;
+  }
+  static Env twoPhases() {
+    Env e;
+    e.noneAlgo = (int)NoneAlgo::TwoPhase;
+    return e;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Transports, NoneRegisteredOutputs,
+                         testing::Values(ncclDcpProtoLL128, ncclDcpProtoSimple, ncclDcpProtoAuto),
+                         [](const testing::TestParamInfo<int>& info) { return std::string(protocolName(info.param)); });
+
+// Every rank's whole out and outLse of p, registered on lb.
+void registerOutputs(Loopback& lb, const DeviceProblem& p) {
+  const std::vector<CallBuffers> b = p.allBuffers();
+  DCP_ASSERT(lb.registerOutputs(b.data(), p.outBytes(0), p.outLseBytes(0)));
+}
+
+// Whether lb would take the direct path for p's call.
+bool takesDirectPath(const Loopback& lb, const DeviceProblem& p) {
+  const std::vector<CallBuffers> b = p.allBuffers();
+  DirectCall d;
+  return lb.takesDirectPath(b.data(), p.batch(), p.strides(), &d);
+}
+
+TEST_P(NoneRegisteredOutputs, MatchTheReferenceAndTheStagedBits) {
+  ScopedEnv env(twoPhases());
+  for (int cp : {3, 8, 16}) {
+    for (int batch : {1, cp + 1, 4 * kCap + 5}) {
+      const uint64_t seed = freshSeed();
+      SCOPED_TRACE(testing::Message() << protocolName(GetParam()) << " cp " << cp << " batch " << batch << " seed "
+                                      << seed);
+      auto lb = makeLoopback(config(cp), cp);
+      ASSERT_TRUE(lb);
+      DeviceProblem p(resolved(config(cp)), cp, batch, LseMix::Special, seed, CallSpec{});
+      ASSERT_NO_FATAL_FAILURE(callAndWait(*lb, p));
+      Mismatch m = p.checkAll();
+      ASSERT_EQ(m.count, 0u) << "staged: " << m.first;
+      std::vector<RankTensors> staged;
+      for (int r = 0; r < cp; r++) staged.push_back(p.outputs(r));
+
+      ASSERT_NO_FATAL_FAILURE(registerOutputs(*lb, p));
+      ASSERT_TRUE(takesDirectPath(*lb, p)) << "registered outputs, yet the call stages";
+      for (int r = 0; r < cp; r++) p.poison(r, nullptr);
+      ASSERT_NO_FATAL_FAILURE(callAndWait(*lb, p));
+      m = p.checkAll();
+      EXPECT_EQ(m.count, 0u) << "direct: " << m.first;
+      for (int r = 0; r < cp; r++) {
+        const RankTensors got = p.outputs(r);
+        EXPECT_TRUE(got.out == staged[r].out) << "rank " << r << ": out differs from the staged path's";
+        EXPECT_EQ(memcmp(got.outLse.data(), staged[r].outLse.data(), got.outLse.size() * 4), 0)
+            << "rank " << r << ": outLse differs from the staged path's";
+      }
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// Padded strides and empty shards, with and without outLse: the offsets
+// the peers write at come from the strides alone. The staged call, checked
+// against the reference and the oracle, gives the bits the direct one must.
+TEST_P(NoneRegisteredOutputs, PaddedStridesEmptyShardsWithAndWithoutOutLse) {
+  ScopedEnv env(twoPhases());
+  const int cp = 4, batch = 2 * kCap + 3;
+  const Config cfg = resolved(config(cp));
+  Strides s = packedStrides(cfg, cp);
+  s.outHead += 16;
+  s.outRow = s.outHead * cfg.localHeads * cp + 64;
+  s.outLseHead = 3;
+  s.outLseRow = 3 * cfg.localHeads * cp + 5;
+  auto lb = makeLoopback(config(cp), cp);
+  ASSERT_TRUE(lb);
+  CallSpec shards;
+  shards.emptyShards = true;
+  DeviceProblem p(cfg, cp, batch, LseMix::Special, freshSeed(), shards, {}, 1, &s);
+  const ncclDcpStrides_t api = p.apiStrides();
+  const std::vector<CallBuffers> b = p.allBuffers();
+  DCP_ASSERT(lb->call(b.data(), batch, &api, nullptr, p.args(0)));
+  CUDA_ASSERT(cudaDeviceSynchronize());
+  DCP_ASSERT(lb->asyncError());
+  std::vector<RankTensors> staged;
+  for (int r = 0; r < cp; r++) {
+    const Mismatch m = p.check(r);
+    ASSERT_EQ(m.count, 0u) << "staged, rank " << r << ": " << m.first;
+    staged.push_back(p.outputs(r));
+  }
+  for (bool withOutLse : {true, false}) {
+    SCOPED_TRACE(withOutLse ? "with outLse" : "without outLse");
+    std::vector<CallBuffers> d = b;
+    if (!withOutLse)
+      for (CallBuffers& r : d) r.outLse = nullptr;
+    DCP_ASSERT(lb->registerOutputs(d.data(), p.outBytes(0), withOutLse ? p.outLseBytes(0) : 0));
+    DirectCall call;
+    ASSERT_TRUE(lb->takesDirectPath(d.data(), batch, s, &call)) << "registered outputs, yet the call stages";
+    EXPECT_EQ(call.withLse, withOutLse);
+    for (int r = 0; r < cp; r++) p.poison(r, nullptr);
+    DCP_ASSERT(lb->call(d.data(), batch, &api, nullptr, p.args(0)));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    DCP_ASSERT(lb->asyncError());
+    for (int r = 0; r < cp; r++) {
+      const RankTensors got = p.outputs(r);
+      EXPECT_TRUE(got.out == staged[r].out) << "rank " << r << ": out differs from the staged path's";
+      if (withOutLse) {
+        EXPECT_EQ(memcmp(got.outLse.data(), staged[r].outLse.data(), got.outLse.size() * 4), 0)
+            << "rank " << r << ": outLse differs from the staged path's";
+        continue;
+      }
+      size_t written = 0;
+      for (float x : got.outLse) written += !std::isnan(x);
+      EXPECT_EQ(written, 0u) << "rank " << r << ": outLse written by a call without one";
+    }
+  }
+}
+
+// A call outside the registered range, or at other offsets on one rank,
+// stages (loopback sees every rank) and is still right.
+TEST_P(NoneRegisteredOutputs, ACallOutsideTheRegistrationStages) {
+  ScopedEnv env(twoPhases());
+  const int cp = 4, batch = kCap + 3;
+  auto lb = makeLoopback(config(cp), cp);
+  ASSERT_TRUE(lb);
+  DeviceProblem p(resolved(config(cp)), cp, batch, LseMix::Normal, freshSeed(), CallSpec{});
+  std::vector<CallBuffers> b = p.allBuffers();
+  DCP_ASSERT(lb->registerOutputs(b.data(), p.outBytes(0) / 2, p.outLseBytes(0)));
+  EXPECT_FALSE(takesDirectPath(*lb, p)) << "out is only half registered";
+  ASSERT_NO_FATAL_FAILURE(registerOutputs(*lb, p));
+  EXPECT_TRUE(takesDirectPath(*lb, p));
+  std::vector<CallBuffers> shifted = b;
+  shifted[1].out = (char*)b[1].out - 16;  // rank 1's call 16 bytes further into its registration
+  DCP_ASSERT(lb->registerOutputs(shifted.data(), p.outBytes(0), p.outLseBytes(0)));
+  EXPECT_FALSE(takesDirectPath(*lb, p)) << "rank 1's out at another offset";
+  for (int r = 0; r < cp; r++) p.poison(r, nullptr);
+  ASSERT_NO_FATAL_FAILURE(callAndWait(*lb, p));
+  const Mismatch m = p.checkAll();
+  EXPECT_EQ(m.count, 0u) << m.first;
+  lb->deregisterOutputs();
+  EXPECT_FALSE(takesDirectPath(*lb, p));
+}
+
+// Captured once (the producer's copies, the outputs poisoned, the call),
+// replayed with fresh inputs; an eager staged call between replays.
+TEST_P(NoneRegisteredOutputs, GraphReplays) {
+  ScopedEnv env(twoPhases());
+  const int cp = 8, batch = 2 * kCap + 5;  // chunked: the graph holds three rounds
+  auto lb = makeLoopback(config(cp), cp);
+  ASSERT_TRUE(lb);
+  cudaStream_t stream = nullptr;
+  CUDA_ASSERT(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::unique_ptr<std::remove_pointer_t<cudaStream_t>, cudaError_t (*)(cudaStream_t)> streamOwner(stream, cudaStreamDestroy);
+  DeviceProblem p(resolved(config(cp)), cp, batch, LseMix::Normal, freshSeed(), CallSpec{});
+  p.refill(LseMix::Normal, freshSeed(), /*toStaging=*/true);
+  ASSERT_NO_FATAL_FAILURE(registerOutputs(*lb, p));
+  ASSERT_TRUE(takesDirectPath(*lb, p));
+  const std::vector<CallBuffers> b = p.allBuffers();
+  auto enqueue = [&]() {
+    for (int r = 0; r < cp; r++) {
+      p.stageInputs(r, stream);
+      p.poison(r, stream);
+    }
+    return lb->call(b.data(), batch, nullptr, stream);
+  };
+  CapturedGraph g;
+  ASSERT_NO_FATAL_FAILURE(capture(stream, enqueue, &g));
+  for (int rep = 0; rep < 4; rep++) {
+    SCOPED_TRACE(testing::Message() << "replay " << rep);
+    p.refill(rep % 2 ? LseMix::Special : LseMix::Normal, freshSeed(), /*toStaging=*/true);
+    CUDA_ASSERT(cudaGraphLaunch(g.exec, stream));
+    CUDA_ASSERT(cudaStreamSynchronize(stream));
+    DCP_ASSERT(lb->asyncError());
+    const Mismatch m = p.checkAll();
+    ASSERT_EQ(m.count, 0u) << m.first;
+    if (rep == 1) {  // an eager call between replays, staged
+      lb->deregisterOutputs();
+      p.refill(LseMix::Special, freshSeed());
+      for (int r = 0; r < cp; r++) p.poison(r, nullptr);
+      ASSERT_NO_FATAL_FAILURE(callAndWait(*lb, p));
+      const Mismatch e = p.checkAll();
+      ASSERT_EQ(e.count, 0u) << "eager, staged: " << e.first;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace test
 }  // namespace nccl_dcp

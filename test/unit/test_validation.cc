@@ -17,6 +17,7 @@
 #include "handles.h"
 #include "loopback.h"
 #include "memory.h"
+#include "registered_output.h"
 #include "test_util.h"
 #include "validate.h"
 
@@ -1944,6 +1945,136 @@ TEST(WorkspaceSizePerMode, RefusesABadScatterOrLseDtype) {
   EXPECT_REJECTED(ncclDcpWorkspaceSize(&badScatter, 2, &bytes), ncclInvalidArgument, "config->scatter");
   const ncclDcpConfig_t badLse = modeConfigIn(ncclDcpScatterHead, ncclInt32);
   EXPECT_REJECTED(ncclDcpWorkspaceSize(&badLse, 2, &bytes), ncclInvalidArgument, "config->lseDtype");
+}
+
+// ---------------------------------------------------------------------------
+// Registered outputs (registered_output.h): the arguments, which calls take
+// the direct path, and the tag of their phase-2 flags.
+
+TEST(RegisteredOutputs, RangesNameTheArgumentAtFault) {
+  alignas(16) static char out[256];
+  alignas(16) static float lse[16];
+  EXPECT_REJECTED(checkOutputRanges(nullptr, 256, lse, 64), ncclInvalidArgument, "out is NULL");
+  EXPECT_REJECTED(checkOutputRanges(out + 8, 128, lse, 64), ncclInvalidArgument, "16-byte aligned");
+  EXPECT_REJECTED(checkOutputRanges(out, 0, lse, 64), ncclInvalidArgument, "outBytes is 0");
+  EXPECT_REJECTED(checkOutputRanges(out, 256, lse, 0), ncclInvalidArgument, "both or neither");
+  EXPECT_REJECTED(checkOutputRanges(out, 256, nullptr, 64), ncclInvalidArgument, "both or neither");
+  EXPECT_REJECTED(checkOutputRanges(out, 256, (const float*)(out + 2), 4), ncclInvalidArgument, "4-byte aligned");
+  EXPECT_REJECTED(checkOutputRanges(out, 256, (const float*)(out + 64), 16), ncclInvalidArgument, "overlap");
+  EXPECT_REJECTED(checkOutputRanges(out, SIZE_MAX, lse, 64), ncclInvalidArgument, "wraps");
+  EXPECT_REJECTED(checkOutputRanges(out, 256, lse, SIZE_MAX), ncclInvalidArgument, "wraps");
+  EXPECT_ACCEPTED(checkOutputRanges(out, 256, lse, 64));
+  EXPECT_ACCEPTED(checkOutputRanges(out, 256, nullptr, 0));
+}
+
+TEST(RegisteredOutputs, PublicEntryPointsCheckTheirArguments) {
+  alignas(16) static char out[256];
+  ncclDcpOutput_t h = nullptr;
+  EXPECT_REJECTED(ncclDcpOutputRegister(nullptr, out, 256, nullptr, 0, &h), ncclInvalidArgument, "ctx");
+  EXPECT_REJECTED(ncclDcpOutputDeregister(nullptr, h), ncclInvalidArgument, "ctx");
+}
+
+// A NONE config of cp ranks in two phases (auto from 3 ranks), D 128 bf16, Hl 2.
+struct NoneCall {
+  Config cfg;
+  int nRanks = 4;
+  Strides s;
+  NoneCall() {
+    const ncclDcpConfig_t in = test::withScatter(makeConfig(128, 2, ncclBfloat16, ncclDcpLseBase2), ncclDcpScatterNone);
+    EXPECT_EQ(resolveConfig(&in, Env{}, &cfg), ncclSuccess) << ncclDcpGetLastError();
+    s = packedStrides(cfg, nRanks);
+  }
+  // Bytes of out and floats of outLse a packed call of `batch` rows writes.
+  size_t outBytes(int batch) const { return (size_t)batch * nRanks * 2 * 128 * 2; }
+  size_t lseFloats(int batch) const { return (size_t)batch * nRanks * 2; }
+};
+
+TEST(RegisteredOutputs, ACallTakesTheDirectPathOnlyWhollyInside) {
+  const NoneCall n;
+  ASSERT_TRUE(noneRelays(n.cfg, n.nRanks));
+  const int batch = 5;
+  std::vector<char> outMem(n.outBytes(batch) + 4096);
+  std::vector<float> lseMem(n.lseFloats(batch) + 64);
+  RegisteredOutput reg;
+  reg.out = {outMem.data(), outMem.size()};
+  reg.outLse = {(char*)lseMem.data(), lseMem.size() * sizeof(float)};
+  reg.direct = true;
+  DirectCall d = {};
+  CallBuffers b = {nullptr, nullptr, outMem.data() + 1024, lseMem.data() + 16};
+  ASSERT_TRUE(directCallOf(n.cfg, n.nRanks, reg, b, batch, n.s, &d));
+  EXPECT_EQ(d.outOffset, 1024);
+  EXPECT_EQ(d.lseOffset, 16);
+  EXPECT_TRUE(d.withLse);
+  // The last byte just inside, then one past the end.
+  b.out = outMem.data() + 4096;
+  EXPECT_TRUE(directCallOf(n.cfg, n.nRanks, reg, b, batch, n.s, &d));
+  b.out = outMem.data() + 4096 + 16;
+  EXPECT_FALSE(directCallOf(n.cfg, n.nRanks, reg, b, batch, n.s, &d)) << "out runs past the registration";
+  b.out = outMem.data();
+  b.outLse = lseMem.data() + 65;
+  EXPECT_FALSE(directCallOf(n.cfg, n.nRanks, reg, b, batch, n.s, &d)) << "outLse runs past the registration";
+  b.outLse = nullptr;
+  ASSERT_TRUE(directCallOf(n.cfg, n.nRanks, reg, b, batch, n.s, &d)) << "no outLse: out alone decides";
+  EXPECT_FALSE(d.withLse);
+  b.outLse = lseMem.data();
+  RegisteredOutput noLse = reg;
+  noLse.outLse = {};
+  EXPECT_FALSE(directCallOf(n.cfg, n.nRanks, noLse, b, batch, n.s, &d)) << "an outLse outside any registration";
+  b.out = outMem.data() - 16;
+  EXPECT_FALSE(directCallOf(n.cfg, n.nRanks, reg, b, batch, n.s, &d)) << "out starts before the registration";
+  b.out = outMem.data();
+  RegisteredOutput staged = reg;
+  staged.direct = false;
+  EXPECT_FALSE(directCallOf(n.cfg, n.nRanks, staged, b, batch, n.s, &d)) << "a registration that stages";
+  EXPECT_FALSE(directCallOf(n.cfg, 2, reg, b, batch, packedStrides(n.cfg, 2), &d)) << "cp 2 runs NONE direct";
+  Config head = n.cfg;
+  head.scatter = Scatter::Head;
+  EXPECT_FALSE(directCallOf(head, n.nRanks, reg, b, batch, n.s, &d)) << "HEAD has no phase 2";
+}
+
+TEST(RegisteredOutputs, RoundsOnSimpleCarryTheTagAndTheirRowsOffset) {
+  const NoneCall n;
+  const DirectCall call = {nullptr, 4096, 32, true};
+  const DirectOutputs line = directOutputsOfRound(&call, n.cfg, n.s, 0, Proto::LL128);
+  EXPECT_EQ(line.tag, 0u) << "the line protocols' relay stages";
+  EXPECT_EQ(directOutputsOfRound(nullptr, n.cfg, n.s, 0, Proto::Simple).tag, 0u);
+  const DirectOutputs r0 = directOutputsOfRound(&call, n.cfg, n.s, 0, Proto::Simple);
+  const DirectOutputs r8 = directOutputsOfRound(&call, n.cfg, n.s, 8, Proto::Simple);
+  EXPECT_NE(r0.tag, 0u);
+  EXPECT_EQ(r0.tag, r8.tag) << "one tag per call: every round's agrees";
+  EXPECT_EQ(r0.outOffset, 4096);
+  EXPECT_EQ(r8.outOffset, 4096 + 8 * n.s.outRow * n.cfg.eltSize);
+  EXPECT_EQ(r8.lseOffset, 32 + 8 * n.s.outLseRow);
+  EXPECT_TRUE(r8.withLse);
+}
+
+// Ranks that pass other offsets, strides or outLse-or-not get other tags:
+// their phase-2 waits never match each other's flags.
+TEST(RegisteredOutputs, WhatRanksMustAgreeOnChangesTheTag) {
+  const NoneCall n;
+  const DirectCall call = {nullptr, 4096, 32, true};
+  const uint32_t tag = directTag(call, n.s);
+  std::vector<uint32_t> others;
+  DirectCall c = call;
+  c.outOffset += 16;
+  others.push_back(directTag(c, n.s));
+  c = call;
+  c.lseOffset += 1;
+  others.push_back(directTag(c, n.s));
+  c = call;
+  c.withLse = false;
+  others.push_back(directTag(c, n.s));
+  Strides s = n.s;
+  s.outRow += 8;
+  others.push_back(directTag(call, s));
+  s = n.s;
+  s.outLseHead += 1;
+  others.push_back(directTag(call, s));
+  for (size_t i = 0; i < others.size(); i++) {
+    EXPECT_NE(others[i], tag) << "change " << i;
+    EXPECT_NE(taggedFlag(flagForRound(7), others[i]), taggedFlag(flagForRound(7), tag)) << "change " << i;
+  }
+  EXPECT_NE(taggedFlag(flagForRound(7), tag), flagForRound(7)) << "a direct flag never matches a staged one";
 }
 
 }  // namespace

@@ -1,0 +1,84 @@
+/*************************************************************************
+ * Registered outputs: the host's tests and the per-round parameters
+ * (registered_output.h).
+ ************************************************************************/
+#include "registered_output.h"
+
+#include <stdint.h>
+
+#include "error.h"
+
+namespace nccl_dcp {
+
+namespace {
+
+// [at, at + bytes) inside r.
+bool inside(const OutputRange& r, uintptr_t at, uintptr_t bytes) {
+  const uintptr_t base = (uintptr_t)r.base;
+  return r.bytes > 0 && at >= base && bytes <= r.bytes && at - base <= r.bytes - bytes;
+}
+
+}  // namespace
+
+ncclResult_t checkOutputRanges(const void* out, size_t outBytes, const float* outLse, size_t lseBytes) {
+  if (out == nullptr) return fail(ncclInvalidArgument, "out is NULL");
+  if ((uintptr_t)out % 16 != 0) return fail(ncclInvalidArgument, "out %p is not 16-byte aligned", out);
+  if (outBytes == 0) return fail(ncclInvalidArgument, "outBytes is 0");
+  if ((uintptr_t)out + outBytes < (uintptr_t)out)
+    return fail(ncclInvalidArgument, "out %p + outBytes %zu wraps around the address space", out, outBytes);
+  if ((outLse == nullptr) != (lseBytes == 0))
+    return fail(ncclInvalidArgument, "outLse %p and outLseBytes %zu: both or neither", (const void*)outLse, lseBytes);
+  if (outLse == nullptr) return ncclSuccess;
+  if ((uintptr_t)outLse % sizeof(float) != 0)
+    return fail(ncclInvalidArgument, "outLse %p is not 4-byte aligned", (const void*)outLse);
+  if ((uintptr_t)outLse + lseBytes < (uintptr_t)outLse)
+    return fail(ncclInvalidArgument, "outLse %p + outLseBytes %zu wraps around the address space",
+                (const void*)outLse, lseBytes);
+  const uintptr_t o = (uintptr_t)out, l = (uintptr_t)outLse;
+  if (o < l + lseBytes && l < o + outBytes)
+    return fail(ncclInvalidArgument, "out [%p, +%zu) and outLse [%p, +%zu) overlap", out, outBytes,
+                (const void*)outLse, lseBytes);
+  return ncclSuccess;
+}
+
+bool directCallOf(const Config& cfg, int nRanks, const RegisteredOutput& reg, const CallBuffers& buf, int batch,
+                  const Strides& s, DirectCall* call) {
+  if (!reg.direct || batch <= 0 || !noneRelays(cfg, nRanks)) return false;
+  // The last element each output reaches, from its row 0 (strides >= 0).
+  const int64_t heads = headsPerRow(cfg, nRanks), last = (int64_t)(batch - 1);
+  const int64_t outExtent = (last * s.outRow + (heads - 1) * s.outHead + cfg.headDim) * cfg.eltSize;
+  if (!inside(reg.out, (uintptr_t)buf.out, (uintptr_t)outExtent)) return false;
+  if (buf.outLse != nullptr) {
+    const int64_t lseExtent = (last * s.outLseRow + (heads - 1) * s.outLseHead + 1) * (int64_t)sizeof(float);
+    if (!inside(reg.outLse, (uintptr_t)buf.outLse, (uintptr_t)lseExtent)) return false;
+  }
+  call->bases = reg.bases;
+  call->outOffset = (int64_t)((uintptr_t)buf.out - (uintptr_t)reg.out.base);
+  call->lseOffset = buf.outLse ? (int64_t)(buf.outLse - (float*)reg.outLse.base) : 0;
+  call->withLse = buf.outLse != nullptr;
+  return true;
+}
+
+uint32_t directTag(const DirectCall& call, const Strides& s) {
+  const int64_t words[] = {call.outOffset, call.lseOffset, s.outRow, s.outHead,
+                           s.outLseRow,    s.outLseHead,   call.withLse ? 1 : 0};
+  uint32_t h = 2166136261u;  // FNV-1a over the words' bytes
+  for (int64_t w : words)
+    for (int b = 0; b < 8; b++) h = (h ^ (uint32_t)((uint64_t)w >> (8 * b) & 0xff)) * 16777619u;
+  h ^= h >> 16;
+  return h != 0 ? h : 1;
+}
+
+DirectOutputs directOutputsOfRound(const DirectCall* call, const Config& cfg, const Strides& s, int row0,
+                                   Proto proto) {
+  DirectOutputs d = {};
+  if (call == nullptr || proto != Proto::Simple) return d;  // the line protocols' relay stages (relay.h)
+  d.bases = call->bases;
+  d.outOffset = call->outOffset + (int64_t)row0 * s.outRow * cfg.eltSize;
+  d.lseOffset = call->lseOffset + (int64_t)row0 * s.outLseRow;
+  d.withLse = call->withLse;
+  d.tag = directTag(*call, s);
+  return d;
+}
+
+}  // namespace nccl_dcp
