@@ -79,6 +79,7 @@ struct Args {
   int baseline = kBaselineFull;         // --baseline (-B) 0|1|2|3
   int scatter = ncclDcpScatterHead;     // --scatter head|token|none: the config's scatter mode
   int stagedGather = 0;                 // --staged-gather 1: loopback NONE's baseline 2 staged (options.cc)
+  int registeredOut = 0;                // --registered-out 1: NONE's outputs registered (phase 2 direct)
   int wire = ncclDcpWireNative;         // --wire native|fp8: the config's wire (the baselines stay native)
   int floors = 1;                       // --floors (-F) 0 skips the floors
   int timeline = 0;                     // --timeline: the in-kernel timeline per size (-Dtimeline=true builds)

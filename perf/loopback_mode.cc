@@ -185,7 +185,7 @@ class LoopbackMode : public Mode {
   LoopbackMode(const Args& a, Inputs& inputs, std::unique_ptr<Loopback> lb, std::unique_ptr<Loopback> lb2)
       : Mode(lb->config()), cp_(a.virtualRanks), baseline_(a.baseline != kBaselineOff),
         nativeWireBaseline_(a.baseline == kBaselineNativeWire), baseline2_(hasBaseline2(a)),
-        staged_(a.stagedGather != 0), baseline2Name_(baseline2Name(a)), inputs_(inputs), lb_(std::move(lb)),
+        staged_(a.stagedGather != 0), registered_(a.registeredOut != 0), baseline2Name_(baseline2Name(a)), inputs_(inputs), lb_(std::move(lb)),
         lb2_(std::move(lb2)) {
     CUDA_OR_DIE(cudaGetDevice(&dev_));
     CUDA_OR_DIE(cudaGetDeviceProperties(&prop_, dev_));
@@ -195,6 +195,7 @@ class LoopbackMode : public Mode {
     copyGBps_ = measureCopyGBps(stream);
     allocTensors(std::max<int64_t>(a.maxRows, 1));
     allocFloors(std::max<int64_t>(a.maxRows, 1));
+    if (registered_) NCCL_OR_DIE(lb_->registerOutputs(calls_.data(), t_.outBytes, t_.outLseBytes));
   }
 
   ~LoopbackMode() override {
@@ -220,9 +221,10 @@ class LoopbackMode : public Mode {
     char s[1024];
     snprintf(s, sizeof(s),
              "# nccl-dcp %d  NCCL %d  loopback: %d virtual ranks on %s; device-to-device copy %.0f GB/s (read + write)\n"
-             "# scatter %s%s; baseline: %s%s%s",
+             "# scatter %s%s%s; baseline: %s%s%s",
              NCCL_DCP_VERSION_CODE, ncclVersion(), cp_, prop_.name, copyGBps_, scatterName((int)cfg_.scatter),
              cfg_.scatter != Scatter::None ? "" : noneRelays(cfg_, cp_) ? " (two phases)" : " (direct)",
+             registered_ ? ", outputs registered (phase 2 into the peers' directly)" : "",
              baseline.c_str(), baseline2_ ? "\n# baseline 2: the HEAD call (a second loopback in HEAD mode) + " : "",
              baseline2_ ? baseline2Name_ : "");
     return s;
@@ -445,7 +447,7 @@ class LoopbackMode : public Mode {
   }
 
   int cp_, dev_ = 0;
-  bool baseline_, nativeWireBaseline_, baseline2_, staged_;
+  bool baseline_, nativeWireBaseline_, baseline2_, staged_, registered_;
   const char* baseline2Name_;
   Inputs& inputs_;
   std::unique_ptr<Loopback> lb_;

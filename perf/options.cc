@@ -146,6 +146,10 @@ std::string usage(const char* program) {
     << "  --staged-gather <0|1>     loopback NONE: 1 stages baseline 2's all-gather as NCCL does for\n"
     << "                            unregistered buffers (each rank's merged heads copied into a staging\n"
     << "                            buffer, then from it into every output: twice the copies; default 0)\n"
+    << "  --registered-out <0|1>    NONE: 1 registers every rank's out and outLse (ncclDcpOutputRegister;\n"
+    << "                            loopback: its form of it), so phase 2 of the two phases writes the\n"
+    << "                            peers' outputs directly (SIMPLE rounds); real ranks: outputs from\n"
+    << "                            ncclMemAlloc, one GPU per thread (-g 1); default 0\n"
     << "                            The size columns stay the partials each rank holds, in every mode.\n"
     << "  --provider <p>            the fused path's workspace: auto | nccl-window | cuda-ipc | fallback\n"
     << "                            (sets NCCL_DCP_PROVIDER; default: as the environment says, else auto)\n"
@@ -184,6 +188,7 @@ enum LongOnly {
   kOptScatter,
   kOptWire,
   kOptStagedGather,
+  kOptRegisteredOut,
 };
 
 const struct option kLongOptions[] = {
@@ -237,6 +242,7 @@ const struct option kLongOptions[] = {
     {"scatter", required_argument, nullptr, kOptScatter},
     {"wire", required_argument, nullptr, kOptWire},
     {"staged-gather", required_argument, nullptr, kOptStagedGather},
+    {"registered-out", required_argument, nullptr, kOptRegisteredOut},
     {"version", no_argument, nullptr, kOptVersion},
     {nullptr, 0, nullptr, 0},
 };
@@ -349,6 +355,7 @@ const IntOption kIntOptions[] = {
     {'B', 0, 3, [](Args* a, int64_t v) { a->baseline = (int)v; }},
     {'F', 0, 1, [](Args* a, int64_t v) { a->floors = (int)v; }},
     {kOptStagedGather, 0, 1, [](Args* a, int64_t v) { a->stagedGather = (int)v; }},
+    {kOptRegisteredOut, 0, 1, [](Args* a, int64_t v) { a->registeredOut = (int)v; }},
 };
 
 constexpr int64_t kMaxSweepRows = NCCL_DCP_MAX_BATCH_CAPACITY * 64LL;
@@ -458,6 +465,15 @@ bool checkCombination(const Args& a, std::string* error) {
   if (a.stagedGather && (a.virtualRanks == 0 || a.scatter != ncclDcpScatterNone || a.baseline != kBaselineFull)) {
     *error = "--staged-gather 1 stages loopback NONE's baseline 2: it needs --virtual-ranks, --scatter none and -B 1 "
              "(on real ranks ncclAllGather stages by itself)";
+    return false;
+  }
+  if (a.registeredOut && a.scatter != ncclDcpScatterNone) {
+    *error = "--registered-out 1 registers the outputs NONE's phase 2 writes directly: it needs --scatter none";
+    return false;
+  }
+  if (a.registeredOut && a.virtualRanks == 0 && a.gpusPerThread > 1) {
+    *error = "--registered-out 1 registers each rank's outputs from its own thread (ncclDcpOutputRegister is "
+             "collective): drop -g, or use -t or processes";
     return false;
   }
   if (a.virtualRanks > 0 && (a.threads > 1 || a.gpusPerThread > 1)) {

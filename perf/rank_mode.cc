@@ -44,6 +44,7 @@ struct Rank {
   float *lse = nullptr, *lsePeerMajor = nullptr, *outLse = nullptr, *outLseBase = nullptr, *recvLse = nullptr;
   char *outHead = nullptr, *gather = nullptr;  // baseline 2 (ncclMemAlloc)
   float *outLseHead = nullptr, *gatherLse = nullptr;
+  ncclDcpOutput_t outReg = nullptr;  // --registered-out: out and outLse (ncclMemAlloc), registered on ctx
   // floors
   void* window = nullptr;  // ncclMemAlloc
   ncclWindow_t win = nullptr;
@@ -74,6 +75,7 @@ class RankMode : public Mode {
     NCCL_OR_DIE(ncclGroupEnd());
     std::vector<ncclDcpContext_t> ctxs, seconds;
     for (Rank& r : ranks_) {
+      if (r.outReg) NCCL_OR_DIE(ncclDcpOutputDeregister(r.ctx, r.outReg));
       ctxs.push_back(r.ctx);
       if (r.ctx2) seconds.push_back(r.ctx2);
     }
@@ -81,9 +83,13 @@ class RankMode : public Mode {
     NCCL_OR_DIE(ncclDcpContextDestroyGroup((int)ctxs.size(), ctxs.data()));
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));
-      for (void* q : {(void*)r.in, (void*)r.lse, (void*)r.out, (void*)r.outBase, (void*)r.outLse,
-                      (void*)r.outLseBase, (void*)r.floorSrc, (void*)r.rig.state})
+      for (void* q : {(void*)r.in, (void*)r.lse, (void*)r.outBase, (void*)r.outLseBase, (void*)r.floorSrc,
+                      (void*)r.rig.state})
         CUDA_OR_DIE(cudaFree(q));
+      for (void* q : {(void*)r.out, (void*)r.outLse}) {
+        if (r.outReg) NCCL_OR_DIE(ncclMemFree(q));
+        else CUDA_OR_DIE(cudaFree(q));
+      }
       for (void* q : {(void*)r.inPeerMajor, (void*)r.lsePeerMajor, (void*)r.recv, (void*)r.recvLse})
         NCCL_OR_DIE(ncclMemFree(q));
       for (void* q : {(void*)r.outHead, (void*)r.outLseHead, (void*)r.gather, (void*)r.gatherLse})
@@ -103,9 +109,10 @@ class RankMode : public Mode {
     cudaDeviceProp prop;
     CUDA_OR_DIE(cudaGetDeviceProperties(&prop, ranks_[0].dev));
     char s[1024];
-    snprintf(s, sizeof(s), "# nccl-dcp %d  NCCL %d  %d rank(s): %d process(es) x %d thread(s) x %d GPU(s), %s",
+    snprintf(s, sizeof(s), "# nccl-dcp %d  NCCL %d  %d rank(s): %d process(es) x %d thread(s) x %d GPU(s), %s%s",
              NCCL_DCP_VERSION_CODE, ncclVersion(), place_.nRanks(), place_.processes, place_.threads,
-             place_.gpusPerThread, prop.name);
+             place_.gpusPerThread, prop.name,
+             a_.registeredOut ? "\n# outputs registered: NONE's phase 2 into the peers' directly" : "");
     return s;
   }
 
@@ -357,8 +364,16 @@ class RankMode : public Mode {
     NCCL_OR_DIE(ncclMemAlloc((void**)&r.recv, recvUnits * headBytes));
     NCCL_OR_DIE(ncclMemAlloc((void**)&r.lsePeerMajor, sendUnits * 4));
     NCCL_OR_DIE(ncclMemAlloc((void**)&r.recvLse, recvUnits * 4));
-    for (char** q : {&r.out, &r.outBase}) CUDA_OR_DIE(cudaMalloc(q, outUnits * headBytes));
-    for (float** q : {&r.outLse, &r.outLseBase}) CUDA_OR_DIE(cudaMalloc(q, outUnits * 4));
+    if (a_.registeredOut) {  // NCCL maps ncclMemAlloc memory for the peers (one thread per rank: collective)
+      NCCL_OR_DIE(ncclMemAlloc((void**)&r.out, outUnits * headBytes));
+      NCCL_OR_DIE(ncclMemAlloc((void**)&r.outLse, outUnits * 4));
+      NCCL_OR_DIE(ncclDcpOutputRegister(r.ctx, r.out, outUnits * headBytes, r.outLse, outUnits * 4, &r.outReg));
+    } else {
+      CUDA_OR_DIE(cudaMalloc(&r.out, outUnits * headBytes));
+      CUDA_OR_DIE(cudaMalloc(&r.outLse, outUnits * 4));
+    }
+    CUDA_OR_DIE(cudaMalloc(&r.outBase, outUnits * headBytes));
+    CUDA_OR_DIE(cudaMalloc(&r.outLseBase, outUnits * 4));
     if (hasBaseline2(a_)) {  // the HEAD call's outputs are the all-gather's send buffers: ncclMemAlloc too
       NCCL_OR_DIE(ncclMemAlloc((void**)&r.outHead, units * headBytes));
       NCCL_OR_DIE(ncclMemAlloc((void**)&r.outLseHead, units * 4));

@@ -262,6 +262,7 @@ void writeOperation(JsonWriter& w, const Args& a, const RunInfo& run, int64_t pe
   else w.str(run.noneAlgo);
   w.key("wire").str(wireName(a.wire));
   w.key("staged_gather").boolean(a.stagedGather != 0);
+  w.key("registered_out").boolean(a.registeredOut != 0);
   w.key("dtype").str(dtypeName(a.dtype));
   w.key("head_dim").integer(a.headDim);
   w.key("local_heads").integer(a.localHeads);

@@ -477,13 +477,20 @@ if has perf; then
   # NONE once per algorithm (NCCL_DCP_NONE_ALGO; docs/perf-history.md 0.4), and
   # two phases once more against baseline 2 staged as NCCL stages
   # unregistered buffers (--staged-gather 1; loopback's default writes
-  # straight into every output).
-  for run in token none:direct none:two_phase none:two_phase:staged; do
-    mode=${run%%:*} algo=${run#*:} name=${run//:/-} staged=0
-    [ "$algo" != "$run" ] || algo=""
-    [ "${algo%:staged}" = "$algo" ] || { algo=${algo%:staged} staged=1; }
+  # straight into every output), and once with its outputs registered
+  # (--registered-out 1: phase 2 into the peers' outputs directly).
+  for run in token none:direct none:two_phase none:two_phase:staged none:two_phase:staged:registered; do
+    mode=${run%%:*} name=${run//:/-} algo="" staged=0 registered=0
+    for word in ${run//:/ }; do
+      case $word in
+        direct | two_phase) algo=$word ;;
+        staged) staged=1 ;;
+        registered) registered=1 ;;
+      esac
+    done
     bgrun env ${algo:+NCCL_DCP_NONE_ALGO=$algo} "$PERF" "${PERF_ARGS[@]}" -P AUTO --scatter "$mode" \
-      --staged-gather $staged -J "$LOGS/perf-scatter-$name.json" > "$LOGS/perf-scatter-$name.txt" 2>&1
+      --staged-gather $staged --registered-out $registered -J "$LOGS/perf-scatter-$name.json" \
+      > "$LOGS/perf-scatter-$name.txt" 2>&1
     record $? "perf scatter $name, loopback cp 8 AUTO (table in perf-scatter-$name.txt)"
     tail -14 "$LOGS/perf-scatter-$name.txt"
   done

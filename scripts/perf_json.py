@@ -7,7 +7,7 @@ per call. Files written before (docs/data/*.json) had a camelCase rows[]
 array (fusedUs, baseUs, ...) whose times were the median. Both come back as
 
     meta: mode, n_ranks, dtype, head_dim, local_heads, device, protocol,
-          scatter, none_algo, wire, staged_gather, baseline, baseline2, nccl_version,
+          scatter, none_algo, wire, staged_gather, registered_out, baseline, baseline2, nccl_version,
           statistic, commit
     rows: [{rows, bytes, protocol, fused_us, fused_median_us, base_us, base2_us,
             base2_median_us, ideal_us, floor_us, fused_wrong, base_wrong, base2_wrong,
@@ -68,6 +68,7 @@ def parse(report):
             "device": report.get("device"), "protocol": report.get("protocol"),
             "scatter": report.get("scatter", "head"), "none_algo": report.get("none_algo"),
             "wire": report.get("wire", "native"), "staged_gather": report.get("staged_gather", False),
+            "registered_out": report.get("registered_out", False),
             "baseline": report.get("baseline"),
             "baseline2": report.get("baseline2"),
             "nccl_version": report.get("ncclVersion") if old else report.get("nccl_version"),

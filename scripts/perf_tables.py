@@ -30,10 +30,10 @@ import perf_json
 def expected_config(name):
     """The config that a file's name (scripts/gpu-check.sh's perf and
     perf-cp stages) says it was run with: perf-scatter-none-two_phase-staged
-    is NONE, two phases, baseline 2 staged; perf-cp4-fp8 4 ranks, fp8 on
-    the wire. What a name leaves out is the default: HEAD, native, not
-    staged."""
-    want = {"scatter": "head", "wire": "native", "staged_gather": False}
+    is NONE, two phases, baseline 2 staged (-registered: its outputs
+    registered); perf-cp4-fp8 4 ranks, fp8 on the wire. What a name leaves
+    out is the default: HEAD, native, not staged, not registered."""
+    want = {"scatter": "head", "wire": "native", "staged_gather": False, "registered_out": False}
     for word in name.split("-")[1:]:
         if word in ("scatter", "wire"):
             continue
@@ -45,6 +45,8 @@ def expected_config(name):
             want["none_algo"] = word
         elif word == "staged":
             want["staged_gather"] = True
+        elif word == "registered":
+            want["registered_out"] = True
         elif word in ("AUTO", "LL", "LL128", "SIMPLE"):
             want["protocol"] = word
         elif re.fullmatch(r"cp\d+", word):

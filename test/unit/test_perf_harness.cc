@@ -143,6 +143,15 @@ TEST(PerfArgs, ScatterModeSetsTheConfig) {
   EXPECT_NE(std::string(baseline2Name(staged)).find("loopback only"), std::string::npos);
   staged.virtualRanks = 0;
   EXPECT_STREQ(baseline2Name(staged), "HEAD + all-gather of the merged heads");
+  // --registered-out 1 on NONE, loopback or one thread per rank.
+  Args registered;
+  ASSERT_EQ(parse({"--virtual-ranks", "8", "--scatter", "none", "--registered-out", "1"}, &registered, &err),
+            ParseResult::Ok)
+      << err;
+  EXPECT_EQ(registered.registeredOut, 1);
+  Args threads;
+  ASSERT_EQ(parse({"-t", "2", "--scatter", "none", "--registered-out", "1"}, &threads, &err), ParseResult::Ok) << err;
+  EXPECT_EQ(threads.registeredOut, 1);
   EXPECT_STREQ(baselineName(kBaselineFull), "a2a + combine");  // HEAD: the names of 0.2
   EXPECT_STREQ(baselineName(kBaselineAllToAll, ncclDcpScatterHead), "a2a alone");
   EXPECT_STREQ(baselineName(kBaselineFull, ncclDcpScatterToken), "token a2a + combine");
@@ -397,6 +406,9 @@ TEST(PerfArgs, ErrorsNameTheOption) {
       {{"--staged-gather", "1", "--virtual-ranks", "8"}, "--scatter none"},
       {{"--staged-gather", "1", "--virtual-ranks", "8", "--scatter", "none", "-B", "0"}, "-B 1"},
       {{"--staged-gather", "2"}, "--staged-gather"},
+      {{"--registered-out", "1"}, "--registered-out 1 registers the outputs NONE's phase 2"},
+      {{"--registered-out", "1", "--scatter", "none", "-g", "2"}, "drop -g"},
+      {{"--registered-out", "2"}, "--registered-out"},
       // nccl-tests' options at a value other than their default (or with
       // no meaning here at all): refused, pointing at nccl-tests' meaning
       // and at our long option.
