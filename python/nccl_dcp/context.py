@@ -481,6 +481,37 @@ class Context:
         s = _torch.stream_handle(stream, self.spec.device)
         self._lib.check(self._lib.cdll.ncclDcpContextBindStream(self._live_handle(), s), "ncclDcpContextBindStream")
 
+    # ---- registered outputs
+
+    def register_output(self, out, out_lse=None):
+        """Registers out (and out_lse) for NONE's phase 2 straight into the
+        peers' outputs (ncclDcpOutputRegister): a context of scatter "none"
+        in two phases then writes every call whose out / out_lse lie inside
+        them into its peers' tensors directly, one crossing instead of two.
+        COLLECTIVE: every rank registers tensors of the same sizes, and
+        later passes its calls' outputs at the same offsets with the same
+        strides (keep one persistent output per context, as a CUDA graph
+        does). With the nccl-window provider the memory must be NCCL's
+        (ncclMemAlloc: a torch.cuda.MemPool over NCCL's allocator);
+        elsewhere registering is accepted and calls stage. Contiguous CUDA
+        tensors of the context's device; out_lse float32. Returns a handle
+        for deregister_output(); close() and abort() release what is left."""
+        h = self._live_handle()
+        out_ptr, out_bytes = _registrable(out, "out", self.spec.device)
+        lse_ptr, lse_bytes = (None, 0) if out_lse is None else _registrable(out_lse, "out_lse", self.spec.device)
+        handle = ctypes.c_void_p()
+        self._lib.check(self._lib.cdll.ncclDcpOutputRegister(h, out_ptr, out_bytes, lse_ptr, lse_bytes,
+                                                             ctypes.byref(handle)),
+                        "ncclDcpOutputRegister")
+        return handle.value
+
+    def deregister_output(self, handle):
+        """Undoes register_output (ncclDcpOutputDeregister): waits for the
+        context's last call, then releases the registration. Every rank
+        deregisters between the same two calls."""
+        self._lib.check(self._lib.cdll.ncclDcpOutputDeregister(self._live_handle(), handle),
+                        "ncclDcpOutputDeregister")
+
     # ---- state
 
     def async_error(self):
@@ -618,6 +649,20 @@ class Context:
         if self._h is None:
             raise ValueError("the context is closed")
         return self._h
+
+
+def _registrable(t, name, device):
+    """(data_ptr, bytes) of a tensor register_output accepts."""
+    import torch
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, not {type(t).__name__}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device}, the context on {device}")
+    if not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous (its whole storage range is registered)")
+    if name == "out_lse" and t.dtype != torch.float32:
+        raise ValueError(f"out_lse must be float32, not {t.dtype}")
+    return t.data_ptr(), t.numel() * t.element_size()
 
 
 def leaves_by_abort(ctx, exc):

@@ -132,6 +132,12 @@ def test_stale_handles_never_reach_the_library(lib):
     assert lib.cdll.ncclDcpContextAbort(None) == 0
     err = ctypes.c_int(0)
     assert lib.cdll.ncclDcpGetAsyncError(None, ctypes.byref(err)) == _abi.NCCL_INVALID_ARGUMENT
+    handle = ctypes.c_void_p()
+    assert lib.cdll.ncclDcpOutputRegister(None, 16, 256, None, 0, ctypes.byref(handle)) == _abi.NCCL_INVALID_ARGUMENT
+    assert lib.cdll.ncclDcpOutputDeregister(None, None) == _abi.NCCL_INVALID_ARGUMENT
+    for call in (lambda: ctx.register_output(None), lambda: ctx.deregister_output(None)):
+        with pytest.raises(ValueError, match="the context is closed"):
+            call()
 
 
 def test_library_of_another_version_is_refused(tmp_path):
