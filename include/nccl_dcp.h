@@ -603,6 +603,16 @@ typedef struct ncclDcpOutput* ncclDcpOutput_t;
 ncclResult_t ncclDcpOutputRegister(ncclDcpContext_t ctx, void* out, size_t outBytes, float* outLse,
                                    size_t outLseBytes, ncclDcpOutput_t* handle);
 
+/* ncclDcpOutputRegister for nCtxs contexts driven by the calling thread
+ * (one per GPU, e.g. from ncclDcpContextCreateGroup): entry i registers
+ * outs[i] / outLses[i] on ctxs[i], the collective steps of all of them in
+ * one NCCL group. outLses and outLseBytes: both NULL (no outLse anywhere)
+ * or both arrays (an entry NULL and 0: none). All or nothing: a refused
+ * entry (named) or a failed registration leaves none registered. */
+ncclResult_t ncclDcpOutputRegisterGroup(int nCtxs, const ncclDcpContext_t* ctxs, void* const* outs,
+                                        const size_t* outBytes, float* const* outLses,
+                                        const size_t* outLseBytes, ncclDcpOutput_t* handles);
+
 /* Undoes ncclDcpOutputRegister: waits for the context's last call to
  * finish (no peer writes into this rank's outputs once it has: each
  * waits for its owners' flags), then deregisters the windows. COLLECTIVE

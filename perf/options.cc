@@ -149,7 +149,7 @@ std::string usage(const char* program) {
     << "  --registered-out <0|1>    NONE: 1 registers every rank's out and outLse (ncclDcpOutputRegister;\n"
     << "                            loopback: its form of it), so phase 2 of the two phases writes the\n"
     << "                            peers' outputs directly (SIMPLE rounds); real ranks: outputs from\n"
-    << "                            ncclMemAlloc, one GPU per thread (-g 1); default 0\n"
+    << "                            ncclMemAlloc; default 0\n"
     << "                            The size columns stay the partials each rank holds, in every mode.\n"
     << "  --provider <p>            the fused path's workspace: auto | nccl-window | cuda-ipc | fallback\n"
     << "                            (sets NCCL_DCP_PROVIDER; default: as the environment says, else auto)\n"
@@ -469,11 +469,6 @@ bool checkCombination(const Args& a, std::string* error) {
   }
   if (a.registeredOut && a.scatter != ncclDcpScatterNone) {
     *error = "--registered-out 1 registers the outputs NONE's phase 2 writes directly: it needs --scatter none";
-    return false;
-  }
-  if (a.registeredOut && a.virtualRanks == 0 && a.gpusPerThread > 1) {
-    *error = "--registered-out 1 registers each rank's outputs from its own thread (ncclDcpOutputRegister is "
-             "collective): drop -g, or use -t or processes";
     return false;
   }
   if (a.virtualRanks > 0 && (a.threads > 1 || a.gpusPerThread > 1)) {

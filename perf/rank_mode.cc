@@ -44,6 +44,7 @@ struct Rank {
   float *lse = nullptr, *lsePeerMajor = nullptr, *outLse = nullptr, *outLseBase = nullptr, *recvLse = nullptr;
   char *outHead = nullptr, *gather = nullptr;  // baseline 2 (ncclMemAlloc)
   float *outLseHead = nullptr, *gatherLse = nullptr;
+  size_t outBytes = 0, outLseBytes = 0;
   ncclDcpOutput_t outReg = nullptr;  // --registered-out: out and outLse (ncclMemAlloc), registered on ctx
   // floors
   void* window = nullptr;  // ncclMemAlloc
@@ -64,6 +65,7 @@ class RankMode : public Mode {
     NCCL_OR_DIE(pinThreadToGpu(ranks_[0].dev, &pinning_));  // before NCCL starts its own threads
     initComms(thread, team);
     for (Rank& r : ranks_) allocTensors(r);
+    if (a.registeredOut) registerOutputs();
     if (a.floors && floorsReachable()) initFloors();
     team.barrier(thread);  // every rank's flags are zero before any partner writes
   }
@@ -364,10 +366,11 @@ class RankMode : public Mode {
     NCCL_OR_DIE(ncclMemAlloc((void**)&r.recv, recvUnits * headBytes));
     NCCL_OR_DIE(ncclMemAlloc((void**)&r.lsePeerMajor, sendUnits * 4));
     NCCL_OR_DIE(ncclMemAlloc((void**)&r.recvLse, recvUnits * 4));
-    if (a_.registeredOut) {  // NCCL maps ncclMemAlloc memory for the peers (one thread per rank: collective)
+    r.outBytes = outUnits * headBytes;
+    r.outLseBytes = outUnits * 4;
+    if (a_.registeredOut) {  // registered below: NCCL maps ncclMemAlloc memory for the peers
       NCCL_OR_DIE(ncclMemAlloc((void**)&r.out, outUnits * headBytes));
       NCCL_OR_DIE(ncclMemAlloc((void**)&r.outLse, outUnits * 4));
-      NCCL_OR_DIE(ncclDcpOutputRegister(r.ctx, r.out, outUnits * headBytes, r.outLse, outUnits * 4, &r.outReg));
     } else {
       CUDA_OR_DIE(cudaMalloc(&r.out, outUnits * headBytes));
       CUDA_OR_DIE(cudaMalloc(&r.outLse, outUnits * 4));
@@ -382,6 +385,25 @@ class RankMode : public Mode {
     }
     CUDA_OR_DIE(cudaMemcpy(r.in, inputs_.partialOut(r.rank).data(), r.inBytes, cudaMemcpyHostToDevice));
     CUDA_OR_DIE(cudaMemcpy(r.lse, inputs_.partialLse(r.rank).data(), inUnits * 4, cudaMemcpyHostToDevice));
+  }
+
+  // --registered-out: every rank's out and outLse of this thread, one group.
+  void registerOutputs() {
+    std::vector<ncclDcpContext_t> ctxs;
+    std::vector<void*> outs;
+    std::vector<float*> lses;
+    std::vector<size_t> outBytes, lseBytes;
+    for (Rank& r : ranks_) {
+      ctxs.push_back(r.ctx);
+      outs.push_back(r.out);
+      lses.push_back(r.outLse);
+      outBytes.push_back(r.outBytes);
+      lseBytes.push_back(r.outLseBytes);
+    }
+    std::vector<ncclDcpOutput_t> handles(ranks_.size());
+    NCCL_OR_DIE(ncclDcpOutputRegisterGroup((int)ctxs.size(), ctxs.data(), outs.data(), outBytes.data(), lses.data(),
+                                           lseBytes.data(), handles.data()));
+    for (size_t i = 0; i < ranks_.size(); i++) ranks_[i].outReg = handles[i];
   }
 
   // The fused call on every rank of this thread (one group); nativeWire:

@@ -243,9 +243,47 @@ NCCL_DCP_API ncclResult_t ncclDcpOutputRegister(ncclDcpContext_t ctx, void* out,
   DCPCHECK(checkOutputRanges(out, outBytes, outLse, outLseBytes));
   ContextUse c(ctx, "ctx");
   if (c.get() == nullptr) return ncclInvalidArgument;
+  Context* contexts[1] = {c.get()};
+  const OutputRange outs[1] = {{(char*)out, outBytes}}, lses[1] = {{(char*)outLse, outLseBytes}};
   RegisteredOutput* reg = nullptr;
-  DCPCHECK(registerOutput(c.get(), {(char*)out, outBytes}, {(char*)outLse, outLseBytes}, &reg));
+  DCPCHECK(registerOutputs(1, contexts, outs, lses, &reg));
   *handle = (ncclDcpOutput_t)reg;
+  return ncclSuccess;
+}
+
+NCCL_DCP_API ncclResult_t ncclDcpOutputRegisterGroup(int nCtxs, const ncclDcpContext_t* ctxs, void* const* outs,
+                                                     const size_t* outBytes, float* const* outLses,
+                                                     const size_t* outLseBytes, ncclDcpOutput_t* handles) {
+  clearLastError();
+  if (nCtxs < 0) return fail(ncclInvalidArgument, "nCtxs %d is negative", nCtxs);
+  if (nCtxs == 0) return ncclSuccess;
+  if (ctxs == nullptr) return fail(ncclInvalidArgument, "ctxs is NULL");
+  if (outs == nullptr || outBytes == nullptr) return fail(ncclInvalidArgument, "outs or outBytes is NULL");
+  if ((outLses == nullptr) != (outLseBytes == nullptr))
+    return fail(ncclInvalidArgument, "outLses and outLseBytes: both or neither");
+  if (handles == nullptr) return fail(ncclInvalidArgument, "handles is NULL");
+  std::vector<OutputRange> outRanges(nCtxs), lseRanges(nCtxs);
+  for (int i = 0; i < nCtxs; i++) {
+    if (ctxs[i] == nullptr) return fail(ncclInvalidArgument, "ctxs[%d] is NULL", i);
+    for (int j = 0; j < i; j++)
+      if (ctxs[j] == ctxs[i]) return fail(ncclInvalidArgument, "ctxs[%d] repeats ctxs[%d]", i, j);
+    float* lse = outLses ? outLses[i] : nullptr;
+    const size_t lseBytes = outLseBytes ? outLseBytes[i] : 0;
+    if (checkOutputRanges(outs[i], outBytes[i], lse, lseBytes) != ncclSuccess)
+      return fail(ncclInvalidArgument, "entry %d: %s", i, std::string(lastError()).c_str());
+    outRanges[i] = {(char*)outs[i], outBytes[i]};
+    lseRanges[i] = {(char*)lse, lseBytes};
+  }
+  std::vector<std::unique_ptr<ContextUse>> uses;
+  std::vector<Context*> contexts;
+  for (int i = 0; i < nCtxs; i++) {
+    uses.emplace_back(new ContextUse(ctxs[i], "ctxs[i]"));
+    if (uses.back()->get() == nullptr) return ncclInvalidArgument;
+    contexts.push_back(uses.back()->get());
+  }
+  std::vector<RegisteredOutput*> regs(nCtxs);
+  DCPCHECK(registerOutputs(nCtxs, contexts.data(), outRanges.data(), lseRanges.data(), regs.data()));
+  for (int i = 0; i < nCtxs; i++) handles[i] = (ncclDcpOutput_t)regs[i];
   return ncclSuccess;
 }
 

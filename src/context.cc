@@ -882,29 +882,37 @@ const char* whyOutputsStage(const Context* ctx) {
   return nullptr;
 }
 
-// out and outLse as symmetric windows, in one NCCL group (collective).
-ncclResult_t registerOutputWindows(Context* ctx, RegisteredOutput* reg) {
-  const OutputRange* ranges[2] = {&reg->out, &reg->outLse};
-  ncclWindow_t* windows[2] = {&reg->outWindow, &reg->lseWindow};
-  ncclResult_t rc[2] = {ncclSuccess, ncclSuccess};
+// Every context's out and outLse that map their peers' as symmetric
+// windows, in one NCCL group (collective; one thread may drive every
+// rank). Returns the first failure, NCCL's message with it.
+ncclResult_t registerOutputWindows(int n, Context* const* ctxs, RegisteredOutput* const* regs) {
+  std::vector<ncclResult_t> rc(2 * n, ncclSuccess);
+  auto rangeOf = [&](int i, int k) { return k == 0 ? &regs[i]->out : &regs[i]->outLse; };
+  auto windowOf = [&](int i, int k) { return k == 0 ? &regs[i]->outWindow : &regs[i]->lseWindow; };
   const ncclResult_t start = ncclGroupStart();
-  for (int i = 0; start == ncclSuccess && i < 2; i++)
-    if (ranges[i]->bytes > 0)
-      rc[i] = ncclCommWindowRegister(ctx->comm, ranges[i]->base, ranges[i]->bytes, windows[i], NCCL_WIN_DEFAULT);
+  for (int i = 0; start == ncclSuccess && i < n; i++)
+    for (int k = 0; k < 2 && regs[i]->direct; k++)
+      if (rangeOf(i, k)->bytes > 0)
+        rc[2 * i + k] = ncclCommWindowRegister(ctxs[i]->comm, rangeOf(i, k)->base, rangeOf(i, k)->bytes,
+                                               windowOf(i, k), NCCL_WIN_DEFAULT);
   const ncclResult_t end = start == ncclSuccess ? ncclGroupEnd() : start;
-  for (int i = 0; i < 2; i++) {
-    if (ranges[i]->bytes == 0) continue;
-    ncclResult_t r = rc[i] != ncclSuccess ? rc[i] : end == ncclInProgress ? ncclSuccess : end;
-    if (r == ncclSuccess && end == ncclInProgress)
-      r = waitForComm(ctx->comm, "ncclCommWindowRegister", ctx->engine.cfg.timeoutMs);
-    if (r == ncclSuccess && *windows[i] != nullptr) continue;
-    *windows[i] = nullptr;
-    return fail(r != ncclSuccess ? r : ncclSystemError,
-                "ncclCommWindowRegister of %s (%zu bytes at %p) failed: %s (NCCL maps ncclMemAlloc memory for its "
-                "peers)",
-                i == 0 ? "out" : "outLse", ranges[i]->bytes, (void*)ranges[i]->base, ncclGetLastError(ctx->comm));
-  }
-  return ncclSuccess;
+  FirstError first;
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < 2 && regs[i]->direct; k++) {
+      const OutputRange* range = rangeOf(i, k);
+      if (range->bytes == 0) continue;
+      ncclResult_t r = rc[2 * i + k] != ncclSuccess ? rc[2 * i + k] : end == ncclInProgress ? ncclSuccess : end;
+      if (r == ncclSuccess && end == ncclInProgress)
+        r = waitForComm(ctxs[i]->comm, "ncclCommWindowRegister", ctxs[i]->engine.cfg.timeoutMs);
+      if (r == ncclSuccess && *windowOf(i, k) != nullptr) continue;
+      *windowOf(i, k) = nullptr;
+      first.keep(fail(r != ncclSuccess ? r : ncclSystemError,
+                      "rank %d: ncclCommWindowRegister of %s (%zu bytes at %p) failed: %s (NCCL maps ncclMemAlloc "
+                      "memory for its peers)",
+                      ctxs[i]->rank, k == 0 ? "out" : "outLse", range->bytes, (void*)range->base,
+                      ncclGetLastError(ctxs[i]->comm)));
+    }
+  return first.result();
 }
 
 // Every rank's out and outLse as this rank addresses them, into a device
@@ -937,30 +945,43 @@ const DirectCall* directCallIn(const Context* ctx, const CallBuffers& buf, int b
 
 }  // namespace
 
-ncclResult_t registerOutput(Context* ctx, const OutputRange& out, const OutputRange& outLse, RegisteredOutput** handle) {
+ncclResult_t registerOutputs(int n, Context* const* ctxs, const OutputRange* outs, const OutputRange* outLses,
+                             RegisteredOutput** handles) {
   DeviceGuard guard;
-  CUDACHECK(cudaSetDevice(ctx->cudaDev));
-  std::unique_ptr<RegisteredOutput> reg(new RegisteredOutput());
-  reg->out = out;
-  reg->outLse = outLse;
-  if (const char* why = whyOutputsStage(ctx)) {
-    INFO("rank %d: registered output [%p, +%zu): calls stage (%s)", ctx->rank, (void*)out.base, out.bytes, why);
-  } else {
-    ncclResult_t r = registerOutputWindows(ctx, reg.get());
-    if (r == ncclSuccess) r = resolveOutputBases(ctx, reg.get());
-    if (r != ncclSuccess) {
-      const std::string message = lastError();
-      ncclResult_t ignored = ncclSuccess;
-      releaseOutput(ctx, reg.release(), FreeMode::Now, &ignored);
-      restoreLastError(message.c_str());
-      return r;
-    }
-    reg->direct = true;
-    INFO("rank %d: registered output [%p, +%zu), outLse [%p, +%zu): NONE's phase 2 writes the peers' directly",
-         ctx->rank, (void*)out.base, out.bytes, (void*)outLse.base, outLse.bytes);
+  std::vector<RegisteredOutput*> regs(n);
+  for (int i = 0; i < n; i++) {
+    regs[i] = new RegisteredOutput();
+    regs[i]->out = outs[i];
+    regs[i]->outLse = outLses[i];
+    const char* why = whyOutputsStage(ctxs[i]);
+    regs[i]->direct = why == nullptr;
+    if (why) INFO("rank %d: registered output [%p, +%zu): calls stage (%s)", ctxs[i]->rank, (void*)outs[i].base,
+                  outs[i].bytes, why);
   }
-  ctx->outputs.push_back(reg.get());
-  *handle = reg.release();
+  ncclResult_t r = registerOutputWindows(n, ctxs, regs.data());
+  for (int i = 0; r == ncclSuccess && i < n; i++) {
+    if (!regs[i]->direct) continue;
+    r = cudaSetDevice(ctxs[i]->cudaDev) == cudaSuccess
+            ? resolveOutputBases(ctxs[i], regs[i])
+            : fail(ncclUnhandledCudaError, "cudaSetDevice(%d) failed", ctxs[i]->cudaDev);
+    if (r == ncclSuccess)
+      INFO("rank %d: registered output [%p, +%zu), outLse [%p, +%zu): NONE's phase 2 writes the peers' directly",
+           ctxs[i]->rank, (void*)outs[i].base, outs[i].bytes, (void*)outLses[i].base, outLses[i].bytes);
+  }
+  if (r != ncclSuccess) {  // nothing registered: every window made is deregistered (local)
+    const std::string message = lastError();
+    ncclResult_t ignored = ncclSuccess;
+    for (int i = 0; i < n; i++) {
+      cudaSetDevice(ctxs[i]->cudaDev);
+      releaseOutput(ctxs[i], regs[i], FreeMode::Now, &ignored);
+    }
+    restoreLastError(message.c_str());
+    return r;
+  }
+  for (int i = 0; i < n; i++) {
+    ctxs[i]->outputs.push_back(regs[i]);
+    handles[i] = regs[i];
+  }
   return ncclSuccess;
 }
 

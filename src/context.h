@@ -105,10 +105,13 @@ void signalAbort(Context* ctx);
 // Never synchronizes.
 ncclResult_t contextAsyncError(Context* ctx);
 
-// ncclDcpOutputRegister (ranges checked, checkOutputRanges): nccl-window
-// on a NONE context in two phases registers both as windows (collective)
-// and resolves every rank's bases; elsewhere records them, unused.
-ncclResult_t registerOutput(Context* ctx, const OutputRange& out, const OutputRange& outLse, RegisteredOutput** reg);
+// ncclDcpOutputRegister(Group) for n contexts driven by this thread
+// (ranges checked, checkOutputRanges): nccl-window on a NONE context in
+// two phases registers both as windows (collective, one NCCL group for
+// all) and resolves every rank's bases; elsewhere records them, unused.
+// All or none: on a failure nothing stays registered.
+ncclResult_t registerOutputs(int n, Context* const* ctxs, const OutputRange* outs, const OutputRange* outLses,
+                             RegisteredOutput** handles);
 // ncclDcpOutputDeregister: reg must be one of ctx->outputs (else
 // ncclInvalidArgument); waits for ctx's last call first.
 ncclResult_t deregisterOutput(Context* ctx, RegisteredOutput* reg);

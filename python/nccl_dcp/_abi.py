@@ -154,6 +154,8 @@ FUNCTIONS = {
     "ncclDcpA2aLseReduceEx": (c_int, [c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int,
                                       POINTER(Strides), POINTER(CallArgs), c_void_p]),
     "ncclDcpOutputRegister": (c_int, [c_void_p, c_void_p, c_size_t, c_void_p, c_size_t, POINTER(c_void_p)]),
+    "ncclDcpOutputRegisterGroup": (c_int, [c_int, POINTER(c_void_p), POINTER(c_void_p), POINTER(c_size_t),
+                                           POINTER(c_void_p), POINTER(c_size_t), POINTER(c_void_p)]),
     "ncclDcpOutputDeregister": (c_int, [c_void_p, c_void_p]),
     "ncclDcpContextBindStream": (c_int, [c_void_p, c_void_p]),
     "ncclDcpGetTopology": (c_int, [c_void_p, POINTER(Topology)]),

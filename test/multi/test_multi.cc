@@ -1053,6 +1053,140 @@ TEST_F(NoneTwoPhaseRanks, EveryProtocolMatchesTheReference) {
     }
 }
 
+// NONE in two phases into registered outputs on real ranks
+// (ncclDcpOutputRegister): each rank's out and outLse from ncclMemAlloc,
+// registered as windows, so SIMPLE's phase 2 stores straight into the
+// peer's. Each registration is asserted to take the direct path.
+class NoneRegisteredRanks : public ScatterRanks {
+ protected:
+  // Per rank: out and outLse of p's sizes from ncclMemAlloc, registered on ctxs.
+  struct Registered {
+    std::vector<void*> out = std::vector<void*>(kRanks, nullptr);
+    std::vector<float*> outLse = std::vector<float*>(kRanks, nullptr);
+    std::vector<ncclDcpOutput_t> handle = std::vector<ncclDcpOutput_t>(kRanks, nullptr);
+  };
+  void registerAll(const std::vector<ncclDcpContext_t>& ctxs, const DeviceProblem& p, Registered* g) {
+    threads_.run(kRanks, [&](int r) {
+      CUDA_OR_FAIL(r, cudaSetDevice(r));
+      if (ncclMemAlloc(&g->out[r], p.outBytes(r)) != ncclSuccess ||
+          ncclMemAlloc((void**)&g->outLse[r], p.outLseBytes(r)) != ncclSuccess)
+        return threads_.addFailure(r, "ncclMemAlloc of the outputs failed");
+      if (ncclDcpOutputRegister(ctxs[r], g->out[r], p.outBytes(r), g->outLse[r], p.outLseBytes(r), &g->handle[r]) !=
+          ncclSuccess)
+        return threads_.addFailure(r, std::string("register: ") + ncclDcpGetLastError());
+      if (!contextOf(ctxs[r])->outputs.back()->direct)
+        threads_.addFailure(r, "the registration stages: the test would show nothing of the direct path");
+    });
+  }
+  void releaseAll(const std::vector<ncclDcpContext_t>& ctxs, Registered* g) {
+    threads_.run(kRanks, [&](int r) {
+      cudaSetDevice(r);
+      if (g->handle[r] && ncclDcpOutputDeregister(ctxs[r], g->handle[r]) != ncclSuccess)
+        threads_.addFailure(r, std::string("deregister: ") + ncclDcpGetLastError());
+      ncclMemFree(g->out[r]);
+      ncclMemFree(g->outLse[r]);
+    });
+  }
+  // p's call on every rank into the registered outputs at byte offset
+  // shift[r] (poisoned first), then copied into p's outputs for its checks.
+  void callRegistered(const std::vector<ncclDcpContext_t>& ctxs, DeviceProblem& p, const Registered& g,
+                      const std::vector<size_t>& shift, std::vector<ncclResult_t>* async) {
+    threads_.run(kRanks, [&](int r) {
+      CUDA_OR_FAIL(r, cudaSetDevice(r));
+      CUDA_OR_FAIL(r, cudaMemset(g.out[r], 0xff, p.outBytes(r)));
+      CUDA_OR_FAIL(r, cudaMemset(g.outLse[r], 0xff, p.outLseBytes(r)));
+      const CallBuffers b = p.buffers(r);
+      char* out = (char*)g.out[r] + shift[r];
+      if (ncclDcpA2aLseReduceEx(ctxs[r], b.partialOut, b.partialLse, out, g.outLse[r], p.batch(), nullptr, p.args(r),
+                                nullptr) != ncclSuccess &&
+          async == nullptr)
+        return threads_.addFailure(r, std::string("call: ") + ncclDcpGetLastError());
+      CUDA_OR_FAIL(r, cudaDeviceSynchronize());
+      CUDA_OR_FAIL(r, cudaMemcpy(b.out, out, p.outBytes(r) - shift[r], cudaMemcpyDeviceToDevice));
+      CUDA_OR_FAIL(r, cudaMemcpy(b.outLse, g.outLse[r], p.outLseBytes(r), cudaMemcpyDeviceToDevice));
+      ncclResult_t e = ncclInternalError;
+      ncclDcpGetAsyncError(ctxs[r], &e);
+      if (async) (*async)[r] = e;
+      else if (e != ncclSuccess) threads_.addFailure(r, std::string("async error: ") + ncclDcpGetLastError());
+    });
+  }
+};
+
+// Every protocol (the line protocols' rounds stage, SIMPLE's go direct),
+// batches within and beyond maxBatch, against the reference and the oracle.
+TEST_F(NoneRegisteredRanks, WriteThePeersOutputsDirectly) {
+  Env twoPhase;
+  twoPhase.noneAlgo = (int)NoneAlgo::TwoPhase;
+  ScopedEnv env(twoPhase);
+  for (int proto : {ncclDcpProtoSimple, ncclDcpProtoLL128, ncclDcpProtoAuto}) {
+    SCOPED_TRACE(protocolName(proto));
+    const ncclDcpConfig_t c = withScatter(makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8, proto), ncclDcpScatterNone);
+    Config cfg;
+    ASSERT_EQ(resolveConfig(&c, twoPhase, &cfg), ncclSuccess) << ncclDcpGetLastError();
+    auto ctxs = createAll(c);
+    if (HasFailure()) return;
+    for (int batch : {1, 5, 21}) {
+      SCOPED_TRACE(testing::Message() << "batch " << batch);
+      DeviceProblem p(cfg, kRanks, batch, LseMix::Special, freshSeed(), CallSpec{}, {0, 1});
+      Registered g;
+      registerAll(ctxs, p, &g);
+      if (!HasFailure()) callRegistered(ctxs, p, g, {0, 0}, nullptr);
+      releaseAll(ctxs, &g);
+      if (HasFailure()) break;
+      const Mismatch m = p.checkAll();
+      EXPECT_EQ(m.count, 0u) << m.first;
+    }
+    destroyAll(ctxs);
+    if (HasFailure()) return;
+  }
+}
+
+// Ranks that pass their outputs at different offsets of their
+// registrations break the symmetric rule: phase 2's flags carry the
+// offsets' tag, so each rank's wait times out (ncclRemoteError) instead of
+// reading a peer's heads that were written elsewhere; the gathered heads
+// are NaN, never the peer's stale or misplaced data.
+TEST_F(NoneRegisteredRanks, OffsetsThatDifferTimeOutInsteadOfReadingMisplacedHeads) {
+  Env twoPhase;
+  twoPhase.noneAlgo = (int)NoneAlgo::TwoPhase;
+  ScopedEnv env(twoPhase);
+  ncclDcpConfig_t c = withScatter(makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8, ncclDcpProtoSimple),
+                                  ncclDcpScatterNone);
+  c.timeoutMs = 300;
+  Config cfg;
+  ASSERT_EQ(resolveConfig(&c, twoPhase, &cfg), ncclSuccess) << ncclDcpGetLastError();
+  auto ctxs = createAll(c);
+  if (HasFailure()) return;
+  const int batch = 5;
+  DeviceProblem p(cfg, kRanks, batch, LseMix::Normal, freshSeed(), CallSpec{}, {0, 1}, /*slackRows=*/2);
+  Registered g;
+  registerAll(ctxs, p, &g);
+  std::vector<ncclResult_t> async(kRanks, ncclSuccess);
+  if (!HasFailure()) callRegistered(ctxs, p, g, {0, (size_t)cfg.headDim * cfg.eltSize}, &async);
+  for (int r = 0; r < kRanks; r++) {
+    EXPECT_EQ(async[r], ncclRemoteError) << "rank " << r << ": the offsets differ, yet its phase 2 completed";
+    const RankTensors t = p.outputs(r);
+    const uint16_t* out = (const uint16_t*)t.out.data();
+    const int H = kRanks * cfg.localHeads;
+    size_t notNan = 0;
+    for (int row = 0; row < batch; row++)
+      for (int h = 0; h < H; h++) {
+        if (h / cfg.localHeads == r) continue;  // its own merge
+        for (int d = 0; d < cfg.headDim; d++) {
+          const uint16_t x = out[((size_t)row * H + h) * cfg.headDim + d];
+          notNan += (x & 0x7f80) != 0x7f80 || (x & 0x7f) == 0;
+        }
+      }
+    EXPECT_EQ(notNan, 0u) << "rank " << r << ": gathered heads not NaN after the offsets' mismatch";
+  }
+  threads_.run(kRanks, [&](int r) {
+    cudaSetDevice(r);
+    ncclDcpContextAbort(ctxs[r]);  // poisoned: abort, which releases the registrations
+    ncclMemFree(g.out[r]);
+    ncclMemFree(g.outLse[r]);
+  });
+}
+
 // fp8 on the wire on real ranks (config->wire; HEAD, bf16 / fp16): every
 // protocol and the forced fallback, each call against the fp8 CPU model
 // (DeviceProblem's reference follows the config's wire).

@@ -407,7 +407,6 @@ TEST(PerfArgs, ErrorsNameTheOption) {
       {{"--staged-gather", "1", "--virtual-ranks", "8", "--scatter", "none", "-B", "0"}, "-B 1"},
       {{"--staged-gather", "2"}, "--staged-gather"},
       {{"--registered-out", "1"}, "--registered-out 1 registers the outputs NONE's phase 2"},
-      {{"--registered-out", "1", "--scatter", "none", "-g", "2"}, "drop -g"},
       {{"--registered-out", "2"}, "--registered-out"},
       // nccl-tests' options at a value other than their default (or with
       // no meaning here at all): refused, pointing at nccl-tests' meaning

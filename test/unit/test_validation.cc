@@ -1972,6 +1972,32 @@ TEST(RegisteredOutputs, PublicEntryPointsCheckTheirArguments) {
   ncclDcpOutput_t h = nullptr;
   EXPECT_REJECTED(ncclDcpOutputRegister(nullptr, out, 256, nullptr, 0, &h), ncclInvalidArgument, "ctx");
   EXPECT_REJECTED(ncclDcpOutputDeregister(nullptr, h), ncclInvalidArgument, "ctx");
+  // The group form checks every entry before it touches a context (these
+  // two stand-ins are never dereferenced).
+  const ncclDcpContext_t two[2] = {(ncclDcpContext_t)0x10, (ncclDcpContext_t)0x10};
+  void* outs[2] = {out, out};
+  const size_t bytes[2] = {256, 256};
+  float* lses[2] = {nullptr, nullptr};
+  ncclDcpOutput_t handles[2] = {};
+  EXPECT_ACCEPTED(ncclDcpOutputRegisterGroup(0, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr));
+  EXPECT_REJECTED(ncclDcpOutputRegisterGroup(-1, two, outs, bytes, nullptr, nullptr, handles), ncclInvalidArgument,
+                  "nCtxs -1");
+  EXPECT_REJECTED(ncclDcpOutputRegisterGroup(2, nullptr, outs, bytes, nullptr, nullptr, handles), ncclInvalidArgument,
+                  "ctxs is NULL");
+  EXPECT_REJECTED(ncclDcpOutputRegisterGroup(2, two, outs, bytes, lses, nullptr, handles), ncclInvalidArgument,
+                  "outLses and outLseBytes");
+  EXPECT_REJECTED(ncclDcpOutputRegisterGroup(2, two, outs, bytes, nullptr, nullptr, nullptr), ncclInvalidArgument,
+                  "handles is NULL");
+  EXPECT_REJECTED(ncclDcpOutputRegisterGroup(2, two, outs, bytes, nullptr, nullptr, handles), ncclInvalidArgument,
+                  "ctxs[1] repeats ctxs[0]");
+  const ncclDcpContext_t one[1] = {nullptr};
+  EXPECT_REJECTED(ncclDcpOutputRegisterGroup(1, one, outs, bytes, nullptr, nullptr, handles), ncclInvalidArgument,
+                  "ctxs[0] is NULL");
+  const size_t zero[1] = {0};
+  const ncclDcpContext_t fake[1] = {(ncclDcpContext_t)0x10};
+  EXPECT_REJECTED(ncclDcpOutputRegisterGroup(1, fake, outs, zero, nullptr, nullptr, handles), ncclInvalidArgument,
+                  "entry 0: outBytes is 0");
+  EXPECT_EQ(handles[0], nullptr) << "a refused group sets no handle";
 }
 
 // A NONE config of cp ranks in two phases (auto from 3 ranks), D 128 bf16, Hl 2.
