@@ -48,14 +48,15 @@ ncclResult_t Engine::enqueueFused(const CallBuffers* buffers, int batch, const C
   RankIo io[kMaxLoopbackRanks];
   return forEachRound(batch, cfg.maxBatch, [&](int row0, int rows) {
     const RoundTier tier = tierOfRound(rows);
-    FusedArgs args = makeFusedArgs(*this, plan, regionOf(tier), row0, rows, silentRank);
-    args.direct = directOutputsOfRound(direct, cfg, plan.strides, row0, protocolOfRound(rows));
+    const FusedArgs args = makeFusedArgs(*this, plan, regionOf(tier), row0, rows, silentRank);
+    Addressing roundAddr = addr;
+    roundAddr.direct = directOutputsOfRound(direct, cfg, plan.strides, row0, protocolOfRound(rows));
     for (int i = 0; i < nIo; i++) {
       const CallBuffers b = buffersAtRow(buffers[i], plan.strides, cfg, row0);
       io[i] = {(const char*)b.partialOut, (const char*)b.partialLse, (char*)b.out, b.outLse, b.seqLens,
                b.queryStartLoc};
     }
-    return kernels[addr.loopback][tier](args, addr, io, rank, pdl, s);
+    return kernels[addr.loopback][tier](args, roundAddr, io, rank, pdl, s);
   });
 }
 

@@ -61,6 +61,9 @@ struct Addressing {
   // loopback: virtual rank p's workspace at base + p * rankBytes, one GPU.
   char* base;
   size_t rankBytes;
+  // The round's peers' registered outputs for NONE's phase 2 (tag 0:
+  // staged; registered_output.h).
+  DirectOutputs direct;
 };
 
 // One round of the fused collective: a cooperative launch (plus PDL when

@@ -36,7 +36,6 @@ struct FusedArgs {
   // of a chunk (SIMPLE).
   // (byHeads: the heads of a workspace row; byLocalHeads: Hl.)
   Divisor byRanks, byPeers, byHeads, byLocalHeads, byGroups, byVectors, byChunkUnits;
-  DirectOutputs direct;  // NONE in two phases: phase 2 into the peers' registered outputs (tag 0: staged)
   uint64_t timeoutNs;
   AsyncErrorRecord* hostError;
   uint64_t* timeline;  // [grid][kTimelineSlots] or NULL
@@ -44,11 +43,14 @@ struct FusedArgs {
 
 // The fused kernel, for one round: its arguments, how it reaches the
 // workspaces (Peers, device/peers.h) and the round's tensors (NCCL: this
-// rank's; loopback: one per virtual rank), as one __grid_constant__ struct.
+// rank's; loopback: one per virtual rank), as one __grid_constant__ struct;
+// last, NONE's phase 2 into the peers' registered outputs (tag 0: staged),
+// after every field the other kernels read, which keep their offsets.
 template <class Peers>
 struct FusedParams : FusedArgs {
   Peers peers;
   RankIo io[Peers::kIoSlots];
+  DirectOutputs direct;
 };
 
 // Baseline / fallback combine: merges recv [cp][rows][heads][D] with LSE

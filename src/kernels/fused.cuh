@@ -76,6 +76,7 @@ ncclResult_t launchFusedKernel(const FusedArgs& args, const Addressing& addr, co
     p.peers.rank = rank;
   }
   for (int i = 0; i < nVirtual; i++) p.io[i] = io[i];
+  p.direct = addr.direct;
 
   cudaLaunchAttribute attrs[2];
   attrs[0].id = cudaLaunchAttributeCooperative;
