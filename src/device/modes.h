@@ -72,6 +72,14 @@ __device__ __forceinline__ int64_t outRow(const Args& p, const int* start, int q
   return outRowOf(Mode::kScatter, p, start, q, row);
 }
 
+// The outLse element (of the round's outputs) of this rank's merge of
+// (round row, workspace head).
+template <class Mode, class Args>
+__device__ __forceinline__ int64_t mergedLseAt(const Args& p, const int* start, int rank, int row, int head) {
+  return outRow<Mode>(p, start, rank, row) * p.strides.outLseRow +
+         mergedOutHead<Mode>(p, rank, head) * p.strides.outLseHead;
+}
+
 // TOKEN's split as a block reads it (scatter.h's loadSplit), else NULL;
 // `refused`: device counts that make no split (the split returned is then
 // the last valid one: the rows the call poisons).

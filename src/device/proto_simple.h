@@ -518,10 +518,9 @@ struct SimpleProtocol {
     if (lane < count) {
       const int u = first + lane * step, row = p.byHeads.quotient(u), head = u - row * Hl;
       const float merged = mergeWeights(weight[lane], n, p.lseBase, weight[lane]);
-      const int64_t lseAt =
-          outRow<Mode>(p, start, rank, row) * s.outLseRow + mergedOutHead<Mode>(p, rank, head) * s.outLseHead;
-      if (io.outLse) io.outLse[lseAt] = merged;
-      if constexpr (Mode::kRelays) SimpleRelay::forwardLse(p, rank, slot, u - base, lseAt, merged);
+      if (io.outLse) io.outLse[mergedLseAt<Mode>(p, start, rank, row, head)] = merged;
+      if constexpr (Mode::kRelays)
+        SimpleRelay::forwardLse(p, rank, slot, u - base, mergedLseAt<Mode>(p, start, rank, row, head), merged);
     }
     __syncwarp();
   }
@@ -635,8 +634,7 @@ struct SimpleProtocol {
     }
     if (lane < count && io.outLse) {
       const int u = first + lane * step, row = p.byHeads.quotient(u), head = u - row * Hl;
-      io.outLse[outRow<Mode>(p, start, rank, row) * s.outLseRow + mergedOutHead<Mode>(p, rank, head) * s.outLseHead] =
-          NAN;
+      io.outLse[mergedLseAt<Mode>(p, start, rank, row, head)] = NAN;
     }
   }
 

@@ -137,13 +137,17 @@ struct SimpleRelay {
   template <class Peers>
   __device__ static void forwardVector(const FusedParams<Peers>& p, int rank, int slot, size_t inBlock,
                                        int64_t outAt, uint4 v) {
-    const bool direct = p.direct.tag != 0;
+    if (p.direct.tag != 0) {
+      for (int turn = 1; turn < p.nRanks; turn++) {
+        const int dst = rank + turn < p.nRanks ? rank + turn : rank + turn - p.nRanks;
+        store16(directOut(p, dst) + outAt, v);
+      }
+      return;
+    }
     const Region half = p.region.relayHalf();
     for (int turn = 1; turn < p.nRanks; turn++) {
       const int dst = rank + turn < p.nRanks ? rank + turn : rank + turn - p.nRanks;
-      char* to = direct ? directOut(p, dst) + outAt
-                        : p.peers.peerWorkspace(dst) + half.unitOffsetAt(slot, rank, dst, 0) + inBlock;
-      store16(to, v);
+      store16(p.peers.peerWorkspace(dst) + half.unitOffsetAt(slot, rank, dst, 0) + inBlock, v);
     }
   }
   // The merged LSE of slot position `pos`, outLse element `lseAt` of the
