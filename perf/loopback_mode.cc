@@ -185,7 +185,8 @@ class LoopbackMode : public Mode {
   LoopbackMode(const Args& a, Inputs& inputs, std::unique_ptr<Loopback> lb, std::unique_ptr<Loopback> lb2)
       : Mode(lb->config()), cp_(a.virtualRanks), baseline_(a.baseline != kBaselineOff),
         nativeWireBaseline_(a.baseline == kBaselineNativeWire), baseline2_(hasBaseline2(a)),
-        staged_(a.stagedGather != 0), registered_(a.registeredOut != 0), baseline2Name_(baseline2Name(a)), inputs_(inputs), lb_(std::move(lb)),
+        staged_(a.stagedGather != 0), registered_(a.registeredOut != 0), baseline2Name_(baseline2Name(a)),
+        inputs_(inputs), lb_(std::move(lb)),
         lb2_(std::move(lb2)) {
     CUDA_OR_DIE(cudaGetDevice(&dev_));
     CUDA_OR_DIE(cudaGetDeviceProperties(&prop_, dev_));

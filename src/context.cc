@@ -1016,7 +1016,8 @@ ncclResult_t contextEnqueue(Context* ctx, const CallBuffers& buf, int batch, con
       addr.loopback = false;
       addr.lsa = ctx->lsa;
       DirectCall direct;
-      return ctx->engine.enqueueFused(&buf, batch, plan, addr, stream, -1, directCallIn(ctx, buf, batch, plan, &direct));
+      const DirectCall* d = directCallIn(ctx, buf, batch, plan, &direct);
+      return ctx->engine.enqueueFused(&buf, batch, plan, addr, stream, -1, d);
     }));
   }
   profilerRecordCall(ctx, batch);

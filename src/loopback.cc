@@ -82,8 +82,8 @@ bool Loopback::takesDirectPath(const CallBuffers* ranks, int batch, const Stride
   for (int r = 0; r < engine_.nRanks; r++) {
     DirectCall c;
     if (!directCallOf(engine_.cfg, engine_.nRanks, outputs_[r], ranks[r], batch, s, &c)) return false;
-    if (r > 0 && (c.outOffset != call->outOffset || c.lseOffset != call->lseOffset || c.withLse != call->withLse))
-      return false;
+    const bool same = c.outOffset == call->outOffset && c.lseOffset == call->lseOffset && c.withLse == call->withLse;
+    if (r > 0 && !same) return false;
     *call = c;
   }
   call->bases = nullptr;  // the kernel reaches the peers' outputs through their RankIo

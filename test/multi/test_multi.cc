@@ -1120,7 +1120,8 @@ TEST_F(NoneRegisteredRanks, WriteThePeersOutputsDirectly) {
   ScopedEnv env(twoPhase);
   for (int proto : {ncclDcpProtoSimple, ncclDcpProtoLL128, ncclDcpProtoAuto}) {
     SCOPED_TRACE(protocolName(proto));
-    const ncclDcpConfig_t c = withScatter(makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8, proto), ncclDcpScatterNone);
+    const ncclDcpConfig_t c =
+        withScatter(makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8, proto), ncclDcpScatterNone);
     Config cfg;
     ASSERT_EQ(resolveConfig(&c, twoPhase, &cfg), ncclSuccess) << ncclDcpGetLastError();
     auto ctxs = createAll(c);

@@ -628,8 +628,8 @@ PLANTS = [
     # ---- registered outputs (registered_output.h, relay.h): phase 2 into
     # the peers' outputs.
     Plant("none_direct_stores_into_the_own_out", "src/device/relay.h",
-          "      char* to = direct ? directOut(p, dst) + outAt\n",
-          "      char* to = direct ? directOut(p, rank) + outAt\n",
+          "        store16(directOut(p, dst) + outAt, v);\n",
+          "        store16(directOut(p, rank) + outAt, v);\n",
           [("gpu_scatter", "Transports/NoneRegisteredOutputs.MatchTheReferenceAndTheStagedBits/SIMPLE", 1),
            ("gpu_scatter", "Transports/NoneRegisteredOutputs.GraphReplays/SIMPLE", 1)],
           "with registered outputs each merged vector lands in the owner's own out, never in the peers'"),
@@ -657,8 +657,7 @@ PLANTS = [
           [("unit_validation", "RegisteredOutputs.RoundsOnSimpleCarryTheTagAndTheirRowsOffset", 0)],
           "LL / LL128 rounds carry the direct path's tag, which their flagged lines never honour"),
     Plant("loopback_direct_whatever_the_offsets", "src/loopback.cc",
-          "    if (r > 0 && (c.outOffset != call->outOffset || c.lseOffset != call->lseOffset || c.withLse != call->withLse))\n"
-          "      return false;\n",
+          "    if (r > 0 && !same) return false;\n",
           "",
           [("gpu_scatter", "Transports/NoneRegisteredOutputs.ACallOutsideTheRegistrationStages/LL128", 1)],
           "loopback takes the direct path though a virtual rank's outputs sit at another offset of its registration"),
