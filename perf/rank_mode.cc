@@ -93,7 +93,7 @@ class RankMode : public Mode {
         else CUDA_OR_DIE(cudaFree(q));
       }
       for (void* q : {(void*)r.inPeerMajor, (void*)r.lsePeerMajor, (void*)r.recv, (void*)r.recvLse})
-        NCCL_OR_DIE(ncclMemFree(q));
+        if (q) NCCL_OR_DIE(ncclMemFree(q));
       for (void* q : {(void*)r.outHead, (void*)r.outLseHead, (void*)r.gather, (void*)r.gatherLse})
         if (q) NCCL_OR_DIE(ncclMemFree(q));
       if (r.window) NCCL_OR_DIE(ncclMemFree(r.window));
@@ -276,7 +276,7 @@ class RankMode : public Mode {
     for (Rank& r : ranks_) {
       CUDA_OR_DIE(cudaSetDevice(r.dev));
       CUDA_OR_DIE(launchFlipSignBits(r.in, r.inBytes, cfg_.eltSize, r.stream));
-      CUDA_OR_DIE(launchFlipSignBits(r.inPeerMajor, r.inPeerMajorBytes, cfg_.eltSize, r.stream));
+      if (r.inPeerMajor) CUDA_OR_DIE(launchFlipSignBits(r.inPeerMajor, r.inPeerMajorBytes, cfg_.eltSize, r.stream));
     }
   }
 
@@ -362,10 +362,13 @@ class RankMode : public Mode {
     // The baseline's exchange buffers from ncclMemAlloc, as nccl-tests
     // allocates them: NCCL then registers them in graph capture and moves
     // large messages without its staging copy (docs/perf.md, baseline).
-    NCCL_OR_DIE(ncclMemAlloc((void**)&r.inPeerMajor, r.inPeerMajorBytes));
-    NCCL_OR_DIE(ncclMemAlloc((void**)&r.recv, recvUnits * headBytes));
-    NCCL_OR_DIE(ncclMemAlloc((void**)&r.lsePeerMajor, sendUnits * 4));
-    NCCL_OR_DIE(ncclMemAlloc((void**)&r.recvLse, recvUnits * 4));
+    // Only a baseline that exchanges has them (-B 0 and -B 3 do not).
+    if (a_.baseline == kBaselineFull || a_.baseline == kBaselineAllToAll) {
+      NCCL_OR_DIE(ncclMemAlloc((void**)&r.inPeerMajor, r.inPeerMajorBytes));
+      NCCL_OR_DIE(ncclMemAlloc((void**)&r.recv, recvUnits * headBytes));
+      NCCL_OR_DIE(ncclMemAlloc((void**)&r.lsePeerMajor, sendUnits * 4));
+      NCCL_OR_DIE(ncclMemAlloc((void**)&r.recvLse, recvUnits * 4));
+    }
     r.outBytes = outUnits * headBytes;
     r.outLseBytes = outUnits * 4;
     if (a_.registeredOut) {  // registered below: NCCL maps ncclMemAlloc memory for the peers
