@@ -23,7 +23,7 @@ operation in plain PyTorch) runs on CPU tensors.
 from ._library import LibraryVersionError, NcclDcpArgumentError, NcclDcpError, NcclVersionError, library
 from .context import Context, create_group, destroy_group, group, workspace_size
 
-__version__ = "0.4.0"  # the library's NCCL_DCP_VERSION_CODE must be 0.4.x (checked at load)
+__version__ = "0.5.0"  # the library's NCCL_DCP_VERSION_CODE must be 0.5.x (checked at load)
 
 __all__ = ["Context", "NcclDcpError", "NcclDcpArgumentError", "NcclVersionError", "LibraryVersionError",
            "create_group", "destroy_group", "group", "library", "version", "workspace_size", "__version__"]

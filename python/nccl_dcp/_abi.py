@@ -10,7 +10,7 @@ import ctypes
 from ctypes import POINTER, c_char, c_char_p, c_float, c_int, c_int64, c_size_t, c_uint, c_void_p
 
 # nccl_dcp.h: version and limits.
-NCCL_DCP_VERSION_CODE = 400  # NCCL_DCP_VERSION(0, 4, 0)
+NCCL_DCP_VERSION_CODE = 500  # NCCL_DCP_VERSION(0, 5, 0)
 NCCL_DCP_MIN_VERSION_CODE = 100  # the oldest struct version the library accepts
 NCCL_DCP_MAX_RANKS = 64
 NCCL_DCP_CPUSET_CHARS = 128

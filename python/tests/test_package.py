@@ -33,7 +33,7 @@ def test_import_works_without_torch():
     r = run_python("import sys\nsys.modules['torch'] = None  # as if not installed\n"
                    "import nccl_dcp\nprint(nccl_dcp.__version__, nccl_dcp.Context.__name__)")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["0.4.0", "Context"], r.stdout
+    assert r.stdout.split() == ["0.5.0", "Context"], r.stdout
 
 
 def test_out_op_declares_its_outputs_mutated_and_the_functional_op_none(torch):
