@@ -565,8 +565,8 @@ ncclResult_t ncclDcpA2aLseReduceEx(ncclDcpContext_t ctx, const void* partialOut,
  * into the peer's workspace, then the peer copies it into its out. Into
  * outputs registered here it crosses once: the owner stores it straight
  * into the peer's out and outLse, as NCCL writes a registered symmetric
- * buffer (loopback, one H100: 0.66-0.70x the staged time from 64 rows at
- * cp 8; docs/perf-history.md).
+ * buffer (a loopback A/B of this kernel change on one H100: 0.66-0.70x the
+ * staged time from 64 rows at cp 8; docs/perf-history.md).
  * ncclDcpOutputRegister registers out [out, out + outBytes) and outLse
  * [outLse, outLse + outLseBytes) (NULL and 0: none) on ctx. COLLECTIVE: every
  * rank registers, in the same order relative to its calls on ctx, ranges
@@ -585,17 +585,24 @@ ncclResult_t ncclDcpA2aLseReduceEx(ncclDcpContext_t ctx, const void* partialOut,
  * calls, other modes, the fallback path and the cuda-ipc provider stage,
  * as before: registering there is accepted, holds no resource beyond the
  * record, and an INFO line says why. nccl-window: both ranges are
- * registered as NCCL windows (ncclCommWindowRegister), so they must be
- * memory NCCL can map for its peers: ncclMemAlloc's (NCCL's symmetric
- * memory rules; PyTorch: a MemPool on NCCL's allocator); a failure there
- * is returned with NCCL's message and nothing registered.
+ * registered as NCCL windows (ncclCommWindowRegister), which NCCL maps for
+ * its peers at this rank's offset into its own allocation: each range must
+ * lie in memory from ncclMemAlloc (PyTorch: a MemPool on NCCL's
+ * allocator), at an offset into its allocation that is a multiple of 4096
+ * and the same on every rank, with the same sizes. Registration checks
+ * that with one all-gather before any window is made: if any rank's ranges
+ * fail, every rank returns ncclInvalidArgument (the rank at fault names
+ * why) and nothing is registered. NCCL's own failure to register, after
+ * that, is returned with its message on the ranks where it failed.
  * A call that breaks the same-offset rule is not silent: phase 2's flags
- * carry a tag of the offsets and strides, so the ranks that disagree wait
- * out the context's timeout (ncclRemoteError, the context poisoned, NaN
- * over the heads they did not get); a peer may by then have written its
- * merged heads into this rank's registered memory at its own offset. As
- * with any registered buffer, after a peer failed a late peer may still
- * write into it until ncclDcpContextAbort and ncclCommAbort have run.
+ * carry a 32-bit tag of the registration, the offsets and the strides, so
+ * the ranks that disagree, or a rank that stages while its peers do not,
+ * wait out the context's timeout (ncclRemoteError, the context poisoned,
+ * NaN over the heads they did not get); a peer may by then have written
+ * its merged heads into this rank's registered memory at its own offset.
+ * As with any registered buffer, after a peer failed a late peer may still
+ * write into it, over those NaN too, until ncclDcpContextAbort and
+ * ncclCommAbort have run.
  * Blocking; not capturable; calls captured in a graph keep the path they
  * were captured with: deregister only once no graph replays them.
  * handle: set on success. */

@@ -882,6 +882,121 @@ const char* whyOutputsStage(const Context* ctx) {
   return nullptr;
 }
 
+// What a rank's registration is to its peers, all-gathered before any
+// window is made. NCCL resolves a peer's window at this rank's offset into
+// its own allocation (the window's base is the allocation's base plus that
+// offset), so every rank's out and outLse must sit at the same offset of
+// an allocation of their own, a multiple of NCCL's window alignment, and
+// hold the same bytes.
+struct OutputRecord {
+  int32_t ok;  // this rank's ranges passed its own checks
+  int32_t hasLse;
+  uint64_t outBytes, lseBytes, outOffset, lseOffset;
+};
+
+// This rank's record, and why it is not ok.
+OutputRecord outputRecordOf(int rank, const RegisteredOutput& reg, std::string* why) {
+  OutputRecord rec = {1, reg.outLse.bytes > 0, reg.out.bytes, reg.outLse.bytes, 0, 0};
+  const OutputRange* ranges[2] = {&reg.out, &reg.outLse};
+  uint64_t* offsets[2] = {&rec.outOffset, &rec.lseOffset};
+  for (int k = 0; k < 2 && rec.ok; k++) {
+    if (ranges[k]->bytes == 0) continue;
+    const char* name = k == 0 ? "out" : "outLse";
+    size_t at = 0;
+    std::string driver;
+    if (!allocationOffset(ranges[k]->base, &at, &driver)) {
+      rec.ok = 0;
+      *why = "rank " + std::to_string(rank) + ": " + name + ": " + driver;
+    } else if (at % NCCL_WIN_REQUIRED_ALIGNMENT != 0) {
+      rec.ok = 0;
+      *why = "rank " + std::to_string(rank) + ": " + name + " is " + std::to_string(at) +
+             " bytes into its allocation: an NCCL window starts at a multiple of " +
+             std::to_string(NCCL_WIN_REQUIRED_ALIGNMENT);
+    }
+    *offsets[k] = at;
+  }
+  return rec;
+}
+
+// Whether every rank's record allows the windows (the same verdict on
+// every rank: they read the same records); else why.
+bool outputRecordsAgree(const OutputRecord* all, int nRanks, int rank, std::string* why) {
+  for (int q = 0; q < nRanks; q++) {
+    const OutputRecord& a = all[q];
+    const OutputRecord& b = all[0];
+    char line[512];
+    if (!a.ok) {
+      snprintf(line, sizeof(line), "rank %d refused its registration (its log says why)", q);
+    } else if (a.hasLse != b.hasLse || a.outBytes != b.outBytes || a.lseBytes != b.lseBytes ||
+               a.outOffset != b.outOffset || a.lseOffset != b.lseOffset) {
+      snprintf(line, sizeof(line),
+               "rank %d registers out %llu bytes at offset %llu of its allocation and outLse %llu at %llu, rank 0 "
+               "%llu at %llu and %llu at %llu: every rank's must match (NCCL addresses a peer's window at this "
+               "rank's offset)",
+               q, (unsigned long long)a.outBytes, (unsigned long long)a.outOffset, (unsigned long long)a.lseBytes,
+               (unsigned long long)a.lseOffset, (unsigned long long)b.outBytes, (unsigned long long)b.outOffset,
+               (unsigned long long)b.lseBytes, (unsigned long long)b.lseOffset);
+    } else {
+      continue;
+    }
+    *why = std::string("rank ") + std::to_string(rank) + ": registered outputs refused on every rank: " + line;
+    return false;
+  }
+  return true;
+}
+
+// The records of every context that maps its peers' outputs, all-gathered
+// (one NCCL group: one thread may drive every rank) and checked: every
+// rank refuses together, so none is left in a window registration its
+// peers never join. A rank whose own ranges fail says why.
+ncclResult_t agreeOnOutputs(int n, Context* const* ctxs, RegisteredOutput* const* regs) {
+  struct Side {
+    Context* ctx;
+    Exchange x;
+    OutputRecord mine;
+    std::string why;
+    std::vector<OutputRecord> all;
+  };
+  std::vector<std::unique_ptr<Side>> sides;
+  FirstError first;
+  for (int i = 0; i < n; i++) {
+    if (!regs[i]->direct) continue;
+    Context* ctx = ctxs[i];
+    std::unique_ptr<Side> s(new Side{ctx, {}, {}, "", std::vector<OutputRecord>(ctx->nRanks)});
+    s->mine = outputRecordOf(ctx->rank, *regs[i], &s->why);
+    const ncclResult_t opened = s->x.open(ctx->comm, ctx->rank, ctx->nRanks, ctx->cudaDev, sizeof(OutputRecord),
+                                          "registration's exchange");
+    if (!s->x.usable()) {  // its peers time out in theirs
+      first.keep(opened);
+      continue;
+    }
+    if (s->x.post(&s->mine) != ncclSuccess) WARN("rank %d: registration: %s", ctx->rank, lastError());
+    sides.push_back(std::move(s));
+  }
+  const ncclResult_t start = ncclGroupStart();
+  ncclResult_t enqueued = ncclSuccess;
+  for (auto& s : sides)
+    if (start == ncclSuccess && enqueued == ncclSuccess) enqueued = s->x.allGather();
+  const ncclResult_t end = start == ncclSuccess ? ncclGroupEnd() : start;
+  first.keep(enqueued);
+  for (auto& s : sides) {
+    Context* ctx = s->ctx;
+    cudaSetDevice(ctx->cudaDev);
+    ncclResult_t r = enqueued != ncclSuccess
+                         ? enqueued
+                         : settle(ctx->comm, end, "the registration's all-gather", ctx->engine.cfg.timeoutMs);
+    bool noneArrived = false;
+    const int timeoutMs = ctx->engine.cfg.timeoutMs > 0 ? ctx->engine.cfg.timeoutMs : -1;
+    if (r == ncclSuccess) r = s->x.collect(s->all.data(), "an output registration", timeoutMs, &noneArrived);
+    std::string why;
+    if (r == ncclSuccess && !s->mine.ok) r = fail(ncclInvalidArgument, "%s", s->why.c_str());
+    else if (r == ncclSuccess && !outputRecordsAgree(s->all.data(), ctx->nRanks, ctx->rank, &why))
+      r = fail(ncclInvalidArgument, "%s", why.c_str());
+    first.keep(r);
+  }
+  return first.result();
+}
+
 // Every context's out and outLse that map their peers' as symmetric
 // windows, in one NCCL group (collective; one thread may drive every
 // rank). Returns the first failure, NCCL's message with it.
@@ -953,12 +1068,14 @@ ncclResult_t registerOutputs(int n, Context* const* ctxs, const OutputRange* out
     regs[i] = new RegisteredOutput();
     regs[i]->out = outs[i];
     regs[i]->outLse = outLses[i];
+    regs[i]->serial = ++ctxs[i]->registrations;
     const char* why = whyOutputsStage(ctxs[i]);
     regs[i]->direct = why == nullptr;
     if (why) INFO("rank %d: registered output [%p, +%zu): calls stage (%s)", ctxs[i]->rank, (void*)outs[i].base,
                   outs[i].bytes, why);
   }
-  ncclResult_t r = registerOutputWindows(n, ctxs, regs.data());
+  ncclResult_t r = agreeOnOutputs(n, ctxs, regs.data());
+  if (r == ncclSuccess) r = registerOutputWindows(n, ctxs, regs.data());
   for (int i = 0; r == ncclSuccess && i < n; i++) {
     if (!regs[i]->direct) continue;
     r = cudaSetDevice(ctxs[i]->cudaDev) == cudaSuccess
@@ -1017,6 +1134,7 @@ ncclResult_t contextEnqueue(Context* ctx, const CallBuffers& buf, int batch, con
       addr.lsa = ctx->lsa;
       DirectCall direct;
       const DirectCall* d = directCallIn(ctx, buf, batch, plan, &direct);
+      if (d) ctx->stats.directCalls++;
       return ctx->engine.enqueueFused(&buf, batch, plan, addr, stream, -1, d);
     }));
   }

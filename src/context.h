@@ -57,8 +57,10 @@ struct Context {
   ncclDcpTopology_t topology = NCCL_DCP_TOPOLOGY_INITIALIZER;
 
   // Registered outputs (ncclDcpOutputRegister), oldest first; released
-  // with the context.
+  // with the context. registrations: every attempt so far, the serial of
+  // the next (the same on every rank: registering is collective).
   std::vector<RegisteredOutput*> outputs;
+  uint32_t registrations = 0;
 
   CallStats stats;  // the one place calls are recorded (profiler_hook.h)
 };

@@ -64,12 +64,14 @@ ncclResult_t Loopback::call(const CallBuffers* ranks, int batch, const ncclDcpSt
 ncclResult_t Loopback::registerOutputs(const CallBuffers* ranks, size_t outBytes, size_t lseBytes) {
   if (ranks == nullptr) return fail(ncclInvalidArgument, "ranks is NULL");
   std::vector<RegisteredOutput> regs(engine_.nRanks);
+  const uint32_t serial = ++registrations_;
   for (int r = 0; r < engine_.nRanks; r++) {
     if (checkOutputRanges(ranks[r].out, outBytes, ranks[r].outLse, lseBytes) != ncclSuccess)
       return fail(ncclInvalidArgument, "virtual rank %d: %s", r, std::string(lastError()).c_str());
     regs[r].out = {(char*)ranks[r].out, outBytes};
     regs[r].outLse = {(char*)ranks[r].outLse, lseBytes};
     regs[r].direct = true;  // one GPU addresses every virtual rank's outputs
+    regs[r].serial = serial;
   }
   outputs_ = std::move(regs);
   return ncclSuccess;
@@ -82,7 +84,8 @@ bool Loopback::takesDirectPath(const CallBuffers* ranks, int batch, const Stride
   for (int r = 0; r < engine_.nRanks; r++) {
     DirectCall c;
     if (!directCallOf(engine_.cfg, engine_.nRanks, outputs_[r], ranks[r], batch, s, &c)) return false;
-    const bool same = c.outOffset == call->outOffset && c.lseOffset == call->lseOffset && c.withLse == call->withLse;
+    const bool same = c.outOffset == call->outOffset && c.lseOffset == call->lseOffset &&
+                      c.withLse == call->withLse && c.serial == call->serial;
     if (r > 0 && !same) return false;
     *call = c;
   }

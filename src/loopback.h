@@ -66,6 +66,7 @@ class Loopback {
   bool aborted_ = false;
   int silentRank_ = -1;
   std::vector<RegisteredOutput> outputs_;  // per virtual rank, or none
+  uint32_t registrations_ = 0;             // registerOutputs calls so far (RegisteredOutput::serial)
 };
 
 }  // namespace nccl_dcp

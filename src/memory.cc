@@ -1,5 +1,7 @@
 #include "memory.h"
 
+#include <cuda.h>
+#include <stdint.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -72,6 +74,34 @@ std::string workspaceShortfall(size_t bytes, int maxBatch) {
     why += ", " + std::to_string(freeBytes / kMiB) + " of " + std::to_string(totalBytes / kMiB) +
            " MiB free on this GPU";
   return why + "; a smaller config->maxBatch (NCCL_DCP_MAX_BATCH) needs less";
+}
+
+bool allocationOffset(const void* p, size_t* offset, std::string* why) {
+  using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+  static GetAddressRange getRange = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      fn = nullptr;
+    }
+    return (GetAddressRange)fn;
+  }();
+  if (getRange == nullptr) {
+    *why = "the driver has no cuMemGetAddressRange";
+    return false;
+  }
+  CUdeviceptr base = 0;
+  size_t bytes = 0;
+  const CUresult r = getRange(&base, &bytes, (CUdeviceptr)(uintptr_t)p);
+  if (r != CUDA_SUCCESS) {
+    *why = "cuMemGetAddressRange does not place it (error " + std::to_string((int)r) + "): not device memory?";
+    return false;
+  }
+  *offset = (size_t)((uintptr_t)p - (uintptr_t)base);
+  return true;
 }
 
 }  // namespace nccl_dcp

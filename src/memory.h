@@ -4,7 +4,8 @@
  * kernels stuck on it until the application calls ncclCommAbort. Abort
  * must not wait for them (DESIGN §10), so it defers its frees to the next
  * call on that GPU that blocks anyway (create, destroy). And what a failed
- * workspace allocation tells the user.
+ * workspace allocation tells the user, and where a pointer sits in its
+ * allocation.
  ************************************************************************/
 #ifndef NCCL_DCP_MEMORY_H_
 #define NCCL_DCP_MEMORY_H_
@@ -38,6 +39,12 @@ void flushDeferredFrees(int dev);
 // the rounds of maxBatch rows that set it, what the current GPU has free,
 // and the knob that shrinks it.
 std::string workspaceShortfall(size_t bytes, int maxBatch);
+
+// How far p lies into the device allocation that holds it
+// (cuMemGetAddressRange, through the runtime's driver entry point): what
+// NCCL's windows key a peer's address on. False, with *why, where the
+// driver cannot place p.
+bool allocationOffset(const void* p, size_t* offset, std::string* why);
 
 }  // namespace nccl_dcp
 

@@ -21,6 +21,7 @@ namespace nccl_dcp {
 // profiler plugin reads this, DESIGN §6).
 struct CallStats {
   uint64_t calls = 0, rows = 0, rounds = 0;
+  uint64_t directCalls = 0;  // NONE's phase 2 into registered outputs (context.cc)
 };
 
 // Who made a call, as the plugin's record names it (a context's fields;

@@ -56,12 +56,13 @@ bool directCallOf(const Config& cfg, int nRanks, const RegisteredOutput& reg, co
   call->outOffset = (int64_t)((uintptr_t)buf.out - (uintptr_t)reg.out.base);
   call->lseOffset = buf.outLse ? (int64_t)(buf.outLse - (float*)reg.outLse.base) : 0;
   call->withLse = buf.outLse != nullptr;
+  call->serial = reg.serial;
   return true;
 }
 
 uint32_t directTag(const DirectCall& call, const Strides& s) {
-  const int64_t words[] = {call.outOffset, call.lseOffset, s.outRow, s.outHead,
-                           s.outLseRow,    s.outLseHead,   call.withLse ? 1 : 0};
+  const int64_t words[] = {call.serial, call.outOffset,  call.lseOffset, s.outRow,
+                           s.outHead,   s.outLseRow,    s.outLseHead,   call.withLse ? 1 : 0};
   uint32_t h = 2166136261u;  // FNV-1a over the words' bytes
   for (int64_t w : words)
     for (int b = 0; b < 8; b++) h = (h ^ (uint32_t)((uint64_t)w >> (8 * b) & 0xff)) * 16777619u;

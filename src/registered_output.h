@@ -13,9 +13,10 @@
  *              NONE in two phases, native wire -> a DirectCall; each
  *              SIMPLE round then carries DirectOutputs (device/types.h),
  *              the line protocols' rounds keep staging
- *   the tag    a hash of the offsets and strides, in phase 2's flags: a
- *              rank that passed other ones (or staged) never matches, its
- *              waits time out (ncclRemoteError), nothing stale is read
+ *   the tag    a hash of the registration's serial, the offsets and the
+ *              strides, above the round in phase 2's 64-bit flags: a rank
+ *              that passed other ones (or staged) never matches, its waits
+ *              time out (ncclRemoteError), nothing stale is read
  ************************************************************************/
 #ifndef NCCL_DCP_REGISTERED_OUTPUT_H_
 #define NCCL_DCP_REGISTERED_OUTPUT_H_
@@ -39,6 +40,7 @@ struct RegisteredOutput {
   ncclWindow_t outWindow = nullptr, lseWindow = nullptr;  // nccl-window: ours to deregister
   PeerOutput* bases = nullptr;  // device [nRanks]: every rank's out and outLse as this rank addresses them
   bool direct = false;          // calls may take the direct path (else they stage: provider, mode)
+  uint32_t serial = 0;          // the context's registrations before it, + 1: the same on every rank
 };
 
 // A call's direct phase 2, decided once for the call.
@@ -46,6 +48,7 @@ struct DirectCall {
   const PeerOutput* bases;       // NCCL: the registration's table; loopback: NULL (RankIo)
   int64_t outOffset, lseOffset;  // the call's row 0 from the registered bases: bytes, floats
   bool withLse;
+  uint32_t serial;  // the registration's (RegisteredOutput::serial)
 };
 
 // Checks ncclDcpOutputRegister's arguments (naming the one at fault):

@@ -492,10 +492,13 @@ class Context:
         later passes its calls' outputs at the same offsets with the same
         strides (keep one persistent output per context, as a CUDA graph
         does). With the nccl-window provider the memory must be NCCL's
-        (ncclMemAlloc: a torch.cuda.MemPool over NCCL's allocator);
-        elsewhere registering is accepted and calls stage. Contiguous CUDA
-        tensors of the context's device; out_lse float32. Returns a handle
-        for deregister_output(); close() and abort() release what is left."""
+        (ncclMemAlloc: a torch.cuda.MemPool over NCCL's allocator), each
+        tensor at the same offset of its allocation on every rank, a
+        multiple of 4096 (NCCL maps a peer's window at this rank's offset;
+        checked on every rank at once: all refuse together); elsewhere
+        registering is accepted and calls stage. Contiguous CUDA tensors of
+        the context's device; out_lse float32. Returns a handle for
+        deregister_output(); close() and abort() release what is left."""
         h = self._live_handle()
         out_ptr, out_bytes = _registrable(out, "out", self.spec.device)
         lse_ptr, lse_bytes = (None, 0) if out_lse is None else _registrable(out_lse, "out_lse", self.spec.device)

@@ -234,8 +234,8 @@ __device__ __forceinline__ bool awaitFlagged(const int* flagged, int steps, uint
 
 // One poll of the flags of up to 32 sources (a lane each; `mine` false for
 // lanes with no source). Returns the lanes whose flag is not yet the round's.
-__device__ __forceinline__ unsigned pollFlags(const char* flagPtr, bool mine, uint32_t flag) {
-  const bool ready = !mine || loadAcquire8(flagPtr) == (uint64_t)flag;
+__device__ __forceinline__ unsigned pollFlags(const char* flagPtr, bool mine, uint64_t flag) {
+  const bool ready = !mine || loadAcquire8(flagPtr) == flag;
   return __ballot_sync(kFullMask, !ready);
 }
 
@@ -451,7 +451,7 @@ struct SimpleProtocol {
   // flags at `flags` (the workspace, or its phase-2 half). False if a wait
   // gave up.
   __device__ static bool waitChunk(const Region& r, const char* flags, int nRanks, int rank, int slot,
-                                   uint32_t flag, int c, int lane, Waiter& waiter) {
+                                   uint64_t flag, int c, int lane, Waiter& waiter) {
     for (int s0 = 0; s0 < nRanks; s0 += 32) {
       const int src = s0 + lane;
       const bool mine = src < nRanks && src != rank;
@@ -660,7 +660,7 @@ struct SimpleProtocol {
     // Phase 2's flags: the same offsets in the phase-2 half, tagged with
     // registered outputs.
     char* flags = kRelayed ? ws + r.relayBytes : ws;
-    const uint32_t waitFlag = kRelayed ? SimpleRelay::phase2Flag(p, flag) : flag;
+    const uint64_t waitFlag = kRelayed ? SimpleRelay::phase2Flag(p, flag) : flag;
     if (receiver == 0) {  // the one warp whose verdict the group follows
       const bool ok = !waiter.failed && waitChunk(r, flags, p.nRanks, rank, slot, waitFlag, c, lane, waiter);
       if (lane == 0) *failed = !ok;

@@ -126,8 +126,8 @@ struct SimpleRelay {
   // Phase 2's chunk flags: tagged when it writes the outputs directly, so
   // an owner and a peer that took different paths never match.
   template <class Peers>
-  __device__ static uint32_t phase2Flag(const FusedParams<Peers>& p, uint32_t flag) {
-    return p.direct.tag != 0 ? taggedFlag(flag, p.direct.tag) : flag;
+  __device__ static uint64_t phase2Flag(const FusedParams<Peers>& p, uint32_t flag) {
+    return phase2FlagOf(flag, p.direct.tag);
   }
 
   // What this rank merged at `inBlock` of its block of a slot, into the
@@ -169,7 +169,7 @@ struct SimpleRelay {
   // group's lanes stored it before its barrier): a system-scope fence, then
   // the chunk's flag at each peer.
   template <class Peers>
-  __device__ static void flagForwarded(const FusedParams<Peers>& p, int rank, int slot, uint32_t flag, int c,
+  __device__ static void flagForwarded(const FusedParams<Peers>& p, int rank, int slot, uint64_t flag, int c,
                                        int lane) {
     const Region half = p.region.relayHalf();
     __syncwarp();  // this warp's own stores, when the group is one warp

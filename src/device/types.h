@@ -85,6 +85,9 @@ NCCL_DCP_HD uint32_t splitTag(const int* start, int nRanks) {
   return h ^ (h >> 16);
 }
 NCCL_DCP_HD uint32_t taggedFlag(uint32_t flag, uint32_t tag) { return (flag & 0xffffu) | ((tag | 1u) << 16); }
+// NONE's phase-2 chunk flag (its flag words are 8 bytes): the round's flag,
+// the direct path's tag above it (0: staged, today's value).
+NCCL_DCP_HD uint64_t phase2FlagOf(uint32_t flag, uint32_t tag) { return (uint64_t)tag << 32 | flag; }
 
 // What a call asks beyond its buffers, the same for every round and rank:
 // the mode, the heads of an output (and workspace) row, the call's rows,
@@ -126,9 +129,10 @@ struct RankIo {
 // row: bases[q].out + outOffset bytes, bases[q].outLse + lseOffset floats
 // (NCCL: the registration's LSA pointers, a device table; loopback: the
 // virtual ranks' RankIo, bases NULL). tag 0: staged, the default; else the
-// tag of phase 2's flags (taggedFlag): a hash of what every rank must pass
-// alike (offsets, strides, an outLse or none), so a rank that disagrees
-// times out instead of reading what was never written.
+// high half of phase 2's 64-bit flags (phase2FlagOf): a hash of what every
+// rank must pass alike (the registration, offsets, strides, an outLse or
+// none), so a rank that disagrees, or stages, times out instead of reading
+// what was never written.
 struct PeerOutput {
   char* out;
   float* outLse;

@@ -861,10 +861,12 @@ TEST_F(ScatterGpu, BatchInvariance) {
 // ---- NONE in two phases into registered outputs (Loopback::registerOutputs,
 // ncclDcpOutputRegister's loopback form): SIMPLE's phase 2 stores each
 // merged head straight into the peers' outputs, the line protocols' rounds
-// stage. Every case asserts the call takes the direct path (else it would
-// show nothing), checks it against the reference and the oracle with every
-// output byte poisoned first, and compares it bitwise with the staged
-// path's outputs on the same inputs.
+// stage. SIMPLE forced goes direct in every round; AUTO crosses to SIMPLE
+// at 5 rows, so a call of cp + 1 or 37 rows mixes direct and staged rounds;
+// LL128 forced stages every round though the outputs are registered. Each
+// case asserts which (else it would show nothing), checks the call against
+// the reference and the oracle with every output byte poisoned first, and
+// compares it bitwise with the staged path's outputs on the same inputs.
 class NoneRegisteredOutputs : public testing::TestWithParam<int /*proto*/> {
  protected:
   void SetUp() override { DCP_REQUIRE_GPUS(1); }
@@ -875,10 +877,18 @@ class NoneRegisteredOutputs : public testing::TestWithParam<int /*proto*/> {
     c.timeoutMs = 10000;  // a phase 2 that never comes fails in seconds
     return c;
   }
-  static Env twoPhases() {
+  Env twoPhases() const {
     Env e;
     e.noneAlgo = (int)NoneAlgo::TwoPhase;
+    if (GetParam() == ncclDcpProtoAuto) e.simpleMinRows = 5;
     return e;
+  }
+  // The rounds of a call of `batch` rows that run SIMPLE (the direct ones).
+  static int simpleRounds(const Loopback& lb, int batch) {
+    int n = 0;
+    for (int row0 = 0; row0 < batch; row0 += kCap)
+      n += lb.engine().protocolOfRound(std::min(kCap, batch - row0)) == Proto::Simple;
+    return n;
   }
 };
 
@@ -913,6 +923,10 @@ TEST_P(NoneRegisteredOutputs, MatchTheReferenceAndTheStagedBits) {
       DeviceProblem p(resolved(config(cp)), cp, batch, LseMix::Special, seed, CallSpec{});
       ASSERT_NO_FATAL_FAILURE(registerOutputs(*lb, p));
       ASSERT_TRUE(takesDirectPath(*lb, p)) << "registered outputs, yet the call stages";
+      const int directRounds = simpleRounds(*lb, batch), rounds = (batch + kCap - 1) / kCap;
+      if (GetParam() == ncclDcpProtoSimple) EXPECT_EQ(directRounds, rounds);
+      if (GetParam() == ncclDcpProtoLL128) EXPECT_EQ(directRounds, 0);
+      if (GetParam() == ncclDcpProtoAuto && batch >= 5) EXPECT_GT(directRounds, 0) << "AUTO: no round goes direct";
       ASSERT_NO_FATAL_FAILURE(callAndWait(*lb, p));
       Mismatch m = p.checkAll();
       EXPECT_EQ(m.count, 0u) << "direct: " << m.first;

@@ -1112,13 +1112,15 @@ class NoneRegisteredRanks : public ScatterRanks {
   }
 };
 
-// Every protocol (the line protocols' rounds stage, SIMPLE's go direct),
-// batches within and beyond maxBatch, against the reference and the oracle.
+// SIMPLE, and AUTO crossing to SIMPLE at 5 rows (so 21 rows mix direct
+// SIMPLE rounds with a staged line-protocol one), batches within and
+// beyond maxBatch, against the reference and the oracle.
 TEST_F(NoneRegisteredRanks, WriteThePeersOutputsDirectly) {
   Env twoPhase;
   twoPhase.noneAlgo = (int)NoneAlgo::TwoPhase;
+  twoPhase.simpleMinRows = 5;
   ScopedEnv env(twoPhase);
-  for (int proto : {ncclDcpProtoSimple, ncclDcpProtoLL128, ncclDcpProtoAuto}) {
+  for (int proto : {ncclDcpProtoSimple, ncclDcpProtoAuto}) {
     SCOPED_TRACE(protocolName(proto));
     const ncclDcpConfig_t c =
         withScatter(makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8, proto), ncclDcpScatterNone);
@@ -1131,7 +1133,9 @@ TEST_F(NoneRegisteredRanks, WriteThePeersOutputsDirectly) {
       DeviceProblem p(cfg, kRanks, batch, LseMix::Special, freshSeed(), CallSpec{}, {0, 1});
       Registered g;
       registerAll(ctxs, p, &g);
+      const uint64_t direct0 = contextOf(ctxs[0])->stats.directCalls;
       if (!HasFailure()) callRegistered(ctxs, p, g, {0, 0}, nullptr);
+      EXPECT_EQ(contextOf(ctxs[0])->stats.directCalls, direct0 + 1) << "the call staged: it shows nothing";
       releaseAll(ctxs, &g);
       if (HasFailure()) break;
       const Mismatch m = p.checkAll();
@@ -1140,6 +1144,61 @@ TEST_F(NoneRegisteredRanks, WriteThePeersOutputsDirectly) {
     destroyAll(ctxs);
     if (HasFailure()) return;
   }
+}
+
+// NCCL addresses a peer's window at this rank's offset into its own
+// allocation: ranges not at a multiple of 4096 of theirs, or at different
+// offsets on different ranks, are refused on every rank, nothing left
+// registered; ranges at the same aligned offset register.
+TEST_F(NoneRegisteredRanks, RegistrationsNcclCannotMapAreRefusedOnEveryRank) {
+  Env twoPhase;
+  twoPhase.noneAlgo = (int)NoneAlgo::TwoPhase;
+  ScopedEnv env(twoPhase);
+  const ncclDcpConfig_t c = withScatter(makeConfig(128, 4, ncclBfloat16, ncclDcpLseBase2, 8, ncclDcpProtoSimple),
+                                        ncclDcpScatterNone);
+  auto ctxs = createAll(c);
+  if (HasFailure()) return;
+  constexpr size_t kBytes = 16384;
+  std::vector<void*> mem(kRanks, nullptr);
+  threads_.run(kRanks, [&](int r) {
+    CUDA_OR_FAIL(r, cudaSetDevice(r));
+    if (ncclMemAlloc(&mem[r], 4 * kBytes) != ncclSuccess) threads_.addFailure(r, "ncclMemAlloc failed");
+  });
+  struct Case {
+    const char* what;
+    size_t offset[kRanks];
+    const char* needle;  // in every rank's message; NULL: it registers
+  };
+  const Case cases[] = {{"256 bytes in on every rank", {256, 256}, "4096"},
+                        {"offsets that differ", {0, 4096}, "every rank's must match"},
+                        {"the same aligned offset", {4096, 4096}, nullptr}};
+  for (const Case& k : cases) {
+    if (HasFailure()) break;
+    SCOPED_TRACE(k.what);
+    threads_.run(kRanks, [&](int r) {
+      CUDA_OR_FAIL(r, cudaSetDevice(r));
+      const size_t before = contextOf(ctxs[r])->outputs.size();
+      ncclDcpOutput_t h = nullptr;
+      const ncclResult_t got =
+          ncclDcpOutputRegister(ctxs[r], (char*)mem[r] + k.offset[r], kBytes, nullptr, 0, &h);
+      const std::string why = ncclDcpGetLastError();
+      if (k.needle == nullptr) {
+        if (got != ncclSuccess) return threads_.addFailure(r, "register: " + why);
+        if (ncclDcpOutputDeregister(ctxs[r], h) != ncclSuccess)
+          threads_.addFailure(r, std::string("deregister: ") + ncclDcpGetLastError());
+        return;
+      }
+      if (got != ncclInvalidArgument || why.find(k.needle) == std::string::npos)
+        threads_.addFailure(r, "want ncclInvalidArgument naming \"" + std::string(k.needle) + "\", got " +
+                                   std::to_string(got) + ": " + why);
+      if (contextOf(ctxs[r])->outputs.size() != before) threads_.addFailure(r, "a refused registration stayed");
+    });
+  }
+  threads_.run(kRanks, [&](int r) {
+    cudaSetDevice(r);
+    ncclMemFree(mem[r]);
+  });
+  destroyAll(ctxs);
 }
 
 // Ranks that pass their outputs at different offsets of their

@@ -2025,11 +2025,13 @@ TEST(RegisteredOutputs, ACallTakesTheDirectPathOnlyWhollyInside) {
   reg.out = {outMem.data(), outMem.size()};
   reg.outLse = {(char*)lseMem.data(), lseMem.size() * sizeof(float)};
   reg.direct = true;
+  reg.serial = 3;
   DirectCall d = {};
   CallBuffers b = {nullptr, nullptr, outMem.data() + 1024, lseMem.data() + 16};
   ASSERT_TRUE(directCallOf(n.cfg, n.nRanks, reg, b, batch, n.s, &d));
   EXPECT_EQ(d.outOffset, 1024);
   EXPECT_EQ(d.lseOffset, 16);
+  EXPECT_EQ(d.serial, reg.serial);
   EXPECT_TRUE(d.withLse);
   // The last byte just inside, then one past the end.
   b.out = outMem.data() + 4096;
@@ -2060,7 +2062,7 @@ TEST(RegisteredOutputs, ACallTakesTheDirectPathOnlyWhollyInside) {
 
 TEST(RegisteredOutputs, RoundsOnSimpleCarryTheTagAndTheirRowsOffset) {
   const NoneCall n;
-  const DirectCall call = {nullptr, 4096, 32, true};
+  const DirectCall call = {nullptr, 4096, 32, true, 1};
   const DirectOutputs line = directOutputsOfRound(&call, n.cfg, n.s, 0, Proto::LL128);
   EXPECT_EQ(line.tag, 0u) << "the line protocols' relay stages";
   EXPECT_EQ(directOutputsOfRound(nullptr, n.cfg, n.s, 0, Proto::Simple).tag, 0u);
@@ -2078,7 +2080,7 @@ TEST(RegisteredOutputs, RoundsOnSimpleCarryTheTagAndTheirRowsOffset) {
 // their phase-2 waits never match each other's flags.
 TEST(RegisteredOutputs, WhatRanksMustAgreeOnChangesTheTag) {
   const NoneCall n;
-  const DirectCall call = {nullptr, 4096, 32, true};
+  const DirectCall call = {nullptr, 4096, 32, true, 1};
   const uint32_t tag = directTag(call, n.s);
   std::vector<uint32_t> others;
   DirectCall c = call;
@@ -2090,6 +2092,9 @@ TEST(RegisteredOutputs, WhatRanksMustAgreeOnChangesTheTag) {
   c = call;
   c.withLse = false;
   others.push_back(directTag(c, n.s));
+  c = call;
+  c.serial = 2;  // the same offsets in another registration
+  others.push_back(directTag(c, n.s));
   Strides s = n.s;
   s.outRow += 8;
   others.push_back(directTag(call, s));
@@ -2098,9 +2103,12 @@ TEST(RegisteredOutputs, WhatRanksMustAgreeOnChangesTheTag) {
   others.push_back(directTag(call, s));
   for (size_t i = 0; i < others.size(); i++) {
     EXPECT_NE(others[i], tag) << "change " << i;
-    EXPECT_NE(taggedFlag(flagForRound(7), others[i]), taggedFlag(flagForRound(7), tag)) << "change " << i;
+    EXPECT_NE(phase2FlagOf(flagForRound(7), others[i]), phase2FlagOf(flagForRound(7), tag)) << "change " << i;
   }
-  EXPECT_NE(taggedFlag(flagForRound(7), tag), flagForRound(7)) << "a direct flag never matches a staged one";
+  // A direct flag never matches a staged one, whatever the round.
+  for (uint32_t round : {0u, 7u, 65535u, 65536u * 3, 0xfffffffeu})
+    EXPECT_NE(phase2FlagOf(flagForRound(round), tag), phase2FlagOf(flagForRound(round), 0)) << "round " << round;
+  EXPECT_EQ(phase2FlagOf(flagForRound(7), 0), (uint64_t)flagForRound(7)) << "staged: today's flag";
 }
 
 }  // namespace
