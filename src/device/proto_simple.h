@@ -504,7 +504,6 @@ struct SimpleProtocol {
                                      const char* ws, int rank, int slot, int first, int count, int step,
                                      float (*weight)[NCCL_DCP_MAX_RANKS], int lane) {
     const Region& r = p.region;
-    const Strides& s = p.strides;
     const int n = p.nRanks, Hl = r.localHeads;
     const int base = unitsOf<Mode>(p, start, rank).first;  // slot position of this rank's first unit
     for (int i = lane; i < count * n; i += 32) {
