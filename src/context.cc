@@ -731,6 +731,41 @@ fail : {
 
 namespace {
 
+// One context's exchange, opened and posted, for gatherRecords.
+struct PostedGather {
+  Context* ctx;
+  Exchange* x;
+  void* records;  // nRanks records, collected
+};
+
+// The all-gathers of posted exchanges, one per context, in one NCCL group
+// (one thread may drive every rank), then each collected into its records,
+// bounded by its context's timeoutMs. results[i], messages[i]: gather i's
+// outcome and, on a failure, its message. `gather` and `collected` name
+// them in messages. Returns the enqueue's failure, if any (then every
+// result).
+ncclResult_t gatherRecords(const std::vector<PostedGather>& gathers, const char* gather, const char* collected,
+                           std::vector<ncclResult_t>* results, std::vector<std::string>* messages) {
+  const ncclResult_t start = ncclGroupStart();
+  ncclResult_t enqueued = ncclSuccess;
+  for (const PostedGather& g : gathers)
+    if (start == ncclSuccess && enqueued == ncclSuccess) enqueued = g.x->allGather();
+  const ncclResult_t end = start == ncclSuccess ? ncclGroupEnd() : start;
+  results->assign(gathers.size(), enqueued);
+  messages->assign(gathers.size(), enqueued != ncclSuccess ? lastError() : "");
+  for (size_t i = 0; i < gathers.size() && enqueued == ncclSuccess; i++) {
+    Context* ctx = gathers[i].ctx;
+    cudaSetDevice(ctx->cudaDev);
+    ncclResult_t r = settle(ctx->comm, end, gather, ctx->engine.cfg.timeoutMs);
+    bool noneArrived = false;
+    const int timeoutMs = ctx->engine.cfg.timeoutMs > 0 ? ctx->engine.cfg.timeoutMs : -1;
+    if (r == ncclSuccess) r = gathers[i].x->collect(gathers[i].records, collected, timeoutMs, &noneArrived);
+    (*results)[i] = r;
+    if (r != ncclSuccess) (*messages)[i] = lastError();
+  }
+  return enqueued;
+}
+
 // Destroy's agreement for cuda-ipc contexts whose ranks span processes
 // (exchange.h, ipc_lifetime.h): each closes its mappings of its peers'
 // workspaces, says so in one all-gather per context (grouped: one thread
@@ -764,22 +799,16 @@ ncclResult_t agreeOnDestroy(const std::vector<Context*>& ctxs, const std::vector
     if (s->x.post(&s->mine) != ncclSuccess) WARN("rank %d: destroy: %s", ctx->rank, lastError());
     sides.push_back(std::move(s));
   }
-  ncclResult_t start = ncclGroupStart(), enqueued = ncclSuccess;
-  for (auto& s : sides)
-    if (start == ncclSuccess && enqueued == ncclSuccess) enqueued = s->x.allGather();
-  const ncclResult_t end = start == ncclSuccess ? ncclGroupEnd() : start;
-  first.keep(enqueued);
-  for (auto& s : sides) {
-    Context* ctx = s->ctx;
-    cudaSetDevice(ctx->cudaDev);
-    ncclResult_t r = enqueued != ncclSuccess
-                         ? enqueued
-                         : settle(ctx->comm, end, "destroy's all-gather", ctx->engine.cfg.timeoutMs);
-    bool noneArrived = false;
-    const int timeoutMs = ctx->engine.cfg.timeoutMs > 0 ? ctx->engine.cfg.timeoutMs : -1;
-    if (r == ncclSuccess) r = s->x.collect(s->all.data(), "destroy of a cuda-ipc context", timeoutMs, &noneArrived);
+  std::vector<PostedGather> gathers;
+  for (auto& s : sides) gathers.push_back({s->ctx, &s->x, s->all.data()});
+  std::vector<ncclResult_t> results;
+  std::vector<std::string> messages;
+  first.keep(gatherRecords(gathers, "destroy's all-gather", "destroy of a cuda-ipc context", &results, &messages));
+  for (size_t i = 0; i < sides.size(); i++) {
+    Context* ctx = sides[i]->ctx;
+    const ncclResult_t r = results[i];
     std::string why;
-    if (r == ncclSuccess && everyPeerClosed(s->all.data(), ctx->exports, ctx->nRanks, &why)) {
+    if (r == ncclSuccess && everyPeerClosed(sides[i]->all.data(), ctx->exports, ctx->nRanks, &why)) {
       remoteClosed(ctx->exported);
       continue;
     }
@@ -787,7 +816,7 @@ ncclResult_t agreeOnDestroy(const std::vector<Context*>& ctxs, const std::vector
       WARN("rank %d: destroy: %s: its workspace is not freed", ctx->rank, why.c_str());
       continue;
     }
-    first.keep(fail(r, "%s; its cuda-ipc workspace stays allocated for the process's life%s", lastError(),
+    first.keep(fail(r, "%s; its cuda-ipc workspace stays allocated for the process's life%s", messages[i].c_str(),
                     r == ncclRemoteError ? ", and the communicator holds an all-gather no peer may join: abort it "
                                            "(ncclCommAbort)"
                                          : ""));
@@ -973,26 +1002,18 @@ ncclResult_t agreeOnOutputs(int n, Context* const* ctxs, RegisteredOutput* const
     if (s->x.post(&s->mine) != ncclSuccess) WARN("rank %d: registration: %s", ctx->rank, lastError());
     sides.push_back(std::move(s));
   }
-  const ncclResult_t start = ncclGroupStart();
-  ncclResult_t enqueued = ncclSuccess;
-  for (auto& s : sides)
-    if (start == ncclSuccess && enqueued == ncclSuccess) enqueued = s->x.allGather();
-  const ncclResult_t end = start == ncclSuccess ? ncclGroupEnd() : start;
-  first.keep(enqueued);
-  for (auto& s : sides) {
-    Context* ctx = s->ctx;
-    cudaSetDevice(ctx->cudaDev);
-    ncclResult_t r = enqueued != ncclSuccess
-                         ? enqueued
-                         : settle(ctx->comm, end, "the registration's all-gather", ctx->engine.cfg.timeoutMs);
-    bool noneArrived = false;
-    const int timeoutMs = ctx->engine.cfg.timeoutMs > 0 ? ctx->engine.cfg.timeoutMs : -1;
-    if (r == ncclSuccess) r = s->x.collect(s->all.data(), "an output registration", timeoutMs, &noneArrived);
+  std::vector<PostedGather> gathers;
+  for (auto& s : sides) gathers.push_back({s->ctx, &s->x, s->all.data()});
+  std::vector<ncclResult_t> results;
+  std::vector<std::string> messages;
+  first.keep(gatherRecords(gathers, "the registration's all-gather", "an output registration", &results, &messages));
+  for (size_t i = 0; i < sides.size(); i++) {
+    const Side& s = *sides[i];
     std::string why;
-    if (r == ncclSuccess && !s->mine.ok) r = fail(ncclInvalidArgument, "%s", s->why.c_str());
-    else if (r == ncclSuccess && !outputRecordsAgree(s->all.data(), ctx->nRanks, ctx->rank, &why))
-      r = fail(ncclInvalidArgument, "%s", why.c_str());
-    first.keep(r);
+    if (results[i] != ncclSuccess) first.keep(fail(results[i], "%s", messages[i].c_str()));
+    else if (!s.mine.ok) first.keep(fail(ncclInvalidArgument, "%s", s.why.c_str()));
+    else if (!outputRecordsAgree(s.all.data(), s.ctx->nRanks, s.ctx->rank, &why))
+      first.keep(fail(ncclInvalidArgument, "%s", why.c_str()));
   }
   return first.result();
 }
