@@ -911,18 +911,6 @@ const char* whyOutputsStage(const Context* ctx) {
   return nullptr;
 }
 
-// What a rank's registration is to its peers, all-gathered before any
-// window is made. NCCL resolves a peer's window at this rank's offset into
-// its own allocation (the window's base is the allocation's base plus that
-// offset), so every rank's out and outLse must sit at the same offset of
-// an allocation of their own, a multiple of NCCL's window alignment, and
-// hold the same bytes.
-struct OutputRecord {
-  int32_t ok;  // this rank's ranges passed its own checks
-  int32_t hasLse;
-  uint64_t outBytes, lseBytes, outOffset, lseOffset;
-};
-
 // This rank's record, and why it is not ok.
 OutputRecord outputRecordOf(int rank, const RegisteredOutput& reg, std::string* why) {
   OutputRecord rec = {1, reg.outLse.bytes > 0, reg.out.bytes, reg.outLse.bytes, 0, 0};
@@ -945,33 +933,6 @@ OutputRecord outputRecordOf(int rank, const RegisteredOutput& reg, std::string* 
     *offsets[k] = at;
   }
   return rec;
-}
-
-// Whether every rank's record allows the windows (the same verdict on
-// every rank: they read the same records); else why.
-bool outputRecordsAgree(const OutputRecord* all, int nRanks, int rank, std::string* why) {
-  for (int q = 0; q < nRanks; q++) {
-    const OutputRecord& a = all[q];
-    const OutputRecord& b = all[0];
-    char line[512];
-    if (!a.ok) {
-      snprintf(line, sizeof(line), "rank %d refused its registration (its log says why)", q);
-    } else if (a.hasLse != b.hasLse || a.outBytes != b.outBytes || a.lseBytes != b.lseBytes ||
-               a.outOffset != b.outOffset || a.lseOffset != b.lseOffset) {
-      snprintf(line, sizeof(line),
-               "rank %d registers out %llu bytes at offset %llu of its allocation and outLse %llu at %llu, rank 0 "
-               "%llu at %llu and %llu at %llu: every rank's must match (NCCL addresses a peer's window at this "
-               "rank's offset)",
-               q, (unsigned long long)a.outBytes, (unsigned long long)a.outOffset, (unsigned long long)a.lseBytes,
-               (unsigned long long)a.lseOffset, (unsigned long long)b.outBytes, (unsigned long long)b.outOffset,
-               (unsigned long long)b.lseBytes, (unsigned long long)b.lseOffset);
-    } else {
-      continue;
-    }
-    *why = std::string("rank ") + std::to_string(rank) + ": registered outputs refused on every rank: " + line;
-    return false;
-  }
-  return true;
 }
 
 // The records of every context that maps its peers' outputs, all-gathered

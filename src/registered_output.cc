@@ -5,6 +5,7 @@
 #include "registered_output.h"
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "error.h"
 
@@ -19,6 +20,32 @@ bool inside(const OutputRange& r, uintptr_t at, uintptr_t bytes) {
 }
 
 }  // namespace
+
+bool outputRecordsAgree(const OutputRecord* all, int nRanks, int rank, std::string* why) {
+  const OutputRecord& first = all[0];
+  for (int q = 0; q < nRanks; q++) {
+    const OutputRecord& a = all[q];
+    char line[512];
+    if (!a.ok) {
+      snprintf(line, sizeof(line), "rank %d refused its registration (its log says why)", q);
+    } else if (a.hasLse != first.hasLse || a.outBytes != first.outBytes || a.lseBytes != first.lseBytes ||
+               a.outOffset != first.outOffset || a.lseOffset != first.lseOffset) {
+      snprintf(line, sizeof(line),
+               "rank %d registers out %llu bytes at offset %llu of its allocation and outLse %llu at %llu, rank 0 "
+               "%llu at %llu and %llu at %llu: every rank's must match (NCCL addresses a peer's window at this "
+               "rank's offset)",
+               q, (unsigned long long)a.outBytes, (unsigned long long)a.outOffset, (unsigned long long)a.lseBytes,
+               (unsigned long long)a.lseOffset, (unsigned long long)first.outBytes,
+               (unsigned long long)first.outOffset, (unsigned long long)first.lseBytes,
+               (unsigned long long)first.lseOffset);
+    } else {
+      continue;
+    }
+    *why = "rank " + std::to_string(rank) + ": registered outputs refused on every rank: " + line;
+    return false;
+  }
+  return true;
+}
 
 ncclResult_t checkOutputRanges(const void* out, size_t outBytes, const float* outLse, size_t lseBytes) {
   if (out == nullptr) return fail(ncclInvalidArgument, "out is NULL");

@@ -23,6 +23,9 @@
 
 #include <nccl.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include <string>
 
 #include "device/params.h"
 #include "types.h"
@@ -50,6 +53,22 @@ struct DirectCall {
   bool withLse;
   uint32_t serial;  // the registration's (RegisteredOutput::serial)
 };
+
+// What a rank's registration is to its peers, all-gathered before any
+// window is made (context.cc). NCCL resolves a peer's window at this
+// rank's offset into its own allocation (the window's base is the
+// allocation's base plus that offset), so every rank's out and outLse must
+// sit at the same offset of an allocation of their own, a multiple of
+// NCCL's window alignment, and hold the same bytes.
+struct OutputRecord {
+  int32_t ok;  // this rank's ranges passed its own checks
+  int32_t hasLse;
+  uint64_t outBytes, lseBytes, outOffset, lseOffset;
+};
+
+// Whether every rank's record allows the windows (the same verdict on
+// every rank: they read the same records); else why, as rank `rank` says it.
+bool outputRecordsAgree(const OutputRecord* all, int nRanks, int rank, std::string* why);
 
 // Checks ncclDcpOutputRegister's arguments (naming the one at fault):
 // out 16-byte aligned with outBytes > 0; outLse 4-byte aligned with

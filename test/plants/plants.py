@@ -651,6 +651,13 @@ PLANTS = [
           [("unit_validation", "RegisteredOutputs.ACallTakesTheDirectPathOnlyWhollyInside", 0),
            ("gpu_scatter", "Transports/NoneRegisteredOutputs.ACallOutsideTheRegistrationStages/SIMPLE", 1)],
           "a call whose outputs run past the registration takes the direct path (peers write past the window)"),
+    Plant("registration_ignores_the_offsets", "src/registered_output.cc",
+          "               a.outOffset != first.outOffset || a.lseOffset != first.lseOffset) {\n",
+          "               false) {\n",
+          [("unit_validation", "RegisteredOutputs.RecordsAgreeOnlyWhenEveryRankMatches", 0),
+           ("multi_ranks", "NoneRegisteredRanks.RegistrationsNcclCannotMapAreRefusedOnEveryRank", 2)],
+          "ranks whose outputs sit at different offsets of their allocations register anyway: NCCL's windows "
+          "then address each peer at this rank's offset, over other memory"),
     Plant("direct_on_the_line_protocols", "src/registered_output.cc",
           "  if (call == nullptr || proto != Proto::Simple) return d;",
           "  if (call == nullptr) return d;",

@@ -2060,6 +2060,37 @@ TEST(RegisteredOutputs, ACallTakesTheDirectPathOnlyWhollyInside) {
   EXPECT_FALSE(directCallOf(head, n.nRanks, reg, b, batch, n.s, &d)) << "HEAD has no phase 2";
 }
 
+// The registration's agreement (context.cc all-gathers these records): every
+// rank's ranges at the same allocation offsets with the same sizes, or all
+// refuse, naming the rank that differs.
+TEST(RegisteredOutputs, RecordsAgreeOnlyWhenEveryRankMatches) {
+  const OutputRecord good = {1, 1, 65536, 1024, 4096, 8192};
+  std::vector<OutputRecord> all(4, good);
+  std::string why;
+  EXPECT_TRUE(outputRecordsAgree(all.data(), 4, 1, &why)) << why;
+  struct Change {
+    const char* what;
+    void (*apply)(OutputRecord*);
+    const char* needle;
+  };
+  const Change changes[] = {
+      {"refused", [](OutputRecord* r) { r->ok = 0; }, "rank 2 refused its registration"},
+      {"out offset", [](OutputRecord* r) { r->outOffset += 4096; }, "rank 2 registers out 65536 bytes at offset 8192"},
+      {"outLse offset", [](OutputRecord* r) { r->lseOffset = 0; }, "rank 2 registers"},
+      {"out size", [](OutputRecord* r) { r->outBytes /= 2; }, "every rank's must match"},
+      {"outLse size", [](OutputRecord* r) { r->lseBytes += 4; }, "every rank's must match"},
+      {"no outLse", [](OutputRecord* r) { r->hasLse = 0; }, "every rank's must match"},
+  };
+  for (const Change& c : changes) {
+    std::vector<OutputRecord> differ = all;
+    c.apply(&differ[2]);
+    why.clear();
+    EXPECT_FALSE(outputRecordsAgree(differ.data(), 4, 1, &why)) << c.what;
+    EXPECT_NE(why.find(c.needle), std::string::npos) << c.what << ": " << why;
+    EXPECT_NE(why.find("rank 1: registered outputs refused on every rank"), std::string::npos) << why;
+  }
+}
+
 TEST(RegisteredOutputs, RoundsOnSimpleCarryTheTagAndTheirRowsOffset) {
   const NoneCall n;
   const DirectCall call = {nullptr, 4096, 32, true, 1};
