@@ -497,8 +497,10 @@ class Context:
         multiple of 4096 (NCCL maps a peer's window at this rank's offset;
         checked on every rank at once: all refuse together); elsewhere
         registering is accepted and calls stage. Contiguous CUDA tensors of
-        the context's device; out_lse float32. Returns a handle for
-        deregister_output(); close() and abort() release what is left."""
+        the context's device; out_lse float32. The context keeps both
+        tensors alive until they are deregistered (or the context closed or
+        aborted). Returns a handle for deregister_output(); close() and
+        abort() release what is left."""
         h = self._live_handle()
         out_ptr, out_bytes = _registrable(out, "out", self.spec.device)
         lse_ptr, lse_bytes = (None, 0) if out_lse is None else _registrable(out_lse, "out_lse", self.spec.device)
@@ -506,6 +508,9 @@ class Context:
         self._lib.check(self._lib.cdll.ncclDcpOutputRegister(h, out_ptr, out_bytes, lse_ptr, lse_bytes,
                                                              ctypes.byref(handle)),
                         "ncclDcpOutputRegister")
+        # The tensors stay alive while registered: freed, their memory could
+        # go to another tensor that the peers would then write.
+        self.__dict__.setdefault("_registered", {})[handle.value] = (out, out_lse)
         return handle.value
 
     def deregister_output(self, handle):
@@ -514,6 +519,7 @@ class Context:
         deregisters between the same two calls."""
         self._lib.check(self._lib.cdll.ncclDcpOutputDeregister(self._live_handle(), handle),
                         "ncclDcpOutputDeregister")
+        self.__dict__.get("_registered", {}).pop(handle, None)
 
     # ---- state
 
@@ -593,6 +599,7 @@ class Context:
                                                     f"stays allocated until the process exits. Close contexts "
                                                     f"before destroy_process_group()")
         self._lib.check(self._lib.cdll.ncclDcpContextDestroy(h), "ncclDcpContextDestroy")
+        self.__dict__.pop("_registered", None)  # released with the context: the tensors may go
 
     def abort(self):
         """Abandons the context after a failure (ctx.check() raised, a peer
@@ -607,6 +614,7 @@ class Context:
                           f"(its GPU memory stays allocated until the process exits)", RuntimeWarning, stacklevel=2)
             return
         self._lib.check(self._lib.cdll.ncclDcpContextAbort(h), "ncclDcpContextAbort")
+        self.__dict__.pop("_registered", None)
 
     def _detach(self):
         h, self._h = self._h, None
