@@ -269,8 +269,8 @@ NCCL_DCP_API ncclResult_t ncclDcpOutputRegisterGroup(int nCtxs, const ncclDcpCon
       if (ctxs[j] == ctxs[i]) return fail(ncclInvalidArgument, "ctxs[%d] repeats ctxs[%d]", i, j);
     float* lse = outLses ? outLses[i] : nullptr;
     const size_t lseBytes = outLseBytes ? outLseBytes[i] : 0;
-    if (checkOutputRanges(outs[i], outBytes[i], lse, lseBytes) != ncclSuccess)
-      return fail(ncclInvalidArgument, "entry %d: %s", i, std::string(lastError()).c_str());
+    const std::string entry = "entry " + std::to_string(i) + ": ";
+    DCPCHECK(checkOutputRanges(outs[i], outBytes[i], lse, lseBytes, entry.c_str()));
     outRanges[i] = {(char*)outs[i], outBytes[i]};
     lseRanges[i] = {(char*)lse, lseBytes};
   }

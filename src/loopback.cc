@@ -66,8 +66,8 @@ ncclResult_t Loopback::registerOutputs(const CallBuffers* ranks, size_t outBytes
   std::vector<RegisteredOutput> regs(engine_.nRanks);
   const uint32_t serial = ++registrations_;
   for (int r = 0; r < engine_.nRanks; r++) {
-    if (checkOutputRanges(ranks[r].out, outBytes, ranks[r].outLse, lseBytes) != ncclSuccess)
-      return fail(ncclInvalidArgument, "virtual rank %d: %s", r, std::string(lastError()).c_str());
+    const std::string rank = "virtual rank " + std::to_string(r) + ": ";
+    DCPCHECK(checkOutputRanges(ranks[r].out, outBytes, ranks[r].outLse, lseBytes, rank.c_str()));
     regs[r].out = {(char*)ranks[r].out, outBytes};
     regs[r].outLse = {(char*)ranks[r].outLse, lseBytes};
     regs[r].direct = true;  // one GPU addresses every virtual rank's outputs

@@ -47,23 +47,26 @@ bool outputRecordsAgree(const OutputRecord* all, int nRanks, int rank, std::stri
   return true;
 }
 
-ncclResult_t checkOutputRanges(const void* out, size_t outBytes, const float* outLse, size_t lseBytes) {
-  if (out == nullptr) return fail(ncclInvalidArgument, "out is NULL");
-  if ((uintptr_t)out % 16 != 0) return fail(ncclInvalidArgument, "out %p is not 16-byte aligned", out);
-  if (outBytes == 0) return fail(ncclInvalidArgument, "outBytes is 0");
+ncclResult_t checkOutputRanges(const void* out, size_t outBytes, const float* outLse, size_t lseBytes,
+                               const char* where) {
+  if (out == nullptr) return fail(ncclInvalidArgument, "%sout is NULL", where);
+  if ((uintptr_t)out % 16 != 0) return fail(ncclInvalidArgument, "%sout %p is not 16-byte aligned", where, out);
+  if (outBytes == 0) return fail(ncclInvalidArgument, "%soutBytes is 0", where);
   if ((uintptr_t)out + outBytes < (uintptr_t)out)
-    return fail(ncclInvalidArgument, "out %p + outBytes %zu wraps around the address space", out, outBytes);
+    return fail(ncclInvalidArgument, "%sout %p + outBytes %zu wraps around the address space", where, out,
+                outBytes);
   if ((outLse == nullptr) != (lseBytes == 0))
-    return fail(ncclInvalidArgument, "outLse %p and outLseBytes %zu: both or neither", (const void*)outLse, lseBytes);
+    return fail(ncclInvalidArgument, "%soutLse %p and outLseBytes %zu: both or neither", where, (const void*)outLse,
+                lseBytes);
   if (outLse == nullptr) return ncclSuccess;
   if ((uintptr_t)outLse % sizeof(float) != 0)
-    return fail(ncclInvalidArgument, "outLse %p is not 4-byte aligned", (const void*)outLse);
+    return fail(ncclInvalidArgument, "%soutLse %p is not 4-byte aligned", where, (const void*)outLse);
   if ((uintptr_t)outLse + lseBytes < (uintptr_t)outLse)
-    return fail(ncclInvalidArgument, "outLse %p + outLseBytes %zu wraps around the address space",
+    return fail(ncclInvalidArgument, "%soutLse %p + outLseBytes %zu wraps around the address space", where,
                 (const void*)outLse, lseBytes);
   const uintptr_t o = (uintptr_t)out, l = (uintptr_t)outLse;
   if (o < l + lseBytes && l < o + outBytes)
-    return fail(ncclInvalidArgument, "out [%p, +%zu) and outLse [%p, +%zu) overlap", out, outBytes,
+    return fail(ncclInvalidArgument, "%sout [%p, +%zu) and outLse [%p, +%zu) overlap", where, out, outBytes,
                 (const void*)outLse, lseBytes);
   return ncclSuccess;
 }

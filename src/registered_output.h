@@ -70,10 +70,12 @@ struct OutputRecord {
 // every rank: they read the same records); else why, as rank `rank` says it.
 bool outputRecordsAgree(const OutputRecord* all, int nRanks, int rank, std::string* why);
 
-// Checks ncclDcpOutputRegister's arguments (naming the one at fault):
-// out 16-byte aligned with outBytes > 0; outLse 4-byte aligned with
-// lseBytes > 0, or NULL with 0; no range wraps, and the two do not overlap.
-ncclResult_t checkOutputRanges(const void* out, size_t outBytes, const float* outLse, size_t lseBytes);
+// Checks ncclDcpOutputRegister's arguments (naming the one at fault, after
+// `where`: "" or which entry): out 16-byte aligned with outBytes > 0;
+// outLse 4-byte aligned with lseBytes > 0, or NULL with 0; no range wraps,
+// and the two do not overlap.
+ncclResult_t checkOutputRanges(const void* out, size_t outBytes, const float* outLse, size_t lseBytes,
+                               const char* where = "");
 
 // Whether a call of `batch` rows (out rows of headsPerRow heads) with
 // `buf`'s outputs and strides `s` takes the direct path through `reg`:
