@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "agreement.h"
@@ -534,30 +535,54 @@ ncclResult_t allocWorkspace(Member& m, const AppWindow* w) {
   return ncclSuccess;
 }
 
-// Collective: every rank reaches it, or none (the gather before it).
-void registerWindows(Creation* c) {
-  std::vector<Member*> owners;  // nccl-window in memory of our own
-  for (Member& m : c->members)
-    if (m.ctx->ownedMemory && m.ctx->provider == ncclDcpProviderNcclWindow) owners.push_back(&m);
-  if (owners.empty()) return;
-  std::vector<ncclResult_t> rc(owners.size(), ncclInternalError);
+// One symmetric window of registerWindowGroup: the caller fills the request,
+// the group sets rc (ncclSuccess with *window set, else *window null).
+struct WindowRequest {
+  ncclComm_t comm;
+  void* base;
+  size_t bytes;
+  ncclWindow_t* window;
+  int timeoutMs;
+  ncclResult_t rc = ncclInternalError;
+};
+
+// Every request's window in one NCCL group, then each communicator settled.
+// Collective: every rank reaches it, or none; one thread may drive them all.
+void registerWindowGroup(std::vector<WindowRequest>& reqs) {
   const ncclResult_t start = ncclGroupStart();
-  for (size_t i = 0; start == ncclSuccess && i < owners.size(); i++) {
-    Context* ctx = owners[i]->ctx;
-    rc[i] = ncclCommWindowRegister(ctx->comm, ctx->ownedMemory, ctx->engine.layout.totalBytes, &ctx->window,
-                                   NCCL_WIN_DEFAULT);
-  }
+  for (WindowRequest& q : reqs)
+    q.rc = start != ncclSuccess ? start : ncclCommWindowRegister(q.comm, q.base, q.bytes, q.window, NCCL_WIN_DEFAULT);
   const ncclResult_t end = start == ncclSuccess ? ncclGroupEnd() : start;
-  for (size_t i = 0; i < owners.size(); i++) {
+  for (WindowRequest& q : reqs) {
+    if (q.rc == ncclSuccess && end == ncclInProgress)
+      q.rc = waitForComm(q.comm, "ncclCommWindowRegister", q.timeoutMs);
+    else if (q.rc == ncclSuccess)
+      q.rc = end;
+    if (q.rc == ncclSuccess && *q.window == nullptr) q.rc = ncclSystemError;
+    if (q.rc != ncclSuccess) *q.window = nullptr;
+  }
+}
+
+// The workspaces of nccl-window contexts in memory of our own. Collective
+// (the gather before it).
+void registerWindows(Creation* c) {
+  std::vector<Member*> owners;
+  std::vector<WindowRequest> reqs;
+  for (Member& m : c->members) {
+    Context* ctx = m.ctx;
+    if (!ctx->ownedMemory || ctx->provider != ncclDcpProviderNcclWindow) continue;
+    owners.push_back(&m);
+    reqs.push_back({ctx->comm, ctx->ownedMemory, ctx->engine.layout.totalBytes, &ctx->window, ctx->engine.cfg.timeoutMs});
+  }
+  if (reqs.empty()) return;
+  registerWindowGroup(reqs);
+  for (size_t i = 0; i < reqs.size(); i++) {
     Context* ctx = owners[i]->ctx;
-    if (rc[i] == ncclSuccess && end == ncclInProgress)
-      rc[i] = waitForComm(ctx->comm, "ncclCommWindowRegister", ctx->engine.cfg.timeoutMs);
-    if (rc[i] == ncclSuccess && (end == ncclSuccess || end == ncclInProgress) && ctx->window != nullptr) {
+    if (reqs[i].rc == ncclSuccess) {
       ctx->ownsWindow = true;
       continue;
     }
-    const ncclResult_t code = rc[i] != ncclSuccess ? rc[i] : end != ncclSuccess ? end : ncclSystemError;
-    owners[i]->record(CreateStep::MapPeers, fail(code, "ncclCommWindowRegister of %zu bytes failed: %s",
+    owners[i]->record(CreateStep::MapPeers, fail(reqs[i].rc, "ncclCommWindowRegister of %zu bytes failed: %s",
                                                  ctx->engine.layout.totalBytes, ncclGetLastError(ctx->comm)));
   }
 }
@@ -983,32 +1008,31 @@ ncclResult_t agreeOnOutputs(int n, Context* const* ctxs, RegisteredOutput* const
 // windows, in one NCCL group (collective; one thread may drive every
 // rank). Returns the first failure, NCCL's message with it.
 ncclResult_t registerOutputWindows(int n, Context* const* ctxs, RegisteredOutput* const* regs) {
-  std::vector<ncclResult_t> rc(2 * n, ncclSuccess);
-  auto rangeOf = [&](int i, int k) { return k == 0 ? &regs[i]->out : &regs[i]->outLse; };
-  auto windowOf = [&](int i, int k) { return k == 0 ? &regs[i]->outWindow : &regs[i]->lseWindow; };
-  const ncclResult_t start = ncclGroupStart();
-  for (int i = 0; start == ncclSuccess && i < n; i++)
-    for (int k = 0; k < 2 && regs[i]->direct; k++)
-      if (rangeOf(i, k)->bytes > 0)
-        rc[2 * i + k] = ncclCommWindowRegister(ctxs[i]->comm, rangeOf(i, k)->base, rangeOf(i, k)->bytes,
-                                               windowOf(i, k), NCCL_WIN_DEFAULT);
-  const ncclResult_t end = start == ncclSuccess ? ncclGroupEnd() : start;
+  std::vector<WindowRequest> reqs;
+  std::vector<std::pair<int, const char*>> whose;  // (context, "out" or "outLse") of each request
+  for (int i = 0; i < n; i++) {
+    if (!regs[i]->direct) continue;
+    RegisteredOutput* reg = regs[i];
+    const struct {
+      const OutputRange* range;
+      ncclWindow_t* window;
+      const char* name;
+    } halves[] = {{&reg->out, &reg->outWindow, "out"}, {&reg->outLse, &reg->lseWindow, "outLse"}};
+    for (const auto& h : halves) {
+      if (h.range->bytes == 0) continue;
+      reqs.push_back({ctxs[i]->comm, h.range->base, h.range->bytes, h.window, ctxs[i]->engine.cfg.timeoutMs});
+      whose.emplace_back(i, h.name);
+    }
+  }
+  registerWindowGroup(reqs);
   FirstError first;
-  for (int i = 0; i < n; i++)
-    for (int k = 0; k < 2 && regs[i]->direct; k++) {
-      const OutputRange* range = rangeOf(i, k);
-      if (range->bytes == 0) continue;
-      ncclResult_t r = rc[2 * i + k] != ncclSuccess ? rc[2 * i + k] : end == ncclInProgress ? ncclSuccess : end;
-      if (r == ncclSuccess && end == ncclInProgress)
-        r = waitForComm(ctxs[i]->comm, "ncclCommWindowRegister", ctxs[i]->engine.cfg.timeoutMs);
-      if (r == ncclSuccess && *windowOf(i, k) != nullptr) continue;
-      *windowOf(i, k) = nullptr;
-      first.keep(fail(r != ncclSuccess ? r : ncclSystemError,
+  for (size_t j = 0; j < reqs.size(); j++)
+    if (reqs[j].rc != ncclSuccess)
+      first.keep(fail(reqs[j].rc,
                       "rank %d: ncclCommWindowRegister of %s (%zu bytes at %p) failed: %s (NCCL maps ncclMemAlloc "
                       "memory for its peers)",
-                      ctxs[i]->rank, k == 0 ? "out" : "outLse", range->bytes, (void*)range->base,
-                      ncclGetLastError(ctxs[i]->comm)));
-    }
+                      ctxs[whose[j].first]->rank, whose[j].second, reqs[j].bytes, reqs[j].base,
+                      ncclGetLastError(reqs[j].comm)));
   return first.result();
 }
 
