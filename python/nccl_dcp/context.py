@@ -269,6 +269,7 @@ class Context:
         from . import _ops, _torch
         self._h = handle
         self._op_id = _ops.register(self)
+        self._registered = {}  # register_output's tensors by handle
         self._stream_handle = _torch.stream_handle
         self._compiling = _is_compiling_fn()
         self._device = self.spec.device
@@ -510,7 +511,7 @@ class Context:
                         "ncclDcpOutputRegister")
         # The tensors stay alive while registered: freed, their memory could
         # go to another tensor that the peers would then write.
-        self.__dict__.setdefault("_registered", {})[handle.value] = (out, out_lse)
+        self._registered[handle.value] = (out, out_lse)
         return handle.value
 
     def deregister_output(self, handle):
@@ -519,7 +520,7 @@ class Context:
         deregisters between the same two calls."""
         self._lib.check(self._lib.cdll.ncclDcpOutputDeregister(self._live_handle(), handle),
                         "ncclDcpOutputDeregister")
-        self.__dict__.get("_registered", {}).pop(handle, None)
+        self._registered.pop(handle, None)
 
     # ---- state
 
@@ -599,7 +600,7 @@ class Context:
                                                     f"stays allocated until the process exits. Close contexts "
                                                     f"before destroy_process_group()")
         self._lib.check(self._lib.cdll.ncclDcpContextDestroy(h), "ncclDcpContextDestroy")
-        self.__dict__.pop("_registered", None)  # released with the context: the tensors may go
+        self._registered.clear()  # released with the context: the tensors may go
 
     def abort(self):
         """Abandons the context after a failure (ctx.check() raised, a peer
@@ -614,7 +615,7 @@ class Context:
                           f"(its GPU memory stays allocated until the process exits)", RuntimeWarning, stacklevel=2)
             return
         self._lib.check(self._lib.cdll.ncclDcpContextAbort(h), "ncclDcpContextAbort")
-        self.__dict__.pop("_registered", None)
+        self._registered.clear()
 
     def _detach(self):
         h, self._h = self._h, None
